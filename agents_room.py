@@ -1,0 +1,2956 @@
+#!/usr/bin/env python3
+"""agents-room: where AI coding agents in different repositories meet.
+
+Each agent session joins its repository's room (``repo:<name>``) and any shared
+rooms (``shared:<name>``).  Sessions message each other by session id, by tag or
+by the files they hold leases on; they lease paths, record the hash of what they
+read and check it for drift.  One SQLite file, no daemon, standard library only.
+
+Subcommands (``python3 agents_room.py <command> --help`` shows an example each):
+  join leave leave-room who set-cap          rooms and sessions
+  send recv ack unread sent history          messages
+  claim renew release check leases           leases
+  note-read drift                            reads and drift
+  serve                                      MCP server over stdio
+  hook setup doctor                          harness hooks and wake levers
+  prune                                      remove quiet sessions that are gone
+
+Python 3.9 or newer.  Tests: ``python3 test_agents_room.py`` (or ``make test``).
+
+Environment:
+  AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db)
+  AGENTS_ROOM_SESSION       default for --session in the CLI
+  AGENTS_ROOM_HARNESS_KEY   harness key, before CLAUDE_CODE_SESSION_ID,
+                            CODEX_THREAD_ID and HERMES_SESSION_ID
+  AGENTS_ROOM_WAKE_CMD      a wake lever: a command run with the signal as its
+                            last argument (split like a shell would, never run
+                            by one)
+Test seams (documented so tests never patch private names):
+  AGENTS_ROOM_PROCSCAN=proc|ps   force the process scanner
+  AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
+  AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests)
+"""
+
+__version__ = "0.1.0"
+
+import json
+import os
+import sqlite3
+import sys
+import time
+
+# ---- constants ------------------------------------------------------------
+
+SCHEMA_VERSION = 1
+MIN_SQLITE = (3, 31, 0)
+
+HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
+                    "CODEX_THREAD_ID", "HERMES_SESSION_ID")
+HARNESSES = ("claude-code", "codex", "hermes", "generic")
+
+AUTONOMY_NAMES = ("notify", "hold", "wake")
+ROOM_PREFIXES = ("repo:", "shared:")
+
+MESSAGE_TTL_S = 7 * 86400
+MESSAGE_TTL_MAX_S = 90 * 86400
+LEASE_TTL_S = 15 * 60
+LEASE_TTL_MAX_S = 24 * 3600
+BODY_MAX_BYTES = 1024 * 1024
+SUBJECT_MAX_CHARS = 1000
+LABEL_MAX_CHARS = 200
+ROOM_NAME_MAX_CHARS = 200
+TAGS_MAX = 32
+ROOMS_MAX = 64
+SELECTORS_MAX = 100
+PATH_MAX_CHARS = 4096
+LIMIT_MAX = 1000
+PRUNE_QUIET_S = 24 * 3600
+BUSY_TIMEOUT_MS = 60000
+
+# A delivery is unread in any of these states; read, acked and expired are final
+# for the recipient's inbox.
+UNREAD_STATES = ("stored", "offered", "accepted", "undeliverable")
+STATE_ORDER = ("stored", "offered", "accepted", "undeliverable", "read", "acked",
+               "expired")
+
+# ---- errors ---------------------------------------------------------------
+
+
+class RoomError(Exception):
+    """A refused or failed operation: exit 1, an isError tool result over MCP."""
+
+    exit_code = 1
+    code = "refused"
+
+    def __init__(self, message, hint=None, code=None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if code:
+            self.code = code
+
+    def as_dict(self):
+        return {"error": {"code": self.code, "message": self.message,
+                          "hint": self.hint}}
+
+    def text(self):
+        return self.message + ("\nhint: " + self.hint if self.hint else "")
+
+
+class UsageError(RoomError):
+    """Arguments that do not fit the command: exit 2."""
+
+    exit_code = 2
+    code = "usage"
+
+
+class UnknownSession(RoomError):
+    """A session id that names no session; the message says what was meant."""
+
+    code = "unknown_session"
+
+
+class StoreError(RoomError):
+    """The store cannot be opened or written: the message names the path."""
+
+    code = "store"
+
+
+# ---- small utilities ------------------------------------------------------
+
+
+def now():
+    """Seconds since the epoch, shifted by AGENTS_ROOM_TIME_OFFSET (a test seam)."""
+    offset = os.environ.get("AGENTS_ROOM_TIME_OFFSET")
+    return time.time() + (float(offset) if offset else 0.0)
+
+
+def iso(ts):
+    """ISO-8601 UTC with milliseconds, or None."""
+    if ts is None:
+        return None
+    ms = int(round((ts - int(ts)) * 1000))
+    if ms == 1000:
+        ts, ms = int(ts) + 1, 0
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(ts))) + ".%03dZ" % ms
+
+
+def parse_duration(text):
+    """'90', '90s', '15m', '2h', '7d' -> seconds (int)."""
+    text = str(text).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    factor = units.get(text[-1:], None)
+    number = text[:-1] if factor else text
+    try:
+        value = float(number)
+    except ValueError:
+        raise UsageError("not a duration: %r" % text,
+                         "use seconds, or a number with s, m, h or d (15m, 2h)")
+    return int(value * (factor or 1))
+
+
+_CONTROL = None
+
+
+def clean(text):
+    """Strip terminal control characters from text shown to a human or a hook."""
+    global _CONTROL
+    if text is None:
+        return ""
+    if _CONTROL is None:
+        import re
+        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+    return _CONTROL.sub("", str(text))
+
+
+def one_line(text, width=80):
+    text = " ".join(clean(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def is_session_id(value):
+    return (isinstance(value, str) and len(value) == 16
+            and all(c in "0123456789abcdef" for c in value))
+
+
+def new_session_id():
+    return os.urandom(8).hex()
+
+
+def detect_harness(env):
+    """The harness this process runs under, from its environment."""
+    if env.get("CLAUDECODE") == "1":
+        return "claude-code"
+    if any(k.startswith("CODEX_") for k in env):
+        return "codex"
+    if any(k.startswith("HERMES_") for k in env):
+        return "hermes"
+    return "generic"
+
+
+def harness_key_from(env):
+    for var in HARNESS_KEY_VARS:
+        value = env.get(var)
+        if value:
+            return value
+    return None
+
+
+def detect_lever(env, harness):
+    """The wake lever a session's environment offers: (name, data) or (None, None).
+
+    The Claude Code rewake waiter is not recorded here: it arms itself at run
+    time (hook --event=Stop --wait) and is found through sessions.waiter_pid."""
+    socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
+    token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
+    if socket_path and token:
+        return "claude-socket", {"socket": socket_path, "token": token}
+    if harness == "codex" and env.get("CODEX_THREAD_ID"):
+        return "codex-queue", {"thread": env["CODEX_THREAD_ID"]}
+    command = env.get("AGENTS_ROOM_WAKE_CMD")
+    if command:
+        import shlex
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = []
+        if argv:
+            return "wake-cmd", {"argv": argv}
+    return None, None
+
+
+def parse_autonomy(value):
+    """0/1/2 or notify/hold/wake (also as strings) -> int; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        value = None
+    elif isinstance(value, int):
+        if 0 <= value <= 2:
+            return value
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if text in AUTONOMY_NAMES:
+            return AUTONOMY_NAMES.index(text)
+        if text in ("0", "1", "2"):
+            return int(text)
+    raise UsageError("autonomy must be 0/notify, 1/hold or 2/wake, not %r" % (value,))
+
+
+def autonomy_name(level):
+    return "%d (%s)" % (level, AUTONOMY_NAMES[level])
+
+
+def repo_root(cwd):
+    """The git top level containing cwd (a .git dir or file), else None."""
+    path = os.path.abspath(cwd)
+    while True:
+        if os.path.exists(os.path.join(path, ".git")):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def normalize_path(path, cwd):
+    """Absolute, normalised form of path against cwd (~ expanded)."""
+    if not isinstance(path, str) or not path.strip():
+        raise UsageError("path must be a non-empty string")
+    if "\x00" in path or len(path) > PATH_MAX_CHARS:
+        raise UsageError("path is not usable (NUL byte, or longer than %d characters)"
+                         % PATH_MAX_CHARS)
+    return os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+
+
+def room_name(name, default_prefix):
+    """A room's full name: bare names get default_prefix ('repo:' or 'shared:')."""
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("a room name must be a non-empty string")
+    name = name.strip()
+    if ":" in name:
+        prefix, rest = name.split(":", 1)
+        if prefix + ":" not in ROOM_PREFIXES:
+            raise UsageError("unknown room prefix %r in %r" % (prefix + ":", name),
+                             "rooms are repo:<name> or shared:<name>; a bare name "
+                             "gets %s" % default_prefix)
+        if not rest.strip():
+            raise UsageError("room %r has no name after its prefix" % name)
+    else:
+        name = default_prefix + name
+    if len(name) > ROOM_NAME_MAX_CHARS or any(c.isspace() for c in name):
+        raise UsageError("room names have no spaces and at most %d characters: %r"
+                         % (ROOM_NAME_MAX_CHARS, name))
+    return name
+
+
+def sha256_file(path):
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---- store ----------------------------------------------------------------
+
+SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    harness TEXT NOT NULL,
+    harness_key TEXT,
+    cwd TEXT NOT NULL,
+    pid INTEGER,
+    pid_start INTEGER,
+    label TEXT,
+    tags TEXT NOT NULL DEFAULT '[]',
+    autonomy INTEGER NOT NULL DEFAULT 0,
+    lever TEXT,
+    lever_data TEXT,
+    waiter_pid INTEGER,
+    waiter_start INTEGER,
+    waiter_until REAL,
+    created_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    left_at REAL
+);
+CREATE UNIQUE INDEX sessions_harness_key ON sessions(harness_key)
+    WHERE harness_key IS NOT NULL;
+CREATE INDEX sessions_label ON sessions(label);
+CREATE INDEX sessions_last_seen ON sessions(last_seen);
+CREATE TABLE rooms (
+    name TEXT PRIMARY KEY,
+    cap INTEGER NOT NULL DEFAULT 2,
+    created_at REAL NOT NULL
+);
+CREATE TABLE memberships (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    room TEXT NOT NULL REFERENCES rooms(name),
+    joined_at REAL NOT NULL,
+    PRIMARY KEY (session_id, room)
+) WITHOUT ROWID;
+CREATE INDEX memberships_room ON memberships(room, session_id);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sender TEXT NOT NULL,
+    sender_label TEXT,
+    selector TEXT NOT NULL,
+    subject TEXT,
+    body TEXT,
+    reply_to INTEGER,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX messages_sender ON messages(sender, id);
+CREATE INDEX messages_expires ON messages(expires_at);
+CREATE TABLE message_rooms (
+    room TEXT NOT NULL,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    PRIMARY KEY (room, message_id)
+) WITHOUT ROWID;
+CREATE INDEX message_rooms_message ON message_rooms(message_id);
+CREATE TABLE deliveries (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    state TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    offered_at REAL,
+    stop_held_at REAL,
+    read_at REAL,
+    wake_attempts INTEGER NOT NULL DEFAULT 0,
+    wake_next_at REAL,
+    PRIMARY KEY (session_id, message_id)
+) WITHOUT ROWID;
+CREATE INDEX deliveries_message ON deliveries(message_id);
+CREATE INDEX deliveries_state ON deliveries(session_id, state);
+CREATE INDEX deliveries_wake ON deliveries(wake_next_at) WHERE wake_next_at IS NOT NULL;
+CREATE TABLE leases (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    UNIQUE (session_id, path)
+);
+CREATE INDEX leases_path ON leases(path);
+CREATE INDEX leases_expires ON leases(expires_at);
+CREATE TABLE reads (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    hash TEXT,
+    read_at REAL NOT NULL,
+    PRIMARY KEY (session_id, path)
+) WITHOUT ROWID;
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    session_id TEXT,
+    room TEXT,
+    subject TEXT,
+    data TEXT
+);
+CREATE INDEX events_subject ON events(subject, at);
+CREATE INDEX events_session ON events(session_id, at);
+"""
+
+# MIGRATIONS[n] takes a store from user_version n to n + 1.  A store newer than
+# the last entry is refused untouched: an older program cannot know what a
+# newer schema means, and guessing would corrupt it.
+MIGRATIONS = [SCHEMA_V1]
+
+
+def default_db_path():
+    configured = os.environ.get("AGENTS_ROOM_DB")
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
+
+
+def explain_sqlite(error, path):
+    """Turn a sqlite3 error into a StoreError that names the path and a remedy."""
+    text = str(error)
+    lower = text.lower()
+    if "readonly" in lower or "read-only" in lower:
+        return StoreError("the store %s is read-only (%s)" % (path, text),
+                          "make the file and its directory writable by you, or "
+                          "point AGENTS_ROOM_DB at a writable path")
+    if "not a database" in lower or "malformed" in lower:
+        return StoreError("%s is not an agents-room store, or is damaged (%s)"
+                          % (path, text),
+                          "move it aside or point AGENTS_ROOM_DB elsewhere; "
+                          "nothing was written to it")
+    if "disk is full" in lower or "disk i/o" in lower:
+        return StoreError("cannot write the store %s: %s" % (path, text),
+                          "free space on that disk; the failed change was rolled "
+                          "back, nothing half-written")
+    if "locked" in lower or "busy" in lower:
+        return StoreError("the store %s stayed locked for %d s (%s)"
+                          % (path, BUSY_TIMEOUT_MS // 1000, text),
+                          "another process holds a long write transaction; retry")
+    if "unable to open" in lower:
+        return StoreError("cannot open the store %s (%s)" % (path, text),
+                          "check that the directory exists and is writable, or "
+                          "set AGENTS_ROOM_DB")
+    return StoreError("store error at %s: %s" % (path, text))
+
+
+class Store:
+    """One connection to the SQLite store, with the transaction helper.
+
+    Every read-check-write runs in BEGIN IMMEDIATE: the write lock is taken
+    before the first read, so two agents can never both see a path free and
+    both claim it.  busy_timeout makes a waiting writer queue instead of
+    failing with 'database is locked'.
+    """
+
+    def __init__(self, path=None):
+        self.path = path or default_db_path()
+        self.conn = None
+        self._open()
+
+    def _open(self):
+        directory = os.path.dirname(self.path)
+        try:
+            if directory and not os.path.isdir(directory):
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.path.exists(self.path):
+                # Create the file 0600 ourselves: sqlite would honour the umask.
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as error:
+            raise StoreError("cannot create the store %s: %s"
+                             % (self.path, error.strerror or error),
+                             "make %s writable or set AGENTS_ROOM_DB to another "
+                             "path" % (directory or "."))
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                   isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout=%d" % BUSY_TIMEOUT_MS)
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn = conn
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as error:
+            raise explain_sqlite(error, self.path)
+        if version > len(MIGRATIONS):
+            self.close()
+            raise StoreError(
+                "the store %s has schema version %d, written by a newer "
+                "agents-room; this one (%s) knows up to %d" % (
+                    self.path, version, __version__, len(MIGRATIONS)),
+                "upgrade agents_room.py, or set AGENTS_ROOM_DB to another store; "
+                "the store was not modified")
+        if version < len(MIGRATIONS):
+            self._migrate()
+
+    def _migrate(self):
+        conn = self.conn
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError("the store %s cannot use WAL mode (got %s)"
+                                 % (self.path, mode),
+                                 "put the store on a local filesystem")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Re-read inside the lock: another process may have migrated.
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                for step in range(version, len(MIGRATIONS)):
+                    migration = MIGRATIONS[step]
+                    if callable(migration):
+                        migration(conn)
+                    else:
+                        for statement in migration.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+                    conn.execute("PRAGMA user_version=%d" % (step + 1))
+                if version < len(MIGRATIONS):
+                    event(conn, "store.migrate", data={"from": version,
+                                                       "to": len(MIGRATIONS)})
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise explain_sqlite(error, self.path)
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def write(self):
+        return _Transaction(self, "BEGIN IMMEDIATE")
+
+    def read(self):
+        return _Transaction(self, "BEGIN")
+
+
+class _Transaction:
+    def __init__(self, store, begin):
+        self.store, self.begin = store, begin
+
+    def __enter__(self):
+        try:
+            self.store.conn.execute(self.begin)
+        except sqlite3.Error as error:
+            raise explain_sqlite(error, self.store.path)
+        return self.store.conn
+
+    def __exit__(self, kind, value, traceback):
+        conn = self.store.conn
+        if kind is None:
+            try:
+                conn.execute("COMMIT")
+                return False
+            except sqlite3.Error as error:
+                conn.execute("ROLLBACK")
+                raise explain_sqlite(error, self.store.path)
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        if isinstance(value, sqlite3.Error):
+            raise explain_sqlite(value, self.store.path)
+        return False
+
+
+def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=None):
+    """Append one audit row; callers do it inside the change's own transaction."""
+    conn.execute(
+        "INSERT INTO events (at, kind, session_id, room, subject, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (now() if at is None else at, kind, session_id, room,
+         None if subject is None else str(subject),
+         None if data is None else json.dumps(data, sort_keys=True)))
+
+
+def sweep(conn, at):
+    """Expire what passed its TTL: deliveries unread past their message's TTL,
+    leases past their expiry.  Runs on every write, bounded by indexes."""
+    row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
+    swept_to = float(row[0]) if row else 0.0
+    if at > swept_to:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM messages WHERE expires_at > ? AND expires_at <= ?",
+            (swept_to, at))]
+        for message_id in ids:
+            marks = ",".join("?" * len(UNREAD_STATES))
+            count = conn.execute(
+                "UPDATE deliveries SET state='expired', updated_at=?, wake_next_at=NULL "
+                "WHERE message_id=? AND state IN (%s)" % marks,
+                (at, message_id) + UNREAD_STATES).rowcount
+            if count:
+                event(conn, "msg.expire", subject=message_id,
+                      data={"deliveries": count}, at=at)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
+                     "('expiry_swept_to', ?)", (repr(at),))
+    for lease in conn.execute("SELECT id, session_id, path, mode, expires_at "
+                              "FROM leases WHERE expires_at <= ?", (at,)).fetchall():
+        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        event(conn, "lease.expire", lease["session_id"], subject=lease["path"],
+              data={"mode": lease["mode"], "expires_at": lease["expires_at"]}, at=at)
+
+
+# ---- liveness (process scan) ---------------------------------------------
+
+
+def proc_root():
+    return os.environ.get("AGENTS_ROOM_PROC_ROOT") or "/proc"
+
+
+def scanner_kind():
+    forced = os.environ.get("AGENTS_ROOM_PROCSCAN")
+    if forced in ("proc", "ps"):
+        return forced
+    return "proc" if os.path.isdir(os.path.join(proc_root(), "self")) or \
+        os.environ.get("AGENTS_ROOM_PROC_ROOT") else "ps"
+
+
+def _proc_boot_time(root):
+    try:
+        with open(os.path.join(root, "stat")) as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _proc_start(root, pid, boot):
+    """Start time (epoch seconds) of pid under a /proc tree, or None."""
+    try:
+        with open(os.path.join(root, str(pid), "stat")) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    if boot is None:
+        return None
+    return boot + ticks // os.sysconf("SC_CLK_TCK")
+
+
+def _ps_lstart(text):
+    try:
+        return int(time.mktime(time.strptime(" ".join(text.split()),
+                                             "%a %b %d %H:%M:%S %Y")))
+    except ValueError:
+        return None
+
+
+def process_start(pid):
+    """Start time of a running process, to tell it from a later one with the same
+    pid; None when it does not run or cannot be read."""
+    if not pid:
+        return None
+    if scanner_kind() == "proc":
+        root = proc_root()
+        return _proc_start(root, pid, _proc_boot_time(root))
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _ps_lstart(out) if out.strip() else None
+
+
+class ProcessScan:
+    """One look at the running processes of this user, shared by every session a
+    call answers for: which harness keys are in some process's environment, and
+    the start time of each process."""
+
+    def __init__(self):
+        self.keys = set()
+        self.starts = {}          # pid -> start epoch, or None if not inspectable
+        self.kind = scanner_kind()
+        if self.kind == "proc":
+            self._scan_proc()
+        else:
+            self._scan_ps()
+
+    def _scan_proc(self):
+        root = proc_root()
+        uid = os.getuid()
+        boot = _proc_boot_time(root)
+        markers = tuple(var.encode() + b"=" for var in HARNESS_KEY_VARS)
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            base = os.path.join(root, name)
+            try:
+                if os.stat(base).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            self.starts[pid] = _proc_start(root, pid, boot)
+            try:
+                with open(os.path.join(base, "environ"), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                # Many own processes refuse this (pid 1 in a container,
+                # ssh-agent): skip it, it proves nothing about anyone.
+                continue
+            if not any(marker in data for marker in markers):
+                continue
+            for item in data.split(b"\0"):
+                for marker in markers:
+                    if item.startswith(marker) and len(item) > len(marker):
+                        self.keys.add(item[len(marker):].decode("utf-8", "replace"))
+
+    def _scan_ps(self):
+        import subprocess
+        env_flag = {"darwin": "-E"}.get(sys.platform, "e" if sys.platform.startswith(
+            "linux") else "-e")
+        command = ["ps", env_flag, "-ww", "-U", str(os.getuid()),
+                   "-o", "pid=,lstart=,command="]
+        if env_flag == "e":
+            command = ["ps", "eww", "-U", str(os.getuid()), "-o", "pid=,lstart=,args="]
+        try:
+            out = subprocess.run(command, capture_output=True, text=True,
+                                 timeout=10, errors="replace").stdout
+        except (OSError, subprocess.SubprocessError):
+            return
+        prefixes = tuple(var + "=" for var in HARNESS_KEY_VARS)
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 6 or not parts[0].isdigit():
+                continue
+            self.starts[int(parts[0])] = _ps_lstart(" ".join(parts[1:6]))
+            for token in parts[6:]:
+                if token.startswith(prefixes):
+                    value = token.split("=", 1)[1]
+                    if value:
+                        self.keys.add(value)
+
+    def liveness(self, harness_key, pid, pid_start):
+        """alive / gone / unknown, as SPEC §6 defines them."""
+        if harness_key and harness_key in self.keys:
+            return "alive"
+        if pid:
+            if pid in self.starts:
+                started = self.starts[pid]
+                if started is None:
+                    return "unknown"
+                if pid_start is None or abs(started - pid_start) <= 2:
+                    return "alive"
+        if harness_key or pid:
+            return "gone"
+        return "unknown"
+
+
+class LazyScan:
+    """Scan at most once, and only if some answer needs liveness."""
+
+    def __init__(self):
+        self._scan = None
+
+    def __call__(self, row):
+        if self._scan is None:
+            self._scan = ProcessScan()
+        return self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"])
+
+
+# ---- tool registry and argument checking ----------------------------------
+# Each operation is registered with its MCP metadata and CLI shape beside it, so
+# adding a tool is one edit in one place.  Liveness sits above this section
+# because who, leases and prune answer with it.
+
+
+class Tool:
+    def __init__(self, fn, name, title, params, required, output, cli, positional,
+                 flags, example, read_only, destructive, idempotent):
+        self.fn, self.name, self.title = fn, name, title
+        self.params, self.required, self.output = params, tuple(required), output
+        self.cli, self.positional, self.flags = cli, positional, flags
+        self.example = example
+        self.annotations = {"title": title, "readOnlyHint": read_only,
+                            "destructiveHint": destructive,
+                            "idempotentHint": idempotent, "openWorldHint": False}
+
+    @property
+    def description(self):
+        return " ".join((self.fn.__doc__ or "").split())
+
+    def input_schema(self):
+        return {"type": "object", "properties": self.params,
+                "required": list(self.required), "additionalProperties": False}
+
+
+TOOLS = {}
+
+
+def tool(name, title, params, required=(), output=None, cli=None, positional=(),
+         flags=None, example="", read_only=False, destructive=False, idempotent=False):
+    def register(fn):
+        TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
+                           cli, positional, flags or {}, example, read_only,
+                           destructive, idempotent)
+        return fn
+    return register
+
+
+def check_value(schema, value, where):
+    """Check value against the subset of JSON Schema the tools use."""
+    types = schema.get("type")
+    if types:
+        types = types if isinstance(types, list) else [types]
+        ok = False
+        for kind in types:
+            if kind == "string" and isinstance(value, str):
+                ok = True
+            elif kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            elif kind == "number" and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                ok = True
+            elif kind == "boolean" and isinstance(value, bool):
+                ok = True
+            elif kind == "array" and isinstance(value, list):
+                ok = True
+            elif kind == "object" and isinstance(value, dict):
+                ok = True
+            elif kind == "null" and value is None:
+                ok = True
+        if not ok:
+            raise UsageError("%s must be %s, not %s" % (
+                where, " or ".join(types), type(value).__name__ if value is not None
+                else "null"))
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("%s is not valid Unicode (a lone surrogate)" % where)
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            raise UsageError("%s is longer than %d characters" % (where, schema["maxLength"]))
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            raise UsageError("%s must not be empty" % where)
+        if "enum" in schema and value not in schema["enum"]:
+            raise UsageError("%s must be one of %s, not %r" % (
+                where, ", ".join(map(str, schema["enum"])), value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise UsageError("%s must be at least %s, not %d" % (where, schema["minimum"], value))
+        if "maximum" in schema and value > schema["maximum"]:
+            raise UsageError("%s must be at most %s, not %d" % (where, schema["maximum"], value))
+        if "enum" in schema and value not in schema["enum"]:
+            raise UsageError("%s must be one of %s" % (where, schema["enum"]))
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise UsageError("%s has more than %d items" % (where, schema["maxItems"]))
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            raise UsageError("%s needs at least %d item(s)" % (where, schema["minItems"]))
+        for index, item in enumerate(value):
+            check_value(schema.get("items", {}), item, "%s[%d]" % (where, index))
+
+
+def check_args(tool_, args):
+    if not isinstance(args, dict):
+        raise UsageError("arguments must be an object")
+    unknown = sorted(set(args) - set(tool_.params))
+    if unknown:
+        raise UsageError("%s takes no argument %s" % (tool_.name, ", ".join(unknown)),
+                         "it takes: %s" % ", ".join(sorted(tool_.params)))
+    missing = [name for name in tool_.required if args.get(name) is None]
+    if missing:
+        raise UsageError("%s needs %s" % (tool_.name, ", ".join(missing)))
+    for name, value in args.items():
+        if value is not None:
+            check_value(tool_.params[name], value, name)
+
+
+class Context:
+    """Who is calling: the front end ('cli', 'mcp' or 'hook'), its working
+    directory, environment, and the pid a join should record."""
+
+    def __init__(self, via="cli", cwd=None, env=None, pid=None, pid_start=None):
+        self.via = via
+        self.cwd = cwd or os.getcwd()
+        self.env = os.environ if env is None else env
+        self.pid = pid
+        self.pid_start = pid_start
+
+
+def call_tool(store, ctx, name, args):
+    """The one entry point both front ends use: check, then run the operation."""
+    tool_ = TOOLS.get(name)
+    if tool_ is None:
+        raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(sorted(TOOLS)))
+    args = {k: v for k, v in (args or {}).items()} if isinstance(args, dict) else args
+    check_args(tool_, args)
+    return tool_.fn(store, ctx, **{k: v for k, v in args.items() if v is not None})
+
+
+# Schema fragments shared by the tools.
+S_SESSION = {"type": "string", "maxLength": 200,
+             "description": "your session id: the 16-hex id room_join returned"}
+S_SESSION_OPT = dict(S_SESSION, description="your session id (optional here)")
+S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
+          "description": "a file path; relative paths resolve against your session's cwd"}
+S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
+          "description": "repo:<name> or shared:<name>; a bare name matches either"}
+S_LIMIT = {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}
+S_AUTONOMY = {"type": ["integer", "string"],
+              "description": "0/notify, 1/hold or 2/wake"}
+S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
+S_LIVENESS = {"type": "string", "enum": ["alive", "gone", "unknown"]}
+S_LEASE = {"type": "object", "properties": {
+    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
+    "path": {"type": "string"}, "mode": {"type": "string"},
+    "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS},
+    "required": ["session_id", "label", "path", "mode", "acquired_at", "expires_at",
+                 "liveness"]}
+S_LEASE_OR_NULL = dict(S_LEASE, type=["object", "null"])
+S_MESSAGE = {"type": "object", "properties": {
+    "message_id": {"type": "integer"}, "sender": {"type": "string"},
+    "sender_label": {"type": ["string", "null"]}, "subject": {"type": ["string", "null"]},
+    "body": {"type": ["string", "null"]}, "reply_to": {"type": ["integer", "null"]},
+    "created_at": S_TIME, "expires_at": S_TIME,
+    "rooms": {"type": "array", "items": {"type": "string"}}},
+    "required": ["message_id", "sender", "sender_label", "subject", "body", "reply_to",
+                 "created_at", "expires_at", "rooms"]}
+S_SESSION_ROW = {"type": "object", "properties": {
+    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
+    "harness": {"type": "string"}, "cwd": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "rooms": {"type": "array", "items": {"type": "string"}},
+    "autonomy": {"type": "integer"}, "autonomy_requested": {"type": "integer"},
+    "liveness": S_LIVENESS, "last_seen": S_TIME},
+    "required": ["session_id", "label", "harness", "cwd", "tags", "rooms", "autonomy",
+                 "liveness", "last_seen"]}
+S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def out_schema(required, **props):
+    return {"type": "object", "properties": props, "required": list(required)}
+
+
+# ---- operations: sessions and rooms ---------------------------------------
+
+
+def session_row(conn, session_id):
+    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+
+
+def unknown_session(conn, value, path):
+    """The error for a session id that names nothing, naming what was meant."""
+    if not isinstance(value, str):
+        return UnknownSession("not a session id (expected 16 lowercase hex)")
+    text = value.strip()
+    row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
+                       (text,)).fetchone()
+    if row:
+        return UnknownSession(
+            "that is a harness key; your session id is %s" % row["id"],
+            "pass session_id=%s (room_join returns it)" % row["id"])
+    candidates = []
+    lowered = text.lower()
+    if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE id >= ? AND id < ? ORDER BY last_seen "
+            "DESC LIMIT 6", (lowered, lowered + "g")).fetchall()
+    if not candidates and text:
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
+            "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
+    if candidates:
+        names = ["%s (label %s)" % (r["id"], r["label"] or "-") for r in candidates[:5]]
+        return UnknownSession("no session %r; did you mean %s?"
+                              % (text, " or ".join(names)),
+                              "session ids are 16 lowercase hex; use the whole id")
+    if is_session_id(text):
+        return UnknownSession(
+            "no such session: %s may have left, or belong to another store "
+            "(this store is %s)" % (text, path),
+            "join again with room_join, or check AGENTS_ROOM_DB")
+    return UnknownSession("not a session id: %r (expected 16 lowercase hex)" % text[:80],
+                          "room_join returns your session id")
+
+
+def require_session(store, conn, session_id, *, present=False, touch=True):
+    """The session row for session_id, or the error naming what was meant.
+
+    present=True refuses a session that has left: it may still read, but not
+    send or claim.  touch updates last_seen (every tool call by a session does).
+    """
+    row = session_row(conn, session_id) if is_session_id(session_id) else None
+    if row is None:
+        raise unknown_session(conn, session_id, store.path)
+    if present and row["left_at"] is not None:
+        raise RoomError("session %s has left; join again" % row["id"],
+                        "room_join with the same harness key gives it back its id")
+    if touch:
+        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (now(), row["id"]))
+    return row
+
+
+def rooms_of(conn, session_id):
+    return [r[0] for r in conn.execute(
+        "SELECT room FROM memberships WHERE session_id=? ORDER BY room", (session_id,))]
+
+
+def effective_autonomy(conn, row):
+    cap = conn.execute(
+        "SELECT MIN(r.cap) FROM memberships m JOIN rooms r ON r.name=m.room "
+        "WHERE m.session_id=?", (row["id"],)).fetchone()[0]
+    return row["autonomy"] if cap is None else min(row["autonomy"], cap)
+
+
+def resolve_room(conn, name):
+    """An existing room from a full or bare name; a bare name matching both
+    repo:x and shared:x is ambiguous and the error lists both."""
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("a room name must be a non-empty string")
+    name = name.strip()
+    if ":" in name:
+        full = room_name(name, "shared:")
+        if conn.execute("SELECT 1 FROM rooms WHERE name=?", (full,)).fetchone():
+            return full
+        candidates = [full]
+    else:
+        candidates = [p + name for p in ROOM_PREFIXES]
+        found = [c for c in candidates if
+                 conn.execute("SELECT 1 FROM rooms WHERE name=?", (c,)).fetchone()]
+        if len(found) == 1:
+            return found[0]
+        if len(found) == 2:
+            raise UsageError("room %r is ambiguous: both %s exist" % (name, " and ".join(found)),
+                             "name it with its prefix")
+    known = [r[0] for r in conn.execute("SELECT name FROM rooms ORDER BY name LIMIT 20")]
+    raise RoomError("no room %s" % " or ".join(candidates),
+                    "rooms in this store: %s" % (", ".join(known) or "none yet"),
+                    code="unknown_room")
+
+
+def default_room_of(conn, row):
+    rooms = rooms_of(conn, row["id"])
+    repo = [r for r in rooms if r.startswith("repo:")]
+    if repo:
+        return repo[0]
+    if rooms:
+        return rooms[0]
+    raise RoomError("session %s is in no room" % row["id"], "join a room first")
+
+
+def ensure_room(conn, name, at):
+    conn.execute("INSERT OR IGNORE INTO rooms (name, cap, created_at) VALUES (?, 2, ?)",
+                 (name, at))
+
+
+def session_dict(conn, row, liveness):
+    return {
+        "session_id": row["id"], "label": row["label"], "harness": row["harness"],
+        "cwd": row["cwd"], "tags": json.loads(row["tags"]),
+        "rooms": rooms_of(conn, row["id"]),
+        "autonomy": effective_autonomy(conn, row),
+        "autonomy_requested": row["autonomy"],
+        "liveness": liveness(row), "last_seen": iso(row["last_seen"]),
+        "created_at": iso(row["created_at"]), "pid": row["pid"],
+        "lever": row["lever"], "left": row["left_at"] is not None,
+    }
+
+
+def _string_list(value, what, limit):
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value)
+    values = [v.strip() for v in values if isinstance(v, str) and v.strip()]
+    if len(values) > limit:
+        raise UsageError("at most %d %s" % (limit, what))
+    return values
+
+
+@tool("room_join", "Join rooms", {
+    "room": dict(S_ROOM, description="your repository room; default repo:<git top level "
+                 "of cwd>; a bare name gets repo:"),
+    "extra_rooms": {"type": "array", "items": S_ROOM, "maxItems": ROOMS_MAX,
+                    "description": "shared rooms to join too; a bare name gets shared:"},
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS,
+              "description": "a short name others see, e.g. api"},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 100},
+             "maxItems": TAGS_MAX, "description": "tags others can address with tag:<tag>"},
+    "autonomy": S_AUTONOMY,
+    "harness": {"type": "string", "enum": list(HARNESSES)},
+    "harness_key": {"type": "string", "maxLength": 200,
+                    "description": "the harness's own session key; read from the "
+                    "environment when not given"},
+    "cwd": {"type": "string", "maxLength": PATH_MAX_CHARS,
+            "description": "working directory to record; default the caller's"},
+}, output=out_schema(["session_id", "rooms", "autonomy"],
+                     session_id={"type": "string"},
+                     rooms={"type": "array", "items": {"type": "string"}},
+                     autonomy={"type": "integer"},
+                     autonomy_requested={"type": "integer"},
+                     warning={"type": "string"}),
+    cli="join", flags={"extra_rooms": "--also", "tags": "--tag"},
+    example="join --room repo:api --also storefront --label api --autonomy 2",
+    idempotent=True)
+def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
+              autonomy=None, harness=None, harness_key=None, cwd=None):
+    """Join your repository room and any shared rooms; returns your session_id,
+    which every other tool takes. Call it once at the start and keep the id.
+    Rejoining with the same harness key returns the same session and adds the
+    rooms named; label and tags change only when given; autonomy is kept unless
+    raised (lowering is refused with a warning: only a room cap lowers it)."""
+    level = parse_autonomy(autonomy)
+    cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
+    key = harness_key or harness_key_from(ctx.env)
+    harness = harness or detect_harness(ctx.env)
+    tags = _string_list(tags, "tags", TAGS_MAX)
+    if room:
+        home = room_name(room, "repo:")
+    else:
+        home = "repo:" + os.path.basename(repo_root(cwd) or cwd.rstrip(os.sep) or "root")
+        home = room_name(home.replace(" ", "-"), "repo:")
+    wanted = [home] + [room_name(r, "shared:") for r in (extra_rooms or [])]
+    wanted = list(dict.fromkeys(wanted))
+    if label is not None:
+        label = one_line(label, LABEL_MAX_CHARS) or None
+    at = now()
+    warning = None
+    with store.write() as conn:
+        sweep(conn, at)
+        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                           (key,)).fetchone() if key else None
+        if row is None:
+            session_id = new_session_id()
+            conn.execute(
+                "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
+                " tags, autonomy, created_at, last_seen) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (session_id, harness, key, cwd, ctx.pid, ctx.pid_start, label,
+                 json.dumps(tags or []), level or 0, at, at))
+            event(conn, "session.join", session_id, data={
+                "harness": harness, "label": label, "cwd": cwd, "pid": ctx.pid})
+        else:
+            session_id = row["id"]
+            requested = row["autonomy"]
+            if level is not None and level < requested:
+                warning = ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
+                           "a room cap (room_set_autonomy_cap) is the way down"
+                           % (autonomy_name(requested), autonomy_name(level)))
+            elif level is not None:
+                requested = level
+            conn.execute(
+                "UPDATE sessions SET harness=?, cwd=?, pid=COALESCE(?, pid), "
+                "pid_start=CASE WHEN ? IS NULL THEN pid_start ELSE ? END, "
+                "label=COALESCE(?, label), tags=COALESCE(?, tags), autonomy=?, "
+                "last_seen=?, left_at=NULL WHERE id=?",
+                (harness, cwd, ctx.pid, ctx.pid, ctx.pid_start, label,
+                 json.dumps(tags) if tags is not None else None, requested, at,
+                 session_id))
+            event(conn, "session.rejoin", session_id, data={
+                "label": label, "autonomy": requested, "pid": ctx.pid,
+                "was_left": row["left_at"] is not None})
+        have = set(rooms_of(conn, session_id))
+        if len(have | set(wanted)) > ROOMS_MAX:
+            raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
+        for name in wanted:
+            if name not in have:
+                ensure_room(conn, name, at)
+                conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
+                             "VALUES (?,?,?)", (session_id, name, at))
+                event(conn, "room.join", session_id, room=name)
+        lever, lever_data = detect_lever(ctx.env, harness)
+        if lever:
+            conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
+                         (lever, json.dumps(lever_data), session_id))
+        row = session_row(conn, session_id)
+        result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
+                  "autonomy": effective_autonomy(conn, row),
+                  "autonomy_requested": row["autonomy"], "label": row["label"],
+                  "harness": row["harness"], "cwd": row["cwd"]}
+    if warning:
+        result["warning"] = warning
+    return result
+
+
+def _release_all(conn, session_id, why, at):
+    for lease in conn.execute("SELECT id, path, mode FROM leases WHERE session_id=?",
+                              (session_id,)).fetchall():
+        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        event(conn, "lease.release", session_id, subject=lease["path"],
+              data={"mode": lease["mode"], "why": why}, at=at)
+
+
+@tool("room_leave", "Leave every room", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, session_id={"type": "string"},
+                        left_rooms={"type": "array", "items": {"type": "string"}}),
+      cli="leave", example="leave --session $ID", destructive=True, idempotent=True)
+def room_leave(store, ctx, session_id):
+    """Leave every room and release your leases. The session stays on record
+    (marked left) so history and errors can still name it; joining again with
+    the same harness key brings it back."""
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        rooms = rooms_of(conn, row["id"])
+        conn.execute("DELETE FROM memberships WHERE session_id=?", (row["id"],))
+        _release_all(conn, row["id"], "leave", at)
+        conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
+                     (at, row["id"]))
+        event(conn, "session.leave", row["id"], data={"rooms": rooms}, at=at)
+    return {"ok": True, "session_id": row["id"], "left_rooms": rooms}
+
+
+@tool("room_leave_room", "Leave one room", {"session_id": S_SESSION, "room": S_ROOM},
+      ["session_id", "room"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, room={"type": "string"},
+                        rooms={"type": "array", "items": {"type": "string"}}),
+      cli="leave-room", positional=("room",),
+      example="leave-room --session $ID shared:storefront", destructive=True)
+def room_leave_room(store, ctx, session_id, room):
+    """Leave one room and stay in the rest."""
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        mine = rooms_of(conn, row["id"])
+        if ":" in room.strip():
+            full = room_name(room, "shared:")
+            matches = [full] if full in mine else []
+        else:
+            matches = [r for r in mine if r in (p + room.strip() for p in ROOM_PREFIXES)]
+        if len(matches) > 1:
+            raise UsageError("room %r is ambiguous: you are in %s" % (room, " and ".join(
+                matches)), "name it with its prefix")
+        if not matches:
+            raise RoomError("you are not in room %s" % room,
+                            "your rooms: %s" % (", ".join(mine) or "none"))
+        conn.execute("DELETE FROM memberships WHERE session_id=? AND room=?",
+                     (row["id"], matches[0]))
+        event(conn, "room.leave", row["id"], room=matches[0])
+        return {"ok": True, "room": matches[0], "rooms": rooms_of(conn, row["id"])}
+
+
+@tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
+      output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
+                        room={"type": ["string", "null"]}),
+      cli="who", example="who --room shared:storefront", read_only=True, idempotent=True)
+def room_who(store, ctx, session_id=None, room=None):
+    """List sessions with their liveness (alive, gone or unknown), autonomy and
+    rooms: those in room, else those sharing a room with session_id, else
+    everyone present in the store."""
+    liveness = LazyScan()
+    with store.write() as conn:
+        caller = require_session(store, conn, session_id) if session_id else None
+        if room:
+            full = resolve_room(conn, room)
+            ids = [r[0] for r in conn.execute(
+                "SELECT session_id FROM memberships WHERE room=?", (full,))]
+        elif caller is not None:
+            full = None
+            ids = [r[0] for r in conn.execute(
+                "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
+                "ON m1.room = m2.room WHERE m1.session_id=?", (caller["id"],))]
+            if caller["id"] not in ids:
+                ids.append(caller["id"])
+        else:
+            full = None
+            ids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM memberships")]
+        rows = [session_row(conn, i) for i in ids]
+        rows.sort(key=lambda r: (r["label"] or "~", r["created_at"]))
+        sessions = [session_dict(conn, r, liveness) for r in rows]
+    if caller is not None:
+        for item in sessions:
+            item["you"] = item["session_id"] == caller["id"]
+    return {"room": full, "sessions": sessions}
+
+
+@tool("room_set_autonomy_cap", "Cap a room's autonomy", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM, "autonomy": S_AUTONOMY}, ["autonomy"],
+    output=out_schema(["room", "autonomy"], room={"type": "string"},
+                      autonomy={"type": "integer"},
+                      lowered={"type": "array", "items": {"type": "string"}}),
+    cli="set-cap", flags={"autonomy": "autonomy"}, positional=("autonomy",),
+    example="set-cap --room shared:storefront hold", idempotent=True)
+def room_set_autonomy_cap(store, ctx, autonomy, session_id=None, room=None):
+    """Set the highest autonomy any member of a room may use (0 notify, 1 hold,
+    2 wake). Members above it are lowered at once and later joins are clamped;
+    raising the cap again restores what each session asked for. The room
+    defaults to session_id's repository room."""
+    level = parse_autonomy(autonomy)
+    with store.write() as conn:
+        caller = require_session(store, conn, session_id) if session_id else None
+        if room:
+            full = resolve_room(conn, room)
+        elif caller is not None:
+            full = default_room_of(conn, caller)
+        else:
+            raise UsageError("set-cap needs a room (or a session whose room to cap)")
+        conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
+        lowered = [r[0] for r in conn.execute(
+            "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
+            "WHERE m.room=? AND s.autonomy > ?", (full, level))]
+        event(conn, "room.cap", caller["id"] if caller else None, room=full,
+              data={"autonomy": level, "lowered": lowered})
+    return {"room": full, "autonomy": level, "lowered": lowered}
+
+
+# ---- operations: messages -------------------------------------------------
+
+
+def _roommates(conn, session_id):
+    """Ids of present sessions sharing at least one room with session_id."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
+        "ON m1.room = m2.room JOIN sessions s ON s.id = m2.session_id "
+        "WHERE m1.session_id=? AND m2.session_id != ? AND s.left_at IS NULL",
+        (session_id, session_id))]
+
+
+def lease_forms(path, holder_cwd):
+    """The three forms a file: selector is matched against: absolute, relative
+    to the holder's cwd (the holder's, not the room's: src/wire.go is a
+    different file in each repository of a shared room), and the base name."""
+    forms = [path]
+    if holder_cwd:
+        try:
+            relative = os.path.relpath(path, holder_cwd)
+        except ValueError:
+            relative = None
+        if relative and not relative.startswith(".." + os.sep) and relative != "..":
+            forms.append(relative)
+    forms.append(os.path.basename(path.rstrip(os.sep)) or path)
+    return forms
+
+
+def resolve_selectors(store, conn, sender, to, at):
+    """Recipients of a send: the union over the selectors, among sessions that
+    share a room with the sender, never the sender itself."""
+    selectors = [to] if isinstance(to, str) else list(to)
+    if not selectors:
+        raise UsageError("to needs at least one selector: *, a session id, "
+                         "file:<glob> or tag:<tag>")
+    if len(selectors) > SELECTORS_MAX:
+        raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
+    mates = set(_roommates(conn, sender["id"]))
+    found = []
+    for selector in selectors:
+        selector = selector.strip()
+        if selector == "*":
+            found.extend(sorted(mates))
+        elif selector.startswith("file:"):
+            from fnmatch import fnmatchcase
+            glob = selector[5:]
+            if not glob:
+                raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
+            for lease in conn.execute(
+                    "SELECT l.session_id, l.path, s.cwd FROM leases l JOIN sessions s "
+                    "ON s.id = l.session_id WHERE l.expires_at > ?", (at,)):
+                if lease["session_id"] in mates and any(
+                        fnmatchcase(form, glob) for form in lease_forms(
+                            lease["path"], lease["cwd"])):
+                    found.append(lease["session_id"])
+        elif selector.startswith("tag:"):
+            tag = selector[4:]
+            if not tag:
+                raise UsageError("tag: needs a tag, e.g. tag:backend")
+            for session_id in sorted(mates):
+                tags = json.loads(session_row(conn, session_id)["tags"])
+                if tag in tags:
+                    found.append(session_id)
+        else:
+            row = session_row(conn, selector) if is_session_id(selector) else None
+            if row is None:
+                error = unknown_session(conn, selector, store.path)
+                error.hint = ("selectors are *, a session id, file:<glob> or tag:<tag>"
+                              + ("; " + error.hint if error.hint else ""))
+                raise error
+            if row["id"] == sender["id"]:
+                continue
+            if row["id"] not in mates:
+                raise RoomError(
+                    "session %s (label %s) shares no room with you" % (
+                        row["id"], row["label"] or "-"),
+                    "your rooms: %s; theirs: %s" % (
+                        ", ".join(rooms_of(conn, sender["id"])) or "none",
+                        ", ".join(rooms_of(conn, row["id"])) or "none (left)"))
+            found.append(row["id"])
+    return list(dict.fromkeys(found))
+
+
+def message_dict(conn, row):
+    return {
+        "message_id": row["id"], "sender": row["sender"],
+        "sender_label": row["sender_label"], "subject": row["subject"],
+        "body": row["body"], "reply_to": row["reply_to"],
+        "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
+        "rooms": [r[0] for r in conn.execute(
+            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
+            (row["id"],))],
+    }
+
+
+@tool("msg_send", "Send a message", {
+    "session_id": S_SESSION,
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "maxItems": SELECTORS_MAX, "description":
+           "* (everyone sharing a room with you), a session id, file:<glob> (holders "
+           "of matching leases) or tag:<tag>; or a list of these"},
+    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "body": {"type": "string"},
+    "reply_to": {"type": "integer", "minimum": 1, "description": "a message id"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S,
+              "description": "seconds until unread deliveries expire (default 7 days)"},
+}, ["session_id", "to"],
+    output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
+                      recipients={"type": "integer"},
+                      recipient_ids={"type": "array", "items": {"type": "string"}},
+                      warning={"type": "string"}),
+    cli="send", flags={"ttl_s": "--ttl"},
+    example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
+def msg_send(store, ctx, session_id, to, subject=None, body=None, reply_to=None,
+             ttl_s=None):
+    """Send a message to the sessions a selector picks among those sharing a
+    room with you: '*', a session id, 'file:<glob>' (sessions holding a lease on
+    a matching path) or 'tag:<tag>', or a list of them. Needs a subject or a
+    body. Returns the message_id and how many recipients got it; zero recipients
+    is not an error but comes with a warning."""
+    if not subject and not body:
+        raise UsageError("a message needs a subject or a body")
+    if subject is not None and len(subject) > SUBJECT_MAX_CHARS:
+        raise UsageError("subject is longer than %d characters" % SUBJECT_MAX_CHARS)
+    if body is not None and len(body.encode("utf-8")) > BODY_MAX_BYTES:
+        raise UsageError("body is larger than 1 MiB (%d bytes)" % len(body.encode("utf-8")),
+                         "send a path to a file instead")
+    ttl = MESSAGE_TTL_S if ttl_s is None else ttl_s
+    if not 1 <= ttl <= MESSAGE_TTL_MAX_S:
+        raise UsageError("ttl_s must be between 1 and %d" % MESSAGE_TTL_MAX_S)
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        sender = require_session(store, conn, session_id, present=True)
+        if reply_to is not None and not conn.execute(
+                "SELECT 1 FROM messages WHERE id=?", (reply_to,)).fetchone():
+            raise RoomError("reply_to names no message: %s" % reply_to,
+                            "message ids come from msg_recv or room_history")
+        recipients = resolve_selectors(store, conn, sender, to, at)
+        cursor = conn.execute(
+            "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
+            " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+            (sender["id"], sender["label"], json.dumps(to), subject, body, reply_to,
+             at, at + ttl))
+        message_id = cursor.lastrowid
+        rooms = rooms_of(conn, sender["id"])
+        conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
+                         [(room, message_id) for room in rooms])
+        for recipient in recipients:
+            row = session_row(conn, recipient)
+            wake = effective_autonomy(conn, row) == 2
+            conn.execute(
+                "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
+                "wake_next_at) VALUES (?,?,?,?,?)",
+                (recipient, message_id, "stored", at, at if wake else None))
+        event(conn, "msg.send", sender["id"], subject=message_id, data={
+            "to": to, "recipients": recipients, "rooms": rooms, "subject": subject})
+    result = {"message_id": message_id, "recipients": len(recipients),
+              "recipient_ids": recipients}
+    if not recipients:
+        result["warning"] = (
+            "stored, but delivered to nobody: no other session matched %s in your "
+            "rooms (%s)" % (json.dumps(to), ", ".join(rooms) or "none"))
+    return result
+
+
+@tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT},
+      ["session_id"],
+      output=out_schema(["messages"], messages={"type": "array", "items": S_MESSAGE},
+                        inbox={"type": "object", "properties": {
+                            "rooms": {"type": "array", "items": {"type": "string"}},
+                            "deliveries_total": {"type": "integer"},
+                            "read_total": {"type": "integer"},
+                            "last_created_at": S_TIME},
+                            "required": ["rooms", "deliveries_total", "read_total",
+                                         "last_created_at"]}),
+      cli="recv", example="recv --session $ID")
+def msg_recv(store, ctx, session_id, limit=50):
+    """Fetch your unread messages, oldest first, and mark them read. Call it
+    when a signal says something is waiting. An empty answer carries an inbox
+    block (your rooms, deliveries ever, how many read, the newest one's time) so
+    'caught up' and 'wrong room' look different."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        marks = ",".join("?" * len(UNREAD_STATES))
+        messages = conn.execute(
+            "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
+            "WHERE d.session_id=? AND d.state IN (%s) ORDER BY d.message_id LIMIT ?"
+            % marks, (row["id"],) + UNREAD_STATES + (limit,)).fetchall()
+        result = [message_dict(conn, m) for m in messages]
+        if messages:
+            ids = [m["id"] for m in messages]
+            conn.executemany(
+                "UPDATE deliveries SET state='read', read_at=?, updated_at=?, "
+                "wake_next_at=NULL WHERE session_id=? AND message_id=?",
+                [(at, at, row["id"], i) for i in ids])
+            event(conn, "msg.read", row["id"], data={"messages": ids}, at=at)
+            return {"messages": result}
+        totals = conn.execute(
+            "SELECT COUNT(*), SUM(d.state IN ('read','acked')), MAX(m.created_at) "
+            "FROM deliveries d JOIN messages m ON m.id = d.message_id "
+            "WHERE d.session_id=?", (row["id"],)).fetchone()
+        return {"messages": [], "inbox": {
+            "rooms": rooms_of(conn, row["id"]), "deliveries_total": totals[0],
+            "read_total": totals[1] or 0, "last_created_at": iso(totals[2])}}
+
+
+@tool("msg_ack", "Acknowledge a message", {
+    "session_id": S_SESSION, "message_id": {"type": "integer", "minimum": 1}},
+    ["session_id", "message_id"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, message_id={"type": "integer"},
+                      state={"type": "string"}),
+    cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True)
+def msg_ack(store, ctx, session_id, message_id):
+    """Confirm a message you were sent (after acting on it). Acking an unread
+    message is allowed; an expired one is an error; a second ack changes
+    nothing."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        delivery = conn.execute(
+            "SELECT state FROM deliveries WHERE session_id=? AND message_id=?",
+            (row["id"], message_id)).fetchone()
+        if delivery is None:
+            exists = conn.execute("SELECT 1 FROM messages WHERE id=?",
+                                  (message_id,)).fetchone()
+            raise RoomError(("message %d was not delivered to you" if exists else
+                             "no message %d") % message_id,
+                            "msg_recv lists the messages sent to you")
+        if delivery["state"] == "expired":
+            raise RoomError("message %d expired before you read it" % message_id,
+                            "ask its sender to send it again")
+        if delivery["state"] != "acked":
+            conn.execute(
+                "UPDATE deliveries SET state='acked', read_at=COALESCE(read_at, ?), "
+                "updated_at=?, wake_next_at=NULL WHERE session_id=? AND message_id=?",
+                (at, at, row["id"], message_id))
+            event(conn, "msg.ack", row["id"], subject=message_id, at=at)
+    return {"ok": True, "message_id": message_id, "state": "acked"}
+
+
+def unread_count(conn, session_id):
+    marks = ",".join("?" * len(UNREAD_STATES))
+    return conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=? AND "
+                        "state IN (%s)" % marks, (session_id,) + UNREAD_STATES).fetchone()[0]
+
+
+@tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["count"], count={"type": "integer"}),
+      cli="unread", example="unread --session $ID", read_only=True, idempotent=True)
+def msg_unread(store, ctx, session_id):
+    """How many messages wait for you, without marking anything read."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        return {"count": unread_count(conn, row["id"])}
+
+
+@tool("msg_sent", "Messages you sent", {"session_id": S_SESSION, "limit": S_LIMIT},
+      ["session_id"],
+      output=out_schema(["messages"], messages={"type": "array", "items": {
+          "type": "object", "properties": {
+              "message_id": {"type": "integer"}, "subject": {"type": ["string", "null"]},
+              "created_at": S_TIME, "deliveries": {"type": "array", "items": {
+                  "type": "object", "properties": {
+                      "session_id": {"type": "string"},
+                      "label": {"type": ["string", "null"]},
+                      "state": {"type": "string"}},
+                  "required": ["session_id", "label", "state"]}},
+              "sent": {"type": "integer"}, "pending": {"type": "integer"},
+              "left": {"type": "integer"}},
+          "required": ["message_id", "subject", "created_at", "deliveries", "sent",
+                       "pending", "left"]}}),
+      cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
+def msg_sent(store, ctx, session_id, limit=20):
+    """Your newest sent messages (shown oldest first) with each recipient's
+    delivery state: stored, offered, accepted, undeliverable, read, acked or
+    expired; plus counts: sent, pending (not yet read), left (recipient has
+    left). Answers 'why did they not hear me'."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        messages = conn.execute(
+            "SELECT id, subject, created_at FROM messages WHERE sender=? "
+            "ORDER BY id DESC LIMIT ?", (row["id"], limit)).fetchall()
+        result = []
+        for message in reversed(messages):
+            deliveries = conn.execute(
+                "SELECT d.session_id, s.label, d.state, s.left_at FROM deliveries d "
+                "JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
+                "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
+            counts = {state: 0 for state in STATE_ORDER}
+            for d in deliveries:
+                counts[d["state"]] += 1
+            result.append(dict({
+                "message_id": message["id"], "subject": message["subject"],
+                "created_at": iso(message["created_at"]),
+                "deliveries": [{"session_id": d["session_id"], "label": d["label"],
+                                "state": d["state"], "left": d["left_at"] is not None}
+                               for d in deliveries],
+                "sent": len(deliveries),
+                "pending": sum(1 for d in deliveries if d["state"] in UNREAD_STATES
+                               and d["left_at"] is None),
+                "left": sum(1 for d in deliveries if d["left_at"] is not None),
+            }, **counts))
+    return {"messages": result}
+
+
+@tool("room_history", "A room's history", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT},
+    output=out_schema(["room", "messages"], room={"type": "string"},
+                      messages={"type": "array", "items": S_MESSAGE}),
+    cli="history", example="history --room shared:storefront", read_only=True,
+    idempotent=True)
+def room_history(store, ctx, session_id=None, room=None, limit=50):
+    """The newest messages sent in a room (shown oldest first), complete even
+    for sessions that joined later. Read-only: marks nothing read. The room
+    defaults to session_id's repository room."""
+    with store.write() as conn:
+        caller = require_session(store, conn, session_id) if session_id else None
+        if room:
+            full = resolve_room(conn, room)
+        elif caller is not None:
+            full = default_room_of(conn, caller)
+        else:
+            raise UsageError("history needs a room or a session")
+        rows = conn.execute(
+            "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
+            "WHERE r.room=? ORDER BY r.message_id DESC LIMIT ?", (full, limit)).fetchall()
+        return {"room": full, "messages": [message_dict(conn, m) for m in reversed(rows)]}
+
+
+# ---- operations: leases ---------------------------------------------------
+
+
+def path_for(ctx, row, path):
+    """Relative paths resolve against the caller's cwd on the CLI and in hooks,
+    and against the session's recorded cwd over MCP (the server's cwd at join
+    is the agent's project, while the server process may sit anywhere)."""
+    return normalize_path(path, row["cwd"] if ctx.via == "mcp" else ctx.cwd)
+
+
+def lease_dict(conn, lease, liveness):
+    holder = session_row(conn, lease["session_id"])
+    return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
+            "path": lease["path"], "mode": lease["mode"],
+            "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
+            "liveness": liveness(holder) if holder else "gone"}
+
+
+def _holder_text(lease):
+    return "%s (label %s, %s, %s until %s)" % (
+        lease["session_id"], lease["label"] or "-", lease["liveness"], lease["mode"],
+        lease["expires_at"])
+
+
+S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+               "description": "seconds the lease lives (default 900, at most 86400)"}
+
+
+@tool("lease_claim", "Claim a lease on a path", {
+    "session_id": S_SESSION, "path": S_PATH, "ttl_s": S_TTL_LEASE,
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): one holder; shared: many, no exclusive"},
+}, ["session_id", "path"],
+    output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
+                      holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
+                      reason={"type": "string"}, lease=S_LEASE_OR_NULL),
+    cli="claim", positional=("path",), flags={"ttl_s": "--ttl"},
+    example="claim --session $ID src/a.go --mode shared --ttl 600")
+def lease_claim(store, ctx, session_id, path, ttl_s=LEASE_TTL_S, mode="exclusive"):
+    """Claim a lease on a path before editing a file others may touch.
+    exclusive (default) admits one holder; shared admits several and blocks
+    exclusive claims. Claiming again renews your own lease. A conflict is a
+    normal answer: ok false, holder (the first conflicting lease), holders,
+    reason."""
+    if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
+        raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
+    liveness = LazyScan()
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id, present=True)
+        full = path_for(ctx, row, path)
+        sweep(conn, at)
+        others = conn.execute(
+            "SELECT * FROM leases WHERE path=? AND session_id != ? AND expires_at > ? "
+            "ORDER BY acquired_at", (full, row["id"], at)).fetchall()
+        conflicts = [lease for lease in others
+                     if mode == "exclusive" or lease["mode"] == "exclusive"]
+        if conflicts:
+            holders = [lease_dict(conn, lease, liveness) for lease in conflicts]
+            event(conn, "lease.refused", row["id"], subject=full,
+                  data={"mode": mode, "holders": [h["session_id"] for h in holders]})
+            return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
+                    "reason": "%s is held by %s" % (full, "; ".join(
+                        _holder_text(h) for h in holders))}
+        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
+                            (full, row["id"])).fetchone()
+        if mine:
+            conn.execute("UPDATE leases SET mode=?, expires_at=? WHERE id=?",
+                         (mode, at + ttl_s, mine["id"]))
+            reason = "renewed"
+        else:
+            conn.execute("INSERT INTO leases (session_id, path, mode, acquired_at, "
+                         "expires_at) VALUES (?,?,?,?,?)",
+                         (row["id"], full, mode, at, at + ttl_s))
+            reason = "acquired"
+        event(conn, "lease.claim", row["id"], subject=full, at=at,
+              data={"mode": mode, "expires_at": at + ttl_s, "reason": reason})
+        lease = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
+                             (full, row["id"])).fetchone()
+        return {"ok": True, "holder": None, "holders": [], "reason": reason,
+                "lease": lease_dict(conn, lease, liveness)}
+
+
+@tool("lease_renew", "Renew your lease", {
+    "session_id": S_SESSION, "path": S_PATH, "ttl_s": S_TTL_LEASE}, ["session_id", "path"],
+    output=S_LEASE, cli="renew", positional=("path",), flags={"ttl_s": "--ttl"},
+    example="renew --session $ID src/a.go --ttl 900", idempotent=True)
+def lease_renew(store, ctx, session_id, path, ttl_s=LEASE_TTL_S):
+    """Extend a live lease you hold. An expired lease, or one held by another
+    session, is not renewed: the error says which (claim it again instead)."""
+    if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
+        raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
+    liveness = LazyScan()
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id, present=True)
+        full = path_for(ctx, row, path)
+        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
+                            (full, row["id"])).fetchone()
+        if mine is not None and mine["expires_at"] <= at:
+            raise RoomError("your lease on %s expired at %s; it was not renewed"
+                            % (full, iso(mine["expires_at"])),
+                            "claim it again (lease_claim): someone may have "
+                            "changed it meanwhile")
+        if mine is None:
+            other = conn.execute("SELECT * FROM leases WHERE path=? AND expires_at > ? "
+                                 "ORDER BY acquired_at", (full, at)).fetchone()
+            if other is not None:
+                raise RoomError("%s is held by %s, not by you; not renewed" % (
+                    full, _holder_text(lease_dict(conn, other, liveness))))
+            expired = conn.execute(
+                "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
+                "'lease.expire' ORDER BY at DESC LIMIT 1", (full, row["id"])).fetchone()
+            if expired:
+                raise RoomError("your lease on %s expired at %s; it was not renewed"
+                                % (full, iso(expired[0])), "claim it again (lease_claim)")
+            raise RoomError("you hold no lease on %s" % full, "claim it (lease_claim)")
+        conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
+        event(conn, "lease.renew", row["id"], subject=full, at=at,
+              data={"mode": mine["mode"], "expires_at": at + ttl_s})
+        lease = conn.execute("SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone()
+        return lease_dict(conn, lease, liveness)
+
+
+@tool("lease_release", "Release your lease", {"session_id": S_SESSION, "path": S_PATH},
+      ["session_id", "path"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"}),
+      cli="release", positional=("path",), example="release --session $ID src/a.go",
+      destructive=True)
+def lease_release(store, ctx, session_id, path):
+    """Release a lease you hold on a path."""
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        full = path_for(ctx, row, path)
+        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
+                            (full, row["id"])).fetchone()
+        if mine is None:
+            raise RoomError("you hold no lease on %s" % full,
+                            "lease_list shows the leases in your rooms")
+        conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
+        event(conn, "lease.release", row["id"], subject=full, at=at,
+              data={"mode": mine["mode"], "expired": mine["expires_at"] <= at})
+    return {"ok": True, "path": full}
+
+
+@tool("lease_check", "Is a path leased", {"session_id": S_SESSION, "path": S_PATH},
+      ["session_id", "path"],
+      output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
+                        leases={"type": "array", "items": S_LEASE},
+                        path={"type": "string"}),
+      cli="check", positional=("path",), example="check --session $ID src/a.go",
+      read_only=True, idempotent=True)
+def lease_check(store, ctx, session_id, path):
+    """Whether a path is free of other sessions' live leases. lease is the first
+    other holder's lease (or your own if only you hold it); leases lists all."""
+    liveness = LazyScan()
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        full = path_for(ctx, row, path)
+        leases = conn.execute(
+            "SELECT * FROM leases WHERE path=? AND expires_at > ? "
+            "ORDER BY session_id = ?, acquired_at", (full, at, row["id"])).fetchall()
+        shown = [lease_dict(conn, lease, liveness) for lease in leases]
+        free = not any(lease["session_id"] != row["id"] for lease in leases)
+        return {"path": full, "free": free, "lease": shown[0] if shown else None,
+                "leases": shown}
+
+
+@tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
+      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
+def lease_list(store, ctx, session_id):
+    """Live leases held by you and by the sessions sharing a room with you, with
+    each holder's label and liveness."""
+    liveness = LazyScan()
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        holders = set(_roommates(conn, row["id"])) | {row["id"]}
+        leases = conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path, "
+                              "acquired_at", (at,)).fetchall()
+        return {"leases": [lease_dict(conn, lease, liveness) for lease in leases
+                           if lease["session_id"] in holders]}
+
+
+# ---- operations: reads and drift ------------------------------------------
+
+
+@tool("note_read", "Record what you read", {"session_id": S_SESSION, "path": S_PATH},
+      ["session_id", "path"],
+      output=out_schema(["hash"], hash={"type": "string"}, path={"type": "string"},
+                        read_at=S_TIME),
+      cli="note-read", positional=("path",), example="note-read --session $ID src/a.go",
+      idempotent=True)
+def note_read(store, ctx, session_id, path):
+    """Record the SHA-256 of a file as you read it now, the baseline drift_check
+    compares against later."""
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        full = path_for(ctx, row, path)
+        try:
+            digest = sha256_file(full)
+        except OSError as error:
+            raise RoomError("cannot read %s: %s" % (full, error.strerror or error))
+        conn.execute("INSERT OR REPLACE INTO reads (session_id, path, hash, read_at) "
+                     "VALUES (?,?,?,?)", (row["id"], full, digest, at))
+        event(conn, "read.note", row["id"], subject=full, data={"hash": digest}, at=at)
+    return {"path": full, "hash": digest, "read_at": iso(at)}
+
+
+def lease_holders_between(conn, path, session_id, start, end):
+    """Other sessions' leases on path that were live at some time in [start, end],
+    from the event log: each claim or renewal lives until its expiry or the
+    holder's next release, whichever comes first."""
+    horizon = start - LEASE_TTL_MAX_S
+    found = []
+    for claim in conn.execute(
+            "SELECT * FROM events WHERE subject=? AND at >= ? AND at <= ? AND kind IN "
+            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at",
+            (path, horizon, end, session_id)).fetchall():
+        data = json.loads(claim["data"] or "{}")
+        until = data.get("expires_at", claim["at"])
+        released = conn.execute(
+            "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
+            "kind = 'lease.release'", (path, claim["session_id"], claim["at"])).fetchone()[0]
+        if released is not None:
+            until = min(until, released)
+        if until >= start:
+            found.append((claim, data, until))
+    return found
+
+
+@tool("drift_check", "Has a file changed since you read it", {
+    "session_id": S_SESSION, "path": S_PATH}, ["session_id", "path"],
+    output=out_schema(["path", "severity", "changed", "holder", "since", "message"],
+                      path={"type": "string"},
+                      severity={"type": "string", "enum": ["SAFE", "MINOR", "CRITICAL"]},
+                      changed={"type": "boolean"}, holder=S_LEASE_OR_NULL, since=S_TIME,
+                      message={"type": "string"}),
+    cli="drift", positional=("path",), example="drift --session $ID src/a.go",
+    read_only=True, idempotent=True)
+def drift_check(store, ctx, session_id, path):
+    """Compare a file with the hash note_read recorded. SAFE: unchanged, or no
+    baseline. MINOR: changed (or deleted), no other session leased it meanwhile.
+    CRITICAL: changed while another session held a lease on it (holder names
+    it, since says from when): re-read before you write."""
+    liveness = LazyScan()
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id)
+        full = path_for(ctx, row, path)
+        base = conn.execute("SELECT * FROM reads WHERE session_id=? AND path=?",
+                            (row["id"], full)).fetchone()
+        result = {"path": full, "severity": "SAFE", "changed": False, "holder": None,
+                  "since": None}
+        if base is None:
+            result["message"] = "no baseline recorded for %s (note_read it first)" % full
+            return result
+        try:
+            current = sha256_file(full)
+        except FileNotFoundError:
+            current = None
+        except OSError as error:
+            raise RoomError("cannot read %s: %s" % (full, error.strerror or error))
+        if current == base["hash"]:
+            result["message"] = "unchanged since you read it at %s" % iso(base["read_at"])
+            return result
+        result["changed"] = True
+        what = "deleted" if current is None else "changed"
+        holders = lease_holders_between(conn, full, row["id"], base["read_at"], at)
+        if not holders:
+            result["severity"] = "MINOR"
+            result["message"] = "%s since you read it at %s; nobody else leased it" % (
+                what, iso(base["read_at"]))
+            return result
+        claim, data, until = holders[-1]
+        holder_row = session_row(conn, claim["session_id"])
+        result["severity"] = "CRITICAL"
+        result["since"] = iso(max(claim["at"], base["read_at"]))
+        result["holder"] = {
+            "session_id": claim["session_id"],
+            "label": holder_row["label"] if holder_row else None, "path": full,
+            "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
+            "expires_at": iso(until),
+            "liveness": liveness(holder_row) if holder_row else "gone"}
+        result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
+            "it from %s: re-read before writing" % (
+                what, claim["session_id"], result["holder"]["label"] or "-", result["since"])
+        return result
+
+
+# ---- operations: housekeeping ---------------------------------------------
+
+
+def prune(store, quiet_s=PRUNE_QUIET_S, dry_run=False):
+    """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
+    reports).  Their messages stay, each keeping its sender's label; their
+    memberships, leases, reads and deliveries go."""
+    liveness = LazyScan()
+    at = now()
+    removed, kept = [], []
+    with store.write() as conn:
+        sweep(conn, at)
+        for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
+                                "last_seen", (at - quiet_s,)).fetchall():
+            state = liveness(row)
+            item = {"session_id": row["id"], "label": row["label"], "liveness": state,
+                    "last_seen": iso(row["last_seen"])}
+            if state != "gone":
+                kept.append(item)
+                continue
+            removed.append(item)
+            if not dry_run:
+                _release_all(conn, row["id"], "prune", at)
+                conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
+                event(conn, "session.prune", row["id"], data=item, at=at)
+    return {"removed": removed, "kept": kept, "dry_run": dry_run,
+            "quiet_s": quiet_s}
+
+
+# ---- signals: hooks and wake levers ---------------------------------------
+# The signal is one line saying something waits (counts and sender labels);
+# subjects and bodies never ride it, so a recipient's context stays small and
+# 'read' means the agent fetched the content itself.
+
+SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
+STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
+WAKE_RETRY_FIRST_S = 60
+WAKE_RETRY_MAX_S = 30 * 60
+WAKE_ATTEMPTS_MAX = 6
+WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
+SOCKET_TIMEOUT_S = 1.0
+WAITER_LIFETIME_S = 12 * 3600
+WAITER_POLL_S = 1.0
+
+
+def _env_seconds(name, default):
+    value = os.environ.get(name)
+    try:
+        return float(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def signal_text(conn, session_id):
+    """The one-line signal for a session's unread deliveries, or None."""
+    marks = ",".join("?" * len(UNREAD_STATES))
+    rows = conn.execute(
+        "SELECT COALESCE(m.sender_label, substr(m.sender, 1, 8)) AS who, COUNT(*) "
+        "FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN (%s) GROUP BY who ORDER BY COUNT(*) DESC"
+        % marks, (session_id,) + UNREAD_STATES).fetchall()
+    total = sum(r[1] for r in rows)
+    if not total:
+        return None
+    senders = ", ".join("%d from %s" % (r[1], one_line(r[0], 40)) for r in rows[:5])
+    if len(rows) > 5:
+        senders += ", ..."
+    return ("agents-room: %d unread message%s (%s); call msg_recv with session_id %s"
+            % (total, "" if total == 1 else "s", senders, session_id))
+
+
+def mark_offered(conn, session_id, at, stop=False):
+    """Signalling moves stored -> offered and stamps when; it never moves a
+    state backwards (accepted and undeliverable stay as they are)."""
+    conn.execute("UPDATE deliveries SET state='offered', updated_at=? WHERE session_id=? "
+                 "AND state='stored'", (at, session_id))
+    column = "stop_held_at" if stop else "offered_at"
+    marks = ",".join("?" * len(UNREAD_STATES))
+    conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN (%s)"
+                 % (column, marks), (at, session_id) + UNREAD_STATES)
+
+
+def tool_event_signal(store, session_id):
+    """The signal for a PostToolUse/UserPromptSubmit event, or None.  With the
+    default window of 0 every tool event mentions what is still unread; with a
+    window, only deliveries never offered or offered longer ago than it."""
+    window = _env_seconds("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
+        marks = ",".join("?" * len(UNREAD_STATES))
+        due = conn.execute(
+            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN (%s) AND "
+            "(offered_at IS NULL OR offered_at <= ?)" % marks,
+            (session_id,) + UNREAD_STATES + (at - window,)).fetchone()[0]
+        if not due:
+            return None
+        text = signal_text(conn, session_id)
+        mark_offered(conn, session_id, at)
+        event(conn, "signal.tool", session_id, data={"text": text}, at=at)
+        return text
+
+
+def stop_signal(store, session_id, stop_hook_active):
+    """The reason to block a Stop, or None: at hold or wake, when some unread
+    delivery has not held a Stop yet, or held one longer ago than the window.
+    Never when the harness says this Stop was already blocked once this turn."""
+    if stop_hook_active:
+        return None
+    window = _env_seconds("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = session_row(conn, session_id)
+        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
+        if effective_autonomy(conn, row) < 1:
+            return None
+        marks = ",".join("?" * len(UNREAD_STATES))
+        due = conn.execute(
+            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN (%s) AND "
+            "(stop_held_at IS NULL OR stop_held_at <= ?)" % marks,
+            (session_id,) + UNREAD_STATES + (at - window,)).fetchone()[0]
+        if not due:
+            return None
+        text = signal_text(conn, session_id)
+        mark_offered(conn, session_id, at, stop=True)
+        event(conn, "signal.stop", session_id, data={"text": text}, at=at)
+        return text
+
+
+def _waiter_armed(row, at):
+    if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
+        return False
+    started = process_start(row["waiter_pid"])
+    return started is not None and (row["waiter_start"] is None or
+                                    abs(started - row["waiter_start"]) <= 2)
+
+
+def _send_socket(data, text):
+    """Claude Code's inbox socket: auth line, then a user message line."""
+    import socket
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(SOCKET_TIMEOUT_S)
+    try:
+        client.connect(data["socket"])
+        client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
+                        + json.dumps({"type": "user", "message": {
+                            "role": "user", "content": text}, "priority": "next"})
+                        + "\n").encode("utf-8"))
+    finally:
+        client.close()
+
+
+def _wake_retry_at(attempts, at):
+    if attempts >= WAKE_ATTEMPTS_MAX:
+        return None
+    return at + min(WAKE_RETRY_FIRST_S * (2 ** (attempts - 1)), WAKE_RETRY_MAX_S)
+
+
+def run_due_wakes(store, limit=20):
+    """Try the wake lever for deliveries whose wake is due (at send, then
+    retries at 60 s doubling to 30 min, at most 6 attempts).  Called after tool
+    events of any session: there is no daemon.  The next attempt is scheduled
+    before the lever runs, so two processes never fire the same wake."""
+    at = now()
+    with store.write() as conn:
+        due = conn.execute(
+            "SELECT session_id, message_id, wake_attempts FROM deliveries "
+            "WHERE wake_next_at IS NOT NULL AND wake_next_at <= ? LIMIT ?",
+            (at, limit)).fetchall()
+        if not due:
+            return 0
+        plans = {}
+        for d in due:
+            attempts = d["wake_attempts"] + 1
+            conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
+                         "WHERE session_id=? AND message_id=?",
+                         (attempts, _wake_retry_at(attempts, at), d["session_id"],
+                          d["message_id"]))
+            plans.setdefault(d["session_id"], []).append(d["message_id"])
+        jobs = []
+        for session_id, message_ids in plans.items():
+            row = session_row(conn, session_id)
+            marks = ",".join("?" * len(message_ids))
+            scope = "session_id=? AND message_id IN (%s)" % marks
+            params = (session_id,) + tuple(message_ids)
+            if row["left_at"] is not None or effective_autonomy(conn, row) < 2:
+                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
+                             params)
+                continue
+            text = signal_text(conn, session_id)
+            if text is None:
+                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
+                             params)
+                continue
+            data = json.loads(row["lever_data"] or "{}")
+            lever = row["lever"]
+            if lever != "claude-socket" and _waiter_armed(row, at):
+                lever = "claude-rewake"
+            if lever is None:
+                conn.execute("UPDATE deliveries SET state='undeliverable', updated_at=?, "
+                             "wake_next_at=NULL WHERE state='stored' AND " + scope,
+                             (at,) + params)
+                event(conn, "wake.none", session_id, data={"messages": message_ids}, at=at)
+                continue
+            conn.execute("UPDATE deliveries SET state='offered', updated_at=?, offered_at="
+                         "COALESCE(offered_at, ?) WHERE state='stored' AND " + scope,
+                         (at, at) + params)
+            if lever == "claude-rewake":
+                # The armed waiter sees the delivery and wakes the session itself.
+                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
+                             params)
+            event(conn, "wake.try", session_id, data={"lever": lever,
+                                                      "messages": message_ids}, at=at)
+            jobs.append((session_id, message_ids, lever, data, text))
+    for session_id, message_ids, lever, data, text in jobs:
+        if lever == "claude-socket":
+            try:
+                _send_socket(data, text)
+                ok, detail = True, "socket accepted"
+            except OSError as error:
+                ok, detail = False, "socket: %s" % error
+            record_wake(store, session_id, message_ids, lever, ok, detail)
+        elif lever in ("codex-queue", "wake-cmd"):
+            if lever == "codex-queue":
+                argv = ["codex", "queue", "--thread", data["thread"], "--message", text]
+            else:
+                argv = list(data["argv"]) + [text]
+            _spawn_wake(store, session_id, message_ids, lever, argv)
+    return len(jobs)
+
+
+def record_wake(store, session_id, message_ids, lever, ok, detail):
+    """A lever's outcome: confirmed -> accepted (no more retries); otherwise the
+    delivery stays offered and the retry already scheduled stands."""
+    at = now()
+    with store.write() as conn:
+        if ok:
+            marks = ",".join("?" * len(message_ids))
+            conn.execute(
+                "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at=NULL "
+                "WHERE session_id=? AND state IN ('stored','offered') AND message_id IN "
+                "(%s)" % marks, (at, session_id) + tuple(message_ids))
+        event(conn, "wake.accepted" if ok else "wake.failed", session_id,
+              data={"lever": lever, "messages": message_ids, "detail": detail}, at=at)
+
+
+def _spawn_wake(store, session_id, message_ids, lever, argv):
+    """Run a process lever detached, in its own process group, through
+    `agents_room.py wake-run`, which bounds it by a timeout and records the
+    outcome in the store itself: no caller waits on a slow lever."""
+    import subprocess
+    payload = json.dumps({"session_id": session_id, "messages": message_ids,
+                          "lever": lever, "argv": argv})
+    env = dict(os.environ, AGENTS_ROOM_DB=store.path)
+    try:
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "wake-run", payload],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env=env,
+                         close_fds=True)
+    except OSError as error:
+        record_wake(store, session_id, message_ids, lever, False, "spawn: %s" % error)
+
+
+def wake_run(payload):
+    """The detached half of a process lever (see _spawn_wake)."""
+    import subprocess
+    job = json.loads(payload)
+    timeout = _env_seconds("AGENTS_ROOM_WAKE_TIMEOUT_S", WAKE_TIMEOUT_S)
+    try:
+        done = subprocess.run(job["argv"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout)
+        ok = done.returncode == 0
+        detail = "exit %d %s" % (done.returncode, one_line(
+            done.stderr.decode("utf-8", "replace"), 200))
+    except subprocess.TimeoutExpired:
+        ok, detail = False, "timed out after %gs" % timeout
+    except OSError as error:
+        ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error)
+    store = Store()
+    try:
+        record_wake(store, job["session_id"], job["messages"], job["lever"], ok, detail)
+    finally:
+        store.close()
+    return 0
+
+
+def after_tool_event(store):
+    """Work that rides any session's tool event: due wakes and their retries."""
+    try:
+        run_due_wakes(store)
+    except RoomError as error:
+        sys.stderr.write("agents-room: wake: %s\n" % error.message)
+
+
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+HOOK_TIMEOUT_S = 8
+SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
+          "nice", "nohup", "sudo", "python3", "python"}
+
+
+def harness_pid(start_pid):
+    """The first ancestor of a hook that is not a shell or launcher: the harness
+    process whose lifetime is the session's."""
+    pid = start_pid
+    for _ in range(16):
+        if pid <= 1:
+            return None
+        comm, parent = _proc_comm_ppid(pid)
+        if comm is None:
+            return None
+        if os.path.basename(comm) not in SHELLS:
+            return pid
+        pid = parent
+    return None
+
+
+def _proc_comm_ppid(pid):
+    if scanner_kind() == "proc":
+        try:
+            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
+                text = handle.read()
+            comm = text[text.index("(") + 1:text.rindex(")")]
+            return comm, int(text.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None, 0
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout.split(None, 1)
+        return out[1].strip(), int(out[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None, 0
+
+
+def _hook_options(argv):
+    """--event=E --autonomy N --label L --room R --also S --tag T --wait, parsed
+    by hand: argparse alone costs more than the rest of a hook."""
+    opts = {"also": [], "tag": [], "wait": False}
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        if item == "--wait":
+            opts["wait"] = True
+            continue
+        if not item.startswith("--"):
+            raise UsageError("hook: unexpected argument %r" % item)
+        name, _, value = item[2:].partition("=")
+        if not _:
+            if not items:
+                raise UsageError("hook: --%s needs a value" % name)
+            value = items.pop(0)
+        if name in ("also", "tag"):
+            opts[name].append(value)
+        elif name in ("event", "autonomy", "label", "room"):
+            opts[name] = value
+        else:
+            raise UsageError("hook: unknown option --%s" % name)
+    if opts.get("event") not in HOOK_EVENTS:
+        raise UsageError("hook needs --event=%s" % "|".join(HOOK_EVENTS))
+    return opts
+
+
+def _hook_context(event_name, text):
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event_name,
+                                              "additionalContext": text}})
+
+
+def session_digest(store, session_id, cwd):
+    """SessionStart's context: the session id first, then blockers (live leases
+    of others in this repository), unread count, rooms and who is here."""
+    liveness = LazyScan()
+    at = now()
+    root = repo_root(cwd) or cwd
+    with store.read() as conn:
+        row = session_row(conn, session_id)
+        rooms = rooms_of(conn, session_id)
+        lines = ["agents-room: your session_id is %s - pass it to every agents-room "
+                 "tool (it is not the harness's session id)." % session_id]
+        blockers = []
+        for lease in conn.execute(
+                "SELECT * FROM leases WHERE session_id != ? AND expires_at > ? AND "
+                "(path = ? OR path LIKE ?) ORDER BY path LIMIT 20",
+                (session_id, at, root, root.rstrip(os.sep) + os.sep + "%")):
+            shown = lease_dict(conn, lease, liveness)
+            blockers.append("%s (%s by %s, %s, until %s)" % (
+                os.path.relpath(shown["path"], root), shown["mode"],
+                one_line(shown["label"] or shown["session_id"], 40), shown["liveness"],
+                shown["expires_at"]))
+        if blockers:
+            lines.append("Leased by others here: " + "; ".join(blockers))
+        count = unread_count(conn, session_id)
+        if count:
+            lines.append("%d unread message%s: call msg_recv." % (
+                count, "" if count == 1 else "s"))
+        lines.append("Rooms: %s. Autonomy: %s." % (
+            ", ".join(rooms), autonomy_name(effective_autonomy(conn, row))))
+        others = []
+        for room in rooms:
+            for mate in conn.execute(
+                    "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
+                    "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
+                    (room, session_id)):
+                entry = "%s (%s)" % (one_line(mate["label"] or mate["id"], 40),
+                                     liveness(mate))
+                if entry not in others:
+                    others.append(entry)
+        lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
+    return "\n".join(lines)
+
+
+def run_hook(argv, stdin_text, env=None):
+    """One harness hook event -> (stdout text, exit code).  Raises on failure;
+    hook_main turns any failure into silence, because a hook must never break
+    the harness."""
+    env = os.environ if env is None else env
+    opts = _hook_options(argv)
+    event_name = opts["event"]
+    payload = json.loads(stdin_text) if stdin_text.strip() else {}
+    if not isinstance(payload, dict):
+        raise UsageError("hook input is not a JSON object")
+    key = payload.get("session_id") or harness_key_from(env)
+    if not key or not isinstance(key, str):
+        return "", 0
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else os.getcwd()
+    store = Store()
+    try:
+        if event_name == "SessionStart":
+            pid = harness_pid(os.getppid())
+            ctx = Context(via="hook", cwd=cwd, env=env, pid=pid,
+                          pid_start=process_start(pid) if pid else None)
+            joined = room_join(store, ctx, room=opts.get("room"),
+                               extra_rooms=opts["also"] or None, label=opts.get("label"),
+                               tags=opts["tag"] or None, autonomy=opts.get("autonomy"),
+                               harness=detect_harness(env) if detect_harness(env) !=
+                               "generic" else "claude-code", harness_key=key)
+            return _hook_context(event_name, session_digest(
+                store, joined["session_id"], cwd)), 0
+        with store.read() as conn:
+            row = conn.execute("SELECT id, left_at FROM sessions WHERE harness_key=?",
+                               (key,)).fetchone()
+        if row is None or (row["left_at"] is not None and event_name != "SessionEnd"):
+            return "", 0        # SessionStart was missed: stay silent
+        if event_name == "SessionEnd":
+            if row["left_at"] is None:
+                room_leave(store, Context(via="hook", cwd=cwd, env=env), row["id"])
+            return "", 0
+        if event_name == "Stop":
+            if opts["wait"]:
+                return wait_for_wake(store, row["id"])
+            text = stop_signal(store, row["id"], bool(payload.get("stop_hook_active")))
+            after_tool_event(store)
+            return (json.dumps({"decision": "block", "reason": text}) if text else ""), 0
+        text = tool_event_signal(store, row["id"])
+        after_tool_event(store)
+        return (_hook_context(event_name, text) if text else ""), 0
+    finally:
+        store.close()
+
+
+def wait_for_wake(store, session_id):
+    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
+    the session's armed waiter, poll the store cheaply, and when a message sent
+    after arming is unread, print the signal to stderr and exit 2 (which wakes
+    the model).  Ends quietly when replaced by a newer waiter, when the session
+    leaves or its harness is gone, or after WAITER_LIFETIME_S."""
+    pid = os.getpid()
+    armed_at = now()
+    lifetime = _env_seconds("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
+    poll = _env_seconds("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
+    with store.write() as conn:
+        conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
+                     "WHERE id=?", (pid, process_start(pid), armed_at + lifetime,
+                                    session_id))
+        event(conn, "wake.armed", session_id, data={"pid": pid}, at=armed_at)
+    marks = ",".join("?" * len(UNREAD_STATES))
+    checks = 0
+    while now() < armed_at + lifetime:
+        time.sleep(poll)
+        checks += 1
+        with store.write() as conn:
+            row = session_row(conn, session_id)
+            if row is None or row["left_at"] is not None or row["waiter_pid"] != pid:
+                return "", 0
+            fresh = [r[0] for r in conn.execute(
+                "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
+                "d.message_id WHERE d.session_id=? AND d.state IN (%s) AND "
+                "m.created_at >= ?" % marks, (session_id,) + UNREAD_STATES + (armed_at,))]
+            if fresh:
+                text = signal_text(conn, session_id)
+                conn.execute(
+                    "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at="
+                    "NULL WHERE session_id=? AND state IN ('stored','offered') AND "
+                    "message_id IN (%s)" % ",".join("?" * len(fresh)),
+                    (now(), session_id) + tuple(fresh))
+                conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (session_id,))
+                event(conn, "wake.accepted", session_id, data={
+                    "lever": "claude-rewake", "messages": fresh})
+                sys.stderr.write(text + "\n")
+                return "", 2
+        if checks % 30 == 0 and row["pid"]:
+            scan_state = LazyScan()(row)
+            if scan_state == "gone":
+                return "", 0
+    return "", 0
+
+
+def hook_main(argv):
+    """Entry for `hook`: never fails the harness.  Any error prints nothing,
+    exits 0, and leaves a line in hook.log beside the store."""
+    import signal
+
+    def too_slow(signum, frame):
+        raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
+    waiting = "--wait" in argv
+    if not waiting and hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, too_slow)
+        signal.alarm(HOOK_TIMEOUT_S)
+    try:
+        text, code = run_hook(argv, sys.stdin.read() if not sys.stdin.isatty() else "")
+    except BaseException as error:  # noqa: a hook must never break the harness
+        if isinstance(error, KeyboardInterrupt):
+            return 0
+        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
+                                              error))
+        return 0
+    finally:
+        if not waiting and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+    if text:
+        sys.stdout.write(text + "\n")
+    return code
+
+
+def _hook_log(line):
+    try:
+        directory = os.path.dirname(default_db_path())
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        with open(os.path.join(directory, "hook.log"), "a") as handle:
+            handle.write("%s %s\n" % (iso(time.time()), line))
+    except OSError:
+        pass
+    sys.stderr.write("agents-room: %s\n" % line)
+
+
+
+# ---- MCP server -----------------------------------------------------------
+
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+LINE_MAX_BYTES = 16 * 1024 * 1024
+JSON_DEPTH_MAX = 64
+
+INSTRUCTIONS = """agents-room connects you with agent sessions in other repositories.
+1. Call room_join once at the start (add extra_rooms for shared rooms); keep the
+   session_id it returns and pass it to every other tool. It is not the
+   harness's own session id.
+2. When told messages are waiting, call msg_recv; msg_ack what you acted on.
+3. Before editing a file others may touch, lease_claim it; release it after.
+4. note_read files you rely on; drift_check them before writing: CRITICAL
+   means another session changed it while holding a lease - re-read first.
+5. msg_send to '*', a session id, file:<glob> or tag:<tag>; room_who shows who
+   is here and alive; room_history shows what was decided in a room."""
+
+
+def _rpc_error(id_, code, message, data=None):
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": error}
+
+
+def _rpc_result(id_, result):
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def _too_deep(value, depth=0):
+    if depth > JSON_DEPTH_MAX:
+        return True
+    if isinstance(value, dict):
+        return any(_too_deep(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_too_deep(v, depth + 1) for v in value)
+    return False
+
+
+class McpServer:
+    """Newline-delimited JSON-RPC 2.0 over stdio: one line in, at most one line
+    out.  No input can end the loop: every line gets its answer (or, for a
+    notification or a response, none) and the next line is read."""
+
+    def __init__(self, store, ctx, log=None):
+        self.store, self.ctx = store, ctx
+        self.protocol = None
+        self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
+
+    def handle_line(self, line):
+        """One raw line (bytes) -> the response object or list, or None."""
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return _rpc_error(None, -32700, "Parse error: the line is not valid UTF-8 "
+                              "(byte %d)" % error.start)
+        if not text.strip():
+            return None
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            return _rpc_error(None, -32700, "Parse error: %s" % error)
+        if _too_deep(message):
+            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
+                              % JSON_DEPTH_MAX)
+        if isinstance(message, list):
+            if self.protocol != "2025-03-26":
+                return _rpc_error(None, -32600, "Invalid Request: batches are only "
+                                  "accepted under protocol 2025-03-26 (negotiated: %s)"
+                                  % (self.protocol or "none"))
+            if not message:
+                return _rpc_error(None, -32600, "Invalid Request: empty batch")
+            answers = [self.handle_message(item) for item in message]
+            answers = [a for a in answers if a is not None]
+            return answers or None
+        return self.handle_message(message)
+
+    def handle_message(self, message):
+        if not isinstance(message, dict):
+            return _rpc_error(None, -32600, "Invalid Request: expected a JSON object")
+        if "method" not in message:
+            if "result" in message or "error" in message:
+                return None         # a response to nothing we asked: ignore it
+            return _rpc_error(self._id_or_null(message), -32600,
+                              "Invalid Request: no method")
+        has_id = "id" in message
+        id_ = message.get("id")
+        if has_id and not self._valid_id(id_):
+            return _rpc_error(None, -32600, "Invalid Request: id must be a string or an "
+                              "integer")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message["method"], str):
+            return _rpc_error(id_ if has_id else None, -32600,
+                              "Invalid Request: needs jsonrpc \"2.0\" and a string method")
+        params = message.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            if not has_id:
+                return None
+            return _rpc_error(id_, -32602, "Invalid params: params must be an object")
+        if not has_id:
+            return None             # notifications (initialized, cancelled, ...)
+        method = message["method"]
+        try:
+            if method == "initialize":
+                return _rpc_result(id_, self.initialize(params))
+            if method == "ping":
+                return _rpc_result(id_, {})
+            if method == "tools/list":
+                return _rpc_result(id_, {"tools": [self.describe(t) for t in
+                                                   TOOLS.values()]})
+            if method == "tools/call":
+                return self.call(id_, params)
+        except Exception as error:   # a bug must cost one answer, not the server
+            import traceback
+            self.log("internal error on %s: %s\n%s" % (method, error,
+                                                        traceback.format_exc()))
+            return _rpc_error(id_, -32603, "Internal error: %s" % error)
+        return _rpc_error(id_, -32601, "Method not found: %s" % method)
+
+    @staticmethod
+    def _valid_id(id_):
+        return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+
+    def _id_or_null(self, message):
+        id_ = message.get("id")
+        return id_ if self._valid_id(id_) else None
+
+    def initialize(self, params):
+        asked = params.get("protocolVersion")
+        self.protocol = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+        return {"protocolVersion": self.protocol,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "agents-room", "title": "agents-room",
+                               "version": __version__},
+                "instructions": INSTRUCTIONS}
+
+    @staticmethod
+    def describe(tool_):
+        return {"name": tool_.name, "title": tool_.title,
+                "description": tool_.description, "inputSchema": tool_.input_schema(),
+                "outputSchema": tool_.output, "annotations": tool_.annotations}
+
+    def call(self, id_, params):
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOLS:
+            return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
+                              {"tools": sorted(TOOLS)})
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        try:
+            result = call_tool(self.store, self.ctx, name, arguments)
+        except RoomError as error:
+            return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
+                                     "isError": True})
+        after_tool_event(self.store)
+        return _rpc_result(id_, {
+            "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+            "structuredContent": result, "isError": False})
+
+
+def _read_line(stream):
+    """One line of at most LINE_MAX_BYTES; a longer one is drained and returned
+    as the marker None so the caller answers it without holding it in memory."""
+    line = stream.readline(LINE_MAX_BYTES + 1)
+    if len(line) <= LINE_MAX_BYTES or line.endswith(b"\n"):
+        return line
+    while True:
+        chunk = stream.readline(1 << 20)
+        if not chunk or chunk.endswith(b"\n"):
+            return None
+
+
+def serve(store_path=None):
+    """Run the MCP server on stdin/stdout until EOF or SIGTERM."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+    signal.signal(signal.SIGTERM, stop)
+    store = Store(store_path)
+    pid = os.getpid()
+    ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid))
+    server = McpServer(store, ctx)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        while True:
+            line = _read_line(stdin)
+            if line == b"":
+                break
+            if line is None:
+                answer = _rpc_error(None, -32700, "Parse error: line longer than %d bytes"
+                                    % LINE_MAX_BYTES)
+            else:
+                answer = server.handle_line(line)
+            if answer is not None:
+                stdout.write(json.dumps(answer, ensure_ascii=False).encode(
+                    "utf-8", "backslashreplace") + b"\n")
+                stdout.flush()
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        store.close()
+    return 0
+
+
+# ---- CLI ------------------------------------------------------------------
+
+
+def _short(session_id):
+    return (session_id or "")[:16]
+
+
+def _who_name(item):
+    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
+
+
+def _render_messages(messages, empty):
+    if not messages:
+        return empty
+    lines = []
+    for m in messages:
+        head = "#%d  %s  from %s" % (m["message_id"], m["created_at"], _who_name(
+            {"label": m["sender_label"], "session_id": m["sender"]}))
+        if m.get("reply_to"):
+            head += "  (reply to #%d)" % m["reply_to"]
+        lines.append(head)
+        if m.get("subject"):
+            lines.append("    subject: " + one_line(m["subject"], 200))
+        for line in clean(m.get("body") or "").splitlines():
+            lines.append("    " + line)
+    return "\n".join(lines)
+
+
+def _render_session_table(sessions):
+    if not sessions:
+        return "nobody here"
+    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "ROOMS")]
+    for s in sessions:
+        level = "%d" % s["autonomy"] + (
+            " (asked %d)" % s["autonomy_requested"]
+            if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
+        if s.get("lever"):
+            level += " " + s["lever"]
+        rows.append((s["session_id"] + ("*" if s.get("you") else ""),
+                     one_line(s["label"] or "-", 24), s["harness"], s["liveness"], level,
+                     (s["last_seen"] or "")[:19], ",".join(s["rooms"]) or "(left)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+                     for r in rows)
+
+
+def _render_lease(lease):
+    return "%s  %s  %s  until %s  (%s)" % (lease["path"], lease["mode"], _who_name(lease),
+                                           lease["expires_at"], lease["liveness"])
+
+
+def _render_sent(result):
+    if not result["messages"]:
+        return "nothing sent yet"
+    lines = []
+    for m in result["messages"]:
+        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left" % (
+            m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
+            m["sent"], m["pending"], m["left"]))
+        for d in m["deliveries"]:
+            lines.append("    %-13s %s%s" % (d["state"], _who_name(d),
+                                            " (left)" if d.get("left") else ""))
+    return "\n".join(lines)
+
+
+def _render_recv(result):
+    if result["messages"]:
+        return _render_messages(result["messages"], "")
+    inbox = result["inbox"]
+    return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
+        ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
+        inbox["read_total"], inbox["last_created_at"] or "never"))
+
+
+RENDER = {
+    "room_join": lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
+    % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
+       r["session_id"]),
+    "room_leave": lambda r: "left %s" % (", ".join(r["left_rooms"]) or "no rooms"),
+    "room_leave_room": lambda r: "left %s; still in %s" % (r["room"],
+                                                          ", ".join(r["rooms"]) or "none"),
+    "room_who": lambda r: _render_session_table(r["sessions"]),
+    "room_set_autonomy_cap": lambda r: "autonomy cap of %s is %s%s" % (
+        r["room"], autonomy_name(r["autonomy"]),
+        "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""),
+    "msg_send": lambda r: "message #%d -> %d recipient%s" % (
+        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s"),
+    "msg_recv": _render_recv,
+    "msg_ack": lambda r: "acked #%d" % r["message_id"],
+    "msg_unread": lambda r: "%d" % r["count"],
+    "msg_sent": _render_sent,
+    "room_history": lambda r: "%s\n%s" % (r["room"], _render_messages(
+        r["messages"], "(no messages yet)")),
+    "lease_claim": lambda r: ("%s %s lease on %s until %s" % (
+        r["reason"], r["lease"]["mode"], r["lease"]["path"], r["lease"]["expires_at"])
+        if r["ok"] else "refused: " + clean(r["reason"])),
+    "lease_renew": lambda r: "renewed %s until %s" % (r["path"], r["expires_at"]),
+    "lease_release": lambda r: "released %s" % r["path"],
+    "lease_check": lambda r: ("free: %s" % r["path"] if r["free"] else "taken: "
+                              + _render_lease(r["lease"])) + (
+        "\n  held by you too" if r["free"] and r["lease"] else ""),
+    "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
+    "note_read": lambda r: "%s  %s" % (r["hash"], r["path"]),
+    "drift_check": lambda r: "%s  %s" % (r["severity"], clean(r["message"])),
+}
+
+
+def _cli_flag(tool_, name):
+    return tool_.flags.get(name, "--" + name.replace("_", "-"))
+
+
+def build_parser():
+    """The argparse parser: one subcommand per tool (derived from the tool's
+    schema), plus serve, hook, prune, setup, doctor."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise UsageError("%s: %s" % (self.prog, message),
+                             "%s --help shows the usage" % self.prog)
+
+    parser = Parser(prog="agents_room.py", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog="Run '<command> --help' for each command's options and an "
+                           "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
+    parser.add_argument("--version", action="version", version="agents-room " + __version__)
+    commands = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
+    commands.required = True
+    for tool_ in TOOLS.values():
+        doc = " ".join((tool_.fn.__doc__ or "").split())
+        sub = commands.add_parser(
+            tool_.cli, help=doc.split(". ")[0].rstrip(".") + ".", description=doc,
+            epilog="example:\n  python3 agents_room.py " + tool_.example,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.set_defaults(tool=tool_.name)
+        for name, schema in tool_.params.items():
+            kinds = schema.get("type")
+            kinds = kinds if isinstance(kinds, list) else [kinds]
+            help_text = schema.get("description")
+            convert = str
+            if name.endswith("_s"):
+                convert = parse_duration
+            elif kinds == ["integer"]:
+                convert = int
+            if name == "session_id":
+                sub.add_argument("--session", dest="session_id", metavar="ID",
+                                 help="your session id (default $AGENTS_ROOM_SESSION)")
+            elif name in tool_.positional:
+                sub.add_argument(name, type=convert, help=help_text)
+            elif "array" in kinds:
+                sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
+                                 metavar=name.upper().rstrip("S") if name != "to" else
+                                 "SELECTOR", help=(help_text or "") + " (repeatable)")
+            else:
+                sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
+                                 metavar=name.upper(), help=help_text)
+        if tool_.name == "room_join":
+            sub.add_argument("--pid", type=int, help="the process whose life is the "
+                             "session's (default none: a CLI join ends at once)")
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+    sub = commands.add_parser("serve", help="Run the MCP server on stdin/stdout.",
+                              description=serve.__doc__)
+    sub.set_defaults(special="serve")
+    sub = commands.add_parser("hook", help="Answer a harness hook event (JSON on stdin).",
+                              description=run_hook.__doc__, add_help=False)
+    sub.set_defaults(special="hook")
+    sub = commands.add_parser(
+        "prune", help="Remove sessions that are quiet and gone.",
+        description=prune.__doc__, epilog="example:\n  python3 agents_room.py prune "
+        "--older-than 24h --dry-run", formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("--older-than", default="24h", type=parse_duration,
+                     help="quiet for longer than this (default 24h)")
+    sub.add_argument("--dry-run", action="store_true", help="only show what would go")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(special="prune")
+    sub = commands.add_parser("wake-run", help=argparse.SUPPRESS)
+    sub.add_argument("payload")
+    sub.set_defaults(special="wake-run")
+    return parser
+
+
+def cli_args_to_tool(args):
+    """argparse namespace -> the tool's argument dict (None means not given)."""
+    tool_ = TOOLS[args.tool]
+    values = {}
+    for name in tool_.params:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "to" and isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        values[name] = value
+    if "session_id" in tool_.params and not values.get("session_id"):
+        env_session = os.environ.get("AGENTS_ROOM_SESSION")
+        if env_session:
+            values["session_id"] = env_session
+        elif "session_id" in tool_.required:
+            raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
+                             "room_join / 'agents_room.py join' prints your session id")
+    if values.get("body") == "-":
+        values["body"] = sys.stdin.read()
+    return tool_, values
+
+
+def run_cli(args):
+    """Run a parsed command -> (text for stdout, exit code)."""
+    special = getattr(args, "special", None)
+    if special == "prune":
+        store = Store()
+        try:
+            result = prune(store, args.older_than, args.dry_run)
+        finally:
+            store.close()
+        if args.json:
+            return json.dumps(result, indent=2, ensure_ascii=False), 0
+        lines = ["%s %s (label %s, %s, last seen %s)" % (
+            "would remove" if args.dry_run else "removed", r["session_id"],
+            r["label"] or "-", r["liveness"], r["last_seen"]) for r in result["removed"]]
+        lines += ["kept %s (label %s): %s, not gone" % (r["session_id"], r["label"] or "-",
+                                                        r["liveness"])
+                  for r in result["kept"]]
+        return "\n".join(lines) or "nothing to prune", 0
+    if special == "wake-run":
+        return "", wake_run(args.payload)
+    tool_, values = cli_args_to_tool(args)
+    pid = getattr(args, "pid", None)
+    ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
+    store = Store()
+    try:
+        result = call_tool(store, ctx, tool_.name, values)
+        after_tool_event(store)
+    finally:
+        store.close()
+    code = 1 if tool_.name == "lease_claim" and not result["ok"] else 0
+    if args.json:
+        return json.dumps(result, indent=2, ensure_ascii=False), code
+    text = RENDER[tool_.name](result)
+    if result.get("warning"):
+        text += "\nwarning: " + clean(result["warning"])
+    return text, code
+
+
+def main(argv=None):
+    """The command line: returns the exit code (0 ok, 1 refused or failed, 2
+    usage).  Errors go to stderr as 'error: ...' with a hint."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "hook":
+        return hook_main(argv[1:])
+    if argv and argv[0] == "serve" and len(argv) == 1:
+        return serve()
+    try:
+        sys.stdout.reconfigure(errors="backslashreplace")
+    except (AttributeError, ValueError):
+        pass
+    want_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        text, code = run_cli(args)
+    except RoomError as error:
+        if want_json:
+            sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
+        sys.stderr.write("error: %s\n" % clean(error.message))
+        if error.hint:
+            sys.stderr.write("hint: %s\n" % clean(error.hint))
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+    if text:
+        sys.stdout.write(text + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
