@@ -1209,7 +1209,8 @@ def room_leave(store, ctx, session_id):
       cli="leave-room", positional=("room",),
       example="leave-room --session $ID shared:storefront", destructive=True)
 def room_leave_room(store, ctx, session_id, room):
-    """Leave one room and stay in the rest."""
+    """Leave one room and stay in the rest (your session, leases and other
+    rooms are kept). A bare name matches the repo: or shared: room you are in."""
     with store.write() as conn:
         row = require_session(store, conn, session_id)
         mine = rooms_of(conn, row["id"])
@@ -1761,7 +1762,8 @@ def lease_renew(store, ctx, session_id, path, ttl_s=LEASE_TTL_S):
       cli="release", positional=("path",), example="release --session $ID src/a.go",
       destructive=True)
 def lease_release(store, ctx, session_id, path):
-    """Release a lease you hold on a path."""
+    """Release a lease you hold on a path, as soon as you are done editing it,
+    so others waiting for it can claim it."""
     at = now()
     with store.write() as conn:
         row = require_session(store, conn, session_id)
@@ -2533,8 +2535,11 @@ class McpServer:
             return None
         try:
             message = json.loads(text)
-        except (ValueError, RecursionError) as error:
+        except ValueError as error:
             return _rpc_error(None, -32700, "Parse error: %s" % error)
+        except RecursionError:
+            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
+                              % JSON_DEPTH_MAX)
         if _too_deep(message):
             return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
                               % JSON_DEPTH_MAX)

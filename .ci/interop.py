@@ -1,0 +1,151 @@
+"""Interop: agents_room.py serve against real third-party MCP clients.
+
+Run by `make interop` inside a throwaway venv that has `mcp` and `fastmcp`;
+the @modelcontextprotocol/inspector CLI path comes as --inspector.  Not part of
+the core suite (which is standard library only).  Ends with 'N passed, N failed'.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import jsonschema
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "agents_room.py")
+RESULTS = []
+
+
+def field(obj, snake, camel):
+    """mcp 2.x names fields in snake_case, 1.x in camelCase: read either."""
+    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel)
+
+
+def check(name, condition, detail=""):
+    RESULTS.append((name, bool(condition)))
+    print("%s  %s%s" % ("ok  " if condition else "FAIL", name,
+                        "" if condition else "  " + str(detail)[:2000]))
+
+
+async def sdk_client(workdir, env):
+    """The official Python SDK: initialise, list, call every tool, validate
+    structuredContent against each tool's outputSchema."""
+    params = StdioServerParameters(command=sys.executable, args=[SCRIPT, "serve"],
+                                   env=env, cwd=workdir)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check("sdk: initialize", field(init, "server_info", "serverInfo").name == "agents-room", init)
+            listed = await session.list_tools()
+            tools = {t.name: t for t in listed.tools}
+            check("sdk: 18 tools listed", len(tools) == 18, sorted(tools))
+            for tool in tools.values():
+                jsonschema.Draft202012Validator.check_schema(
+                    field(tool, "input_schema", "inputSchema"))
+                jsonschema.Draft202012Validator.check_schema(
+                    field(tool, "output_schema", "outputSchema"))
+            check("sdk: schemas are valid JSON Schema", True)
+
+            async def call(name, **arguments):
+                result = await session.call_tool(name, arguments)
+                ok = not field(result, "is_error", "isError")
+                content = field(result, "structured_content", "structuredContent")
+                if ok:
+                    try:
+                        jsonschema.validate(content, field(
+                            tools[name], "output_schema", "outputSchema"))
+                    except jsonschema.ValidationError as error:
+                        ok, result = False, error
+                check("sdk: %s" % name, ok, result)
+                return content if ok else None
+
+            peer = subprocess.run(
+                [sys.executable, SCRIPT, "join", "--room", "interop", "--label", "peer",
+                 "--json"], env=env, cwd=workdir, capture_output=True, text=True)
+            peer_id = json.loads(peer.stdout)["session_id"]
+            me = await call("room_join", room="interop", label="sdk", extra_rooms=["team"])
+            sid = me["session_id"]
+            await call("room_who", session_id=sid)
+            await call("room_set_autonomy_cap", room="team", autonomy="hold")
+            await call("lease_claim", session_id=sid, path="file.txt", mode="shared")
+            await call("lease_renew", session_id=sid, path="file.txt", ttl_s=120)
+            await call("lease_check", session_id=sid, path="file.txt")
+            await call("lease_list", session_id=sid)
+            await call("note_read", session_id=sid, path="file.txt")
+            await call("drift_check", session_id=sid, path="file.txt")
+            sent = await call("msg_send", session_id=sid, to=[peer_id, "tag:x"],
+                              subject="hello", body="from the sdk")
+            subprocess.run([sys.executable, SCRIPT, "send", "--session", peer_id, "--to",
+                            sid, "--subject", "back"], env=env, cwd=workdir, check=True,
+                           capture_output=True)
+            await call("msg_unread", session_id=sid)
+            got = await call("msg_recv", session_id=sid)
+            await call("msg_ack", session_id=sid, message_id=got["messages"][0]["message_id"])
+            await call("msg_sent", session_id=sid)
+            await call("room_history", session_id=sid, room="interop")
+            await call("lease_release", session_id=sid, path="file.txt")
+            await call("room_leave_room", session_id=sid, room="team")
+            await call("room_leave", session_id=sid)
+            check("sdk: message reached the CLI peer", sent and sent["recipients"] == 1, sent)
+            bad = await session.call_tool("msg_recv", {"session_id": "nope"})
+            check("sdk: unknown session is isError", field(bad, "is_error", "isError") and
+                  "not a session id" in bad.content[0].text, bad)
+
+
+def fastmcp_cli(workdir, env, fastmcp):
+    command = "%s %s serve" % (sys.executable, SCRIPT)
+    listed = subprocess.run([fastmcp, "list", "--command", command, "--json"], env=env,
+                            cwd=workdir, capture_output=True, text=True, timeout=120)
+    check("fastmcp list", listed.returncode == 0 and "room_join" in listed.stdout,
+          listed.stderr or listed.stdout)
+    called = subprocess.run([fastmcp, "call", "--command", command, "--target", "room_join",
+                             "--input-json", json.dumps({"label": "fastmcp",
+                                                         "room": "interop"}),
+                             "--json"], env=env,
+                            cwd=workdir, capture_output=True, text=True, timeout=120)
+    check("fastmcp call room_join", called.returncode == 0 and "session_id" in
+          called.stdout, called.stderr or called.stdout)
+
+
+def inspector_cli(workdir, env, inspector):
+    base = [inspector, "--cli", sys.executable, SCRIPT, "serve"]
+    listed = subprocess.run(base + ["--method", "tools/list"], env=env, cwd=workdir,
+                            capture_output=True, text=True, timeout=120)
+    ok = listed.returncode == 0
+    tools = json.loads(listed.stdout[listed.stdout.index("{"):])["tools"] if ok else []
+    check("inspector tools/list", len(tools) == 18, listed.stderr or listed.stdout)
+    called = subprocess.run(base + ["--method", "tools/call", "--tool-name", "room_join",
+                                    "--tool-arg", "label=inspector", "--tool-arg",
+                                    "room=interop"], env=env, cwd=workdir,
+                            capture_output=True, text=True, timeout=120)
+    ok = called.returncode == 0 and '"isError": false' in called.stdout
+    check("inspector tools/call room_join", ok, called.stderr or called.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--inspector", required=True)
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="agents-room-interop-")
+    with open(os.path.join(workdir, "file.txt"), "w") as handle:
+        handle.write("shared file\n")
+    env = dict(os.environ, AGENTS_ROOM_DB=os.path.join(workdir, "store", "room.db"))
+    for var in ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID",
+                "HERMES_SESSION_ID", "AGENTS_ROOM_SESSION"):
+        env.pop(var, None)
+    asyncio.run(sdk_client(workdir, env))
+    fastmcp_cli(workdir, env, os.path.join(os.path.dirname(sys.executable), "fastmcp"))
+    inspector_cli(workdir, env, args.inspector)
+    failed = sum(1 for _, ok in RESULTS if not ok)
+    print("%d passed, %d failed" % (len(RESULTS) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1326 @@
+#!/usr/bin/env python3
+"""Tests for agents_room.py: the program as its users drive it.
+
+Most tests run the real CLI as a subprocess on a temporary store, or drive
+`serve` over pipes; a few call the operation layer in-process.  Standard library
+only.  Run: python3 test_agents_room.py  (ends with 'N passed, N failed').
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "agents_room.py")
+sys.path.insert(0, HERE)
+import agents_room  # noqa: E402
+
+HARNESS_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID",
+                "HERMES_SESSION_ID", "AGENTS_ROOM_SESSION", "AGENTS_ROOM_WAKE_CMD",
+                "CLAUDECODE", "CLAUDE_CODE_MESSAGING_SOCKET",
+                "CLAUDE_CODE_MESSAGING_TOKEN", "AGENTS_ROOM_TIME_OFFSET",
+                "AGENTS_ROOM_PROCSCAN", "AGENTS_ROOM_PROC_ROOT")
+
+
+def read_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in HARNESS_VARS and not k.startswith(("CODEX_", "HERMES_"))}
+    env.update(extra)
+    return env
+
+
+class RoomTest(unittest.TestCase):
+    """A temporary directory and store per test, and helpers to drive the CLI."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="agents-room-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.db = os.path.join(self.tmp, "store", "room.db")
+        self.env = clean_env(AGENTS_ROOM_DB=self.db)
+        self.procs = []
+        self.addCleanup(self._reap)
+
+    def _reap(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+
+    def repo(self, name):
+        """A directory that is a git top level (has .git), named name."""
+        path = os.path.join(self.tmp, name)
+        os.makedirs(os.path.join(path, ".git"), exist_ok=True)
+        return path
+
+    def run_cli(self, *args, cwd=None, env=None, input=None, check=None):
+        full_env = dict(self.env, **(env or {}))
+        done = subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args],
+                              cwd=cwd or self.tmp, env=full_env, input=input,
+                              capture_output=True, text=True, timeout=60)
+        if check is not None:
+            self.assertEqual(done.returncode, check,
+                             "%s -> %d\nstdout: %s\nstderr: %s" % (
+                                 args, done.returncode, done.stdout, done.stderr))
+        self.assertNotIn("Traceback", done.stderr)
+        return done
+
+    def cli_json(self, *args, cwd=None, env=None, input=None, check=0):
+        done = self.run_cli(*(list(args) + ["--json"]), cwd=cwd, env=env, input=input,
+                            check=check)
+        return json.loads(done.stdout)
+
+    def join(self, *args, cwd=None, key=None):
+        env = {"AGENTS_ROOM_HARNESS_KEY": key} if key else None
+        return self.cli_json("join", *args, cwd=cwd or self.tmp, env=env)
+
+
+# ---- store -----------------------------------------------------------------
+
+
+class StoreTest(RoomTest):
+
+    def test_new_store_is_private_and_wal(self):
+        self.join("--label", "a")
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(self.db)).st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE(os.stat(self.db).st_mode), 0o600)
+        conn = sqlite3.connect(self.db)
+        self.assertEqual(conn.execute("PRAGMA journal_mode").fetchone()[0], "wal")
+        self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
+                         agents_room.SCHEMA_VERSION)
+        conn.close()
+
+    def test_every_change_writes_an_event(self):
+        me = self.join("--label", "a")["session_id"]
+        self.run_cli("claim", "--session", me, "f.txt", check=0)
+        self.run_cli("release", "--session", me, "f.txt", check=0)
+        conn = sqlite3.connect(self.db)
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+        conn.close()
+        for kind in ("session.join", "room.join", "lease.claim", "lease.release"):
+            self.assertIn(kind, kinds)
+
+    def test_newer_store_is_refused_untouched(self):
+        self.join()
+        conn = sqlite3.connect(self.db)
+        conn.execute("PRAGMA user_version=99")
+        conn.close()
+        before = read_bytes(self.db)
+        done = self.run_cli("who", check=1)
+        self.assertIn("newer agents-room", done.stderr)
+        self.assertIn(self.db, done.stderr)
+        self.assertEqual(read_bytes(self.db), before)
+
+    def test_not_a_database_is_explained(self):
+        os.makedirs(os.path.dirname(self.db))
+        with open(self.db, "w") as handle:
+            handle.write("this is not sqlite" * 100)
+        done = self.run_cli("who", check=1)
+        self.assertIn("not an agents-room store", done.stderr)
+        self.assertIn(self.db, done.stderr)
+
+    def test_unwritable_location_is_explained(self):
+        blocker = os.path.join(self.tmp, "file")
+        open(blocker, "w").close()
+        done = self.run_cli("who", env={"AGENTS_ROOM_DB": os.path.join(blocker, "x.db")},
+                            check=1)
+        self.assertIn("cannot create the store", done.stderr)
+
+
+# ---- sessions and identity --------------------------------------------------
+
+
+class SessionTest(RoomTest):
+
+    def test_rejoin_with_same_harness_key_is_same_session(self):
+        first = self.join("--label", "api", key="key-1")
+        again = self.join(key="key-1")
+        self.assertEqual(first["session_id"], again["session_id"])
+        self.assertEqual(again["label"], "api")          # unchanged when not given
+        self.assertRegex(first["session_id"], r"^[0-9a-f]{16}$")
+        who = self.cli_json("who")
+        self.assertEqual(len(who["sessions"]), 1)
+
+    def test_rejoin_adds_rooms_and_changes_label_only_when_given(self):
+        first = self.join("--room", "api", "--label", "one", key="k")
+        self.assertEqual(first["rooms"], ["repo:api"])
+        again = self.join("--also", "storefront", "--also", "shared:ops", key="k")
+        self.assertEqual(again["rooms"], ["repo:" + os.path.basename(self.tmp),
+                                          "repo:api", "shared:ops", "shared:storefront"])
+        self.assertEqual(self.join("--label", "two", key="k")["label"], "two")
+
+    def test_default_room_is_git_top_level(self):
+        repo = self.repo("shop-api")
+        deep = os.path.join(repo, "src", "deep")
+        os.makedirs(deep)
+        self.assertEqual(self.join(cwd=deep)["rooms"], ["repo:shop-api"])
+
+    def test_harness_key_and_harness_from_environment(self):
+        env = {"CLAUDE_CODE_SESSION_ID": "2b50133e-aaaa", "CLAUDECODE": "1"}
+        joined = self.cli_json("join", env=env)
+        who = self.cli_json("who")["sessions"][0]
+        self.assertEqual(who["harness"], "claude-code")
+        again = self.cli_json("join", env=env)
+        self.assertEqual(joined["session_id"], again["session_id"])
+        codex = self.cli_json("join", env={"CODEX_THREAD_ID": "thread-9"})
+        self.assertNotEqual(codex["session_id"], joined["session_id"])
+
+    def test_autonomy_keep_raise_refuse_and_cap(self):
+        me = self.join("--room", "api", key="k")
+        self.assertEqual(me["autonomy"], 0)
+        self.assertEqual(self.join("--autonomy", "hold", key="k")["autonomy"], 1)
+        kept = self.join(key="k")
+        self.assertEqual(kept["autonomy"], 1)                # omitted: kept, not 0
+        self.assertNotIn("warning", kept)
+        lower = self.join("--autonomy", "0", key="k")
+        self.assertEqual(lower["autonomy"], 1)
+        self.assertIn("1 (hold)", lower["warning"])
+        done = self.run_cli("join", "--autonomy", "notify", env={
+            "AGENTS_ROOM_HARNESS_KEY": "k"}, check=0)
+        self.assertIn("warning:", done.stdout)
+        cap = self.cli_json("set-cap", "--room", "api", "notify")
+        self.assertEqual(cap, {"room": "repo:api", "autonomy": 0,
+                               "lowered": [me["session_id"]]})
+        raised = self.join("--autonomy", "wake", key="k")
+        self.assertEqual((raised["autonomy"], raised["autonomy_requested"]), (0, 2))
+        who = self.cli_json("who", "--room", "api")["sessions"][0]
+        self.assertEqual((who["autonomy"], who["autonomy_requested"]), (0, 2))
+        self.cli_json("set-cap", "--room", "repo:api", "2")
+        self.assertEqual(self.join(key="k")["autonomy"], 2)   # cap raised: restored
+
+    def test_bad_autonomy_and_room_prefix_are_usage_errors(self):
+        for args in (["--autonomy", "9"], ["--autonomy", "loud"], ["--room", "team:x"],
+                     ["--room", "repo:"]):
+            with self.subTest(args=args):
+                done = self.run_cli("join", *args, check=2)
+                self.assertIn("error:", done.stderr)
+
+    def test_unknown_session_errors_name_what_was_meant(self):
+        me = self.join("--label", "api", key="harness-uuid-1234")["session_id"]
+        cases = [
+            ("harness-uuid-1234", "that is a harness key; your session id is " + me),
+            (me[:6], "did you mean %s (label api)" % me),
+            ("api", "did you mean %s (label api)" % me),
+            ("0123456789abcdef", "may have left, or belong to another store (this store "
+                                 "is %s)" % self.db),
+            ("not an id!", "not a session id"),
+        ]
+        for value, expected in cases:
+            with self.subTest(value=value):
+                done = self.run_cli("recv", "--session", value, check=1)
+                self.assertIn(expected, done.stderr)
+                self.assertEqual(done.stdout, "")
+
+    def test_missing_session_is_usage_error(self):
+        done = self.run_cli("recv", check=2)
+        self.assertIn("--session", done.stderr)
+        me = self.join()["session_id"]
+        self.assertEqual(self.cli_json("unread", env={"AGENTS_ROOM_SESSION": me}),
+                         {"count": 0})
+
+    def test_leave_keeps_row_and_refuses_send(self):
+        me = self.join("--label", "gone-soon")["session_id"]
+        self.run_cli("claim", "--session", me, "a.txt", check=0)
+        left = self.cli_json("leave", "--session", me)
+        self.assertTrue(left["ok"])
+        done = self.run_cli("send", "--session", me, "--to", "*", "--subject", "x", check=1)
+        self.assertIn("has left; join again", done.stderr)
+        self.assertEqual(self.cli_json("recv", "--session", me)["messages"], [])
+        self.assertEqual(self.cli_json("leases", "--session", me)["leases"], [])
+
+    def test_leave_one_room(self):
+        me = self.join("--room", "api", "--also", "storefront")["session_id"]
+        out = self.cli_json("leave-room", "--session", me, "storefront")
+        self.assertEqual((out["room"], out["rooms"]), ("shared:storefront", ["repo:api"]))
+        self.run_cli("leave-room", "--session", me, "storefront", check=1)
+
+    def test_bare_room_resolves_or_is_ambiguous(self):
+        self.join("--room", "shop")
+        self.join("--room", "repo:other", "--also", "shop")
+        done = self.run_cli("history", "--room", "shop", check=2)
+        self.assertIn("repo:shop and shared:shop", done.stderr)
+        self.assertEqual(self.cli_json("who", "--room", "other")["room"], "repo:other")
+        self.run_cli("who", "--room", "nowhere", check=1)
+
+
+# ---- messages ----------------------------------------------------------------
+
+
+class MessageTest(RoomTest):
+
+    def setUp(self):
+        super().setUp()
+        self.api_dir = self.repo("api")
+        self.web_dir = self.repo("web")
+        os.makedirs(os.path.join(self.api_dir, "src", "api"))
+        self.api = self.join("--also", "storefront", "--label", "api", cwd=self.api_dir,
+                             key="k-api")["session_id"]
+        self.web = self.join("--also", "storefront", "--label", "web", "--tag", "client",
+                             cwd=self.web_dir, key="k-web")["session_id"]
+
+    def send(self, sender, *selectors, subject="s", extra=(), check=0):
+        args = ["send", "--session", sender, "--subject", subject]
+        for selector in selectors:
+            args += ["--to", selector]
+        return self.cli_json(*(args + list(extra)), check=check)
+
+    def test_seed_examples_work_as_written(self):
+        env = {"AGENTS_ROOM_HARNESS_KEY": "seed"}
+        joined = self.cli_json("join", "--room", "repo:api", "--also", "storefront",
+                               "--label", "api2", "--autonomy", "2", env=env)
+        sid = joined["session_id"]
+        self.run_cli("claim", "--session", self.api, "src/api/users.go", cwd=self.api_dir,
+                     check=0)
+        done = self.run_cli("send", "--session", sid, "--to", "file:src/api/users.go",
+                            "--subject", "need a phone field", check=0)
+        self.assertIn("1 recipient", done.stdout)
+        self.assertIn("need a phone field",
+                      self.run_cli("recv", "--session", self.api, check=0).stdout)
+        self.assertIn("need a phone field",
+                      self.run_cli("history", "--room", "shared:storefront", check=0).stdout)
+
+    def test_file_selector_three_forms_from_another_directory(self):
+        self.run_cli("claim", "--session", self.api, "src/api/users.go", cwd=self.api_dir,
+                     check=0)
+        absolute = os.path.join(self.api_dir, "src", "api", "users.go")
+        for selector in ("file:" + absolute, "file:src/api/users.go", "file:users.go",
+                         "file:src/*/users.go", "file:*.go"):
+            with self.subTest(selector=selector):
+                self.assertEqual(self.send(self.web, selector)["recipients"], 1)
+        for selector in ("file:Users.go", "file:other.go", "file:api/users.go"):
+            with self.subTest(selector=selector):
+                self.assertEqual(self.send(self.web, selector)["recipients"], 0)
+
+    def test_star_tag_session_and_lists(self):
+        third = self.join("--room", "ops", "--also", "storefront", "--tag", "client",
+                          "--label", "bot", key="k-bot")["session_id"]
+        self.assertEqual(self.send(self.api, "*")["recipients"], 2)
+        self.assertEqual(self.send(self.api, "tag:client")["recipient_ids"],
+                         sorted([self.web, third]) if False else
+                         self.send(self.api, "tag:client")["recipient_ids"])
+        tagged = self.send(self.api, "tag:client")
+        self.assertEqual(sorted(tagged["recipient_ids"]), sorted([self.web, third]))
+        self.assertEqual(self.send(self.api, self.web)["recipient_ids"], [self.web])
+        union = self.send(self.api, self.web, "tag:client", "*")
+        self.assertEqual(union["recipients"], 2)      # union, no duplicates
+        self.assertEqual(self.send(self.web, "tag:client")["recipient_ids"], [third])
+
+    def test_zero_recipients_is_a_count_and_a_warning(self):
+        alone = self.join("--room", "solo", "--label", "solo", key="k-solo")["session_id"]
+        out = self.send(alone, "*")
+        self.assertEqual(out["recipients"], 0)
+        self.assertIn("delivered to nobody", out["warning"])
+        self.assertEqual(self.send(self.api, self.api)["recipients"], 0)  # only self
+        done = self.run_cli("send", "--session", alone, "--to", "*", "--subject", "x",
+                            check=0)
+        self.assertIn("warning:", done.stdout)
+
+    def test_session_selector_errors(self):
+        stranger = self.join("--room", "elsewhere", key="k-x")["session_id"]
+        done = self.run_cli("send", "--session", self.api, "--to", stranger, "--subject",
+                            "x", check=1)
+        self.assertIn("shares no room with you", done.stderr)
+        done = self.run_cli("send", "--session", self.api, "--to", "k-web", "--subject",
+                            "x", check=1)
+        self.assertIn("that is a harness key; your session id is " + self.web, done.stderr)
+
+    def test_message_bounds(self):
+        self.run_cli("send", "--session", self.api, "--to", "*", check=2)
+        self.run_cli("send", "--session", self.api, "--to", "*", "--subject", "x" * 1001,
+                     check=2)
+        big = "x" * (1024 * 1024 + 1)
+        done = self.run_cli("send", "--session", self.api, "--to", "*", "--body", "-",
+                            input=big, check=2)
+        self.assertIn("1 MiB", done.stderr)
+        done = self.run_cli("send", "--session", self.api, "--to", "*", "--subject", "r",
+                            "--reply-to", "999", check=1)
+        self.assertIn("reply_to names no message", done.stderr)
+
+    def test_body_from_stdin_and_recv_order_and_inbox(self):
+        empty = self.cli_json("recv", "--session", self.web)
+        self.assertEqual(empty["messages"], [])
+        self.assertEqual(empty["inbox"], {"rooms": ["repo:web", "shared:storefront"],
+                                          "deliveries_total": 0, "read_total": 0,
+                                          "last_created_at": None})
+        first = self.send(self.api, self.web, subject="one")["message_id"]
+        self.cli_json("send", "--session", self.api, "--to", self.web, "--body", "-",
+                      "--reply-to", str(first), input="line 1\nline 2\n")
+        self.assertEqual(self.cli_json("unread", "--session", self.web)["count"], 2)
+        got = self.cli_json("recv", "--session", self.web)["messages"]
+        self.assertEqual([m["subject"] for m in got], ["one", None])
+        self.assertEqual(got[1]["body"], "line 1\nline 2\n")
+        self.assertEqual(got[1]["reply_to"], first)
+        self.assertEqual(got[0]["sender_label"], "api")
+        self.assertEqual(got[0]["rooms"], ["repo:api", "shared:storefront"])
+        self.assertEqual(self.cli_json("unread", "--session", self.web)["count"], 0)
+        inbox = self.cli_json("recv", "--session", self.web)["inbox"]
+        self.assertEqual((inbox["deliveries_total"], inbox["read_total"]), (2, 2))
+        self.assertIsNotNone(inbox["last_created_at"])
+
+    def test_recv_limit(self):
+        for i in range(5):
+            self.send(self.api, self.web, subject="m%d" % i)
+        got = self.cli_json("recv", "--session", self.web, "--limit", "2")["messages"]
+        self.assertEqual([m["subject"] for m in got], ["m0", "m1"])
+        self.assertEqual(self.cli_json("unread", "--session", self.web)["count"], 3)
+        self.run_cli("recv", "--session", self.web, "--limit", "0", check=2)
+        self.run_cli("recv", "--session", self.web, "--limit", "1001", check=2)
+
+    def test_late_joiner_reads_full_history(self):
+        self.send(self.api, "*", subject="decided: v2 shape")
+        self.send(self.web, "*", subject="ack")
+        late = self.join("--room", "late", "--also", "storefront", key="k-late")
+        history = self.cli_json("history", "--session", late["session_id"], "--room",
+                                "storefront")
+        self.assertEqual([m["subject"] for m in history["messages"]],
+                         ["decided: v2 shape", "ack"])
+        self.assertEqual(self.cli_json("unread", "--session", late["session_id"])["count"],
+                         0)
+        self.assertEqual(self.cli_json("unread", "--session", self.web)["count"], 1)
+        self.assertEqual(len(self.cli_json("history", "--room", "storefront", "--limit",
+                                           "1")["messages"]), 1)
+
+    def test_delivery_states_read_and_acked(self):
+        mid = self.send(self.api, self.web)["message_id"]
+
+        def state():
+            sent = self.cli_json("sent", "--session", self.api)["messages"][-1]
+            return sent["deliveries"][0]["state"], sent["pending"]
+        self.assertEqual(state(), ("stored", 1))
+        self.cli_json("recv", "--session", self.web)
+        self.assertEqual(state(), ("read", 0))
+        self.assertEqual(self.cli_json("ack", "--session", self.web, str(mid))["state"],
+                         "acked")
+        self.assertEqual(state(), ("acked", 0))
+        self.cli_json("ack", "--session", self.web, str(mid))     # second ack: no change
+        self.run_cli("ack", "--session", self.api, str(mid), check=1)  # not delivered
+        self.run_cli("ack", "--session", self.web, "4242", check=1)
+        self.run_cli("ack", "--session", self.web, "abc", check=2)
+        mid2 = self.send(self.api, self.web)["message_id"]
+        self.cli_json("ack", "--session", self.web, str(mid2))  # unread ack moves forward
+        self.assertEqual(state(), ("acked", 0))
+
+    def test_ttl_expiry(self):
+        mid = self.send(self.api, self.web, extra=["--ttl", "60"])["message_id"]
+        later = {"AGENTS_ROOM_TIME_OFFSET": "120"}
+        self.assertEqual(self.cli_json("unread", "--session", self.web, env=later)["count"],
+                         0)
+        self.assertEqual(self.cli_json("recv", "--session", self.web)["messages"], [])
+        sent = self.cli_json("sent", "--session", self.api)["messages"][-1]
+        self.assertEqual(sent["deliveries"][0]["state"], "expired")
+        done = self.run_cli("ack", "--session", self.web, str(mid), check=1)
+        self.assertIn("expired", done.stderr)
+
+    def test_sent_counts_left_recipients(self):
+        self.send(self.api, "*", subject="hello")
+        self.cli_json("leave", "--session", self.web)
+        sent = self.cli_json("sent", "--session", self.api)["messages"][0]
+        self.assertEqual((sent["sent"], sent["pending"], sent["left"]), (1, 0, 1))
+        human = self.run_cli("sent", "--session", self.api, check=0).stdout
+        self.assertIn("(left)", human)
+
+
+# ---- leases and drift ---------------------------------------------------------
+
+
+class LeaseTest(RoomTest):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.repo("proj")
+        self.a = self.join("--label", "a", cwd=self.dir, key="ka")["session_id"]
+        self.b = self.join("--label", "b", cwd=self.dir, key="kb")["session_id"]
+
+    def claim(self, who, path, *extra, check=0):
+        return self.cli_json("claim", "--session", who, path, *extra, cwd=self.dir,
+                             check=check)
+
+    def test_exclusive_blocks_and_relative_equals_absolute(self):
+        got = self.claim(self.a, "src/wire.go")
+        self.assertEqual((got["ok"], got["holder"], got["reason"]), (True, None, "acquired"))
+        self.assertEqual(got["lease"]["path"], os.path.join(self.dir, "src", "wire.go"))
+        refused = self.claim(self.b, os.path.join(self.dir, "src/../src/wire.go"), check=1)
+        self.assertFalse(refused["ok"])
+        self.assertEqual(refused["holder"]["session_id"], self.a)
+        self.assertEqual(refused["holder"]["label"], "a")
+        self.assertIn("held by", refused["reason"])
+        self.assertEqual(len(refused["holders"]), 1)
+        self.assertEqual(self.claim(self.a, "src/wire.go")["reason"], "renewed")
+
+    def test_shared_coexist_and_block_exclusive(self):
+        self.assertTrue(self.claim(self.a, "f", "--mode", "shared")["ok"])
+        self.assertTrue(self.claim(self.b, "f", "--mode", "shared")["ok"])
+        c = self.join("--label", "c", cwd=self.dir, key="kc")["session_id"]
+        refused = self.claim(c, "f", check=1)
+        self.assertEqual(len(refused["holders"]), 2)
+        self.cli_json("release", "--session", self.a, "f", cwd=self.dir)
+        self.cli_json("release", "--session", self.b, "f", cwd=self.dir)
+        self.assertTrue(self.claim(c, "f")["ok"])
+        self.assertFalse(self.claim(self.a, "f", "--mode", "shared", check=1)["ok"])
+
+    def test_ttl_bounds_and_expiry(self):
+        self.claim(self.a, "f", "--ttl", "25h", check=2)
+        self.claim(self.a, "f", "--ttl", "0", check=2)
+        self.claim(self.a, "f", "--ttl", "60")
+        later = {"AGENTS_ROOM_TIME_OFFSET": "120"}
+        done = self.run_cli("renew", "--session", self.a, "f", cwd=self.dir, env=later,
+                            check=1)
+        self.assertIn("expired", done.stderr)
+        self.assertTrue(self.cli_json("claim", "--session", self.b, "f", cwd=self.dir,
+                                      env=later)["ok"])
+
+    def test_renew_refused_for_foreign_or_missing(self):
+        self.claim(self.a, "f")
+        done = self.run_cli("renew", "--session", self.b, "f", cwd=self.dir, check=1)
+        self.assertIn("held by %s" % self.a, done.stderr)
+        done = self.run_cli("renew", "--session", self.b, "g", cwd=self.dir, check=1)
+        self.assertIn("you hold no lease", done.stderr)
+        renewed = self.cli_json("renew", "--session", self.a, "f", "--ttl", "2h",
+                                cwd=self.dir)
+        self.assertEqual(renewed["session_id"], self.a)
+        self.run_cli("release", "--session", self.b, "f", cwd=self.dir, check=1)
+
+    def test_check_and_list(self):
+        free = self.cli_json("check", "--session", self.b, "f", cwd=self.dir)
+        self.assertEqual((free["free"], free["lease"]), (True, None))
+        self.claim(self.a, "f")
+        taken = self.cli_json("check", "--session", self.b, "f", cwd=self.dir)
+        self.assertFalse(taken["free"])
+        self.assertEqual(taken["lease"]["session_id"], self.a)
+        self.assertIn(taken["lease"]["liveness"], ("alive", "gone", "unknown"))
+        self.assertTrue(self.cli_json("check", "--session", self.a, "f", cwd=self.dir)["free"])
+        leases = self.cli_json("leases", "--session", self.b)["leases"]
+        self.assertEqual([l["session_id"] for l in leases], [self.a])
+        other = self.join("--room", "elsewhere", key="ko")["session_id"]
+        self.assertEqual(self.cli_json("leases", "--session", other)["leases"], [])
+
+    def test_drift_safe_minor_critical(self):
+        path = os.path.join(self.dir, "api.go")
+        with open(path, "w") as handle:
+            handle.write("v1\n")
+        self.assertEqual(self.cli_json("drift", "--session", self.a, "api.go",
+                                       cwd=self.dir)["severity"], "SAFE")  # no baseline
+        noted = self.cli_json("note-read", "--session", self.a, "api.go", cwd=self.dir)
+        self.assertEqual(len(noted["hash"]), 64)
+        self.assertEqual(self.cli_json("drift", "--session", self.a, "api.go",
+                                       cwd=self.dir)["severity"], "SAFE")
+        with open(path, "a") as handle:
+            handle.write("v2\n")
+        minor = self.cli_json("drift", "--session", self.a, "api.go", cwd=self.dir)
+        self.assertEqual((minor["severity"], minor["changed"], minor["holder"]),
+                         ("MINOR", True, None))
+        self.cli_json("note-read", "--session", self.a, "api.go", cwd=self.dir)
+        self.claim(self.b, "api.go")
+        with open(path, "a") as handle:
+            handle.write("v3 by b\n")
+        self.cli_json("release", "--session", self.b, "api.go", cwd=self.dir)
+        critical = self.cli_json("drift", "--session", self.a, "api.go", cwd=self.dir)
+        self.assertEqual(critical["severity"], "CRITICAL")
+        self.assertEqual(critical["holder"]["session_id"], self.b)
+        self.assertIsNotNone(critical["since"])
+        done = self.run_cli("drift", "--session", self.a, "api.go", cwd=self.dir, check=0)
+        self.assertIn("CRITICAL", done.stdout)
+        os.remove(path)
+        self.cli_json("note-read", "--session", self.a, "gone.txt", cwd=self.dir, check=1)
+
+    def test_drift_deleted_file_is_changed(self):
+        path = os.path.join(self.dir, "doomed.txt")
+        with open(path, "w") as handle:
+            handle.write("x")
+        self.cli_json("note-read", "--session", self.a, path)
+        os.remove(path)
+        out = self.cli_json("drift", "--session", self.a, path)
+        self.assertEqual((out["severity"], out["changed"]), ("MINOR", True))
+        self.assertIn("deleted", out["message"])
+
+    def test_lease_before_baseline_is_not_critical(self):
+        path = os.path.join(self.dir, "old.txt")
+        with open(path, "w") as handle:
+            handle.write("x")
+        self.claim(self.b, path)
+        self.cli_json("release", "--session", self.b, path)
+        self.cli_json("note-read", "--session", self.a, path)
+        with open(path, "a") as handle:
+            handle.write("y")
+        self.assertEqual(self.cli_json("drift", "--session", self.a, path)["severity"],
+                         "MINOR")
+
+
+# ---- liveness and prune ---------------------------------------------------------
+
+
+class LivenessTest(RoomTest):
+
+    def spawn_with_key(self, key):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                env=clean_env(AGENTS_ROOM_HARNESS_KEY=key))
+        self.procs.append(proc)
+        return proc
+
+    def liveness(self, env=None):
+        return {s["label"]: s["liveness"] for s in self.cli_json("who", env=env)["sessions"]}
+
+    def test_alive_gone_unknown_from_real_processes(self):
+        holder = self.spawn_with_key("live-key-1")
+        self.join("--label", "keyed", key="live-key-1")
+        self.join("--label", "nokey")
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.procs.append(sleeper)
+        self.join("--label", "bypid", "--pid", str(sleeper.pid))
+        time.sleep(0.2)
+        for scanner in ("proc", "ps"):
+            with self.subTest(scanner=scanner):
+                self.assertEqual(self.liveness({"AGENTS_ROOM_PROCSCAN": scanner}),
+                                 {"keyed": "alive", "nokey": "unknown", "bypid": "alive"})
+        holder.kill()
+        holder.wait()
+        sleeper.kill()
+        sleeper.wait()
+        for scanner in ("proc", "ps"):
+            with self.subTest(scanner=scanner, after="exit"):
+                self.assertEqual(self.liveness({"AGENTS_ROOM_PROCSCAN": scanner}),
+                                 {"keyed": "gone", "nokey": "unknown", "bypid": "gone"})
+
+    def test_reused_pid_is_not_the_session(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.procs.append(proc)
+        me = self.join("--label", "p", "--pid", str(proc.pid))["session_id"]
+        conn = sqlite3.connect(self.db)
+        conn.execute("UPDATE sessions SET pid_start = pid_start - 1000 WHERE id=?", (me,))
+        conn.commit()
+        conn.close()
+        self.assertEqual(self.liveness(), {"p": "gone"})
+
+    def fake_proc(self, pid, environ=None, uninspectable=False):
+        root = os.path.join(self.tmp, "proc")
+        os.makedirs(os.path.join(root, str(pid)), exist_ok=True)
+        with open(os.path.join(root, "stat"), "w") as handle:
+            handle.write("cpu 1 2 3\nbtime 1700000000\n")
+        with open(os.path.join(root, str(pid), "stat"), "w") as handle:
+            handle.write("%d (x y) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0\n" % pid)
+        target = os.path.join(root, str(pid), "environ")
+        if uninspectable:
+            # Reading these fails, as EACCES would for another user's process.
+            os.remove(os.path.join(root, str(pid), "stat"))
+            os.makedirs(os.path.join(root, str(pid), "stat"))
+            os.makedirs(target, exist_ok=True)
+        else:
+            with open(target, "wb") as handle:
+                handle.write(b"\0".join(environ or []) + b"\0")
+        return root
+
+    def test_uninspectable_process_is_unknown_and_never_pruned(self):
+        root = self.fake_proc(4242, uninspectable=True)
+        self.fake_proc(4343, [b"PATH=/bin", b"CODEX_THREAD_ID=thread-x"])
+        env = {"AGENTS_ROOM_PROC_ROOT": root, "AGENTS_ROOM_PROCSCAN": "proc"}
+        self.cli_json("join", "--label", "blind", "--pid", "4242", env=env)
+        self.cli_json("join", "--label", "codex", env=dict(env, CODEX_THREAD_ID="thread-x"))
+        self.cli_json("join", "--label", "lost", env=dict(env, AGENTS_ROOM_HARNESS_KEY="nope"))
+        self.assertEqual(self.liveness(env),
+                         {"blind": "unknown", "codex": "alive", "lost": "gone"})
+        later = dict(env, AGENTS_ROOM_TIME_OFFSET=str(2 * 86400))
+        pruned = self.cli_json("prune", env=later)
+        self.assertEqual([r["label"] for r in pruned["removed"]], ["lost"])
+        self.assertEqual(sorted(self.liveness(env)), ["blind", "codex"])
+
+    def test_prune_only_quiet_and_gone_keeps_messages(self):
+        proc = self.spawn_with_key("k-alive")
+        time.sleep(0.1)
+        alive = self.join("--label", "alive", key="k-alive")["session_id"]
+        gone = self.join("--label", "gone", key="k-gone")["session_id"]
+        mid = self.cli_json("send", "--session", gone, "--to", "*", "--subject",
+                            "last words")["message_id"]
+        self.assertEqual(self.cli_json("prune")["removed"], [])        # not quiet yet
+        later = {"AGENTS_ROOM_TIME_OFFSET": str(2 * 86400)}
+        dry = self.cli_json("prune", "--dry-run", env=later)
+        self.assertEqual([r["session_id"] for r in dry["removed"]], [gone])
+        out = self.cli_json("prune", env=later)
+        self.assertEqual([r["session_id"] for r in out["removed"]], [gone])
+        self.assertEqual([r["session_id"] for r in out["kept"]], [alive])
+        history = self.cli_json("history", "--session", alive)["messages"]
+        self.assertEqual([(m["message_id"], m["sender_label"]) for m in history],
+                         [(mid, "gone")])
+        got = self.cli_json("recv", "--session", alive)["messages"]
+        self.assertEqual([(m["subject"], m["sender"]) for m in got], [("last words", gone)])
+        proc.kill()
+
+
+# ---- CLI surface ---------------------------------------------------------------
+
+
+class CliTest(RoomTest):
+
+    def test_every_subcommand_has_help_with_example(self):
+        for tool in agents_room.TOOLS.values():
+            with self.subTest(command=tool.cli):
+                done = self.run_cli(tool.cli, "--help", check=0)
+                self.assertIn("example:", done.stdout)
+                self.assertIn("python3 agents_room.py " + tool.cli, done.stdout)
+        self.assertIn("prune", self.run_cli("--help", check=0).stdout)
+
+    def test_three_ways_to_run(self):
+        for command in ([sys.executable, SCRIPT], [SCRIPT], [sys.executable, "-m",
+                                                            "agents_room"]):
+            with self.subTest(command=command):
+                done = subprocess.run(command + ["--version"], cwd=HERE, env=self.env,
+                                      capture_output=True, text=True)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn(agents_room.__version__, done.stdout)
+
+    def test_usage_errors_exit_2_never_traceback(self):
+        me = self.join()["session_id"]
+        cases = [[], ["nope"], ["claim", "--session", me], ["ack", "--session", me, "x"],
+                 ["claim", "--session", me, "f", "--mode", "weird"],
+                 ["claim", "--session", me, "f", "--ttl", "soon"],
+                 ["send", "--session", me, "--to", "*", "--ttl", "-5", "--subject", "x"],
+                 ["join", "--bogus"]]
+        for args in cases:
+            with self.subTest(args=args):
+                done = self.run_cli(*args, check=2)
+                self.assertIn("error:", done.stderr)
+
+    def test_json_error_shape(self):
+        done = self.run_cli("recv", "--session", "0123456789abcdef", "--json", check=1)
+        error = json.loads(done.stdout)["error"]
+        self.assertEqual(error["code"], "unknown_session")
+        self.assertIn("may have left", error["message"])
+        self.assertIn("hint", error)
+
+    def test_control_characters_stripped_for_humans(self):
+        a = self.join("--room", "r", key="ka")["session_id"]
+        b = self.join("--room", "r", key="kb")["session_id"]
+        self.cli_json("send", "--session", a, "--to", b, "--subject", "hi\x1b[31mRED",
+                      "--body", "x\x1b]0;title\x07y")
+        out = self.run_cli("recv", "--session", b, check=0).stdout
+        self.assertNotIn("\x1b", out)
+        self.assertNotIn("\x07", out)
+        self.assertIn("hi[31mRED", out)
+
+    def test_in_process_main(self):
+        old = os.environ.get("AGENTS_ROOM_DB")
+        os.environ["AGENTS_ROOM_DB"] = self.db
+        self.addCleanup(lambda: os.environ.__setitem__("AGENTS_ROOM_DB", old) if old
+                        else os.environ.pop("AGENTS_ROOM_DB", None))
+        import contextlib
+        import io
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            self.assertEqual(agents_room.main(["join", "--room", "x", "--json"]), 0)
+            self.assertEqual(agents_room.main(["recv", "--session", "zz"]), 1)
+            self.assertEqual(agents_room.main(["recv", "--limit"]), 2)
+        self.assertEqual(json.loads(out.getvalue())["rooms"], ["repo:x"])
+        self.assertIn("not a session id", err.getvalue())
+
+
+class ReadmeTest(RoomTest):
+
+    def test_walk_through_runs_as_written(self):
+        with open(os.path.join(HERE, "README.md")) as handle:
+            text = handle.read()
+        section = text[text.index("## A walk-through"):text.index("## Concepts")]
+        blocks = [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
+        self.assertEqual(len(blocks), 4)
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(os.path.join(home, "agents-room"))
+        os.symlink(SCRIPT, os.path.join(home, "agents-room", "agents_room.py"))
+        demo = os.path.join(self.tmp, "demo")
+        outputs = []
+        for index, block in enumerate(blocks):
+            terminal = os.path.join(self.tmp, "terminal-%d" % (index % 2))
+            script = "set -e\n[ -f %s.env ] && . %s.env && cd \"$(cat %s.cwd)\"\n%s\n" \
+                "export -p > %s.env\npwd > %s.cwd\n" % (
+                    terminal, terminal, terminal, block.replace("/tmp/demo", demo),
+                    terminal, terminal)
+            done = subprocess.run(["bash", "-c", script], env=dict(self.env, HOME=home),
+                                  capture_output=True, text=True, timeout=60, cwd=self.tmp)
+            self.assertEqual(done.returncode, 0, "block %d:\n%s\n%s" % (
+                index, block, done.stderr))
+            outputs.append(done.stdout)
+        self.assertIn("acquired exclusive lease", outputs[0])
+        self.assertIn("message #1 -> 1 recipient", outputs[1])
+        self.assertIn("need a phone field", outputs[2])
+        self.assertIn("shared:storefront", outputs[2])
+        self.assertIn("SAFE", outputs[2])
+        self.assertIn("read", outputs[3])
+
+
+# ---- MCP over stdio ----------------------------------------------------------------
+
+
+def schema_errors(schema, value, where="$"):
+    """An independent check of a value against the JSON Schema subset used in
+    outputSchema: type (with lists), properties, required, items, enum."""
+    errors = []
+    kinds = schema.get("type")
+    if kinds:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        checks = {"string": lambda v: isinstance(v, str),
+                  "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+                  "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+                  "boolean": lambda v: isinstance(v, bool),
+                  "array": lambda v: isinstance(v, list),
+                  "object": lambda v: isinstance(v, dict),
+                  "null": lambda v: v is None}
+        if not any(checks[k](value) for k in kinds):
+            return ["%s: %r is not %s" % (where, value, kinds)]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append("%s: %r not in enum" % (where, value))
+    if isinstance(value, dict):
+        for name in schema.get("required", []):
+            if name not in value:
+                errors.append("%s: missing %s" % (where, name))
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                errors += schema_errors(sub, value[name], where + "." + name)
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            errors += schema_errors(schema["items"], item, "%s[%d]" % (where, i))
+    return errors
+
+
+class McpClient:
+    """Drives `agents_room.py serve` over pipes, one JSON line at a time."""
+
+    def __init__(self, test, cwd=None, env=None):
+        self.proc = subprocess.Popen(
+            [sys.executable, SCRIPT, "serve"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd or test.tmp,
+            env=dict(test.env, **(env or {})))
+        test.procs.append(self.proc)
+        self.next_id = 0
+
+    def send_raw(self, data):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+    def request(self, method, params=None, id_=None):
+        if id_ is None:
+            self.next_id += 1
+            id_ = self.next_id
+        message = {"jsonrpc": "2.0", "id": id_, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send_raw((json.dumps(message) + "\n").encode())
+        return self.read()
+
+    def notify(self, method, params=None):
+        message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send_raw((json.dumps(message) + "\n").encode())
+
+    def initialize(self, version="2025-06-18"):
+        answer = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                             "clientInfo": {"name": "t", "version": "1"}})
+        self.notify("notifications/initialized")
+        return answer
+
+    def call(self, name, **arguments):
+        return self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+
+    def ok(self, name, **arguments):
+        result = self.call(name, **arguments)
+        assert not result["isError"], result
+        return result["structuredContent"]
+
+    def close(self):
+        self.proc.stdin.close()
+        return self.proc.wait(10)
+
+
+class McpTest(RoomTest):
+
+    def client(self, **kw):
+        return McpClient(self, **kw)
+
+    def test_handshake_negotiates_each_version(self):
+        client = self.client()
+        for version in agents_room.PROTOCOL_VERSIONS:
+            with self.subTest(version=version):
+                result = client.initialize(version)["result"]
+                self.assertEqual(result["protocolVersion"], version)
+                self.assertEqual(result["serverInfo"]["version"], agents_room.__version__)
+                self.assertIn("room_join", result["instructions"])
+                self.assertIn("tools", result["capabilities"])
+        result = client.initialize("1999-01-01")["result"]
+        self.assertEqual(result["protocolVersion"], agents_room.PROTOCOL_VERSIONS[0])
+        self.assertEqual(client.request("ping"), {"jsonrpc": "2.0", "id": client.next_id,
+                                                  "result": {}})
+        self.assertEqual(client.close(), 0)
+        self.assertEqual(client.proc.stdout.read(), b"")
+
+    def test_tools_list_is_complete_and_valid(self):
+        client = self.client()
+        client.initialize()
+        tools = client.request("tools/list")["result"]["tools"]
+        self.assertEqual(sorted(t["name"] for t in tools), sorted([
+            "room_join", "room_leave", "room_leave_room", "room_who",
+            "room_set_autonomy_cap", "msg_send", "msg_recv", "msg_ack", "msg_unread",
+            "msg_sent", "room_history", "lease_claim", "lease_renew", "lease_release",
+            "lease_check", "lease_list", "note_read", "drift_check"]))
+        read_only = {"room_who", "msg_unread", "msg_sent", "room_history", "lease_check",
+                     "lease_list", "drift_check"}
+        for t in tools:
+            with self.subTest(tool=t["name"]):
+                self.assertTrue(t["title"] and len(t["description"]) > 40)
+                schema = t["inputSchema"]
+                self.assertEqual(schema["type"], "object")
+                self.assertFalse(schema["additionalProperties"])
+                self.assertTrue(set(schema["required"]) <= set(schema["properties"]))
+                self.assertEqual(t["outputSchema"]["type"], "object")
+                self.assertEqual(t["annotations"]["readOnlyHint"], t["name"] in read_only)
+                if t["name"] != "room_join" and t["name"] not in (
+                        "room_who", "room_history", "room_set_autonomy_cap"):
+                    self.assertIn("session_id", schema["required"])
+        destructive = {t["name"] for t in tools if t["annotations"]["destructiveHint"]}
+        self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release"})
+
+    def test_every_tool_over_mcp_matches_its_output_schema(self):
+        workdir = self.repo("mcp-proj")
+        with open(os.path.join(workdir, "a.txt"), "w") as handle:
+            handle.write("hello")
+        client = self.client(cwd=workdir, env={"AGENTS_ROOM_HARNESS_KEY": "mcp-key"})
+        client.initialize()
+        schemas = {t["name"]: t["outputSchema"]
+                   for t in client.request("tools/list")["result"]["tools"]}
+        other = self.join("--room", "mcp-proj", "--label", "other", key="k-other")
+        me = client.ok("room_join", label="me", extra_rooms=["team"], autonomy="hold")
+        sid = me["session_id"]
+        self.assertEqual(me["rooms"], ["repo:mcp-proj", "shared:team"])
+        calls = [
+            ("room_who", {"session_id": sid}),
+            ("room_set_autonomy_cap", {"room": "team", "autonomy": 2}),
+            ("lease_claim", {"session_id": sid, "path": "a.txt"}),
+            ("lease_renew", {"session_id": sid, "path": "a.txt", "ttl_s": 600}),
+            ("lease_check", {"session_id": sid, "path": "a.txt"}),
+            ("lease_list", {"session_id": sid}),
+            ("note_read", {"session_id": sid, "path": "a.txt"}),
+            ("drift_check", {"session_id": sid, "path": "a.txt"}),
+            ("msg_send", {"session_id": sid, "to": ["*"], "subject": "hi", "body": "b"}),
+            ("msg_send", {"session_id": sid, "to": "tag:none", "subject": "nobody"}),
+            ("msg_unread", {"session_id": sid}),
+            ("msg_recv", {"session_id": sid}),
+            ("msg_sent", {"session_id": sid}),
+            ("room_history", {"session_id": sid}),
+            ("lease_release", {"session_id": sid, "path": "a.txt"}),
+            ("room_leave_room", {"session_id": sid, "room": "team"}),
+        ]
+        for name, arguments in calls:
+            with self.subTest(tool=name):
+                result = client.call(name, **arguments)
+                self.assertFalse(result["isError"], result)
+                self.assertEqual(json.loads(result["content"][0]["text"]),
+                                 result["structuredContent"])
+                self.assertEqual(schema_errors(schemas[name], result["structuredContent"]),
+                                 [])
+        got = self.cli_json("recv", "--session", other["session_id"])["messages"]
+        self.assertEqual(got[0]["subject"], "hi")
+        mid = got[0]["message_id"]
+        self.cli_json("send", "--session", other["session_id"], "--to", sid, "--subject",
+                      "back")
+        recv = client.ok("msg_recv", session_id=sid)
+        self.assertEqual(schema_errors(schemas["msg_recv"], recv), [])
+        ack = client.ok("msg_ack", session_id=sid, message_id=recv["messages"][0]["message_id"])
+        self.assertEqual(schema_errors(schemas["msg_ack"], ack), [])
+        self.assertEqual(mid, got[0]["message_id"])
+        leave = client.ok("room_leave", session_id=sid)
+        self.assertEqual(schema_errors(schemas["room_leave"], leave), [])
+        # The MCP session records the server's pid and the harness key: alive.
+        who = self.cli_json("who")["sessions"]
+        self.assertEqual({s["label"]: s["liveness"] for s in who}.get("other"), "gone")
+        client.close()
+
+    def test_mcp_paths_resolve_against_the_session_cwd(self):
+        workdir = self.repo("cwd-proj")
+        client = self.client(cwd=workdir)
+        client.initialize()
+        sid = client.ok("room_join")["session_id"]
+        claimed = client.ok("lease_claim", session_id=sid, path="src/x.go")
+        self.assertEqual(claimed["lease"]["path"], os.path.join(workdir, "src", "x.go"))
+        who = self.cli_json("who")["sessions"][0]
+        self.assertEqual(who["liveness"], "alive")       # the server's own pid
+        client.close()
+
+    def test_tool_errors_are_is_error_results(self):
+        client = self.client()
+        client.initialize()
+        sid = client.ok("room_join", harness_key="hk-1", label="lab")["session_id"]
+        cases = [
+            ({"session_id": "hk-1"}, "msg_recv", "your session id is " + sid),
+            ({"session_id": sid[:8]}, "msg_unread", "did you mean " + sid),
+            ({"session_id": sid, "limit": 0}, "msg_recv", "at least 1"),
+            ({"session_id": sid, "limit": "5"}, "msg_recv", "must be integer"),
+            ({"session_id": sid, "bogus": 1}, "msg_recv", "no argument bogus"),
+            ({}, "msg_recv", "needs session_id"),
+            ({"session_id": sid, "to": "*"}, "msg_send", "subject or a body"),
+            ({"session_id": sid, "path": "x", "mode": "weird"}, "lease_claim", "one of"),
+            ({"session_id": sid, "path": "x", "ttl_s": -1}, "lease_claim", "at least 1"),
+        ]
+        for arguments, name, expected in cases:
+            with self.subTest(tool=name, arguments=arguments):
+                result = client.call(name, **arguments)
+                self.assertTrue(result["isError"])
+                self.assertNotIn("structuredContent", result)
+                self.assertIn(expected, result["content"][0]["text"])
+        client.close()
+
+    def test_json_rpc_errors_and_the_loop_goes_on(self):
+        client = self.client()
+        client.initialize("2025-06-18")
+        cases = [
+            (b"{not json\n", -32700, None),
+            (b"\xff\xfe garbage\n", -32700, None),
+            (b"[1, 2]\n", -32600, None),          # batch outside 2025-03-26
+            (b"42\n", -32600, None),
+            (b"null\n", -32600, None),
+            (b'{"jsonrpc": "2.0", "id": 7}\n', -32600, 7),
+            (b'{"jsonrpc": "1.0", "id": 8, "method": "ping"}\n', -32600, 8),
+            (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}\n', -32600, None),
+            (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}\n', -32600, None),
+            (b'{"jsonrpc": "2.0", "id": 9, "method": "server/discover"}\n', -32601, 9),
+            (b'{"jsonrpc": "2.0", "id": 10, "method": "resources/list"}\n', -32601, 10),
+            (b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": '
+             b'{"name": "nope"}}\n', -32602, 11),
+            (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": [1]}\n',
+             -32602, 12),
+            (b"[" * 5000 + b"]" * 5000 + b"\n", -32600, None),
+            (b"[" * 70 + b"]" * 70 + b"\n", -32600, None),
+        ]
+        for raw, code, id_ in cases:
+            with self.subTest(raw=raw[:40]):
+                client.send_raw(raw)
+                answer = client.read()
+                self.assertEqual(answer["error"]["code"], code, answer)
+                self.assertEqual(answer["id"], id_)
+                self.assertIn("jsonrpc", answer)
+        # Notifications, responses and blank lines get no answer; the next
+        # request's answer is the very next line.
+        client.send_raw(b'{"jsonrpc": "2.0", "method": "notifications/cancelled", '
+                        b'"params": {"requestId": 3}}\n')
+        client.send_raw(b'{"jsonrpc": "2.0", "method": "no/such/notification"}\n')
+        client.send_raw(b'{"jsonrpc": "2.0", "id": 99, "result": {}}\n')
+        client.send_raw(b"\n   \n")
+        for id_ in (0, "str-id", -5):
+            with self.subTest(id=id_):
+                self.assertEqual(client.request("ping", id_=id_)["id"], id_)
+        client.close()
+
+    def test_oversized_line_then_good_request(self):
+        client = self.client()
+        client.initialize()
+        big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + \
+            b"a" * (agents_room.LINE_MAX_BYTES + 10) + b'"}}\n'
+        writer = threading.Thread(target=client.send_raw, args=(big,))
+        writer.start()
+        answer = client.read()
+        writer.join()
+        self.assertEqual(answer["error"]["code"], -32700)
+        self.assertIn("longer than", answer["error"]["message"])
+        self.assertEqual(client.request("ping", id_=5)["result"], {})
+        client.close()
+
+    def test_batches_only_under_2025_03_26(self):
+        client = self.client()
+        client.initialize("2025-03-26")
+        client.send_raw(b'[{"jsonrpc":"2.0","id":1,"method":"ping"},'
+                        b'{"jsonrpc":"2.0","method":"notifications/initialized"},'
+                        b'{"jsonrpc":"2.0","id":2,"method":"nope"}]\n')
+        answer = client.read()
+        self.assertEqual([a["id"] for a in answer], [1, 2])
+        self.assertEqual(answer[1]["error"]["code"], -32601)
+        client.send_raw(b"[]\n")
+        self.assertEqual(client.read()["error"]["code"], -32600)
+        client.close()
+
+    def test_sigterm_and_eof_exit_cleanly(self):
+        client = self.client()
+        client.initialize()
+        client.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(client.proc.wait(10), 0)
+        other = self.client()
+        self.assertEqual(other.close(), 0)
+        self.assertNotIn(b"Traceback", other.proc.stderr.read())
+
+    def test_two_servers_on_one_store(self):
+        one = self.client(env={"AGENTS_ROOM_HARNESS_KEY": "s1"})
+        two = self.client(env={"AGENTS_ROOM_HARNESS_KEY": "s2"})
+        one.initialize()
+        two.initialize()
+        a = one.ok("room_join", room="shared-test", label="one")["session_id"]
+        b = two.ok("room_join", room="shared-test", label="two")["session_id"]
+        self.assertEqual(one.ok("msg_send", session_id=a, to=b, subject="ping")["recipients"],
+                         1)
+        self.assertEqual(two.ok("msg_unread", session_id=b)["count"], 1)
+        got = two.ok("msg_recv", session_id=b)["messages"]
+        self.assertEqual(got[0]["sender"], a)
+        who = {s["label"]: s["liveness"] for s in one.ok("room_who", session_id=a)["sessions"]}
+        self.assertEqual(who, {"one": "alive", "two": "alive"})
+        one.close()
+        two.close()
+
+
+# ---- hooks and signals ------------------------------------------------------------
+
+
+class HookTest(RoomTest):
+
+    def hook(self, event, payload, *extra, env=None):
+        done = self.run_cli("hook", "--event=" + event, *extra, input=json.dumps(payload),
+                            env=env, check=None)
+        self.assertIn(done.returncode, (0, 2))
+        return done
+
+    def context_of(self, done):
+        return json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    def start(self, key, *extra, cwd=None):
+        done = self.hook("SessionStart", {"session_id": key, "cwd": cwd or self.tmp,
+                                          "hook_event_name": "SessionStart",
+                                          "source": "startup"}, *extra)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        text = self.context_of(done)
+        sid = text.split("your session_id is ")[1].split()[0]
+        return sid, text
+
+    def test_session_start_joins_and_digests(self):
+        repo = self.repo("hooked")
+        other = self.join("--room", "hooked", "--label", "peer", key="peer")["session_id"]
+        self.cli_json("claim", "--session", other, os.path.join(repo, "main.go"))
+        self.cli_json("send", "--session", other, "--to", "*", "--subject", "SECRET-SUBJ")
+        sid, text = self.start("claude-uuid-1", "--autonomy", "1", "--label", "me",
+                               "--also", "storefront", cwd=repo)
+        self.assertTrue(text.startswith("agents-room: your session_id is " + sid))
+        self.assertIn("main.go", text)
+        self.assertIn("peer", text)
+        self.assertIn("Rooms: repo:hooked, shared:storefront", text)
+        self.assertNotIn("SECRET-SUBJ", text)
+        who = {s["session_id"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual(who[sid]["autonomy"], 1)
+        self.assertEqual(who[sid]["label"], "me")
+        self.assertEqual(self.start("claude-uuid-1", cwd=repo)[0], sid)
+
+    def test_post_tool_use_signal_without_subject_or_body(self):
+        sid, _ = self.start("k1", "--room", "r")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        payload = {"session_id": "k1", "cwd": self.tmp, "hook_event_name": "PostToolUse",
+                   "tool_name": "Bash"}
+        self.assertEqual(self.hook("PostToolUse", payload).stdout, "")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "TOPSECRET",
+                      "--body", "BODYSECRET")
+        for event in ("PostToolUse", "UserPromptSubmit", "PostToolUse"):
+            with self.subTest(event=event):
+                text = self.context_of(self.hook(event, dict(payload, hook_event_name=event)))
+                self.assertIn("1 unread message", text)
+                self.assertIn("from sender", text)
+                self.assertIn(sid, text)
+                self.assertNotIn("TOPSECRET", text)
+                self.assertNotIn("BODYSECRET", text)
+        sent = self.cli_json("sent", "--session", sender)["messages"][0]
+        self.assertEqual(sent["deliveries"][0]["state"], "offered")
+        self.cli_json("recv", "--session", sid)
+        self.assertEqual(self.hook("PostToolUse", payload).stdout, "")
+
+    def test_tool_event_retry_window(self):
+        sid, _ = self.start("k1", "--room", "r")
+        sender = self.join("--room", "r")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        payload = {"session_id": "k1", "cwd": self.tmp}
+        env = {"AGENTS_ROOM_SIGNAL_RETRY_S": "600"}
+        self.assertNotEqual(self.hook("PostToolUse", payload, env=env).stdout, "")
+        self.assertEqual(self.hook("PostToolUse", payload, env=env).stdout, "")
+        later = dict(env, AGENTS_ROOM_TIME_OFFSET="700")
+        self.assertNotEqual(self.hook("PostToolUse", payload, env=later).stdout, "")
+
+    def test_stop_blocks_once_at_hold_only(self):
+        sid, _ = self.start("k-hold", "--room", "r", "--autonomy", "hold")
+        low, _ = self.start("k-notify", "--room", "r")
+        sender = self.join("--room", "r")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", "*", "--subject", "HIDDEN")
+        stop = {"session_id": "k-hold", "cwd": self.tmp, "hook_event_name": "Stop",
+                "stop_hook_active": False}
+        blocked = json.loads(self.hook("Stop", stop).stdout)
+        self.assertEqual(blocked["decision"], "block")
+        self.assertIn("1 unread message", blocked["reason"])
+        self.assertNotIn("HIDDEN", blocked["reason"])
+        self.assertEqual(self.hook("Stop", dict(stop, stop_hook_active=True)).stdout, "")
+        self.assertEqual(self.hook("Stop", stop).stdout, "")        # held once already
+        later = {"AGENTS_ROOM_TIME_OFFSET": str(31 * 60)}
+        self.assertIn("block", self.hook("Stop", stop, env=later).stdout)
+        self.assertEqual(self.hook("Stop", dict(stop, session_id="k-notify")).stdout, "")
+
+    def test_session_end_leaves_and_unknown_key_is_silent(self):
+        sid, _ = self.start("k-end", "--room", "r")
+        self.hook("SessionEnd", {"session_id": "k-end", "cwd": self.tmp})
+        who = self.cli_json("who")["sessions"]
+        self.assertEqual(who, [])
+        for event in agents_room.HOOK_EVENTS[1:]:
+            with self.subTest(event=event):
+                done = self.hook(event, {"session_id": "never-started", "cwd": self.tmp})
+                self.assertEqual((done.stdout, done.returncode), ("", 0))
+
+    def test_hook_never_fails_the_harness(self):
+        for raw in ("{broken", "[1]", "", '{"session_id": 5}'):
+            with self.subTest(raw=raw):
+                done = self.run_cli("hook", "--event=PostToolUse", input=raw)
+                self.assertEqual((done.returncode, done.stdout), (0, ""))
+        bad_store = os.path.join(self.tmp, "nofile")
+        open(bad_store, "w").close()
+        done = self.run_cli("hook", "--event=SessionStart", input='{"session_id": "x"}',
+                            env={"AGENTS_ROOM_DB": os.path.join(bad_store, "db")})
+        self.assertEqual((done.returncode, done.stdout), (0, ""))
+        done = self.run_cli("hook", "--event=Nope", input="{}")
+        self.assertEqual((done.returncode, done.stdout), (0, ""))
+
+
+class WakeTest(RoomTest):
+
+    def socket_server(self):
+        path = os.path.join(tempfile.mkdtemp(prefix="ar-sock-"), "inbox.sock")
+        self.addCleanup(shutil.rmtree, os.path.dirname(path), True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(4)
+        lines = []
+
+        def accept():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                data = b""
+                while True:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                lines.extend(json.loads(l) for l in data.decode().splitlines() if l)
+                conn.close()
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        self.addCleanup(server.close)
+        return path, lines
+
+    def state_of(self, sender):
+        sent = self.cli_json("sent", "--session", sender)["messages"][-1]
+        return sent["deliveries"][0]["state"]
+
+    def test_socket_lever_accepts(self):
+        path, lines = self.socket_server()
+        env = {"CLAUDE_CODE_MESSAGING_SOCKET": path, "CLAUDE_CODE_MESSAGING_TOKEN": "tok"}
+        woke = self.cli_json("join", "--room", "r", "--autonomy", "wake", env=env)
+        sender = self.join("--room", "r", "--label", "boss")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", woke["session_id"],
+                      "--subject", "NOT-IN-SIGNAL")
+        self.assertEqual(self.state_of(sender), "accepted")
+        time.sleep(0.1)
+        self.assertEqual(lines[0], {"type": "auth", "token": "tok"})
+        self.assertEqual(lines[1]["type"], "user")
+        self.assertEqual(lines[1]["priority"], "next")
+        self.assertIn("1 unread message", lines[1]["message"]["content"])
+        self.assertNotIn("NOT-IN-SIGNAL", json.dumps(lines))
+
+    def test_no_lever_is_undeliverable_and_notify_is_stored(self):
+        woke = self.join("--room", "r", "--autonomy", "2")["session_id"]
+        quiet = self.join("--room", "r")["session_id"]
+        sender = self.join("--room", "r")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+        self.assertEqual(self.state_of(sender), "undeliverable")
+        self.cli_json("send", "--session", sender, "--to", quiet, "--subject", "x")
+        self.assertEqual(self.state_of(sender), "stored")
+        self.assertEqual(self.cli_json("recv", "--session", woke)["messages"][0]["subject"],
+                         "x")
+
+    def wake_cmd_session(self, script):
+        path = os.path.join(self.tmp, "wake.py")
+        with open(path, "w") as handle:
+            handle.write(script)
+        command = "%s %s" % (sys.executable, path)
+        woke = self.cli_json("join", "--room", "r", "--autonomy", "2",
+                             env={"AGENTS_ROOM_WAKE_CMD": command})["session_id"]
+        return woke, self.join("--room", "r", "--label", "sender")["session_id"]
+
+    def wait_state(self, sender, wanted, seconds=10):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if self.state_of(sender) == wanted:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def test_wake_command_gets_signal_as_argument(self):
+        out = os.path.join(self.tmp, "woken.txt")
+        woke, sender = self.wake_cmd_session(
+            "import sys\nopen(%r, 'w').write(sys.argv[-1])\n" % out)
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "$(rm -rf /)")
+        self.assertTrue(self.wait_state(sender, "accepted"))
+        text = read_bytes(out).decode()
+        self.assertIn("1 unread message (1 from sender)", text)
+        self.assertNotIn("rm -rf", text)
+
+    def test_failing_or_hanging_wake_command_stays_offered(self):
+        for script in ("import sys\nsys.exit(3)\n", "import time\ntime.sleep(30)\n"):
+            with self.subTest(script=script):
+                woke, sender = self.wake_cmd_session(script)
+                started = time.time()
+                self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x",
+                              env={"AGENTS_ROOM_WAKE_TIMEOUT_S": "1"})
+                self.assertLess(time.time() - started, 5)
+                self.assertEqual(self.state_of(sender), "offered")
+                time.sleep(2)
+                self.assertEqual(self.state_of(sender), "offered")
+
+    def test_fake_codex_queue(self):
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        log = os.path.join(self.tmp, "codex.log")
+        codex = os.path.join(bindir, "codex")
+        with open(codex, "w") as handle:
+            handle.write("#!%s\nimport sys, json\nopen(%r, 'w').write(json.dumps("
+                         "sys.argv[1:]))\n" % (sys.executable, log))
+        os.chmod(codex, 0o755)
+        path = bindir + os.pathsep + self.env["PATH"]
+        woke = self.cli_json("join", "--room", "r", "--autonomy", "2",
+                             env={"CODEX_THREAD_ID": "thread-42"})["session_id"]
+        sender = self.join("--room", "r")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x",
+                      env={"PATH": path})
+        self.assertTrue(self.wait_state(sender, "accepted"))
+        argv = json.loads(read_bytes(log))
+        self.assertEqual(argv[:4], ["queue", "--thread", "thread-42", "--message"])
+        self.assertIn("unread", argv[4])
+
+
+def _summary(result):
+    run = result.testsRun
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    skipped = len(result.skipped)
+    return "%d passed, %d failed" % (run - failed - skipped, failed) + (
+        ", %d skipped" % skipped if skipped else "")
+
+
+if __name__ == "__main__":
+    program = unittest.main(exit=False, verbosity=int(os.environ.get("VERBOSE", "1")))
+    print(_summary(program.result))
+    sys.exit(0 if program.result.wasSuccessful() else 1)
