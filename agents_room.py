@@ -2474,6 +2474,327 @@ def _hook_log(line):
     sys.stderr.write("agents-room: %s\n" % line)
 
 
+# ---- harness setup and doctor ---------------------------------------------
+# `setup` writes the MCP entry and the hook entries with this file's absolute
+# path, so nobody hand-writes hook JSON; `doctor` says, line by line, what is
+# configured and what to do where it is not.
+
+SETUP_MARK = "agents_room"
+
+
+def this_file():
+    return os.path.abspath(__file__)
+
+
+def hook_command(event_name, autonomy=None, extra=()):
+    parts = ["python3", this_file(), "hook", "--event=" + event_name]
+    if autonomy is not None and event_name == "SessionStart":
+        parts += ["--autonomy", str(autonomy)]
+    parts += list(extra)
+    import shlex
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _claude_style_hooks(events, autonomy, start_extra=()):
+    """Hook entries in the Claude Code settings shape (Codex reads the same)."""
+    hooks = {}
+    for name in events:
+        # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
+        entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
+                 HOOK_TIMEOUT_S + 2,
+                 "command": hook_command(name, autonomy,
+                                         start_extra if name == "SessionStart" else ())}
+        group = {"hooks": [entry]}
+        if name == "PostToolUse":
+            group["matcher"] = "*"
+        hooks[name] = [group]
+    if autonomy == 2 and "Stop" in hooks:
+        hooks["Stop"][0]["hooks"].append({
+            "type": "command", "command": hook_command("Stop", None, ["--wait"]),
+            "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
+    return hooks
+
+
+def _is_ours(group):
+    return any(SETUP_MARK in str(h.get("command", "")) and " hook " in
+               str(h.get("command", "")) for h in group.get("hooks", []))
+
+
+def merge_hooks(settings, hooks):
+    """Replace agents-room's hook groups in settings, keeping everyone else's."""
+    existing = settings.setdefault("hooks", {})
+    if not isinstance(existing, dict):
+        raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
+    for name, groups in hooks.items():
+        kept = [g for g in existing.get(name, []) if isinstance(g, dict) and not _is_ours(g)]
+        existing[name] = kept + groups
+    return settings
+
+
+def _read_json(path):
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as handle:
+            text = handle.read()
+        data = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError) as error:
+        raise RoomError("cannot read %s as JSON: %s" % (path, error),
+                        "fix or move the file; nothing was written")
+    if not isinstance(data, dict):
+        raise RoomError("%s does not hold a JSON object; nothing was written" % path)
+    return data
+
+
+def _write_atomic(path, text):
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    temporary = "%s.agents-room-%d.tmp" % (path, os.getpid())
+    with open(temporary, "w") as handle:
+        handle.write(text)
+    if os.path.exists(path):
+        os.chmod(temporary, os.stat(path).st_mode & 0o7777)
+    os.replace(temporary, path)
+
+
+def _mcp_entry():
+    return {"command": "python3", "args": [this_file(), "serve"]}
+
+
+def _toml_block(autonomy):
+    return ('[mcp_servers.agents-room]\ncommand = "python3"\nargs = [%s, "serve"]\n'
+            'env_vars = ["AGENTS_ROOM_DB", "CODEX_THREAD_ID", "AGENTS_ROOM_HARNESS_KEY"]\n'
+            % json.dumps(this_file()))
+
+
+def merge_codex_toml(text):
+    """Add (or replace) the agents-room MCP table and turn hooks on, leaving the
+    rest of config.toml as it was.  Line-based: no TOML library in the stdlib."""
+    lines = text.splitlines()
+    out, skipping = [], False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("["):
+            skipping = stripped in ("[mcp_servers.agents-room]",
+                                    '[mcp_servers."agents-room"]')
+        if not skipping:
+            out.append(line)
+    # Hooks are on by default in current Codex; `hooks` is the canonical key
+    # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
+    import re
+    out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
+    keys = [l.split("=")[0].strip() for l in out]
+    if "hooks" not in keys:
+        if "[features]" in (l.strip() for l in out):
+            index = [l.strip() for l in out].index("[features]")
+            out.insert(index + 1, "hooks = true")
+        else:
+            out += ["", "[features]", "hooks = true"]
+    while out and not out[-1].strip():
+        out.pop()
+    while out and not out[0].strip():
+        out.pop(0)
+    return "\n".join(out) + ("\n\n" if out else "") + _toml_block(None)
+
+
+def _hermes_block(autonomy):
+    events = (("on_session_start", "SessionStart"), ("pre_llm_call", "UserPromptSubmit"),
+              ("post_tool_call", "PostToolUse"), ("on_session_end", "SessionEnd"))
+    lines = ["mcp_servers:", "  agents-room:", '    command: "python3"',
+             "    args: [%s, \"serve\"]" % json.dumps(this_file()), "hooks:"]
+    for hermes_event, ours in events:
+        lines += ["  %s:" % hermes_event,
+                  "    - command: %s" % json.dumps(hook_command(ours, autonomy)),
+                  "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
+    return "\n".join(lines) + "\n"
+
+
+def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None):
+    """What to configure for a harness -> {"files": [{path, content, action}],
+    "notes": [...]}; with write=True the files are merged and written."""
+    cwd = cwd or os.getcwd()
+    home = home or os.path.expanduser("~")
+    level = parse_autonomy(autonomy) or 0
+    files, notes = [], []
+    if harness == "claude":
+        events = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+        hooks = _claude_style_hooks(events, level)
+        if scope == "user":
+            settings_path = os.path.join(home, ".claude", "settings.json")
+            notes.append("MCP server for every project: claude mcp add --scope user "
+                         "agents-room -- python3 %s serve" % this_file())
+        else:
+            settings_path = os.path.join(cwd, ".claude", "settings.json")
+            mcp_path = os.path.join(cwd, ".mcp.json")
+            mcp = _read_json(mcp_path)
+            servers = mcp.setdefault("mcpServers", {})
+            servers["agents-room"] = _mcp_entry()
+            files.append({"path": mcp_path, "content": json.dumps(mcp, indent=2) + "\n"})
+        settings = merge_hooks(_read_json(settings_path), hooks)
+        files.append({"path": settings_path,
+                      "content": json.dumps(settings, indent=2) + "\n"})
+        if level == 2:
+            notes.append("wake: a Stop hook with asyncRewake waits in the background and "
+                         "wakes the session when a message arrives")
+    elif harness == "codex":
+        codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+        config_path = os.path.join(codex_home, "config.toml")
+        try:
+            with open(config_path) as handle:
+                current = handle.read()
+        except FileNotFoundError:
+            current = ""
+        files.append({"path": config_path, "content": merge_codex_toml(current)})
+        hooks_path = os.path.join(codex_home, "hooks.json")
+        hooks = _claude_style_hooks(("SessionStart", "UserPromptSubmit", "PostToolUse",
+                                     "Stop", "SessionEnd"), min(level, 1))
+        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
+                     "in the Codex TUI and trust the agents-room entries")
+        settings = merge_hooks(_read_json(hooks_path), hooks)
+        files.append({"path": hooks_path, "content": json.dumps(settings, indent=2) + "\n"})
+        if level == 2:
+            notes.append("wake: codex queue --thread <CODEX_THREAD_ID> is the lever; "
+                         "the session records it at join when CODEX_THREAD_ID is set")
+    elif harness == "hermes":
+        hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
+        config_path = os.path.join(hermes_home, "config.yaml")
+        try:
+            with open(config_path) as handle:
+                current = handle.read()
+        except FileNotFoundError:
+            current = ""
+        block = _hermes_block(min(level, 1))
+        if this_file() in current:
+            files.append({"path": config_path, "content": current,
+                          "action": "already configured"})
+        elif any(l.startswith(("mcp_servers:", "hooks:")) for l in current.splitlines()):
+            files.append({"path": config_path, "content": block,
+                          "action": "merge by hand: the file already has mcp_servers: or "
+                                    "hooks:; add these entries under them"})
+        else:
+            files.append({"path": config_path, "content": current + (
+                "\n" if current and not current.endswith("\n") else "") + block})
+        notes.append("Hermes asks once per hook before running it; set "
+                     "hooks_auto_accept: true for unattended runs")
+    else:
+        raise UsageError("setup takes claude, codex or hermes, not %r" % harness)
+    if write:
+        for item in files:
+            if item.get("action"):
+                continue
+            _write_atomic(item["path"], item["content"])
+            item["action"] = "written"
+    for item in files:
+        item.setdefault("action", "would write (use --write)")
+    return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _configured(path, needle):
+    try:
+        with open(path) as handle:
+            return needle in handle.read()
+    except OSError:
+        return False
+
+
+def doctor(env=None, cwd=None, home=None):
+    """Checks, each (status, what, advice): status is ok, warn or fail."""
+    env = os.environ if env is None else env
+    cwd = cwd or os.getcwd()
+    home = home or os.path.expanduser("~")
+    checks = []
+    path = default_db_path()
+    directory = os.path.dirname(path)
+    checks.append(("ok", "store: %s" % path, ""))
+    if os.path.exists(path):
+        mode = stat_mode(path)
+        dir_mode = stat_mode(directory)
+        if mode & 0o077 or dir_mode & 0o077:
+            checks.append(("warn", "store permissions: file %03o, directory %03o" % (
+                mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
+                % (path, directory)))
+        else:
+            checks.append(("ok", "store permissions: file %03o, directory %03o"
+                           % (mode, dir_mode), ""))
+        try:
+            store = Store(path)
+            try:
+                journal = store.conn.execute("PRAGMA journal_mode").fetchone()[0]
+                version = store.conn.execute("PRAGMA user_version").fetchone()[0]
+                sessions = store.conn.execute(
+                    "SELECT COUNT(*) FROM sessions WHERE left_at IS NULL").fetchone()[0]
+            finally:
+                store.close()
+            checks.append(("ok" if journal == "wal" else "warn",
+                           "journal mode: %s" % journal,
+                           "" if journal == "wal" else "the store should be in WAL mode"))
+            checks.append(("ok", "schema version %d, %d present sessions, SQLite %s"
+                           % (version, sessions, sqlite3.sqlite_version), ""))
+        except RoomError as error:
+            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
+    else:
+        checks.append(("ok", "store not created yet", "the first join creates it"))
+    harness = detect_harness(env)
+    checks.append(("ok", "harness detected: %s" % harness, ""))
+    key = harness_key_from(env)
+    var = next((v for v in HARNESS_KEY_VARS if env.get(v)), None)
+    if key:
+        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
+    else:
+        checks.append(("warn", "no harness key in the environment",
+                       "rejoins cannot find the same session and liveness relies on a "
+                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
+    lever, _ = detect_lever(env, harness)
+    checks.append(("ok" if lever else "warn", "wake lever here: %s" % (lever or "none"),
+                   "" if lever else "at autonomy 2 deliveries become undeliverable; "
+                   "Claude Code wakes through the asyncRewake Stop hook (setup claude "
+                   "--autonomy 2), or set AGENTS_ROOM_WAKE_CMD"))
+    claude_settings = [os.path.join(cwd, ".claude", "settings.json"),
+                       os.path.join(home, ".claude", "settings.json")]
+    hooked = [p for p in claude_settings if _configured(p, SETUP_MARK)]
+    checks.append(("ok" if hooked else "warn", "Claude Code hooks: %s" % (
+        ", ".join(hooked) or "not configured"),
+        "" if hooked else "python3 %s setup claude --write" % this_file()))
+    mcp_files = [os.path.join(cwd, ".mcp.json"), os.path.join(home, ".claude.json")]
+    served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
+    checks.append(("ok" if served else "warn", "Claude Code MCP entry: %s" % (
+        ", ".join(served) or "not configured"),
+        "" if served else "python3 %s setup claude --write" % this_file()))
+    codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
+    codex_ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
+    checks.append(("ok" if codex_ok else "warn", "Codex MCP entry: %s" % (
+        "configured" if codex_ok else "not configured"),
+        "" if codex_ok else "python3 %s setup codex --write" % this_file()))
+    if key:
+        try:
+            store = Store(path)
+            try:
+                row = store.conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                                         (key,)).fetchone()
+                if row:
+                    checks.append(("ok", "this session: %s (label %s), autonomy %s, "
+                                   "lever %s" % (row["id"], row["label"] or "-",
+                                                 autonomy_name(effective_autonomy(
+                                                     store.conn, row)),
+                                                 row["lever"] or "none"), ""))
+                else:
+                    checks.append(("warn", "no session for this harness key yet",
+                                   "the SessionStart hook or room_join creates it"))
+            finally:
+                store.close()
+        except RoomError:
+            pass
+    return checks
+
+
+def stat_mode(path):
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        return 0
+
+
 
 # ---- MCP server -----------------------------------------------------------
 
@@ -2860,6 +3181,24 @@ def build_parser():
     sub.add_argument("--dry-run", action="store_true", help="only show what would go")
     sub.add_argument("--json", action="store_true")
     sub.set_defaults(special="prune")
+    sub = commands.add_parser(
+        "setup", help="Configure a harness: MCP entry and hooks.",
+        description=setup.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 agents_room.py setup claude --autonomy hold --write")
+    sub.add_argument("harness", choices=["claude", "codex", "hermes"])
+    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
+    sub.add_argument("--scope", choices=["project", "user"], default="project",
+                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
+    sub.add_argument("--write", action="store_true",
+                     help="merge into the files (default: print what would be written)")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(special="setup")
+    sub = commands.add_parser(
+        "doctor", help="Check the store, harness, key, wake lever and configuration.",
+        description=doctor.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 agents_room.py doctor")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(special="doctor")
     sub = commands.add_parser("wake-run", help=argparse.SUPPRESS)
     sub.add_argument("payload")
     sub.set_defaults(special="wake-run")
@@ -2907,6 +3246,25 @@ def run_cli(args):
                                                         r["liveness"])
                   for r in result["kept"]]
         return "\n".join(lines) or "nothing to prune", 0
+    if special == "setup":
+        result = setup(args.harness, args.autonomy, args.write, args.scope)
+        if args.json:
+            return json.dumps(result, indent=2), 0
+        lines = []
+        for item in result["files"]:
+            lines.append("== %s (%s)" % (item["path"], item["action"]))
+            if not args.write or item["action"].startswith("merge by hand"):
+                lines.append(item["content"].rstrip("\n"))
+        lines += ["note: " + note for note in result["notes"]]
+        return "\n".join(lines), 0
+    if special == "doctor":
+        checks = doctor()
+        if args.json:
+            return json.dumps([{"status": s, "check": c, "advice": a}
+                               for s, c, a in checks], indent=2), 0
+        lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
+                 for s, c, a in checks]
+        return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
     if special == "wake-run":
         return "", wake_run(args.payload)
     tool_, values = cli_args_to_tool(args)

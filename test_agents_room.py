@@ -1083,7 +1083,8 @@ class McpTest(RoomTest):
 # ---- hooks and signals ------------------------------------------------------------
 
 
-class HookTest(RoomTest):
+class SignalBase(RoomTest):
+    """Helpers to feed hooks harness JSON and to watch delivery states."""
 
     def hook(self, event, payload, *extra, env=None):
         done = self.run_cli("hook", "--event=" + event, *extra, input=json.dumps(payload),
@@ -1102,6 +1103,49 @@ class HookTest(RoomTest):
         text = self.context_of(done)
         sid = text.split("your session_id is ")[1].split()[0]
         return sid, text
+
+
+    def socket_server(self):
+        path = os.path.join(tempfile.mkdtemp(prefix="ar-sock-"), "inbox.sock")
+        self.addCleanup(shutil.rmtree, os.path.dirname(path), True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(4)
+        lines = []
+
+        def accept():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                data = b""
+                while True:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                lines.extend(json.loads(l) for l in data.decode().splitlines() if l)
+                conn.close()
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        self.addCleanup(server.close)
+        return path, lines
+
+    def state_of(self, sender):
+        sent = self.cli_json("sent", "--session", sender)["messages"][-1]
+        return sent["deliveries"][0]["state"]
+
+    def wait_state(self, sender, wanted, seconds=10):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if self.state_of(sender) == wanted:
+                return True
+            time.sleep(0.1)
+        return False
+
+
+class HookTest(SignalBase):
 
     def test_session_start_joins_and_digests(self):
         repo = self.repo("hooked")
@@ -1193,38 +1237,7 @@ class HookTest(RoomTest):
         self.assertEqual((done.returncode, done.stdout), (0, ""))
 
 
-class WakeTest(RoomTest):
-
-    def socket_server(self):
-        path = os.path.join(tempfile.mkdtemp(prefix="ar-sock-"), "inbox.sock")
-        self.addCleanup(shutil.rmtree, os.path.dirname(path), True)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(path)
-        server.listen(4)
-        lines = []
-
-        def accept():
-            while True:
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                data = b""
-                while True:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                lines.extend(json.loads(l) for l in data.decode().splitlines() if l)
-                conn.close()
-        thread = threading.Thread(target=accept, daemon=True)
-        thread.start()
-        self.addCleanup(server.close)
-        return path, lines
-
-    def state_of(self, sender):
-        sent = self.cli_json("sent", "--session", sender)["messages"][-1]
-        return sent["deliveries"][0]["state"]
+class WakeTest(SignalBase):
 
     def test_socket_lever_accepts(self):
         path, lines = self.socket_server()
@@ -1260,14 +1273,6 @@ class WakeTest(RoomTest):
         woke = self.cli_json("join", "--room", "r", "--autonomy", "2",
                              env={"AGENTS_ROOM_WAKE_CMD": command})["session_id"]
         return woke, self.join("--room", "r", "--label", "sender")["session_id"]
-
-    def wait_state(self, sender, wanted, seconds=10):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            if self.state_of(sender) == wanted:
-                return True
-            time.sleep(0.1)
-        return False
 
     def test_wake_command_gets_signal_as_argument(self):
         out = os.path.join(self.tmp, "woken.txt")
@@ -1310,6 +1315,185 @@ class WakeTest(RoomTest):
         argv = json.loads(read_bytes(log))
         self.assertEqual(argv[:4], ["queue", "--thread", "thread-42", "--message"])
         self.assertIn("unread", argv[4])
+
+
+class SetupTest(RoomTest):
+
+    def hook_commands(self, settings):
+        return {event: [h["command"] for g in groups for h in g["hooks"]]
+                for event, groups in settings["hooks"].items()}
+
+    def test_setup_claude_write_merges_and_keeps_entries(self):
+        project = self.repo("proj")
+        os.makedirs(os.path.join(project, ".claude"))
+        mine = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-me"}]}],
+                          "PreToolUse": [{"matcher": "Bash", "hooks": [
+                              {"type": "command", "command": "lint"}]}]},
+                "permissions": {"allow": ["Bash(ls)"]}}
+        with open(os.path.join(project, ".claude", "settings.json"), "w") as handle:
+            json.dump(mine, handle)
+        with open(os.path.join(project, ".mcp.json"), "w") as handle:
+            json.dump({"mcpServers": {"other": {"command": "x"}}}, handle)
+        dry = self.run_cli("setup", "claude", cwd=project, check=0)
+        self.assertIn("would write", dry.stdout)
+        with open(os.path.join(project, ".claude", "settings.json")) as handle:
+            self.assertEqual(json.load(handle), mine)          # dry run wrote nothing
+        for _ in range(2):                                    # idempotent
+            self.run_cli("setup", "claude", "--autonomy", "hold", "--write", cwd=project,
+                         check=0)
+        with open(os.path.join(project, ".claude", "settings.json")) as handle:
+            settings = json.load(handle)
+        commands = self.hook_commands(settings)
+        self.assertEqual(settings["permissions"], {"allow": ["Bash(ls)"]})
+        self.assertEqual(commands["PreToolUse"], ["lint"])
+        self.assertEqual(commands["Stop"][0], "notify-me")
+        self.assertEqual(len(commands["Stop"]), 2)
+        self.assertIn("hook --event=Stop", commands["Stop"][1])
+        self.assertIn("--event=SessionStart --autonomy 1", commands["SessionStart"][0])
+        self.assertIn(SCRIPT, commands["SessionStart"][0])
+        for event in ("UserPromptSubmit", "PostToolUse", "SessionEnd"):
+            self.assertEqual(len(commands[event]), 1)
+        with open(os.path.join(project, ".mcp.json")) as handle:
+            servers = json.load(handle)["mcpServers"]
+        self.assertEqual(servers["other"], {"command": "x"})
+        self.assertEqual(servers["agents-room"]["args"], [SCRIPT, "serve"])
+
+    def test_setup_claude_wake_adds_async_rewake(self):
+        project = self.repo("proj")
+        self.run_cli("setup", "claude", "--autonomy", "wake", "--write", cwd=project,
+                     check=0)
+        with open(os.path.join(project, ".claude", "settings.json")) as handle:
+            stop = json.load(handle)["hooks"]["Stop"][0]["hooks"]
+        self.assertEqual([h.get("asyncRewake", False) for h in stop], [False, True])
+        self.assertIn("--wait", stop[1]["command"])
+
+    def test_setup_refuses_broken_json(self):
+        project = self.repo("proj")
+        os.makedirs(os.path.join(project, ".claude"))
+        path = os.path.join(project, ".claude", "settings.json")
+        with open(path, "w") as handle:
+            handle.write("{oops")
+        done = self.run_cli("setup", "claude", "--write", cwd=project, check=1)
+        self.assertIn("nothing was written", done.stderr)
+        self.assertEqual(read_bytes(path), b"{oops")
+
+    def test_setup_codex_and_hermes(self):
+        home = os.path.join(self.tmp, "home")
+        codex = os.path.join(home, ".codex")
+        os.makedirs(codex)
+        with open(os.path.join(codex, "config.toml"), "w") as handle:
+            handle.write('model = "o3"\n\n[features]\ncodex_hooks = true\n\n'
+                         '[mcp_servers.agents-room]\ncommand = "old"\n\n'
+                         '[mcp_servers.other]\ncommand = "x"\n')
+        env = {"HOME": home, "CODEX_HOME": codex}
+        self.run_cli("setup", "codex", "--write", env=env, check=0)
+        text = read_bytes(os.path.join(codex, "config.toml")).decode()
+        self.assertIn('model = "o3"', text)
+        self.assertIn("[mcp_servers.other]", text)
+        self.assertIn("hooks = true", text)
+        self.assertNotIn("codex_hooks", text)
+        self.assertNotIn('"old"', text)
+        self.assertEqual(text.count("[mcp_servers.agents-room]"), 1)
+        self.assertIn("CODEX_THREAD_ID", text)
+        with open(os.path.join(codex, "hooks.json")) as handle:
+            self.assertEqual(sorted(json.load(handle)["hooks"]), [
+                "PostToolUse", "SessionEnd", "SessionStart", "Stop", "UserPromptSubmit"])
+        hermes = os.path.join(home, ".hermes")
+        env["HERMES_HOME"] = hermes
+        self.run_cli("setup", "hermes", "--write", env=env, check=0)
+        text = read_bytes(os.path.join(hermes, "config.yaml")).decode()
+        self.assertIn("mcp_servers:\n  agents-room:", text)
+        self.assertIn("on_session_start:", text)
+        again = self.run_cli("setup", "hermes", "--write", env=env, check=0)
+        self.assertIn("already configured", again.stdout)
+
+    def test_doctor_reports_each_line(self):
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(home)
+        self.join()
+        done = self.run_cli("doctor", env={"HOME": home, "AGENTS_ROOM_HARNESS_KEY": "dk"},
+                            check=0)
+        self.assertIn("store: " + self.db, done.stdout)
+        self.assertIn("journal mode: wal", done.stdout)
+        self.assertIn("harness key from AGENTS_ROOM_HARNESS_KEY: dk", done.stdout)
+        self.assertIn("Claude Code hooks: not configured", done.stdout)
+        os.chmod(self.db, 0o644)
+        done = self.run_cli("doctor", "--json", env={"HOME": home}, check=0)
+        checks = json.loads(done.stdout)
+        warned = [c["check"] for c in checks if c["status"] == "warn"]
+        self.assertTrue(any("store permissions" in c for c in warned), warned)
+
+
+class SignalScenarioTest(SignalBase):
+
+    def test_rewake_waiter_wakes_on_new_message(self):
+        sid, _ = self.start("k-wait", "--room", "r", "--autonomy", "wake")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "old")
+        waiter = subprocess.Popen(
+            [sys.executable, SCRIPT, "hook", "--event=Stop", "--wait"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=dict(self.env, AGENTS_ROOM_WAITER_POLL_S="0.1"))
+        self.procs.append(waiter)
+        waiter.stdin.write(json.dumps({"session_id": "k-wait", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        time.sleep(1.0)
+        self.assertIsNone(waiter.poll())        # an old unread message does not wake it
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "NEWSECRET")
+        self.assertEqual(waiter.wait(10), 2)
+        stderr = waiter.stderr.read().decode()
+        self.assertIn("2 unread messages (2 from sender)", stderr)
+        self.assertNotIn("NEWSECRET", stderr)
+        self.assertEqual(self.state_of(sender), "accepted")
+
+    def test_two_sessions_hold_and_wake_wired_by_setup(self):
+        path, lines = self.socket_server()
+        hold_dir, wake_dir = self.repo("holder"), self.repo("waker")
+        for directory, level in ((hold_dir, "hold"), (wake_dir, "wake")):
+            self.run_cli("setup", "claude", "--autonomy", level, "--write",
+                         cwd=directory, check=0)
+
+        def run_hook(directory, event, payload, env=None):
+            with open(os.path.join(directory, ".claude", "settings.json")) as handle:
+                command = json.load(handle)["hooks"][event][0]["hooks"][0]["command"]
+            import shlex
+            argv = shlex.split(command)
+            argv[0] = sys.executable
+            done = subprocess.run(argv, input=json.dumps(payload), capture_output=True,
+                                  text=True, env=dict(self.env, **(env or {})),
+                                  cwd=directory, timeout=30)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            return done.stdout
+        socket_env = {"CLAUDE_CODE_MESSAGING_SOCKET": path,
+                      "CLAUDE_CODE_MESSAGING_TOKEN": "t0k"}
+        for directory, key, env in ((hold_dir, "k-hold", None),
+                                    (wake_dir, "k-wake", socket_env)):
+            run_hook(directory, "SessionStart", {"session_id": key, "cwd": directory,
+                                                 "hook_event_name": "SessionStart"}, env)
+        who = {s["cwd"]: s for s in self.cli_json("who")["sessions"]}
+        holder, waker = who[hold_dir]["session_id"], who[wake_dir]["session_id"]
+        self.assertEqual((who[hold_dir]["autonomy"], who[wake_dir]["autonomy"]), (1, 2))
+        self.assertEqual(who[wake_dir]["lever"], "claude-socket")
+        boss = self.cli_json("join", "--room", "holder", "--also", "team", "--label",
+                             "boss")["session_id"]
+        self.cli_json("join", "--room", "waker", "--also", "team", env={
+            "AGENTS_ROOM_HARNESS_KEY": "k-wake"})
+        self.cli_json("join", "--room", "holder", "--also", "team", env={
+            "AGENTS_ROOM_HARNESS_KEY": "k-hold"})
+        self.cli_json("send", "--session", boss, "--to", holder, "--subject", "to holder")
+        self.cli_json("send", "--session", boss, "--to", waker, "--subject", "to waker")
+        stop = {"session_id": "k-hold", "cwd": hold_dir, "hook_event_name": "Stop",
+                "stop_hook_active": False}
+        first = json.loads(run_hook(hold_dir, "Stop", stop))
+        self.assertEqual(first["decision"], "block")
+        self.assertEqual(run_hook(hold_dir, "Stop", dict(stop, stop_hook_active=True)), "")
+        self.assertEqual(run_hook(hold_dir, "Stop", stop), "")
+        time.sleep(0.2)
+        self.assertEqual(lines[0], {"type": "auth", "token": "t0k"})
+        self.assertIn("1 unread message", lines[1]["message"]["content"])
+        states = {m["subject"]: m["deliveries"][0]["state"]
+                  for m in self.cli_json("sent", "--session", boss)["messages"]}
+        self.assertEqual(states, {"to holder": "offered", "to waker": "accepted"})
 
 
 def _summary(result):
