@@ -2961,34 +2961,79 @@ class McpServer:
             "structuredContent": result, "isError": False})
 
 
-def _read_line(stream):
-    """One line of at most LINE_MAX_BYTES; a longer one is drained and returned
-    as the marker None so the caller answers it without holding it in memory."""
-    line = stream.readline(LINE_MAX_BYTES + 1)
-    if len(line) <= LINE_MAX_BYTES or line.endswith(b"\n"):
-        return line
-    while True:
-        chunk = stream.readline(1 << 20)
-        if not chunk or chunk.endswith(b"\n"):
-            return None
+class LineReader:
+    """Reads newline-terminated lines from a file descriptor, at most
+    LINE_MAX_BYTES each, and wakes on a signal.
+
+    A blocking readline cannot be interrupted reliably: a SIGTERM that lands
+    between Python's signal check and the read() call is only noticed when the
+    next line arrives, which may be never.  So the reader selects on stdin and
+    on the signal wakeup pipe together.  An overlong line is drained without
+    being kept and reported as None, so memory stays bounded."""
+
+    def __init__(self, fd, wake_fd):
+        self.fd, self.wake_fd = fd, wake_fd
+        self.buffer = bytearray()
+        self.start = 0
+        self.draining = False
+        self.stopped = False
+        self.eof = False
+
+    def readline(self):
+        """The next line (bytes), None for an overlong one, b"" at EOF or stop."""
+        import select
+        while True:
+            newline = self.buffer.find(b"\n", self.start)
+            if newline >= 0:
+                line = bytes(self.buffer[:newline + 1])
+                del self.buffer[:newline + 1]
+                self.start = 0
+                if self.draining or len(line) > LINE_MAX_BYTES + 1:
+                    self.draining = False
+                    return None
+                return line
+            if self.eof or self.stopped:
+                line, self.buffer = bytes(self.buffer), bytearray()
+                return None if self.draining else line
+            if len(self.buffer) > LINE_MAX_BYTES:
+                self.draining = True
+                self.buffer = bytearray()
+            self.start = len(self.buffer)
+            ready, _, _ = select.select([self.fd, self.wake_fd], [], [])
+            if self.wake_fd in ready:
+                os.read(self.wake_fd, 512)
+                if self.stopped:
+                    continue
+            if self.fd in ready:
+                chunk = os.read(self.fd, 1 << 16)
+                if chunk:
+                    self.buffer += chunk
+                else:
+                    self.eof = True
 
 
 def serve(store_path=None):
-    """Run the MCP server on stdin/stdout until EOF or SIGTERM."""
+    """Run the MCP server on stdin/stdout until EOF or SIGTERM (exit 0 both)."""
     import signal
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    os.set_blocking(wake_read, False)
+    reader = LineReader(sys.stdin.fileno(), wake_read)
 
     def stop(signum, frame):
-        raise SystemExit(0)
+        reader.stopped = True
+    signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     store = Store(store_path)
     pid = os.getpid()
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid))
     server = McpServer(store, ctx)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout = sys.stdout.buffer
     try:
-        while True:
-            line = _read_line(stdin)
-            if line == b"":
+        while not reader.stopped:
+            line = reader.readline()
+            if line == b"" or reader.stopped:
                 break
             if line is None:
                 answer = _rpc_error(None, -32700, "Parse error: line longer than %d bytes"
@@ -2999,7 +3044,7 @@ def serve(store_path=None):
                 stdout.write(json.dumps(answer, ensure_ascii=False).encode(
                     "utf-8", "backslashreplace") + b"\n")
                 stdout.flush()
-    except (BrokenPipeError, KeyboardInterrupt):
+    except BrokenPipeError:
         pass
     finally:
         store.close()
