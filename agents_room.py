@@ -548,7 +548,13 @@ class _Transaction:
                 conn.execute("COMMIT")
                 return False
             except sqlite3.Error as error:
-                conn.execute("ROLLBACK")
+                # A failed COMMIT (disk full, I/O error) may already have rolled
+                # the transaction back; either way nothing of it was kept.
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise explain_sqlite(error, self.store.path)
         try:
             conn.execute("ROLLBACK")
@@ -888,7 +894,10 @@ def call_tool(store, ctx, name, args):
         raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(sorted(TOOLS)))
     args = {k: v for k, v in (args or {}).items()} if isinstance(args, dict) else args
     check_args(tool_, args)
-    return tool_.fn(store, ctx, **{k: v for k, v in args.items() if v is not None})
+    try:
+        return tool_.fn(store, ctx, **{k: v for k, v in args.items() if v is not None})
+    except sqlite3.Error as error:
+        raise explain_sqlite(error, store.path)
 
 
 # Schema fragments shared by the tools.
@@ -1609,15 +1618,18 @@ def msg_sent(store, ctx, session_id, limit=20):
 
 
 @tool("room_history", "A room's history", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT},
+    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
+    "before": {"type": "integer", "minimum": 1,
+               "description": "page back: only messages older than this message id"}},
     output=out_schema(["room", "messages"], room={"type": "string"},
                       messages={"type": "array", "items": S_MESSAGE}),
     cli="history", example="history --room shared:storefront", read_only=True,
     idempotent=True)
-def room_history(store, ctx, session_id=None, room=None, limit=50):
+def room_history(store, ctx, session_id=None, room=None, limit=50, before=None):
     """The newest messages sent in a room (shown oldest first), complete even
     for sessions that joined later. Read-only: marks nothing read. The room
-    defaults to session_id's repository room."""
+    defaults to session_id's repository room; page back with before=<the
+    oldest message_id you have>."""
     with store.write() as conn:
         caller = require_session(store, conn, session_id) if session_id else None
         if room:
@@ -1628,7 +1640,8 @@ def room_history(store, ctx, session_id=None, room=None, limit=50):
             raise UsageError("history needs a room or a session")
         rows = conn.execute(
             "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
-            "WHERE r.room=? ORDER BY r.message_id DESC LIMIT ?", (full, limit)).fetchall()
+            "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
+            (full, before or (1 << 62), limit)).fetchall()
         return {"room": full, "messages": [message_dict(conn, m) for m in reversed(rows)]}
 
 

@@ -394,8 +394,11 @@ class MessageTest(RoomTest):
         self.assertEqual(self.cli_json("unread", "--session", late["session_id"])["count"],
                          0)
         self.assertEqual(self.cli_json("unread", "--session", self.web)["count"], 1)
-        self.assertEqual(len(self.cli_json("history", "--room", "storefront", "--limit",
-                                           "1")["messages"]), 1)
+        newest = self.cli_json("history", "--room", "storefront", "--limit", "1")["messages"]
+        self.assertEqual([m["subject"] for m in newest], ["ack"])
+        older = self.cli_json("history", "--room", "storefront", "--before",
+                              str(newest[0]["message_id"]))["messages"]
+        self.assertEqual([m["subject"] for m in older], ["decided: v2 shape"])
 
     def test_delivery_states_read_and_acked(self):
         mid = self.send(self.api, self.web)["message_id"]
@@ -1315,6 +1318,356 @@ class WakeTest(SignalBase):
         argv = json.loads(read_bytes(log))
         self.assertEqual(argv[:4], ["queue", "--thread", "thread-42", "--message"])
         self.assertIn("unread", argv[4])
+
+
+WORKER_PRELUDE = """
+import os, random, sys, time
+sys.path.insert(0, %r)
+import agents_room as ar
+store = ar.Store()
+ctx = ar.Context(cwd=os.getcwd())
+""" % HERE
+
+
+class ConcurrencyTest(RoomTest):
+    """Several real processes on one store."""
+
+    def workers(self, code, count, args=()):
+        procs = []
+        for index in range(count):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER_PRELUDE + code, str(index)] + list(args),
+                env=self.env, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True)
+            self.procs.append(proc)
+            procs.append(proc)
+        return procs
+
+    def finish(self, procs, timeout=240):
+        outputs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            self.assertEqual(proc.returncode, 0, err)
+            self.assertNotIn("locked", err)
+            outputs.append(out)
+        return outputs
+
+    def events(self, *kinds):
+        conn = sqlite3.connect(self.db)
+        marks = ",".join("?" * len(kinds))
+        rows = conn.execute("SELECT id, kind, session_id, subject, data FROM events WHERE "
+                            "kind IN (%s) ORDER BY id" % marks, kinds).fetchall()
+        conn.close()
+        return rows
+
+    def test_claims_exclude_each_other_across_processes(self):
+        self.join("--room", "race")           # create the store before the race
+        code = """
+index, mixed = int(sys.argv[1]), sys.argv[2] == "mixed"
+sid = ar.room_join(store, ctx, room="race", label="w%d" % index)["session_id"]
+granted = 0
+for i in range(250):
+    mode = "shared" if mixed and (i + index) % 3 == 0 else "exclusive"
+    if ar.lease_claim(store, ctx, sid, "contested.txt", ttl_s=600, mode=mode)["ok"]:
+        granted += 1
+        ar.lease_release(store, ctx, sid, "contested.txt")
+print(granted)
+"""
+        for variant in ("exclusive", "mixed"):
+            with self.subTest(variant=variant):
+                before = self.events("lease.claim", "lease.release", "lease.expire")
+                outputs = self.finish(self.workers(code, 8, [variant]))
+                granted = sum(int(o) for o in outputs)
+                self.assertGreater(granted, 8)
+                holders, violations = {}, []
+                rows = self.events("lease.claim", "lease.release", "lease.expire")
+                for _, kind, session, subject, data in rows[len(before):]:
+                    mode = json.loads(data)["mode"]
+                    if kind == "lease.claim":
+                        if mode == "exclusive" and holders:
+                            violations.append((session, dict(holders)))
+                        if mode == "shared" and "exclusive" in holders.values():
+                            violations.append((session, dict(holders)))
+                        holders[session] = mode
+                    else:
+                        holders.pop(session, None)
+                self.assertEqual(violations, [])
+                self.assertEqual(holders, {})
+                claims = [r for r in rows[len(before):] if r[1] == "lease.claim"]
+                self.assertEqual(len(claims), granted)   # the log agrees with the claimers
+
+    def test_no_message_lost_or_read_twice_under_load(self):
+        self.join("--room", "load")
+        receivers = self.workers("""
+index = int(sys.argv[1])
+sid = ar.room_join(store, ctx, room="load", tags=["inbox"], harness_key="r%d" % index)["session_id"]
+print("ready", flush=True)
+seen = []
+deadline = time.time() + 200
+while len(seen) < 4000 and time.time() < deadline:
+    got = ar.msg_recv(store, ctx, sid, limit=200)["messages"]
+    seen += [m["message_id"] for m in got]
+    if not got:
+        time.sleep(0.01)
+print(" ".join(map(str, seen)))
+""", 4)
+        for proc in receivers:
+            self.assertEqual(proc.stdout.readline().strip(), "ready")
+        senders = self.workers("""
+index = int(sys.argv[1])
+sid = ar.room_join(store, ctx, room="load", harness_key="s%d" % index)["session_id"]
+for i in range(500):
+    assert ar.msg_send(store, ctx, sid, "tag:inbox", subject="m %d %d" % (index, i))["recipients"] == 4
+""", 8)
+        self.finish(senders)
+        seen = [list(map(int, out.split())) for out in self.finish(receivers)]
+        conn = sqlite3.connect(self.db)
+        sent_ids = {r[0] for r in conn.execute("SELECT id FROM messages WHERE subject LIKE 'm %'")}
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"))
+        conn.close()
+        self.assertEqual(len(sent_ids), 4000)
+        for ids in seen:
+            self.assertEqual(len(ids), 4000)              # no duplicate reads
+            self.assertEqual(set(ids), sent_ids)           # every message, once
+            self.assertEqual(ids, sorted(ids))             # oldest first, always
+        self.assertEqual(states, {"read": 16000})
+
+    def test_killed_writers_leave_a_consistent_store(self):
+        self.join("--room", "crash")
+        code = """
+index = int(sys.argv[1])
+rng = random.Random(index)
+while True:
+    sid = ar.room_join(store, ctx, room="crash", extra_rooms=["crash-shared"],
+                       harness_key="k%d-%d" % (index, rng.randrange(5)))["session_id"]
+    for i in range(20):
+        op = rng.randrange(3)
+        if op == 0:
+            ar.msg_send(store, ctx, sid, "*", subject="x", body="y" * rng.randrange(5000))
+        elif op == 1:
+            path = "f%d.txt" % rng.randrange(5)
+            if ar.lease_claim(store, ctx, sid, path, ttl_s=600)["ok"] and rng.random() < 0.5:
+                ar.lease_release(store, ctx, sid, path)
+        else:
+            ar.room_join(store, ctx, room="crash", extra_rooms=["x%d" % rng.randrange(3)],
+                         harness_key="j%d-%d" % (index, rng.randrange(50)))
+"""
+        import random
+        rng = random.Random(7)
+        for kill in range(50):
+            proc = self.workers(code, 1, [])[0]
+            time.sleep(0.15 + rng.random() * 0.25)
+            proc.kill()
+            proc.wait()
+        conn = sqlite3.connect(self.db)
+        self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        sends = conn.execute("SELECT subject, data FROM events WHERE kind='msg.send'").fetchall()
+        self.assertGreater(len(sends), 20)
+        for message_id, data in sends:
+            data = json.loads(data)
+            deliveries = conn.execute("SELECT COUNT(*) FROM deliveries WHERE message_id=?",
+                                      (int(message_id),)).fetchone()[0]
+            rooms = conn.execute("SELECT COUNT(*) FROM message_rooms WHERE message_id=?",
+                                 (int(message_id),)).fetchone()[0]
+            self.assertEqual((deliveries, rooms), (len(data["recipients"]), len(data["rooms"])))
+        self.assertEqual(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0], len(sends))
+        half_made = conn.execute(
+            "SELECT id FROM sessions s WHERE NOT EXISTS (SELECT 1 FROM memberships m WHERE "
+            "m.session_id = s.id) OR NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id "
+            "= s.id AND e.kind = 'session.join')").fetchall()
+        self.assertEqual(half_made, [])
+        conn.close()
+        self.assertEqual(len(self.cli_json("who", "--room", "crash")["sessions"]) > 0, True)
+        me = self.join("--room", "crash", key="after")["session_id"]
+        self.cli_json("send", "--session", me, "--to", "*", "--subject", "still works")
+
+
+class HostileInputTest(RoomTest):
+    """Whatever a model produces gets an answer, and the server keeps serving."""
+
+    BAD_VALUES = {
+        "string": [5, None, [], {}, True, "x" * 300000, "\ud800"],
+        "integer": ["5", 1.5, True, -1, 10 ** 30, [], None],
+        "array": ["*" * 10, [1, 2], [None], ["x"] * 5000, {}],
+    }
+
+    def bad_arguments(self, tool):
+        """(arguments, why) pairs: one bad value at a time, everything else good."""
+        good = {"session_id": self.sid, "path": "ok.txt", "to": "*", "subject": "s",
+                "message_id": 1, "room": "hostile", "autonomy": 0}
+        base = {k: good[k] for k in tool["inputSchema"]["required"]}
+        cases = [(dict(base, unexpected=1), "unknown field")]
+        for name, schema in tool["inputSchema"]["properties"].items():
+            kinds = schema.get("type")
+            kinds = kinds if isinstance(kinds, list) else [kinds]
+            for kind in kinds:
+                for value in self.BAD_VALUES.get(kind, []):
+                    if kind == "string" and isinstance(value, str) and \
+                            len(value) < schema.get("maxLength", 10 ** 9) and \
+                            "\ud800" not in value:
+                        continue
+                    if kind == "integer" and isinstance(value, int) and not isinstance(
+                            value, bool) and schema.get("minimum", -10 ** 40) <= value <= \
+                            schema.get("maximum", 10 ** 40):
+                        continue
+                    if value is None and name not in tool["inputSchema"]["required"]:
+                        continue
+                    if kind == "array" and name in ("to",) and value == "*" * 10:
+                        continue
+                    if any(check(value) for check in self.accepts(kinds)):
+                        continue
+                    cases.append((dict(base, **{name: value}), "%s=%r" % (name, value)[:60]))
+        return cases
+
+    @staticmethod
+    def accepts(kinds):
+        table = {"string": lambda v: isinstance(v, str) and len(v) < 200 and "\ud800" not in v,
+                 "integer": lambda v: False, "array": lambda v: False}
+        return [table[k] for k in kinds if k in table and k != "integer"]
+
+    def test_every_tool_rejects_bad_arguments_and_server_survives(self):
+        client = McpClient(self)
+        client.initialize()
+        self.sid = client.ok("room_join", room="hostile", label="h")["session_id"]
+        tools = client.request("tools/list")["result"]["tools"]
+        count = 0
+        for tool in tools:
+            for arguments, why in self.bad_arguments(tool):
+                with self.subTest(tool=tool["name"], why=why):
+                    answer = client.request("tools/call", {"name": tool["name"],
+                                                           "arguments": arguments})
+                    self.assertIn("result", answer, answer)
+                    self.assertTrue(answer["result"]["isError"], (tool["name"], why, answer))
+                    self.assertNotIn("Traceback", answer["result"]["content"][0]["text"])
+                    count += 1
+        self.assertGreater(count, 100)
+        self.assertEqual(client.request("ping")["result"], {})
+        self.assertEqual(client.close(), 0)
+        self.assertNotIn(b"Traceback", client.proc.stderr.read())
+
+    def test_hostile_paths_and_values_are_handled(self):
+        client = McpClient(self, cwd=self.tmp)
+        client.initialize()
+        sid = client.ok("room_join", room="hostile")["session_id"]
+        os.symlink("/etc/hostname", os.path.join(self.tmp, "link"))
+        for path in ("with space.txt", "new\nline.txt", "../../../etc/passwd", "link",
+                     "does/not/exist.txt", "~/x", "."):
+            with self.subTest(path=path):
+                claim = client.ok("lease_claim", session_id=sid, path=path)
+                self.assertTrue(claim["ok"])
+                self.assertTrue(os.path.isabs(claim["lease"]["path"]))
+                self.assertNotIn("..", claim["lease"]["path"].split(os.sep))
+                client.ok("drift_check", session_id=sid, path=path)
+                client.ok("lease_release", session_id=sid, path=path)
+        result = client.call("note_read", session_id=sid, path="does/not/exist.txt")
+        self.assertTrue(result["isError"])
+        self.assertIn("cannot read", result["content"][0]["text"])
+        big = client.call("msg_send", session_id=sid, to="*", body="x" * (1024 * 1024 + 1))
+        self.assertIn("1 MiB", big["content"][0]["text"])
+        self.assertEqual(client.ok("msg_recv", session_id=sid, limit=1000)["messages"], [])
+        client.close()
+
+    def test_random_bytes_huge_and_nested_lines(self):
+        import random
+        client = McpClient(self)
+        client.initialize()
+        rng = random.Random(3)
+        for i in range(200):
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+            client.send_raw(junk.replace(b"\n", b" ") + b"\n")
+            answer = client.read()
+            self.assertIn(answer["error"]["code"], (-32700, -32600), answer)
+        client.send_raw(b"[" * 100000 + b"\n")
+        self.assertIn(client.read()["error"]["code"], (-32700, -32600))
+        client.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":' +
+                        b'[' * 3000 + b']' * 3000 + b'}}\n')
+        self.assertEqual(client.read()["error"]["code"], -32600)
+        chunk = b"x" * (1 << 20)
+        writer = threading.Thread(target=lambda: [client.send_raw(chunk) for _ in range(50)]
+                                  + [client.send_raw(b"\n")])
+        writer.start()
+        answer = client.read()
+        writer.join()
+        self.assertIn("longer than", answer["error"]["message"])
+        with open("/proc/%d/status" % client.proc.pid) as handle:
+            peak_kb = int([l for l in handle if l.startswith("VmHWM")][0].split()[1])
+        self.assertLess(peak_kb, 120 * 1024)        # a 50 MB line was never held whole
+        self.assertEqual(client.request("ping", id_="after")["id"], "after")
+        client.close()
+
+    def test_hostile_values_on_the_cli(self):
+        me = self.join("--room", "hostile")["session_id"]
+        cases = [["recv", "--session", me, "--limit", "-5"],
+                 ["recv", "--session", me, "--limit", "99999999999999999999"],
+                 ["send", "--session", me, "--to", "*", "--subject", "x" * 2000],
+                 ["send", "--session", me, "--to", "*", "--subject", "s", "--ttl", "-1"],
+                 ["send", "--session", me, "--to", "*", "--subject", "s", "--reply-to", "0"],
+                 ["claim", "--session", me, "f", "--ttl", "99999999999"],
+                 ["claim", "--session", me, "", "--ttl", "5"],
+                 ["ack", "--session", me, "-3"],
+                 ["join", "--room", "bad room"],
+                 ["join", "--label", "x" * 500],
+                 ["recv", "--session", "\udcff\udcfe"],
+                 ["who", "--room", ""],
+                 ["note-read", "--session", me, "/nonexistent/file"],
+                 ["send", "--session", me, "--to", "file:", "--subject", "s"],
+                 ["send", "--session", me, "--to", "tag:", "--subject", "s"]]
+        for args in cases:
+            with self.subTest(args=[a[:30] for a in args]):
+                done = self.run_cli(*args)
+                self.assertIn(done.returncode, (1, 2), done.stdout)
+                self.assertIn("error:", done.stderr)
+
+
+class BrokenStoreTest(RoomTest):
+
+    def make_immutable(self, path):
+        """Read-only for everyone, root included (chattr +i), or skip."""
+        if os.geteuid() != 0:
+            os.chmod(path, 0o500 if os.path.isdir(path) else 0o400)
+            self.addCleanup(os.chmod, path, 0o700)
+            return
+        if shutil.which("chattr") is None or subprocess.run(
+                ["chattr", "+i", path], capture_output=True).returncode != 0:
+            self.skipTest("cannot make a file read-only for root here")
+        self.addCleanup(subprocess.run, ["chattr", "-i", path], capture_output=True)
+
+    def test_read_only_file_and_directory_are_explained(self):
+        me = self.join("--room", "ro")["session_id"]
+        for target in ("file", "directory"):
+            with self.subTest(target=target):
+                path = self.db if target == "file" else os.path.dirname(self.db)
+                if target == "directory":
+                    for suffix in ("-wal", "-shm"):
+                        if os.path.exists(self.db + suffix):
+                            os.remove(self.db + suffix)
+                self.make_immutable(path)
+                done = self.run_cli("send", "--session", me, "--to", "*", "--subject", "x")
+                self.assertEqual(done.returncode, 1, done.stderr)
+                self.assertIn(self.db, done.stderr)
+                self.assertRegex(done.stderr, "read-only|cannot open|cannot create")
+                self.assertIn("hint:", done.stderr)
+                subprocess.run(["chattr", "-i", path], capture_output=True)
+
+    def test_disk_full_is_explained_and_nothing_half_written(self):
+        import resource
+        me = self.join("--room", "full")["session_id"]
+        size = os.path.getsize(self.db) + 64 * 1024
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, size + 4096))
+        done = subprocess.run(
+            [sys.executable, SCRIPT, "send", "--session", me, "--to", "*", "--body", "-"],
+            input="x" * 900000, env=self.env, capture_output=True, text=True,
+            preexec_fn=small_files, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("cannot write the store %s" % self.db, done.stderr)
+        self.assertIn("free space", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(self.cli_json("history", "--session", me)["messages"], [])
+        self.cli_json("send", "--session", me, "--to", "*", "--subject", "fits")
 
 
 class SetupTest(RoomTest):
