@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench-quick clean
+.PHONY: test interop bench bench-quick clean
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -17,6 +17,12 @@ interop:
 	npm install --silent --no-audit --no-fund --prefix "$(INTEROP_DIR)/npm" "$(INSPECTOR)"
 	"$(INTEROP_DIR)/venv/bin/python" .ci/interop.py --inspector "$(INTEROP_DIR)/npm/node_modules/.bin/mcp-inspector"
 	rm -rf "$(INTEROP_DIR)"
+
+bench:
+	$(PYTHON) agents_room.py bench
+
+bench-quick:
+	$(PYTHON) agents_room.py bench --quick
 
 clean:
 	rm -rf "$(INTEROP_DIR)" __pycache__

@@ -1670,6 +1670,68 @@ class BrokenStoreTest(RoomTest):
         self.cli_json("send", "--session", me, "--to", "*", "--subject", "fits")
 
 
+class QueryPlanTest(RoomTest):
+
+    def test_no_tool_query_scans_messages_deliveries_or_events(self):
+        store = agents_room.Store(self.db)
+        self.addCleanup(store.close)
+        statements = []
+        store.conn.set_trace_callback(statements.append)
+        repo = self.repo("plan")
+        with open(os.path.join(repo, "f.txt"), "w") as handle:
+            handle.write("x")
+        env = dict(os.environ, AGENTS_ROOM_HARNESS_KEY="plan-key")
+        ctx = agents_room.Context(cwd=repo, env=env)
+        other = agents_room.Context(cwd=repo, env={})
+        call = lambda name, c=ctx, **kw: agents_room.call_tool(store, c, name, kw)
+        me = call("room_join", label="me", extra_rooms=["s"], autonomy=2)["session_id"]
+        peer = call("room_join", other, label="peer", harness_key="p")["session_id"]
+        call("lease_claim", session_id=peer, path="f.txt")
+        call("note_read", session_id=me, path="f.txt")
+        for selector in ("*", peer, "file:f.txt", "tag:x", ["*", "tag:y"]):
+            mid = call("msg_send", session_id=me, to=selector, subject="s", body="b")
+        call("msg_send", other, session_id=peer, to=me, subject="r", reply_to=mid["message_id"])
+        call("msg_unread", session_id=me)
+        got = call("msg_recv", session_id=me)
+        call("msg_recv", session_id=me)
+        call("msg_ack", session_id=me, message_id=got["messages"][0]["message_id"])
+        call("msg_sent", session_id=me)
+        call("room_history", session_id=me, before=5)
+        call("room_who", session_id=me)
+        call("room_who", room="s")
+        call("room_set_autonomy_cap", room="s", autonomy=1)
+        call("lease_check", session_id=me, path="f.txt")
+        call("lease_list", session_id=me)
+        call("drift_check", session_id=me, path="f.txt")
+        call("lease_claim", session_id=me, path="g.txt")
+        call("lease_renew", session_id=me, path="g.txt")
+        call("lease_release", session_id=me, path="g.txt")
+        agents_room.run_due_wakes(store)
+        agents_room.tool_event_signal(store, me)
+        agents_room.stop_signal(store, me, False)
+        agents_room.prune(store)
+        call("room_leave_room", session_id=me, room="s")
+        call("room_leave", session_id=me)
+        for value in ("0123456789abcdef", me[:6], "plan-key"):
+            try:
+                call("msg_unread", session_id=value)
+            except agents_room.RoomError:
+                pass
+        store.conn.set_trace_callback(None)
+        queries = {q for q in statements if q.lstrip().upper().startswith(
+            ("SELECT", "UPDATE", "DELETE", "INSERT"))}
+        self.assertGreater(len(queries), 40)
+        scans = []
+        for query in sorted(queries):
+            for row in store.conn.execute("EXPLAIN QUERY PLAN " + query):
+                detail = row[-1]
+                if detail.startswith(("SCAN messages", "SCAN deliveries", "SCAN events",
+                                      "SCAN m ", "SCAN d ", "SCAN e ")) or detail in (
+                                          "SCAN m", "SCAN d", "SCAN e"):
+                    scans.append((detail, query))
+        self.assertEqual(scans, [])
+
+
 class SetupTest(RoomTest):
 
     def hook_commands(self, settings):
@@ -1703,7 +1765,8 @@ class SetupTest(RoomTest):
         self.assertEqual(len(commands["Stop"]), 2)
         self.assertIn("hook --event=Stop", commands["Stop"][1])
         self.assertIn("--event=SessionStart --autonomy 1", commands["SessionStart"][0])
-        self.assertIn(SCRIPT, commands["SessionStart"][0])
+        self.assertIn('sys.path.insert(0, "%s")' % HERE, commands["SessionStart"][0])
+        self.assertIn("from agents_room import main", commands["SessionStart"][0])
         for event in ("UserPromptSubmit", "PostToolUse", "SessionEnd"):
             self.assertEqual(len(commands[event]), 1)
         with open(os.path.join(project, ".mcp.json")) as handle:
