@@ -41,7 +41,7 @@ import time
 
 # ---- constants ------------------------------------------------------------
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIN_SQLITE = (3, 31, 0)
 
 HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
@@ -108,6 +108,13 @@ class UnknownSession(RoomError):
     """A session id that names no session; the message says what was meant."""
 
     code = "unknown_session"
+
+
+class GuardRefused(RoomError):
+    """guard found a conflict: exit 3, so hooks can tell it from an error."""
+
+    exit_code = 3
+    code = "conflict"
 
 
 class StoreError(RoomError):
@@ -400,7 +407,16 @@ CREATE INDEX events_session ON events(session_id, at);
 # MIGRATIONS[n] takes a store from user_version n to n + 1.  A store newer than
 # the last entry is refused untouched: an older program cannot know what a
 # newer schema means, and guessing would corrupt it.
-MIGRATIONS = [SCHEMA_V1]
+def _migrate_v2(conn):
+    """Leases on typed resources: kind, the comparison key, a purpose."""
+    conn.execute("ALTER TABLE leases ADD COLUMN kind TEXT NOT NULL DEFAULT 'path'")
+    conn.execute("ALTER TABLE leases ADD COLUMN key TEXT")
+    conn.execute("ALTER TABLE leases ADD COLUMN purpose TEXT")
+    conn.execute("UPDATE leases SET key = path")
+    conn.execute("CREATE INDEX leases_key ON leases(kind, key)")
+
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2]
 
 
 def default_db_path():
@@ -942,7 +958,9 @@ S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
 S_LIVENESS = {"type": "string", "enum": ["alive", "gone", "unknown"]}
 S_LEASE = {"type": "object", "properties": {
     "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
-    "path": {"type": "string"}, "mode": {"type": "string"},
+    "path": {"type": "string"}, "resource": {"type": "string"},
+    "kind": {"type": "string"}, "purpose": {"type": ["string", "null"]},
+    "mode": {"type": "string"},
     "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS},
     "required": ["session_id", "label", "path", "mode", "acquired_at", "expires_at",
                  "liveness"]}
@@ -1381,10 +1399,15 @@ def resolve_selectors(store, conn, sender, to, at):
                 raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
             for lease in conn.execute(
                     "SELECT l.session_id, l.path, s.cwd FROM leases l JOIN sessions s "
-                    "ON s.id = l.session_id WHERE l.expires_at > ?", (at,)):
-                if lease["session_id"] in mates and any(
-                        fnmatchcase(form, glob) for form in lease_forms(
-                            lease["path"], lease["cwd"])):
+                    "ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
+                    (at,)):
+                if lease["session_id"] not in mates:
+                    continue
+                forms = lease_forms(lease["path"], lease["cwd"])
+                # A file under a leased directory reaches the directory's holder.
+                if any(fnmatchcase(form, glob) for form in forms) or any(
+                        glob.startswith(form.rstrip(os.sep) + os.sep)
+                        for form in forms[:-1]):
                     found.append(lease["session_id"])
         elif selector.startswith("tag:"):
             tag = selector[4:]
@@ -1680,174 +1703,296 @@ def room_history(store, ctx, session_id=None, room=None, limit=50, before=None):
 
 
 # ---- operations: leases ---------------------------------------------------
+# A lease is on a resource: a path (the default: a bare path means path:) or
+# any <kind>:<name> (db:main, service:api, branch:main, port:5432, ...).  Paths
+# conflict when equal or when one is an ancestor of the other, compared with
+# symlinks resolved; other kinds only on equal names.
 
 
-def path_for(ctx, row, path):
-    """Relative paths resolve against the caller's cwd on the CLI and in hooks,
-    and against the session's recorded cwd over MCP (the server's cwd at join
-    is the agent's project, while the server process may sit anywhere)."""
-    return normalize_path(path, row["cwd"] if ctx.via == "mcp" else ctx.cwd)
+def parse_resource(text, cwd):
+    """'src/a.go', 'path:src/a.go', 'db:main' -> (kind, shown, key): shown is
+    the absolute path or kind:name, key what conflicts are decided on."""
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError("a resource must be a non-empty string (a path or kind:name)")
+    text = text.strip()
+    head, sep, rest = text.partition(":")
+    if sep and head and "/" not in head and head == head.lower() and all(
+            c.isalnum() or c in "-_" for c in head) and head[0].isalpha() and len(head) > 1:
+        kind, name = head, rest
+    else:
+        kind, name = "path", text
+    if kind in ("path", "file"):
+        shown = normalize_path(name, cwd)
+        return "path", shown, os.path.realpath(shown)
+    name = name.strip()
+    if not name or len(name) > PATH_MAX_CHARS or "\x00" in name:
+        raise UsageError("resource %r needs a name after %s:" % (text, kind))
+    return kind, "%s:%s" % (kind, name), name
+
+
+def path_ancestors(key):
+    """key and every directory above it: the leases that cover it."""
+    found = [key]
+    while True:
+        parent = os.path.dirname(key)
+        if parent == key:
+            return found
+        found.append(parent)
+        key = parent
+
+
+def overlapping_leases(conn, kind, key, at, exclude=None):
+    """Live leases that overlap the resource: same key, or for paths an ancestor
+    or a descendant (indexed: the ancestors by equality, the descendants by a
+    key range)."""
+    if kind != "path":
+        rows = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND expires_at > ?",
+                            (kind, key, at)).fetchall()
+    else:
+        ancestors = path_ancestors(key)
+        prefix = key.rstrip(os.sep) + os.sep
+        marks = ",".join("?" * len(ancestors))
+        rows = conn.execute(
+            "SELECT * FROM leases WHERE kind='path' AND expires_at > ? AND (key IN (%s) "
+            "OR (key >= ? AND key < ?))" % marks,
+            [at] + ancestors + [prefix, prefix[:-1] + chr(ord(os.sep) + 1)]).fetchall()
+    return [r for r in rows if r["session_id"] != exclude]
+
+
+def window_blocking(conn, kind, key, session_id, at, active_only=False):
+    """Why a quiet window of another session blocks this resource, or None."""
+    return None
 
 
 def lease_dict(conn, lease, liveness):
     holder = session_row(conn, lease["session_id"])
     return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
-            "path": lease["path"], "mode": lease["mode"],
+            "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
+            "mode": lease["mode"], "purpose": lease["purpose"],
             "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
             "liveness": liveness(holder) if holder else "gone"}
 
 
 def _holder_text(lease):
-    return "%s (label %s, %s, %s until %s)" % (
+    return "%s (label %s, %s, %s until %s%s)" % (
         lease["session_id"], lease["label"] or "-", lease["liveness"], lease["mode"],
-        lease["expires_at"])
+        lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
+        if lease.get("purpose") else "")
+
+
+def _targets(ctx, row, path, resources):
+    """The resources a lease call names (path and/or resources), parsed and
+    deduplicated, in order."""
+    items = ([path] if path else []) + list(resources or [])
+    if not items:
+        raise UsageError("name a path or resources (a list of paths or kind:name)")
+    if len(items) > 100:
+        raise UsageError("at most 100 resources in one call")
+    base = row["cwd"] if ctx.via == "mcp" else ctx.cwd
+    seen, found = set(), []
+    for item in items:
+        kind, shown, key = parse_resource(item, base)
+        if (kind, key) not in seen:
+            seen.add((kind, key))
+            found.append((kind, shown, key))
+    return found
 
 
 S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
                "description": "seconds the lease lives (default 900, at most 86400)"}
+S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
+                                          "maxLength": PATH_MAX_CHARS},
+               "minItems": 1, "maxItems": 100,
+               "description": "several resources at once, all or nothing: paths or "
+                              "kind:name (db:main, service:api, branch:x, port:5432)"}
+S_RESOURCE = dict(S_PATH, description="one resource: a path (relative to your cwd) or "
+                  "kind:name such as db:main")
+S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
 
 
-@tool("lease_claim", "Claim a lease on a path", {
-    "session_id": S_SESSION, "path": S_PATH, "ttl_s": S_TTL_LEASE,
+@tool("lease_claim", "Claim a lease", dict(S_LEASE_ARGS, **{
+    "ttl_s": S_TTL_LEASE,
     "mode": {"type": "string", "enum": ["exclusive", "shared"],
              "description": "exclusive (default): one holder; shared: many, no exclusive"},
-}, ["session_id", "path"],
+    "purpose": {"type": "string", "maxLength": 500,
+                "description": "why you hold it, shown to others"},
+}), ["session_id"],
     output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
                       holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
-                      reason={"type": "string"}, lease=S_LEASE_OR_NULL),
-    cli="claim", positional=("path",), flags={"ttl_s": "--ttl"},
-    example="claim --session $ID src/a.go --mode shared --ttl 600")
-def lease_claim(store, ctx, session_id, path, ttl_s=LEASE_TTL_S, mode="exclusive"):
-    """Claim a lease on a path before editing a file others may touch.
-    exclusive (default) admits one holder; shared admits several and blocks
-    exclusive claims. Claiming again renews your own lease. A conflict is a
-    normal answer: ok false, holder (the first conflicting lease), holders,
-    reason."""
+                      reason={"type": "string"}, lease=S_LEASE_OR_NULL,
+                      leases={"type": "array", "items": S_LEASE}),
+    cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"},
+    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
+def lease_claim(store, ctx, session_id, path=None, resources=None, ttl_s=LEASE_TTL_S,
+                mode="exclusive", purpose=None):
+    """Claim a lease before editing files (or using a database, service, branch
+    or port) others may touch. path is one resource; resources a list taken all
+    or nothing. A directory lease covers everything under it. exclusive
+    (default) admits one holder; shared admits several and blocks exclusive
+    claims. Claiming again renews your own lease. A conflict is a normal
+    answer: ok false, holder (the first conflicting lease), holders, reason."""
     if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
         raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
     liveness = LazyScan(ctx)
     at = now()
     with store.write() as conn:
         row = require_session(store, conn, session_id, present=True)
-        full = path_for(ctx, row, path)
+        targets = _targets(ctx, row, path, resources)
         sweep(conn, at)
-        others = conn.execute(
-            "SELECT * FROM leases WHERE path=? AND session_id != ? AND expires_at > ? "
-            "ORDER BY acquired_at", (full, row["id"], at)).fetchall()
-        conflicts = [lease for lease in others
-                     if mode == "exclusive" or lease["mode"] == "exclusive"]
+        conflicts = {}
+        for kind, shown, key in targets:
+            for lease in overlapping_leases(conn, kind, key, at, exclude=row["id"]):
+                if mode == "exclusive" or lease["mode"] == "exclusive":
+                    conflicts[lease["id"]] = lease
+            blocked = window_blocking(conn, kind, key, row["id"], at)
+            if blocked:
+                raise RoomError(blocked)
         if conflicts:
-            holders = [lease_dict(conn, lease, liveness) for lease in conflicts]
-            event(conn, "lease.refused", row["id"], subject=full,
-                  data={"mode": mode, "holders": [h["session_id"] for h in holders]})
+            holders = [lease_dict(conn, lease, liveness) for lease in
+                       sorted(conflicts.values(), key=lambda l: l["acquired_at"])]
+            event(conn, "lease.refused", row["id"], subject=targets[0][1],
+                  data={"mode": mode, "resources": [t[1] for t in targets],
+                        "holders": [h["session_id"] for h in holders]})
             return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
-                    "reason": "%s is held by %s" % (full, "; ".join(
-                        _holder_text(h) for h in holders))}
-        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
-                            (full, row["id"])).fetchone()
-        if mine:
-            conn.execute("UPDATE leases SET mode=?, expires_at=? WHERE id=?",
-                         (mode, at + ttl_s, mine["id"]))
-            reason = "renewed"
-        else:
-            conn.execute("INSERT INTO leases (session_id, path, mode, acquired_at, "
-                         "expires_at) VALUES (?,?,?,?,?)",
-                         (row["id"], full, mode, at, at + ttl_s))
-            reason = "acquired"
-        event(conn, "lease.claim", row["id"], subject=full, at=at,
-              data={"mode": mode, "expires_at": at + ttl_s, "reason": reason})
-        lease = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
-                             (full, row["id"])).fetchone()
+                    "leases": [], "reason": "%s: held by %s; nothing was claimed" % (
+                        ", ".join(t[1] for t in targets),
+                        "; ".join("%s on %s" % (_holder_text(h), h["resource"])
+                                  for h in holders))}
+        reasons, granted = [], []
+        for kind, shown, key in targets:
+            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                                "session_id=?", (kind, key, row["id"])).fetchone()
+            if mine:
+                conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
+                             "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
+                reason, lease_id = "renewed", mine["id"]
+            else:
+                lease_id = conn.execute(
+                    "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
+                    "acquired_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+                    (row["id"], shown, kind, key, mode, purpose, at, at + ttl_s)).lastrowid
+                reason = "acquired"
+            reasons.append(reason)
+            event(conn, "lease.claim", row["id"], subject=shown, at=at,
+                  data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
+                        "kind": kind, "purpose": purpose})
+            granted.append(lease_dict(conn, conn.execute(
+                "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), liveness))
+        reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
         return {"ok": True, "holder": None, "holders": [], "reason": reason,
-                "lease": lease_dict(conn, lease, liveness)}
+                "lease": granted[0], "leases": granted}
 
 
-@tool("lease_renew", "Renew your lease", {
-    "session_id": S_SESSION, "path": S_PATH, "ttl_s": S_TTL_LEASE}, ["session_id", "path"],
-    output=S_LEASE, cli="renew", positional=("path",), flags={"ttl_s": "--ttl"},
-    example="renew --session $ID src/a.go --ttl 900", idempotent=True)
-def lease_renew(store, ctx, session_id, path, ttl_s=LEASE_TTL_S):
-    """Extend a live lease you hold. An expired lease, or one held by another
-    session, is not renewed: the error says which (claim it again instead)."""
+@tool("lease_renew", "Renew your leases", dict(S_LEASE_ARGS, ttl_s=S_TTL_LEASE),
+      ["session_id"],
+      output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
+          "type": "array", "items": S_LEASE})),
+      cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"},
+      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
+def lease_renew(store, ctx, session_id, path=None, resources=None, ttl_s=LEASE_TTL_S):
+    """Extend live leases you hold (all named, or none). An expired lease, or
+    one held by another session, is not renewed: the error says which (claim
+    it again instead)."""
     if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
         raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
     liveness = LazyScan(ctx)
     at = now()
     with store.write() as conn:
         row = require_session(store, conn, session_id, present=True)
-        full = path_for(ctx, row, path)
-        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
-                            (full, row["id"])).fetchone()
-        if mine is not None and mine["expires_at"] <= at:
-            raise RoomError("your lease on %s expired at %s; it was not renewed"
-                            % (full, iso(mine["expires_at"])),
-                            "claim it again (lease_claim): someone may have "
-                            "changed it meanwhile")
-        if mine is None:
-            other = conn.execute("SELECT * FROM leases WHERE path=? AND expires_at > ? "
-                                 "ORDER BY acquired_at", (full, at)).fetchone()
-            if other is not None:
-                raise RoomError("%s is held by %s, not by you; not renewed" % (
-                    full, _holder_text(lease_dict(conn, other, liveness))))
-            expired = conn.execute(
-                "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
-                "'lease.expire' ORDER BY at DESC LIMIT 1", (full, row["id"])).fetchone()
-            if expired:
+        renewed = []
+        for kind, shown, key in _targets(ctx, row, path, resources):
+            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                                "session_id=?", (kind, key, row["id"])).fetchone()
+            if mine is not None and mine["expires_at"] <= at:
                 raise RoomError("your lease on %s expired at %s; it was not renewed"
-                                % (full, iso(expired[0])), "claim it again (lease_claim)")
-            raise RoomError("you hold no lease on %s" % full, "claim it (lease_claim)")
-        conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
-        event(conn, "lease.renew", row["id"], subject=full, at=at,
-              data={"mode": mine["mode"], "expires_at": at + ttl_s})
-        lease = conn.execute("SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone()
-        return lease_dict(conn, lease, liveness)
+                                % (shown, iso(mine["expires_at"])),
+                                "claim it again (lease_claim): someone may have "
+                                "changed it meanwhile")
+            if mine is None:
+                other = overlapping_leases(conn, kind, key, at, exclude=row["id"])
+                if other:
+                    raise RoomError("%s is held by %s, not by you; not renewed" % (
+                        shown, _holder_text(lease_dict(conn, other[0], liveness))))
+                expired = conn.execute(
+                    "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
+                    "'lease.expire' ORDER BY at DESC LIMIT 1", (shown, row["id"])).fetchone()
+                if expired:
+                    raise RoomError("your lease on %s expired at %s; it was not renewed"
+                                    % (shown, iso(expired[0])),
+                                    "claim it again (lease_claim)")
+                raise RoomError("you hold no lease on %s" % shown, "claim it (lease_claim)")
+            blocked = window_blocking(conn, kind, key, row["id"], at)
+            if blocked:
+                raise RoomError(blocked)
+            conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
+            event(conn, "lease.renew", row["id"], subject=shown, at=at,
+                  data={"mode": mine["mode"], "expires_at": at + ttl_s, "kind": kind})
+            renewed.append(lease_dict(conn, conn.execute(
+                "SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone(), liveness))
+        return dict(renewed[0], leases=renewed)
 
 
-@tool("lease_release", "Release your lease", {"session_id": S_SESSION, "path": S_PATH},
-      ["session_id", "path"],
-      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"}),
-      cli="release", positional=("path",), example="release --session $ID src/a.go",
+@tool("lease_release", "Release your leases", S_LEASE_ARGS, ["session_id"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
+                        released={"type": "array", "items": {"type": "string"}}),
+      cli="release", positional=("resources",), example="release --session $ID src/a.go",
       destructive=True)
-def lease_release(store, ctx, session_id, path):
-    """Release a lease you hold on a path, as soon as you are done editing it,
-    so others waiting for it can claim it."""
+def lease_release(store, ctx, session_id, path=None, resources=None):
+    """Release leases you hold (all named, or none), as soon as you are done,
+    so others waiting for them can claim them."""
     at = now()
     with store.write() as conn:
         row = require_session(store, conn, session_id)
-        full = path_for(ctx, row, path)
-        mine = conn.execute("SELECT * FROM leases WHERE path=? AND session_id=?",
-                            (full, row["id"])).fetchone()
-        if mine is None:
-            raise RoomError("you hold no lease on %s" % full,
-                            "lease_list shows the leases in your rooms")
-        conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
-        event(conn, "lease.release", row["id"], subject=full, at=at,
-              data={"mode": mine["mode"], "expired": mine["expires_at"] <= at})
-    return {"ok": True, "path": full}
+        released = []
+        for kind, shown, key in _targets(ctx, row, path, resources):
+            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                                "session_id=?", (kind, key, row["id"])).fetchone()
+            if mine is None:
+                raise RoomError("you hold no lease on %s; nothing was released" % shown,
+                                "lease_list shows the leases in your rooms")
+            conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
+            event(conn, "lease.release", row["id"], subject=shown, at=at,
+                  data={"mode": mine["mode"], "expired": mine["expires_at"] <= at,
+                        "kind": kind})
+            released.append(shown)
+    return {"ok": True, "path": released[0], "released": released}
 
 
-@tool("lease_check", "Is a path leased", {"session_id": S_SESSION, "path": S_PATH},
-      ["session_id", "path"],
+def _check_one(conn, row, kind, shown, key, at, liveness):
+    leases = overlapping_leases(conn, kind, key, at)
+    leases.sort(key=lambda l: (l["session_id"] == row["id"], l["acquired_at"]))
+    shown_leases = [lease_dict(conn, lease, liveness) for lease in leases]
+    free = not any(lease["session_id"] != row["id"] for lease in leases)
+    return {"path": shown, "resource": shown, "free": free,
+            "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
+
+
+@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
       output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
                         leases={"type": "array", "items": S_LEASE},
-                        path={"type": "string"}),
-      cli="check", positional=("path",), example="check --session $ID src/a.go",
+                        path={"type": "string"},
+                        resources={"type": "array", "items": {"type": "object"}}),
+      cli="check", positional=("resources",), example="check --session $ID src/a.go",
       read_only=True, idempotent=True)
-def lease_check(store, ctx, session_id, path):
-    """Whether a path is free of other sessions' live leases. lease is the first
-    other holder's lease (or your own if only you hold it); leases lists all."""
+def lease_check(store, ctx, session_id, path=None, resources=None):
+    """Whether resources are free of other sessions' live leases, counting
+    leases on a directory above a path or on anything under it. lease is the
+    first other holder's lease (or your own if only you hold it); leases lists
+    all; with several resources, resources has one answer each."""
     liveness = LazyScan(ctx)
     at = now()
     with store.write() as conn:
         row = require_session(store, conn, session_id)
-        full = path_for(ctx, row, path)
-        leases = conn.execute(
-            "SELECT * FROM leases WHERE path=? AND expires_at > ? "
-            "ORDER BY session_id = ?, acquired_at", (full, at, row["id"])).fetchall()
-        shown = [lease_dict(conn, lease, liveness) for lease in leases]
-        free = not any(lease["session_id"] != row["id"] for lease in leases)
-        return {"path": full, "free": free, "lease": shown[0] if shown else None,
-                "leases": shown}
+        answers = [_check_one(conn, row, kind, shown, key, at, liveness)
+                   for kind, shown, key in _targets(ctx, row, path, resources)]
+    first = dict(answers[0])
+    if len(answers) > 1:
+        first["free"] = all(a["free"] for a in answers)
+        first["leases"] = [l for a in answers for l in a["leases"]]
+        first["lease"] = next((a["lease"] for a in answers if not a["free"]),
+                              first["lease"])
+        first["resources"] = answers
+    return first
 
 
 @tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
@@ -1855,7 +2000,7 @@ def lease_check(store, ctx, session_id, path):
       cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
 def lease_list(store, ctx, session_id):
     """Live leases held by you and by the sessions sharing a room with you, with
-    each holder's label and liveness."""
+    each holder's label, liveness, purpose and expiry."""
     liveness = LazyScan(ctx)
     at = now()
     with store.write() as conn:
@@ -1867,7 +2012,70 @@ def lease_list(store, ctx, session_id):
                            if lease["session_id"] in holders]}
 
 
+@tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
+    "session_id": S_SESSION_OPT,
+    "require_held": {"type": "boolean",
+                     "description": "also require that you hold a covering lease"},
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): any other lease conflicts; shared: "
+                            "only exclusive leases of others do"},
+}), [], output=out_schema(
+    ["safe", "conflicts", "missing"], safe={"type": "boolean"},
+    conflicts={"type": "array", "items": S_LEASE},
+    missing={"type": "array", "items": {"type": "string"}},
+    stale={"type": "array", "items": S_LEASE}),
+    cli="guard", positional=("resources",),
+    example="guard --session $ID src/api/users.go --require-held", read_only=True,
+    idempotent=True)
+def lease_guard(store, ctx, session_id=None, path=None, resources=None,
+                require_held=False, mode="exclusive"):
+    """The question a script or a git hook asks before touching resources: is
+    any of them under a live lease of another live session (or, with
+    require_held, not covered by a lease of yours; a lease on a directory
+    covers what is under it, not the reverse)? safe is false when so;
+    conflicts and missing say why. Leases of sessions that are gone are listed
+    as stale and do not block."""
+    liveness = LazyScan(ctx)
+    at = now()
+    with store.write() as conn:
+        row = require_session(store, conn, session_id) if session_id else None
+        if row is None and require_held:
+            raise UsageError("require_held needs your session (--session or "
+                             "AGENTS_ROOM_SESSION)")
+        me = row["id"] if row else None
+        base_row = row or {"cwd": ctx.cwd}
+        conflicts, stale, missing = [], [], []
+        for kind, shown, key in _targets(ctx, base_row, path, resources):
+            leases = overlapping_leases(conn, kind, key, at)
+            for lease in leases:
+                if lease["session_id"] == me:
+                    continue
+                if mode == "shared" and lease["mode"] != "exclusive":
+                    continue
+                item = lease_dict(conn, lease, liveness)
+                (stale if item["liveness"] == "gone" else conflicts).append(item)
+            if require_held:
+                covering = set(path_ancestors(key)) if kind == "path" else {key}
+                if not any(l["session_id"] == me and l["key"] in covering for l in leases):
+                    missing.append(shown)
+            blocked = window_blocking(conn, kind, key, me, at, active_only=True)
+            if blocked:
+                conflicts.append({"session_id": "", "label": None, "path": shown,
+                                  "resource": shown, "kind": kind, "mode": "window",
+                                  "purpose": blocked, "acquired_at": None,
+                                  "expires_at": None, "liveness": "unknown"})
+    return {"safe": not conflicts and not missing, "conflicts": conflicts,
+            "missing": missing, "stale": stale}
+
+
 # ---- operations: reads and drift ------------------------------------------
+
+
+def path_for(ctx, row, path):
+    """Relative paths resolve against the caller's cwd on the CLI and in hooks,
+    and against the session's recorded cwd over MCP (the server's cwd at join
+    is the agent's project, while the server process may sit anywhere)."""
+    return normalize_path(path, row["cwd"] if ctx.via == "mcp" else ctx.cwd)
 
 
 @tool("note_read", "Record what you read", {"session_id": S_SESSION, "path": S_PATH},
@@ -1899,15 +2107,18 @@ def lease_holders_between(conn, path, session_id, start, end):
     holder's next release, whichever comes first."""
     horizon = start - LEASE_TTL_MAX_S
     found = []
+    covering = path_ancestors(path)      # a lease on a directory covers the file
+    marks = ",".join("?" * len(covering))
     for claim in conn.execute(
-            "SELECT * FROM events WHERE subject=? AND at >= ? AND at <= ? AND kind IN "
-            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at",
-            (path, horizon, end, session_id)).fetchall():
+            "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
+            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at" % marks,
+            covering + [horizon, end, session_id]).fetchall():
         data = json.loads(claim["data"] or "{}")
         until = data.get("expires_at", claim["at"])
         released = conn.execute(
             "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
-            "kind = 'lease.release'", (path, claim["session_id"], claim["at"])).fetchone()[0]
+            "kind = 'lease.release'", (claim["subject"], claim["session_id"],
+                                       claim["at"])).fetchone()[0]
         if released is not None:
             until = min(until, released)
         if until >= start:
@@ -1964,7 +2175,8 @@ def drift_check(store, ctx, session_id, path):
         result["since"] = iso(max(claim["at"], base["read_at"]))
         result["holder"] = {
             "session_id": claim["session_id"],
-            "label": holder_row["label"] if holder_row else None, "path": full,
+            "label": holder_row["label"] if holder_row else None, "path": claim["subject"],
+            "resource": claim["subject"], "kind": "path", "purpose": data.get("purpose"),
             "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
             "expires_at": iso(until),
             "liveness": liveness(holder_row) if holder_row else "gone"}
@@ -2276,7 +2488,9 @@ def after_tool_event(store):
         sys.stderr.write("agents-room: wake: %s\n" % error.message)
 
 
-HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
+               "PreToolUse")
+EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 8
 SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
           "nice", "nohup", "sudo", "python3", "python"}
@@ -2363,7 +2577,7 @@ def session_digest(store, session_id, cwd):
         blockers = []
         for lease in conn.execute(
                 "SELECT * FROM leases WHERE session_id != ? AND expires_at > ? AND "
-                "(path = ? OR path LIKE ?) ORDER BY path LIMIT 20",
+                "kind = 'path' AND (path = ? OR path LIKE ?) ORDER BY path LIMIT 20",
                 (session_id, at, root, root.rstrip(os.sep) + os.sep + "%")):
             shown = lease_dict(conn, lease, liveness)
             blockers.append("%s (%s by %s, %s, until %s)" % (
@@ -2428,6 +2642,8 @@ def run_hook(argv, stdin_text, env=None):
             if row["left_at"] is None:
                 room_leave(store, Context(via="hook", cwd=cwd, env=env), row["id"])
             return "", 0
+        if event_name == "PreToolUse":
+            return pre_tool_use(store, row["id"], payload, cwd), 0
         if event_name == "Stop":
             if opts["wait"]:
                 return wait_for_wake(store, row["id"])
@@ -2439,6 +2655,29 @@ def run_hook(argv, stdin_text, env=None):
         return (_hook_context(event_name, text) if text else ""), 0
     finally:
         store.close()
+
+
+def pre_tool_use(store, session_id, payload, cwd):
+    """Before an edit tool writes a file that another live session holds
+    exclusively (or that sits under a directory it holds), ask the user first:
+    the answer names the holder, its purpose and the expiry."""
+    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"),
+                                                         dict) else {}
+    target = next((tool_input[k] for k in ("file_path", "notebook_path", "path")
+                   if isinstance(tool_input.get(k), str) and tool_input[k]), None)
+    if target is None:
+        return ""
+    ctx = Context(via="hook", cwd=cwd)
+    result = lease_guard(store, ctx, session_id, path=target, mode="shared")
+    if not result["conflicts"]:
+        return ""
+    reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
+             "before editing." % (target, "; ".join(
+                 _holder_text(l) if l["mode"] != "window" else l["purpose"]
+                 for l in result["conflicts"]))
+    return json.dumps({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "ask",
+        "permissionDecisionReason": clean(reason)}})
 
 
 def wait_for_wake(store, session_id):
@@ -2582,6 +2821,8 @@ def _claude_style_hooks(events, autonomy, start_extra=()):
         group = {"hooks": [entry]}
         if name == "PostToolUse":
             group["matcher"] = "*"
+        if name == "PreToolUse":
+            group["matcher"] = EDIT_TOOLS
         hooks[name] = [group]
     if autonomy == 2 and "Stop" in hooks:
         hooks["Stop"][0]["hooks"].append({
@@ -2693,7 +2934,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     level = parse_autonomy(autonomy) or 0
     files, notes = [], []
     if harness == "claude":
-        events = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
+        events = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
+                  "PreToolUse")
         hooks = _claude_style_hooks(events, level)
         if scope == "user":
             settings_path = os.path.join(home, ".claude", "settings.json")
@@ -2764,6 +3006,49 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
+
+
+def install_guard(cwd=None):
+    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
+    already there: it is renamed and run first, and its failure stops the
+    commit as before."""
+    import shlex
+    import subprocess
+    cwd = cwd or os.getcwd()
+    done = subprocess.run(["git", "rev-parse", "--git-path", "hooks"], cwd=cwd,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
+    hooks = os.path.join(cwd, done.stdout.strip())
+    os.makedirs(hooks, exist_ok=True)
+    hook = os.path.join(hooks, "pre-commit")
+    chained = hook + ".agents-room-chained"
+    action = "installed"
+    if os.path.exists(hook):
+        with open(hook, errors="replace") as handle:
+            ours = GUARD_MARK in handle.read()
+        if ours:
+            action = "updated"
+        elif os.path.exists(chained):
+            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
+        else:
+            os.replace(hook, chained)
+            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
+                chained)
+    command = " ".join(shlex.quote(p) for p in fast_launcher() + ["guard", "--staged"])
+    script = ("#!/bin/sh\n# %s\n"
+              "# It refuses a commit that touches files another live session holds\n"
+              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
+              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
+              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
+              "exec %s\n" % (GUARD_MARK, command))
+    _write_atomic(hook, script)
+    os.chmod(hook, 0o755)
+    precompile()
+    return {"hook": hook, "action": action}
 
 
 def _configured(path, needle):
@@ -3394,26 +3679,29 @@ def _bench_contention(b, env, workdir):
 
 
 def _fill(store, count, sessions, mine, room):
-    """count filler messages in room, from and to the filler sessions; every
-    1,000th to `mine`, and `mine` the sender of every 1,000th."""
+    """count filler messages in room, from and to the filler sessions; the
+    first 500 of the store also to `mine`, so the measured session's own history
+    is the same at every store size and only the store grows."""
     at = now()
     conn = store.conn
     conn.execute("BEGIN IMMEDIATE")
     start = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0] + 1
+    first = conn.execute("SELECT MIN(id) FROM messages WHERE sender_label = 'filler'"
+                         ).fetchone()[0] or start
     batch = 50000
     for first in range(start, start + count, batch):
         ids = range(first, min(first + batch, start + count))
         conn.executemany(
             "INSERT INTO messages (id, sender, sender_label, selector, subject, body, "
             "created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-            [(i, mine if i % 1000 == 0 else sessions[i % len(sessions)], "filler", '"*"',
+            [(i, sessions[i % len(sessions)], "filler", '"*"',
               "filler %d" % i, "body", at, at + 86400 * 30) for i in ids])
         conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
                          [(room, i) for i in ids])
         conn.executemany(
             "INSERT INTO deliveries (session_id, message_id, state, updated_at) "
             "VALUES (?,?,?,?)",
-            [(mine if i % 1000 == 1 else sessions[(i + 1) % len(sessions)], i, "read", at)
+            [(mine if i < first + 500 else sessions[(i + 1) % len(sessions)], i, "read", at)
              for i in ids])
     conn.execute("COMMIT")
 
@@ -3696,7 +3984,12 @@ def build_parser(only=None):
                 sub.add_argument("--session", dest="session_id", metavar="ID",
                                  help="your session id (default $AGENTS_ROOM_SESSION)")
             elif name in tool_.positional:
-                sub.add_argument(name, type=convert, help=help_text)
+                sub.add_argument(name, type=convert, help=help_text,
+                                 nargs="+" if "array" in kinds else None,
+                                 metavar="RESOURCE" if "array" in kinds else None)
+            elif kinds == ["boolean"]:
+                sub.add_argument(_cli_flag(tool_, name), dest=name, action="store_true",
+                                 default=None, help=help_text)
             elif "array" in kinds:
                 sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
                                  metavar=name.upper().rstrip("S") if name != "to" else
@@ -3707,6 +4000,15 @@ def build_parser(only=None):
         if tool_.name == "room_join":
             sub.add_argument("--pid", type=int, help="the process whose life is the "
                              "session's (default none: a CLI join ends at once)")
+        if tool_.name == "lease_guard":
+            sub._actions[[a.dest for a in sub._actions].index("resources")].nargs = "*"
+            sub.add_argument("--staged", action="store_true",
+                             help="check the files staged in this git repository "
+                                  "against exclusive leases of other live sessions")
+            sub.epilog += ("\n\nexit status: 0 safe, 3 a conflict (or, with "
+                           "--require-held, a resource you do not hold), 1 an error.\n"
+                           "AGENTS_ROOM_GUARD=warn reports conflicts but exits 0; "
+                           "AGENTS_ROOM_GUARD=off skips the check.")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
     sub = commands.add_parser("serve", help="Run the MCP server on stdin/stdout.",
                               description=serve.__doc__)
@@ -3741,6 +4043,13 @@ def build_parser(only=None):
         epilog="example:\n  python3 agents_room.py doctor")
     sub.add_argument("--json", action="store_true")
     sub.set_defaults(special="doctor")
+    sub = commands.add_parser(
+        "install-guard", help="Install a git pre-commit hook that runs guard --staged.",
+        description=install_guard.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 agents_room.py install-guard")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(special="install-guard")
     sub = commands.add_parser(
         "bench", help="Measure hooks, MCP round trips, contention, scale, memory.",
         description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -3814,6 +4123,10 @@ def run_cli(args):
         lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
                  for s, c, a in checks]
         return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
+    if special == "install-guard":
+        result = install_guard()
+        return (json.dumps(result) if args.json else
+                "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
     if special == "bench":
         def progress(row):
             sys.stderr.write("bench: %s: %.3f %s\n" % (row["name"], row["p50"], row["unit"]))
@@ -3821,6 +4134,8 @@ def run_cli(args):
         return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
     if special == "wake-run":
         return "", wake_run(args.payload)
+    if getattr(args, "tool", None) == "lease_guard":
+        return run_guard(args)
     tool_, values = cli_args_to_tool(args)
     pid = getattr(args, "pid", None)
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
@@ -3837,6 +4152,104 @@ def run_cli(args):
     if result.get("warning"):
         text += "\nwarning: " + clean(result["warning"])
     return text, code
+
+
+def staged_paths(cwd):
+    """Absolute paths of the files staged in cwd's git repository, both sides
+    of a rename, and whether core.ignorecase is on."""
+    import subprocess
+
+    def git(*argv):
+        done = subprocess.run(["git"] + list(argv), cwd=cwd, capture_output=True)
+        if done.returncode != 0:
+            raise RoomError("git %s failed: %s" % (argv[0], done.stderr.decode(
+                "utf-8", "replace").strip() or "not a git repository?"))
+        return done.stdout.decode("utf-8", "surrogateescape")
+    top = git("rev-parse", "--show-toplevel").strip()
+    ignorecase = git("config", "--bool", "--default", "false", "core.ignorecase").strip()
+    fields = git("diff", "--cached", "--name-status", "-M", "-z").split("\0")
+    paths, index = [], 0
+    while index < len(fields) and fields[index]:
+        status = fields[index]
+        count = 2 if status[:1] in ("R", "C") else 1
+        paths += [os.path.join(top, p) for p in fields[index + 1:index + 1 + count]]
+        index += 1 + count
+    return paths, ignorecase == "true"
+
+
+def run_guard(args):
+    """guard: exit 0 safe, 3 conflict or not held, 1 error; AGENTS_ROOM_GUARD
+    =warn turns refusals into warnings, =off skips the check."""
+    setting = os.environ.get("AGENTS_ROOM_GUARD", "").strip().lower()
+    if setting == "off":
+        return "agents-room guard: off (AGENTS_ROOM_GUARD=off), nothing checked", 0
+    values = {}
+    resources = list(args.resources or [])
+    mode = args.mode or "exclusive"
+    ignorecase = False
+    if args.staged:
+        staged, ignorecase = staged_paths(os.getcwd())
+        resources += staged
+        mode = "shared"          # a commit collides with exclusive leases only
+    if not resources:
+        return "agents-room guard: nothing to check", 0
+    session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
+    store = Store()
+    try:
+        if not session:
+            key = harness_key_from(os.environ)
+            row = store.conn.execute("SELECT id FROM sessions WHERE harness_key=?",
+                                     (key,)).fetchone() if key else None
+            session = row["id"] if row else None
+        values = {"resources": resources, "mode": mode,
+                  "require_held": bool(args.require_held)}
+        if session:
+            values["session_id"] = session
+        result = call_tool(store, Context(via="cli"), "lease_guard", values)
+        if ignorecase and result["safe"] and not args.require_held:
+            result = _guard_ignorecase(store, session, resources, result)
+    finally:
+        store.close()
+    lines = []
+    for lease in result["conflicts"]:
+        lines.append("%s is %s" % (lease["resource"], "in a quiet window: " + lease["purpose"]
+                                   if lease["mode"] == "window" else
+                                   "held by " + _holder_text(lease)))
+    lines += ["%s is not covered by a lease of yours" % m for m in result["missing"]]
+    lines += ["%s: stale lease of %s (gone), ignored" % (l["resource"], l["session_id"])
+              for l in result["stale"]]
+    safe = result["safe"]
+    if args.json:
+        return json.dumps(result, indent=2), 0 if safe or setting == "warn" else 3
+    if safe:
+        return "\n".join(lines + ["agents-room guard: ok (%d checked)" % len(resources)]), 0
+    if setting == "warn":
+        return "\n".join(["agents-room guard (warn only, AGENTS_ROOM_GUARD=warn):"] +
+                         ["  " + l for l in lines]), 0
+    raise GuardRefused("agents-room guard: refused\n" + "\n".join("  " + l for l in lines),
+                       "release the leases, ask their holders, or set "
+                       "AGENTS_ROOM_GUARD=warn (report only) or =off")
+
+
+def _guard_ignorecase(store, session, resources, result):
+    """With core.ignorecase, a staged path and a leased one that differ only in
+    case are the same file: compare lowercased keys once more."""
+    at = now()
+    wanted = {os.path.realpath(normalize_path(r, os.getcwd())).lower() for r in resources}
+    liveness = LazyScan(Context(via="cli"))
+    for lease in store.conn.execute("SELECT * FROM leases WHERE kind='path' AND "
+                                    "expires_at > ? AND mode='exclusive'", (at,)):
+        if lease["session_id"] == session:
+            continue
+        covered = {a.lower() for a in path_ancestors(lease["key"])}
+        hit = any(key == lease["key"].lower() or key.startswith(lease["key"].lower().rstrip(
+            os.sep) + os.sep) or key in covered for key in wanted)
+        if hit:
+            item = lease_dict(store.conn, lease, liveness)
+            if item["liveness"] != "gone" and item not in result["conflicts"]:
+                result["conflicts"].append(item)
+    result["safe"] = not result["conflicts"] and not result["missing"]
+    return result
 
 
 def main(argv=None):

@@ -566,6 +566,249 @@ class LeaseTest(RoomTest):
                          "MINOR")
 
 
+class ResourceLeaseTest(RoomTest):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.repo("proj")
+        os.makedirs(os.path.join(self.dir, "src", "api"))
+        self.keeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                       env=clean_env(AGENTS_ROOM_HARNESS_KEY="ka"))
+        self.procs.append(self.keeper)
+        self.a = self.join("--label", "a", cwd=self.dir, key="ka")["session_id"]
+        self.b = self.join("--label", "b", cwd=self.dir, key="kb")["session_id"]
+
+    def claim(self, who, *resources, check=0, extra=()):
+        return self.cli_json("claim", "--session", who, *(list(resources) + list(extra)),
+                             cwd=self.dir, check=check)
+
+    def guard(self, *args, env=None, cwd=None):
+        return self.run_cli("guard", *args, cwd=cwd or self.dir, env=env)
+
+    def test_directory_overlap_both_directions_and_siblings(self):
+        self.claim(self.a, "src/api/")
+        for resource in ("src/api/users.go", "src/api", "src", "src/api/deep/x.go"):
+            with self.subTest(held="src/api/", claim=resource):
+                refused = self.claim(self.b, resource, check=1)
+                self.assertEqual(refused["holder"]["resource"],
+                                 os.path.join(self.dir, "src", "api"))
+        for resource in ("src/apix.go", "src/web/a.go", "src/ap"):
+            with self.subTest(sibling=resource):
+                self.assertTrue(self.claim(self.b, resource)["ok"])
+        self.claim(self.b, "docs/guide.md")
+        self.assertFalse(self.claim(self.a, "docs", check=1)["ok"])   # child blocks parent
+
+    def test_symlinks_resolve_for_comparison(self):
+        os.symlink(os.path.join(self.dir, "src"), os.path.join(self.dir, "alias"))
+        self.claim(self.a, "src/api/users.go")
+        self.assertFalse(self.claim(self.b, "alias/api/users.go", check=1)["ok"])
+
+    def test_typed_resources_conflict_on_equal_names_only(self):
+        got = self.claim(self.a, "db:main", extra=["--purpose", "migrate users"])
+        self.assertEqual((got["lease"]["kind"], got["lease"]["resource"],
+                          got["lease"]["purpose"]), ("db", "db:main", "migrate users"))
+        refused = self.claim(self.b, "db:main", check=1)
+        self.assertIn("migrate users", refused["reason"])
+        for resource in ("db:other", "service:main", "db/main", "port:5432", "branch:main",
+                         "queue:jobs"):
+            with self.subTest(resource=resource):
+                self.assertTrue(self.claim(self.b, resource)["ok"])
+        self.assertFalse(self.claim(self.a, "queue:jobs", check=1)["ok"])
+
+    def test_sets_are_all_or_nothing(self):
+        self.claim(self.a, "db:main")
+        before = self.cli_json("leases", "--session", self.b)["leases"]
+        refused = self.claim(self.b, "src/x.go", "db:main", "service:api", "src/x.go",
+                             check=1)
+        self.assertEqual([h["resource"] for h in refused["holders"]], ["db:main"])
+        self.assertEqual(self.cli_json("leases", "--session", self.b)["leases"], before)
+        conn = sqlite3.connect(self.db)
+        claims = conn.execute("SELECT COUNT(*) FROM events WHERE kind='lease.claim' AND "
+                              "session_id=?", (self.b,)).fetchone()[0]
+        conn.close()
+        self.assertEqual(claims, 0)                     # no partial claim in the log
+        got = self.claim(self.b, "src/x.go", "service:api", "src/x.go")
+        self.assertEqual(len(got["leases"]), 2)         # deduplicated
+        out = self.cli_json("release", "--session", self.b, "src/x.go", "service:api",
+                            cwd=self.dir)
+        self.assertEqual(len(out["released"]), 2)
+        self.run_cli("release", "--session", self.b, "src/x.go", "db:main", cwd=self.dir,
+                     check=1)
+
+    def test_check_and_renew_lists(self):
+        self.claim(self.a, "src/api", "db:main")
+        check = self.cli_json("check", "--session", self.b, "src/api/users.go", "db:x",
+                              cwd=self.dir)
+        self.assertFalse(check["free"])
+        self.assertEqual([r["free"] for r in check["resources"]], [False, True])
+        renewed = self.cli_json("renew", "--session", self.a, "src/api", "db:main",
+                                "--ttl", "1h", cwd=self.dir)
+        self.assertEqual(len(renewed["leases"]), 2)
+
+    def test_guard_exit_codes_and_require_held(self):
+        self.claim(self.a, "src/api")
+        self.assertEqual(self.guard("--session", self.b, "src/web.go").returncode, 0)
+        refused = self.guard("--session", self.b, "src/api/users.go")
+        self.assertEqual(refused.returncode, 3)
+        self.assertIn("held by %s (label a, alive" % self.a, refused.stderr)
+        self.assertEqual(self.guard("--session", self.a, "src/api/users.go").returncode, 0)
+        self.assertEqual(self.guard("--session", self.a, "--require-held",
+                                    "src/api/users.go").returncode, 0)    # parent covers
+        self.claim(self.b, "lib/one.go")
+        held = self.guard("--session", self.b, "--require-held", "lib")
+        self.assertEqual(held.returncode, 3)                               # child does not
+        self.assertIn("not covered by a lease of yours", held.stderr)
+        self.assertEqual(self.guard("--session", "0123456789abcdef", "x").returncode, 1)
+        warn = self.guard("--session", self.b, "src/api/x", env={"AGENTS_ROOM_GUARD": "warn"})
+        self.assertEqual(warn.returncode, 0)
+        self.assertIn("warn only", warn.stdout)
+        off = self.guard("--session", self.b, "src/api/x", env={"AGENTS_ROOM_GUARD": "off"})
+        self.assertEqual((off.returncode, "off" in off.stdout), (0, True))
+        as_json = self.guard("--session", self.b, "src/api/x", "--json")
+        self.assertEqual(as_json.returncode, 3)
+        self.assertFalse(json.loads(as_json.stdout)["safe"])
+
+    def test_gone_holders_are_stale_not_blocking(self):
+        self.claim(self.b, "src/old.go")         # kb has no running process: gone
+        done = self.guard("--session", self.a, "src/old.go")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("stale lease", done.stdout)
+
+    def test_file_selector_and_drift_understand_directories(self):
+        self.claim(self.a, "src/api")
+        sender = self.join("--room", "proj", key="kc")["session_id"]
+        sent = self.cli_json("send", "--session", sender, "--to", "file:src/api/users.go",
+                             "--subject", "x")
+        self.assertEqual(sent["recipient_ids"], [self.a])
+        path = os.path.join(self.dir, "src", "api", "users.go")
+        with open(path, "w") as handle:
+            handle.write("v1")
+        self.cli_json("note-read", "--session", self.b, path)
+        with open(path, "w") as handle:
+            handle.write("v2")
+        drift = self.cli_json("drift", "--session", self.b, path)
+        self.assertEqual(drift["severity"], "CRITICAL")
+        self.assertEqual(drift["holder"]["session_id"], self.a)
+
+    def git(self, *args, cwd=None):
+        done = subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c",
+                               "user.name=t"] + list(args), cwd=cwd or self.repo_dir,
+                              capture_output=True, text=True, env=self.env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done
+
+    def make_git_repo(self):
+        self.repo_dir = os.path.join(self.tmp, "gitrepo")
+        os.makedirs(os.path.join(self.repo_dir, "src"))
+        self.git("init", "-q")
+        for name in ("old.go", "Readme.md", "free.go"):
+            with open(os.path.join(self.repo_dir, "src", name), "w") as handle:
+                handle.write("v1\n")
+        self.git("add", ".")
+        self.git("commit", "-qm", "init")
+        self.holder = self.join("--room", "gitrepo", "--label", "holder", cwd=self.repo_dir,
+                                key="ka")["session_id"]
+
+    def test_guard_staged_with_rename_and_case(self):
+        self.make_git_repo()
+        self.claim(self.holder, os.path.join(self.repo_dir, "src", "new.go"))
+        self.git("mv", "src/old.go", "src/new.go")
+        done = self.guard("--staged", cwd=self.repo_dir)
+        self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
+        self.assertIn("new.go is held by %s" % self.holder, done.stderr)
+        self.git("reset", "-q")
+        self.git("checkout", "-q", "--", ".")
+        self.git("clean", "-qfd")
+        self.claim(self.holder, os.path.join(self.repo_dir, "src", "readme.md"))
+        with open(os.path.join(self.repo_dir, "src", "Readme.md"), "a") as handle:
+            handle.write("edit\n")
+        self.git("add", "src/Readme.md")
+        self.git("config", "core.ignorecase", "false")
+        self.assertEqual(self.guard("--staged", cwd=self.repo_dir).returncode, 0)
+        self.git("config", "core.ignorecase", "true")
+        done = self.guard("--staged", cwd=self.repo_dir)
+        self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
+
+    def test_installed_hook_stops_then_passes_the_commit(self):
+        self.make_git_repo()
+        hooks = os.path.join(self.repo_dir, ".git", "hooks")
+        marker = os.path.join(self.tmp, "old-hook-ran")
+        with open(os.path.join(hooks, "pre-commit"), "w") as handle:
+            handle.write("#!/bin/sh\necho ran >> %s\n" % marker)
+        os.chmod(os.path.join(hooks, "pre-commit"), 0o755)
+        done = self.run_cli("install-guard", cwd=self.repo_dir, check=0)
+        self.assertIn("chaining the existing hook", done.stdout)
+        self.assertTrue(os.path.exists(os.path.join(hooks, "pre-commit.agents-room-chained")))
+        self.assertIn("updated", self.run_cli("install-guard", cwd=self.repo_dir,
+                                              check=0).stdout)
+        target = os.path.join(self.repo_dir, "src", "old.go")
+        self.claim(self.holder, target, extra=["--purpose", "refactor"])
+        with open(target, "a") as handle:
+            handle.write("my edit\n")
+        self.git("add", "src/old.go")
+        commit = subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c",
+                                 "user.name=t", "commit", "-qm", "edit"], cwd=self.repo_dir,
+                                capture_output=True, text=True, env=self.env)
+        self.assertNotEqual(commit.returncode, 0)
+        self.assertIn("held by %s (label holder, alive" % self.holder, commit.stderr)
+        self.assertIn("refactor", commit.stderr)
+        self.assertEqual(read_bytes(marker), b"ran\n")          # the old hook still runs
+        warned = subprocess.run(["git", "commit", "--dry-run", "-q"], cwd=self.repo_dir,
+                                capture_output=True, env=self.env)
+        self.assertEqual(warned.returncode, 0)
+        self.cli_json("release", "--session", self.holder, target)
+        self.git("commit", "-qm", "edit")
+        self.assertEqual(read_bytes(marker), b"ran\nran\n")
+
+    def test_pre_tool_use_asks_for_a_held_file_only(self):
+        sid = self.join("--room", "proj", cwd=self.dir, key="editor")["session_id"]
+        self.claim(self.a, "src/api", extra=["--purpose", "schema change"])
+
+        def pre(path):
+            payload = {"session_id": "editor", "cwd": self.dir, "tool_name": "Edit",
+                       "hook_event_name": "PreToolUse", "tool_input": {"file_path": path}}
+            done = self.run_cli("hook", "--event=PreToolUse", input=json.dumps(payload),
+                                cwd=self.dir, check=0)
+            return done.stdout
+        answer = json.loads(pre(os.path.join(self.dir, "src", "api", "users.go")))
+        output = answer["hookSpecificOutput"]
+        self.assertEqual(output["permissionDecision"], "ask")
+        self.assertIn("schema change", output["permissionDecisionReason"])
+        self.assertIn("label a", output["permissionDecisionReason"])
+        self.assertEqual(pre(os.path.join(self.dir, "src", "web.go")), "")
+        self.assertEqual(sid, sid)
+
+
+class MigrationTest(RoomTest):
+
+    def test_previous_schema_is_migrated_and_data_kept(self):
+        os.makedirs(os.path.dirname(self.db))
+        conn = sqlite3.connect(self.db)
+        for statement in agents_room.SCHEMA_V1.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO sessions (id, harness, cwd, label, created_at, last_seen) "
+                     "VALUES ('00112233445566ff', 'generic', '/tmp', 'old', 1, ?)",
+                     (time.time(),))
+        conn.execute("INSERT INTO rooms (name, created_at) VALUES ('repo:old', 1)")
+        conn.execute("INSERT INTO memberships VALUES ('00112233445566ff', 'repo:old', 1)")
+        conn.execute("INSERT INTO leases (session_id, path, mode, acquired_at, expires_at) "
+                     "VALUES ('00112233445566ff', '/tmp/legacy.txt', 'exclusive', 1, ?)",
+                     (time.time() + 600,))
+        conn.execute("PRAGMA user_version=1")
+        conn.commit()
+        conn.close()
+        leases = self.cli_json("leases", "--session", "00112233445566ff")["leases"]
+        self.assertEqual([(l["path"], l["kind"]) for l in leases], [("/tmp/legacy.txt", "path")])
+        conn = sqlite3.connect(self.db)
+        self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
+                         agents_room.SCHEMA_VERSION)
+        conn.close()
+        other = self.join("--room", "old", key="new")["session_id"]
+        self.assertFalse(self.cli_json("claim", "--session", other, "/tmp/legacy.txt",
+                                       check=1)["ok"])
+
+
 # ---- liveness and prune ---------------------------------------------------------
 
 
@@ -881,9 +1124,9 @@ class McpTest(RoomTest):
             "room_join", "room_leave", "room_leave_room", "room_who",
             "room_set_autonomy_cap", "msg_send", "msg_recv", "msg_ack", "msg_unread",
             "msg_sent", "room_history", "lease_claim", "lease_renew", "lease_release",
-            "lease_check", "lease_list", "note_read", "drift_check"]))
+            "lease_check", "lease_list", "note_read", "drift_check", "lease_guard"]))
         read_only = {"room_who", "msg_unread", "msg_sent", "room_history", "lease_check",
-                     "lease_list", "drift_check"}
+                     "lease_list", "drift_check", "lease_guard"}
         for t in tools:
             with self.subTest(tool=t["name"]):
                 self.assertTrue(t["title"] and len(t["description"]) > 40)
@@ -893,8 +1136,8 @@ class McpTest(RoomTest):
                 self.assertTrue(set(schema["required"]) <= set(schema["properties"]))
                 self.assertEqual(t["outputSchema"]["type"], "object")
                 self.assertEqual(t["annotations"]["readOnlyHint"], t["name"] in read_only)
-                if t["name"] != "room_join" and t["name"] not in (
-                        "room_who", "room_history", "room_set_autonomy_cap"):
+                if t["name"] not in ("room_join", "room_who", "room_history",
+                                     "room_set_autonomy_cap", "lease_guard"):
                     self.assertIn("session_id", schema["required"])
         destructive = {t["name"] for t in tools if t["annotations"]["destructiveHint"]}
         self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release"})
@@ -1760,7 +2003,10 @@ class SetupTest(RoomTest):
             settings = json.load(handle)
         commands = self.hook_commands(settings)
         self.assertEqual(settings["permissions"], {"allow": ["Bash(ls)"]})
-        self.assertEqual(commands["PreToolUse"], ["lint"])
+        self.assertEqual(commands["PreToolUse"][0], "lint")         # theirs kept, first
+        self.assertIn("hook --event=PreToolUse", commands["PreToolUse"][1])
+        self.assertEqual(settings["hooks"]["PreToolUse"][1]["matcher"],
+                         "Edit|Write|MultiEdit|NotebookEdit")
         self.assertEqual(commands["Stop"][0], "notify-me")
         self.assertEqual(len(commands["Stop"]), 2)
         self.assertIn("hook --event=Stop", commands["Stop"][1])

@@ -44,7 +44,8 @@ async def sdk_client(workdir, env):
             check("sdk: initialize", field(init, "server_info", "serverInfo").name == "agents-room", init)
             listed = await session.list_tools()
             tools = {t.name: t for t in listed.tools}
-            check("sdk: 18 tools listed", len(tools) == 18, sorted(tools))
+            check("sdk: every tool listed", len(tools) >= 19 and "lease_guard" in tools,
+                  sorted(tools))
             for tool in tools.values():
                 jsonschema.Draft202012Validator.check_schema(
                     field(tool, "input_schema", "inputSchema"))
@@ -76,6 +77,7 @@ async def sdk_client(workdir, env):
             await call("lease_claim", session_id=sid, path="file.txt", mode="shared")
             await call("lease_renew", session_id=sid, path="file.txt", ttl_s=120)
             await call("lease_check", session_id=sid, path="file.txt")
+            await call("lease_guard", session_id=sid, resources=["file.txt", "db:x"])
             await call("lease_list", session_id=sid)
             await call("note_read", session_id=sid, path="file.txt")
             await call("drift_check", session_id=sid, path="file.txt")
@@ -119,7 +121,7 @@ def inspector_cli(workdir, env, inspector):
                             capture_output=True, text=True, timeout=120)
     ok = listed.returncode == 0
     tools = json.loads(listed.stdout[listed.stdout.index("{"):])["tools"] if ok else []
-    check("inspector tools/list", len(tools) == 18, listed.stderr or listed.stdout)
+    check("inspector tools/list", len(tools) >= 19, listed.stderr or listed.stdout)
     called = subprocess.run(base + ["--method", "tools/call", "--tool-name", "room_join",
                                     "--tool-arg", "label=inspector", "--tool-arg",
                                     "room=interop"], env=env, cwd=workdir,
