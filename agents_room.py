@@ -41,7 +41,7 @@ import time
 
 # ---- constants ------------------------------------------------------------
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIN_SQLITE = (3, 31, 0)
 
 HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
@@ -66,6 +66,11 @@ PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
 PRUNE_QUIET_S = 24 * 3600
 BUSY_TIMEOUT_MS = 60000
+
+WORK_STATES = ("started", "waiting", "blocked", "completed", "handoff", "failed")
+WINDOW_OPEN = ("pending", "active")
+WINDOW_TTL_S = 30 * 60
+WINDOW_ACK_TIMEOUT_S = 5 * 60
 
 # A delivery is unread in any of these states; read, acked and expired are final
 # for the recipient's inbox.
@@ -416,7 +421,41 @@ def _migrate_v2(conn):
     conn.execute("CREATE INDEX leases_key ON leases(kind, key)")
 
 
-MIGRATIONS = [SCHEMA_V1, _migrate_v2]
+SCHEMA_V3 = """
+CREATE TABLE work (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    scope TEXT NOT NULL,
+    state TEXT NOT NULL,
+    summary TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (session_id, scope)
+) WITHOUT ROWID;
+CREATE TABLE windows (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    purpose TEXT,
+    state TEXT NOT NULL,
+    required TEXT NOT NULL,
+    acked TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    ack_deadline REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    activated_at REAL,
+    ended_at REAL
+);
+CREATE INDEX windows_open ON windows(state, expires_at);
+CREATE TABLE window_resources (
+    window_id INTEGER NOT NULL REFERENCES windows(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    shown TEXT NOT NULL
+);
+CREATE INDEX window_resources_key ON window_resources(kind, key);
+CREATE INDEX window_resources_window ON window_resources(window_id);
+CREATE INDEX events_kind ON events(kind, id);
+"""
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3]
 
 
 def default_db_path():
@@ -506,7 +545,7 @@ class Store:
     def _migrate(self):
         conn = self.conn
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = self._set_wal()
             if mode.lower() != "wal":
                 raise StoreError("the store %s cannot use WAL mode (got %s)"
                                  % (self.path, mode),
@@ -533,6 +572,21 @@ class Store:
                 raise
         except sqlite3.Error as error:
             raise explain_sqlite(error, self.path)
+
+    def _set_wal(self):
+        """Switch to WAL.  The switch takes a lock without SQLite's busy handler,
+        so processes that create the store at the same moment get 'database is
+        locked' at once: retry within the busy timeout instead."""
+        deadline = time.time() + BUSY_TIMEOUT_MS / 1000.0
+        delay = 0.005
+        while True:
+            try:
+                return self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.time() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     def close(self):
         if self.conn is not None:
@@ -591,6 +645,23 @@ def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=No
          None if data is None else json.dumps(data, sort_keys=True)))
 
 
+def sweep_windows(conn, at):
+    """Windows move on with time: pending past its ack deadline without every
+    ack, or any open window past its end, expires."""
+    for window in conn.execute(
+            "SELECT * FROM windows WHERE state IN ('pending', 'active') AND "
+            "(expires_at <= ? OR (state = 'pending' AND ack_deadline <= ?))",
+            (at, at)).fetchall():
+        required = set(json.loads(window["required"]))
+        acked = set(json.loads(window["acked"]))
+        if window["expires_at"] > at and required <= acked:
+            continue          # acked in time: it may still activate until it ends
+        conn.execute("UPDATE windows SET state='expired', ended_at=? WHERE id=?",
+                     (at, window["id"]))
+        event(conn, "window.expire", window["session_id"], subject=window["id"], at=at,
+              data={"was": window["state"], "missing_acks": sorted(required - acked)})
+
+
 def sweep(conn, at):
     """Expire what passed its TTL: deliveries unread past their message's TTL,
     leases past their expiry.  Runs on every write, bounded by indexes."""
@@ -615,6 +686,7 @@ def sweep(conn, at):
     if ids or at - swept_to > 60:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
                      "('expiry_swept_to', ?)", (repr(at),))
+    sweep_windows(conn, at)
     for lease in conn.execute("SELECT id, session_id, path, mode, expires_at "
                               "FROM leases WHERE expires_at <= ?", (at,)).fetchall():
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
@@ -1101,6 +1173,12 @@ def ensure_room(conn, name, at):
                  (name, at))
 
 
+def work_of(conn, session_id):
+    return [{"scope": r["scope"], "state": r["state"], "summary": r["summary"],
+             "updated_at": iso(r["updated_at"])} for r in conn.execute(
+        "SELECT * FROM work WHERE session_id=? ORDER BY updated_at", (session_id,))]
+
+
 def session_dict(conn, row, liveness):
     return {
         "session_id": row["id"], "label": row["label"], "harness": row["harness"],
@@ -1111,6 +1189,7 @@ def session_dict(conn, row, liveness):
         "liveness": liveness(row), "last_seen": iso(row["last_seen"]),
         "created_at": iso(row["created_at"]), "pid": row["pid"],
         "lever": row["lever"], "left": row["left_at"] is not None,
+        "work": work_of(conn, row["id"]),
     }
 
 
@@ -1449,10 +1528,33 @@ def message_dict(conn, row):
     }
 
 
+def post_message(conn, sender, recipients, subject, body, reply_to, ttl, selector, at):
+    """Store one message in the sender's rooms with a delivery per recipient
+    (wake-level recipients get their wake scheduled) and its event, all in the
+    caller's transaction.  msg_send, work handoffs and window notices use it."""
+    message_id = conn.execute(
+        "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
+        " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+        (sender["id"], sender["label"], json.dumps(selector), subject, body, reply_to,
+         at, at + ttl)).lastrowid
+    rooms = rooms_of(conn, sender["id"])
+    conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
+                     [(room, message_id) for room in rooms])
+    for recipient in recipients:
+        wake = effective_autonomy(conn, session_row(conn, recipient)) == 2
+        conn.execute(
+            "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
+            "wake_next_at) VALUES (?,?,?,?,?)",
+            (recipient, message_id, "stored", at, at if wake else None))
+    event(conn, "msg.send", sender["id"], subject=message_id, at=at, data={
+        "to": selector, "recipients": recipients, "rooms": rooms, "subject": subject})
+    return message_id
+
+
 @tool("msg_send", "Send a message", {
     "session_id": S_SESSION,
     "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
-           "maxItems": SELECTORS_MAX, "description":
+           "minItems": 1, "maxItems": SELECTORS_MAX, "description":
            "* (everyone sharing a room with you), a session id, file:<glob> (holders "
            "of matching leases) or tag:<tag>; or a list of these"},
     "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
@@ -1493,24 +1595,9 @@ def msg_send(store, ctx, session_id, to, subject=None, body=None, reply_to=None,
             raise RoomError("reply_to names no message: %s" % reply_to,
                             "message ids come from msg_recv or room_history")
         recipients = resolve_selectors(store, conn, sender, to, at)
-        cursor = conn.execute(
-            "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
-            " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-            (sender["id"], sender["label"], json.dumps(to), subject, body, reply_to,
-             at, at + ttl))
-        message_id = cursor.lastrowid
+        message_id = post_message(conn, sender, recipients, subject, body, reply_to, ttl,
+                                  to, at)
         rooms = rooms_of(conn, sender["id"])
-        conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
-                         [(room, message_id) for room in rooms])
-        for recipient in recipients:
-            row = session_row(conn, recipient)
-            wake = effective_autonomy(conn, row) == 2
-            conn.execute(
-                "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
-                "wake_next_at) VALUES (?,?,?,?,?)",
-                (recipient, message_id, "stored", at, at if wake else None))
-        event(conn, "msg.send", sender["id"], subject=message_id, data={
-            "to": to, "recipients": recipients, "rooms": rooms, "subject": subject})
     result = {"message_id": message_id, "recipients": len(recipients),
               "recipient_ids": recipients}
     if not recipients:
@@ -1759,8 +1846,35 @@ def overlapping_leases(conn, kind, key, at, exclude=None):
     return [r for r in rows if r["session_id"] != exclude]
 
 
+def _window_rows(conn, kind, key, at, states=WINDOW_OPEN):
+    if kind != "path":
+        where, params = "r.key = ?", [key]
+    else:
+        ancestors = path_ancestors(key)
+        prefix = key.rstrip(os.sep) + os.sep
+        where = "(r.key IN (%s) OR (r.key >= ? AND r.key < ?))" % ",".join(
+            "?" * len(ancestors))
+        params = ancestors + [prefix, prefix[:-1] + chr(ord(os.sep) + 1)]
+    marks = ",".join("?" * len(states))
+    return conn.execute(
+        "SELECT DISTINCT w.* FROM window_resources r JOIN windows w ON w.id = r.window_id "
+        "WHERE r.kind = ? AND %s AND w.state IN (%s)" % (where, marks),
+        [kind] + params + list(states)).fetchall()
+
+
 def window_blocking(conn, kind, key, session_id, at, active_only=False):
-    """Why a quiet window of another session blocks this resource, or None."""
+    """Why a quiet window of another session blocks this resource, or None: a
+    pending window blocks new overlapping leases and their renewal, an active
+    one blocks everything that overlaps it."""
+    for window in _window_rows(conn, kind, key, at,
+                               ("active",) if active_only else WINDOW_OPEN):
+        if window["session_id"] == session_id:
+            continue
+        owner = session_row(conn, window["session_id"])
+        return ("quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
+            window["id"], window["state"], window["session_id"],
+            owner["label"] if owner else "-", one_line(window["purpose"], 80),
+            iso(window["expires_at"])))
     return None
 
 
@@ -2066,6 +2180,360 @@ def lease_guard(store, ctx, session_id=None, path=None, resources=None,
                                   "expires_at": None, "liveness": "unknown"})
     return {"safe": not conflicts and not missing, "conflicts": conflicts,
             "missing": missing, "stale": stale}
+
+
+# ---- operations: work states and quiet windows ----------------------------
+# A work state says what a session is doing on a scope; a quiet window asks
+# the holders of overlapping leases and named sessions for quiet on resources
+# before an operation that must not be disturbed (a migration, a release).
+
+
+
+@tool("work_set", "Say what you are doing", {
+    "session_id": S_SESSION,
+    "state": {"type": "string", "enum": list(WORK_STATES)},
+    "scope": {"type": "string", "minLength": 1, "maxLength": 200,
+              "description": "what the state is about, e.g. api-v2 or ticket-42"},
+    "summary": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX,
+           "description": "with handoff or blocked: who to tell (a message is sent)"},
+}, ["session_id", "state", "scope"],
+    output=out_schema(["state", "scope"], state={"type": "string"},
+                      scope={"type": "string"}, message_id={"type": ["integer", "null"]},
+                      recipients={"type": "integer"}),
+    cli="work", positional=("state",),
+    example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
+            '--to tag:reviewer')
+def work_set(store, ctx, session_id, state, scope, summary=None, to=None):
+    """Record your work state on a scope: started, waiting, blocked, completed,
+    handoff or failed. who and status show the latest per scope; completed and
+    failed clear it (the event log keeps it). handoff or blocked with 'to'
+    also sends a message, so the addressee is signalled like any message."""
+    if to is not None and state not in ("handoff", "blocked"):
+        raise UsageError("'to' goes with handoff or blocked, not %s" % state)
+    at = now()
+    result = {"state": state, "scope": scope, "message_id": None, "recipients": 0}
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id, present=True)
+        if state in ("completed", "failed"):
+            conn.execute("DELETE FROM work WHERE session_id=? AND scope=?", (row["id"], scope))
+        else:
+            conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
+                         "updated_at) VALUES (?,?,?,?,?)",
+                         (row["id"], scope, state, summary, at))
+        if to is not None:
+            recipients = resolve_selectors(store, conn, row, to, at)
+            subject = "[%s] %s%s" % (state, scope, ": " + summary if summary else "")
+            result["message_id"] = post_message(conn, row, recipients,
+                                                subject[:SUBJECT_MAX_CHARS], None, None,
+                                                MESSAGE_TTL_S, to, at)
+            result["recipients"] = len(recipients)
+        event(conn, "work." + state, row["id"], subject=scope, at=at,
+              data={"summary": summary, "message_id": result["message_id"]})
+    return result
+
+
+def window_dict(conn, window, liveness=None):
+    required = json.loads(window["required"])
+    acked = json.loads(window["acked"])
+    return {"window_id": window["id"], "session_id": window["session_id"],
+            "label": (session_row(conn, window["session_id"]) or {"label": None})["label"],
+            "purpose": window["purpose"], "state": window["state"],
+            "resources": [r[0] for r in conn.execute(
+                "SELECT shown FROM window_resources WHERE window_id=? ORDER BY shown",
+                (window["id"],))],
+            "required": required, "acked": sorted(acked),
+            "missing_acks": [r for r in required if r not in acked],
+            "created_at": iso(window["created_at"]),
+            "ack_deadline": iso(window["ack_deadline"]),
+            "expires_at": iso(window["expires_at"]),
+            "activated_at": iso(window["activated_at"]), "ended_at": iso(window["ended_at"])}
+
+
+S_WINDOW = {"type": "object", "properties": {
+    "window_id": {"type": "integer"}, "session_id": {"type": "string"},
+    "state": {"type": "string", "enum": ["pending", "active", "released", "cancelled",
+                                         "expired"]},
+    "purpose": {"type": ["string", "null"]},
+    "resources": {"type": "array", "items": {"type": "string"}},
+    "required": {"type": "array", "items": {"type": "string"}},
+    "missing_acks": {"type": "array", "items": {"type": "string"}}},
+    "required": ["window_id", "session_id", "state", "resources", "required",
+                 "missing_acks"]}
+S_WINDOW_ID = {"type": "integer", "minimum": 1}
+
+
+def _load_window(conn, window_id):
+    window = conn.execute("SELECT * FROM windows WHERE id=?", (window_id,)).fetchone()
+    if window is None:
+        raise RoomError("no quiet window #%s" % window_id, "window_status lists them")
+    return window
+
+
+@tool("window_request", "Ask for quiet", {
+    "session_id": S_SESSION, "resources": S_RESOURCES,
+    "purpose": {"type": "string", "minLength": 1, "maxLength": 500},
+    "require": {"type": ["string", "array"], "items": {"type": "string"},
+                "minItems": 1, "maxItems": SELECTORS_MAX,
+                "description": "sessions that must ack first: session ids, tag:<t> or *"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+              "description": "how long the window may last (default 1800)"},
+    "ack_timeout_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+                      "description": "how long acks may take (default 300)"},
+}, ["session_id", "resources", "purpose"], output=S_WINDOW,
+    cli="window-request", positional=("resources",), flags={"ttl_s": "--ttl",
+                                                            "ack_timeout_s": "--ack-timeout"},
+    example='window-request --session $ID db:main --purpose "apply migration" '
+            '--require tag:reviewer')
+def window_request(store, ctx, session_id, resources, purpose, require=None,
+                   ttl_s=WINDOW_TTL_S, ack_timeout_s=WINDOW_ACK_TIMEOUT_S):
+    """Ask for quiet on resources before an operation that must not be
+    disturbed. The holders of overlapping leases and the required sessions get
+    a message (so they are signalled). While pending, the window blocks new
+    overlapping leases of others and their renewal; window_activate succeeds
+    once every required session acked before the deadline and every
+    overlapping lease is released."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id, present=True)
+        targets = _targets(ctx, row, None, resources)
+        required = resolve_selectors(store, conn, row, require, at) if require else []
+        holders = []
+        for kind, shown, key in targets:
+            for lease in overlapping_leases(conn, kind, key, at, exclude=row["id"]):
+                if lease["session_id"] not in holders:
+                    holders.append(lease["session_id"])
+        window_id = conn.execute(
+            "INSERT INTO windows (session_id, purpose, state, required, acked, created_at, "
+            "ack_deadline, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+            (row["id"], purpose, "pending", json.dumps(required), "[]", at,
+             at + ack_timeout_s, at + ttl_s)).lastrowid
+        conn.executemany("INSERT INTO window_resources (window_id, kind, key, shown) "
+                         "VALUES (?,?,?,?)", [(window_id, k, key, shown)
+                                              for k, shown, key in targets])
+        event(conn, "window.request", row["id"], subject=window_id, at=at, data={
+            "resources": [t[1] for t in targets], "purpose": purpose,
+            "required": required, "holders": holders})
+        notified = list(dict.fromkeys(required + holders))
+        if notified:
+            subject = ("[quiet window #%d] %s on %s: %s" % (
+                window_id, row["label"] or row["id"], ", ".join(t[1] for t in targets),
+                purpose))[:SUBJECT_MAX_CHARS]
+            body = ("%s asks for quiet on %s until %s.\n%s"
+                    "Release your overlapping leases; required sessions: window_ack %d "
+                    "before %s." % (row["label"] or row["id"],
+                                   ", ".join(t[1] for t in targets), iso(at + ttl_s),
+                                   "You hold an overlapping lease. " if holders else "",
+                                   window_id, iso(at + ack_timeout_s)))
+            post_message(conn, row, notified, subject, body, None, MESSAGE_TTL_S,
+                         {"window": window_id}, at)
+        return window_dict(conn, _load_window(conn, window_id))
+
+
+@tool("window_ack", "Agree to a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window-ack", positional=("window_id",),
+    example="window-ack --session $ID 3", idempotent=True)
+def window_ack(store, ctx, session_id, window_id):
+    """Acknowledge a quiet window you were asked about (before its deadline).
+    Release your overlapping leases too: the window activates only when they
+    are gone."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        window = _load_window(conn, window_id)
+        if window["state"] != "pending":
+            raise RoomError("quiet window #%d is %s; there is nothing to ack"
+                            % (window_id, window["state"]))
+        if at > window["ack_deadline"]:
+            raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
+                            % (window_id, iso(window["ack_deadline"])),
+                            "its requester has to ask again")
+        acked = json.loads(window["acked"])
+        if row["id"] not in acked:
+            acked.append(row["id"])
+            conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
+                                                                    window_id))
+            event(conn, "window.ack", row["id"], subject=window_id, at=at)
+        return window_dict(conn, _load_window(conn, window_id))
+
+
+@tool("window_activate", "Start the quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=dict(S_WINDOW, properties=dict(S_WINDOW["properties"], ok={"type": "boolean"},
+                                          reason={"type": "string"},
+                                          holders={"type": "array", "items": S_LEASE})),
+    cli="window-activate", positional=("window_id",),
+    example="window-activate --session $ID 3")
+def window_activate(store, ctx, session_id, window_id):
+    """Start your pending window: it succeeds (ok true) only when every required
+    session acked in time, every overlapping lease of others is released, and
+    no other active window overlaps it; otherwise ok is false and reason says
+    what is missing."""
+    liveness = LazyScan(ctx)
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id, present=True)
+        window = _load_window(conn, window_id)
+        if window["session_id"] != row["id"]:
+            raise RoomError("quiet window #%d belongs to %s, not to you"
+                            % (window_id, window["session_id"]))
+        if window["state"] != "pending":
+            raise RoomError("quiet window #%d is %s, not pending" % (window_id,
+                                                                     window["state"]))
+        shown = window_dict(conn, window)
+        problems, holders = [], []
+        if shown["missing_acks"]:
+            problems.append("waiting for acks from %s" % ", ".join(shown["missing_acks"]))
+        for r in conn.execute("SELECT * FROM window_resources WHERE window_id=?",
+                              (window_id,)).fetchall():
+            for lease in overlapping_leases(conn, r["kind"], r["key"], at,
+                                            exclude=row["id"]):
+                holders.append(lease_dict(conn, lease, liveness))
+            for other in _window_rows(conn, r["kind"], r["key"], at, ("active",)):
+                if other["id"] != window_id:
+                    problems.append("quiet window #%d of %s is active on it"
+                                    % (other["id"], other["session_id"]))
+        if holders:
+            problems.append("leases still held: %s" % "; ".join(
+                "%s by %s" % (h["resource"], _holder_text(h)) for h in holders))
+        if problems:
+            event(conn, "window.refused", row["id"], subject=window_id, at=at,
+                  data={"problems": problems})
+            return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
+        conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
+                     (at, window_id))
+        event(conn, "window.activate", row["id"], subject=window_id, at=at)
+        return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
+                    reason="active", holders=[])
+
+
+def _end_window(store, ctx, session_id, window_id, state, allowed):
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        row = require_session(store, conn, session_id)
+        window = _load_window(conn, window_id)
+        if window["session_id"] != row["id"]:
+            raise RoomError("quiet window #%d belongs to %s, not to you"
+                            % (window_id, window["session_id"]))
+        if window["state"] not in allowed:
+            raise RoomError("quiet window #%d is %s; it cannot be %s"
+                            % (window_id, window["state"], state))
+        conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
+                     (state, at, window_id))
+        event(conn, {"released": "window.release", "cancelled": "window.cancel"}[state],
+              row["id"], subject=window_id, at=at)
+        return window_dict(conn, _load_window(conn, window_id))
+
+
+@tool("window_release", "End the quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window-release", positional=("window_id",),
+    example="window-release --session $ID 3", destructive=True)
+def window_release(store, ctx, session_id, window_id):
+    """End your active quiet window once the operation is done: others may
+    claim the resources again."""
+    return _end_window(store, ctx, session_id, window_id, "released", ("active",))
+
+
+@tool("window_cancel", "Cancel a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window-cancel", positional=("window_id",),
+    example="window-cancel --session $ID 3", destructive=True)
+def window_cancel(store, ctx, session_id, window_id):
+    """Cancel your pending or active quiet window."""
+    return _end_window(store, ctx, session_id, window_id, "cancelled", WINDOW_OPEN)
+
+
+@tool("window_status", "Quiet windows", {
+    "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
+    output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
+    cli="window-status", example="window-status", read_only=True, idempotent=True)
+def window_status(store, ctx, session_id=None, window_id=None):
+    """One quiet window by id, or every open (pending or active) one."""
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        if session_id:
+            require_session(store, conn, session_id)
+        if window_id:
+            return {"windows": [window_dict(conn, _load_window(conn, window_id))]}
+        return {"windows": [window_dict(conn, w) for w in conn.execute(
+            "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
+
+
+STATUS_SCHEMA_VERSION = 1
+
+
+@tool("room_status", "The room at a glance", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM},
+    output=out_schema(["schema_version", "rooms", "sessions", "leases", "windows"],
+                      schema_version={"type": "integer"},
+                      generated_at=S_TIME,
+                      rooms={"type": "array", "items": {"type": "object"}},
+                      sessions={"type": "array", "items": {"type": "object"}},
+                      leases={"type": "array", "items": S_LEASE},
+                      windows={"type": "array", "items": S_WINDOW}),
+    cli="status", example="status --room shared:storefront --json", read_only=True,
+    idempotent=True)
+def room_status(store, ctx, session_id=None, room=None):
+    """One snapshot: sessions with liveness, autonomy, work states and unread
+    counts; live leases with purpose and expiry; open quiet windows; the last
+    messages' subjects per room. For one room, or everything in the store.
+    The JSON shape is stable for scripts (schema_version)."""
+    liveness = LazyScan(ctx)
+    at = now()
+    with store.write() as conn:
+        sweep(conn, at)
+        if session_id:
+            require_session(store, conn, session_id)
+        if room:
+            rooms = [resolve_room(conn, room)]
+        else:
+            rooms = [r[0] for r in conn.execute(
+                "SELECT DISTINCT room FROM memberships ORDER BY room")]
+        marks = ",".join("?" * len(rooms)) or "''"
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT session_id FROM memberships WHERE room IN (%s)" % marks, rooms)]
+        sessions = []
+        for sid in ids:
+            row = session_row(conn, sid)
+            item = session_dict(conn, row, liveness)
+            item["work"] = work_of(conn, sid)
+            item["unread"] = unread_count(conn, sid)
+            sessions.append(item)
+        sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
+        leases = [lease_dict(conn, lease, liveness) for lease in conn.execute(
+            "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
+            if lease["session_id"] in ids or not room]
+        windows = [window_dict(conn, w) for w in conn.execute(
+            "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
+            if w["session_id"] in ids or not room]
+        room_items = []
+        for name in rooms:
+            recent = conn.execute(
+                "SELECT m.id, m.subject, m.sender_label, m.created_at FROM message_rooms r "
+                "JOIN messages m ON m.id = r.message_id WHERE r.room=? "
+                "ORDER BY r.message_id DESC LIMIT 5", (name,)).fetchall()
+            room_items.append({
+                "room": name,
+                "cap": conn.execute("SELECT cap FROM rooms WHERE name=?",
+                                    (name,)).fetchone()[0],
+                "sessions": [r[0] for r in conn.execute(
+                    "SELECT session_id FROM memberships WHERE room=? ORDER BY session_id",
+                    (name,))],
+                "recent": [{"message_id": m["id"], "subject": m["subject"],
+                            "sender_label": m["sender_label"],
+                            "created_at": iso(m["created_at"])} for m in reversed(recent)]})
+    return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
+            "store": store.path, "rooms": room_items, "sessions": sessions,
+            "leases": leases, "windows": windows}
 
 
 # ---- operations: reads and drift ------------------------------------------
@@ -3879,8 +4347,10 @@ def _render_session_table(sessions):
 
 
 def _render_lease(lease):
-    return "%s  %s  %s  until %s  (%s)" % (lease["path"], lease["mode"], _who_name(lease),
-                                           lease["expires_at"], lease["liveness"])
+    return "%s  %s  %s  until %s  (%s)%s" % (
+        lease["path"], lease["mode"], _who_name(lease), lease["expires_at"],
+        lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
+        if lease.get("purpose") else "")
 
 
 def _render_sent(result):
@@ -3904,6 +4374,40 @@ def _render_recv(result):
     return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
         ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
         inbox["read_total"], inbox["last_created_at"] or "never"))
+
+
+def _render_window(w):
+    text = "quiet window #%d %s by %s: %s on %s until %s" % (
+        w["window_id"], w["state"], w["label"] or w["session_id"],
+        one_line(w["purpose"], 80), ", ".join(w["resources"]), w["expires_at"])
+    if w["state"] == "pending" and w["missing_acks"]:
+        text += "\n    waiting for acks from %s (by %s)" % (", ".join(w["missing_acks"]),
+                                                         w["ack_deadline"])
+    if w.get("reason") and not w.get("ok", True):
+        text = "not activated: %s\n%s" % (clean(w["reason"]), text)
+    return text
+
+
+def _render_status(r):
+    lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
+    for room in r["rooms"]:
+        lines.append("== %s (cap %s, %d sessions)" % (room["room"], room["cap"],
+                                                       len(room["sessions"])))
+        for m in room["recent"]:
+            lines.append("   #%d %s: %s" % (m["message_id"], one_line(
+                m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
+    lines.append("== sessions")
+    for s in r["sessions"]:
+        work = "; ".join("%s %s%s" % (w["scope"], w["state"], ": " + one_line(
+            w["summary"], 40) if w["summary"] else "") for w in s["work"])
+        lines.append("   %s  %-8s autonomy %d  unread %d  %s" % (
+            _who_name(s), s["liveness"], s["autonomy"], s["unread"], work))
+    lines.append("== leases")
+    lines += ["   " + _render_lease(l) + (" for: " + one_line(l["purpose"], 60)
+                                         if l.get("purpose") else "") for l in r["leases"]]
+    lines.append("== quiet windows")
+    lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
+    return "\n".join(lines)
 
 
 RENDER = {
@@ -3936,6 +4440,15 @@ RENDER = {
     "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
     "note_read": lambda r: "%s  %s" % (r["hash"], r["path"]),
     "drift_check": lambda r: "%s  %s" % (r["severity"], clean(r["message"])),
+    "work_set": lambda r: "%s %s%s" % (r["scope"], r["state"], (
+        "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
+        if r["message_id"] else ""),
+    "window_request": _render_window, "window_ack": _render_window,
+    "window_activate": _render_window, "window_release": _render_window,
+    "window_cancel": _render_window,
+    "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
+    or "no open quiet windows",
+    "room_status": _render_status,
 }
 
 
@@ -4044,6 +4557,23 @@ def build_parser(only=None):
     sub.add_argument("--json", action="store_true")
     sub.set_defaults(special="doctor")
     sub = commands.add_parser(
+        "watch", help="Follow the room's events live, like tail -f.",
+        description=watch.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 agents_room.py watch --room shared:storefront "
+               "--since 10m")
+    sub.add_argument("--room", help="only events of this room's sessions")
+    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
+                                     "(10m, 2h)")
+    sub.add_argument("--json", action="store_true", help="one JSON object per line")
+    sub.set_defaults(special="watch")
+    sub = commands.add_parser(
+        "version", help="Version, Python, SQLite, this file's path and SHA-256, store.",
+        description=version_info.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python3 agents_room.py version --json")
+    sub.add_argument("--json", action="store_true")
+    sub.set_defaults(special="version")
+    sub = commands.add_parser(
         "install-guard", help="Install a git pre-commit hook that runs guard --staged.",
         description=install_guard.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -4123,6 +4653,18 @@ def run_cli(args):
         lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
                  for s, c, a in checks]
         return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
+    if special == "watch":
+        since = None
+        if args.since:
+            since = parse_since(args.since)
+        return "", watch(args.room, since, args.json)
+    if special == "version":
+        info = version_info()
+        if args.json:
+            return json.dumps(info, indent=2), 0
+        return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
+                "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
+                "version)s; this copy writes %(schema_version)s)" % info), 0
     if special == "install-guard":
         result = install_guard()
         return (json.dumps(result) if args.json else
@@ -4145,13 +4687,101 @@ def run_cli(args):
         after_tool_event(store)
     finally:
         store.close()
-    code = 1 if tool_.name == "lease_claim" and not result["ok"] else 0
+    code = 1 if tool_.name in ("lease_claim", "window_activate") and not result["ok"] else 0
     if args.json:
         return json.dumps(result, indent=2, ensure_ascii=False), code
     text = RENDER[tool_.name](result)
     if result.get("warning"):
         text += "\nwarning: " + clean(result["warning"])
     return text, code
+
+
+def watch(room=None, since=None, as_json=False, poll_s=0.5, out=None, limit=None):
+    """Follow the event log like tail -f: joins, leaves, sends, reads, claims,
+    releases, windows, work states.  Polls the store (an indexed read of new
+    event ids, no write, no busy loop); Ctrl-C (SIGINT) ends it cleanly."""
+    import signal
+    out = out or sys.stdout
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    # SIGTERM too, and SIGINT even where a shell started us with it ignored (a
+    # background job): either way watch ends with exit 0.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    store = Store()
+    shown = 0
+    try:
+        conn = store.conn
+        if since is not None:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
+                                (since,)).fetchone()[0]
+        else:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        full = resolve_room(conn, room) if room else None
+        labels = {}
+        while True:
+            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
+                                (last,)).fetchall()
+            for row in rows:
+                last = row["id"]
+                if full and row["room"] != full and not conn.execute(
+                        "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
+                        (row["session_id"], full)).fetchone():
+                    continue
+                sid = row["session_id"]
+                if sid and sid not in labels:
+                    found = session_row(conn, sid)
+                    labels[sid] = found["label"] if found else None
+                data = json.loads(row["data"]) if row["data"] else {}
+                if as_json:
+                    line = json.dumps({"id": row["id"], "at": iso(row["at"]),
+                                       "kind": row["kind"], "session_id": sid,
+                                       "label": labels.get(sid), "room": row["room"],
+                                       "subject": row["subject"], "data": data},
+                                      ensure_ascii=False)
+                else:
+                    detail = ", ".join("%s=%s" % (k, one_line(json.dumps(v)
+                                                             if not isinstance(v, str)
+                                                             else v, 60))
+                                       for k, v in sorted(data.items()) if v not in
+                                       (None, [], {}))
+                    line = "%s  %-16s %s%s%s" % (
+                        iso(row["at"])[11:23], row["kind"],
+                        ("%s " % _who_name({"label": labels.get(sid), "session_id": sid})
+                         if sid else ""), clean(row["subject"] or row["room"] or ""),
+                        ("  " + detail) if detail else "")
+                out.write(line + "\n")
+                out.flush()
+                shown += 1
+                if limit and shown >= limit:
+                    return 0
+            if not rows:
+                time.sleep(poll_s)
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 0
+    finally:
+        store.close()
+
+
+def version_info():
+    """This copy and its store: so two agents can tell whether they run the same."""
+    import hashlib
+    with open(this_file(), "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    path = default_db_path()
+    schema = None
+    if os.path.exists(path):
+        try:
+            conn = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+            schema = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.close()
+        except sqlite3.Error:
+            schema = None
+    return {"version": __version__, "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
+            "store": path, "store_schema_version": schema,
+            "schema_version": SCHEMA_VERSION}
 
 
 def staged_paths(cwd):
@@ -4175,6 +4805,21 @@ def staged_paths(cwd):
         paths += [os.path.join(top, p) for p in fields[index + 1:index + 1 + count]]
         index += 1 + count
     return paths, ignorecase == "true"
+
+
+def parse_since(text):
+    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
+    text = text.strip()
+    if text[:1].isdigit() and ("T" in text or "-" in text[1:]):
+        import calendar
+        for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
+                     "%Y-%m-%d"):
+            try:
+                return calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], form))
+            except ValueError:
+                continue
+        raise UsageError("not a time: %r" % text, "use ISO-8601 UTC or a duration (10m)")
+    return now() - parse_duration(text)
 
 
 def run_guard(args):
@@ -4259,7 +4904,13 @@ def main(argv=None):
     if argv and argv[0] == "hook":
         return hook_main(argv[1:])
     if argv and argv[0] == "serve" and len(argv) == 1:
-        return serve()
+        try:
+            return serve()
+        except RoomError as error:
+            sys.stderr.write("error: %s\n" % clean(error.text()))
+            return error.exit_code
+    if len(argv) > 1 and argv[0] == "window" and not argv[1].startswith("-"):
+        argv = ["window-" + argv[1]] + argv[2:]      # window request -> window-request
     try:
         sys.stdout.reconfigure(errors="backslashreplace")
     except (AttributeError, ValueError):
@@ -4279,8 +4930,13 @@ def main(argv=None):
         return error.exit_code
     except KeyboardInterrupt:
         return 130
-    if text:
-        sys.stdout.write(text + "\n")
+    try:
+        if text:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (| head): not our failure; keep Python quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 
 

@@ -779,6 +779,192 @@ class ResourceLeaseTest(RoomTest):
         self.assertEqual(sid, sid)
 
 
+class WorkAndWindowTest(RoomTest):
+
+    def setUp(self):
+        super().setUp()
+        self.keepers = {}
+        self.ops = self.live_join("ops", "ops")
+        self.rev = self.live_join("rev", "rev", "--tag", "reviewer")
+        self.app = self.live_join("app", "app", "--tag", "reviewer")
+
+    def live_join(self, key, label, *extra):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                env=clean_env(AGENTS_ROOM_HARNESS_KEY=key))
+        self.procs.append(proc)
+        return self.join("--room", "db", "--label", label, *extra, key=key)["session_id"]
+
+    def test_work_states(self):
+        out = self.cli_json("work", "--session", self.ops, "started", "--scope", "m42",
+                            "--summary", "running migration 42")
+        self.assertEqual((out["state"], out["message_id"]), ("started", None))
+        self.cli_json("work", "--session", self.ops, "waiting", "--scope", "review")
+        who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual([(w["scope"], w["state"]) for w in who["ops"]["work"]],
+                         [("m42", "started"), ("review", "waiting")])
+        handoff = self.cli_json("work", "--session", self.ops, "handoff", "--scope", "m42",
+                                "--summary", "please verify", "--to", "tag:reviewer")
+        self.assertEqual(handoff["recipients"], 2)
+        got = self.cli_json("recv", "--session", self.rev)["messages"]
+        self.assertEqual(got[0]["subject"], "[handoff] m42: please verify")
+        blocked = self.cli_json("work", "--session", self.rev, "blocked", "--scope", "m42",
+                                "--to", self.ops)
+        self.assertEqual(blocked["recipients"], 1)
+        self.run_cli("work", "--session", self.ops, "started", "--scope", "x", "--to", "*",
+                     check=2)
+        self.run_cli("work", "--session", self.ops, "dancing", "--scope", "x", check=2)
+        for state in ("completed", "failed"):
+            self.cli_json("work", "--session", self.ops, state, "--scope",
+                          "m42" if state == "completed" else "review")
+        who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual(who["ops"]["work"], [])
+        conn = sqlite3.connect(self.db)
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind LIKE "
+                                            "'work.%' ORDER BY id")]
+        conn.close()
+        self.assertEqual(kinds, ["work.started", "work.waiting", "work.handoff",
+                                 "work.blocked", "work.completed", "work.failed"])
+
+    def test_window_life_cycle(self):
+        self.cli_json("claim", "--session", self.rev, "db:main", "--purpose", "reading")
+        window = self.cli_json("window", "request", "--session", self.ops, "db:main",
+                               "--purpose", "apply migration", "--require", self.app)
+        wid = str(window["window_id"])
+        self.assertEqual((window["state"], window["missing_acks"]), ("pending", [self.app]))
+        notices = {m["subject"] for m in self.cli_json("recv", "--session", self.rev)
+                   ["messages"]}
+        self.assertTrue(any("quiet window #" + wid in n for n in notices), notices)
+        blocked = self.run_cli("claim", "--session", self.app, "db:main", check=1)
+        self.assertIn("quiet window #" + wid, blocked.stderr)
+        renew = self.run_cli("renew", "--session", self.rev, "db:main", check=1)
+        self.assertIn("quiet window", renew.stderr)
+        refused = self.cli_json("window", "activate", "--session", self.ops, wid, check=1)
+        self.assertFalse(refused["ok"])
+        self.assertIn("waiting for acks from " + self.app, refused["reason"])
+        self.assertIn("leases still held", refused["reason"])
+        self.cli_json("window", "ack", "--session", self.app, wid)
+        still = self.cli_json("window", "activate", "--session", self.ops, wid, check=1)
+        self.assertNotIn("waiting for acks", still["reason"])
+        self.assertEqual(still["holders"][0]["session_id"], self.rev)
+        self.cli_json("release", "--session", self.rev, "db:main")
+        active = self.cli_json("window", "activate", "--session", self.ops, wid)
+        self.assertEqual((active["ok"], active["state"]), (True, "active"))
+        guard = self.run_cli("guard", "--session", self.app, "db:main")
+        self.assertEqual(guard.returncode, 3)
+        self.assertIn("quiet window", guard.stderr)
+        self.assertEqual(self.cli_json("window", "release", "--session", self.ops, wid)
+                         ["state"], "released")
+        self.assertTrue(self.cli_json("claim", "--session", self.app, "db:main")["ok"])
+        self.run_cli("window", "release", "--session", self.ops, wid, check=1)
+        self.assertEqual(self.cli_json("window", "status")["windows"], [])
+
+    def test_late_ack_and_never_released_lease_expire(self):
+        self.cli_json("claim", "--session", self.rev, "db:main", "--ttl", "24h")
+        window = self.cli_json("window", "request", "--session", self.ops, "db:main",
+                               "--purpose", "m", "--require", self.app, "--ack-timeout",
+                               "60", "--ttl", "600")
+        wid = str(window["window_id"])
+        late = {"AGENTS_ROOM_TIME_OFFSET": "120"}
+        done = self.run_cli("window", "ack", "--session", self.app, wid, env=late, check=1)
+        self.assertRegex(done.stderr, "too late|expired")
+        status = self.cli_json("window", "status", "--window-id", wid, env=late)
+        self.assertEqual(status["windows"][0]["state"], "expired")
+        window = self.cli_json("window", "request", "--session", self.ops, "db:main",
+                               "--purpose", "m2", "--ttl", "600")
+        wid = str(window["window_id"])
+        never = self.cli_json("window", "activate", "--session", self.ops, wid, check=1)
+        self.assertIn("leases still held", never["reason"])
+        after = {"AGENTS_ROOM_TIME_OFFSET": "700"}
+        self.assertEqual(self.cli_json("window", "status", "--window-id", wid, env=after)
+                         ["windows"][0]["state"], "expired")
+        cancel = self.cli_json("window", "request", "--session", self.ops, "db:other",
+                               "--purpose", "c")
+        self.assertEqual(self.cli_json("window", "cancel", "--session", self.ops,
+                                       str(cancel["window_id"]))["state"], "cancelled")
+
+    def test_racing_activations_one_wins(self):
+        ids = [self.cli_json("window", "request", "--session", who, "path:/srv/data",
+                             "--purpose", "race")["window_id"] for who in (self.ops, self.rev)]
+        procs = [subprocess.Popen([sys.executable, SCRIPT, "window", "activate", "--session",
+                                   who, str(wid), "--json"], env=self.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for who, wid in zip((self.ops, self.rev), ids)]
+        results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+        self.assertEqual(sorted(r["ok"] for r in results), [False, True])
+        loser = [r for r in results if not r["ok"]][0]
+        self.assertIn("is active on it", loser["reason"])
+
+    def test_status_snapshot(self):
+        self.cli_json("claim", "--session", self.rev, "src/", "--purpose", "refactor")
+        self.cli_json("work", "--session", self.ops, "started", "--scope", "m1")
+        self.cli_json("send", "--session", self.ops, "--to", self.app, "--subject", "hello")
+        window = self.cli_json("window", "request", "--session", self.ops, "db:main",
+                               "--purpose", "migrate")
+        status = self.cli_json("status", "--room", "db")
+        self.assertEqual(status["schema_version"], 1)
+        self.assertEqual([r["room"] for r in status["rooms"]], ["repo:db"])
+        self.assertEqual(status["rooms"][0]["cap"], 2)
+        self.assertEqual(sorted(status["rooms"][0]["sessions"]),
+                         sorted([self.ops, self.rev, self.app]))
+        # Nobody held db:main and nobody was required, so the window sent no notice.
+        self.assertEqual([m["subject"] for m in status["rooms"][0]["recent"]], ["hello"])
+        sessions = {s["label"]: s for s in status["sessions"]}
+        self.assertEqual(sorted(sessions), ["app", "ops", "rev"])
+        self.assertEqual(sessions["ops"]["work"][0]["scope"], "m1")
+        self.assertEqual((sessions["app"]["unread"], sessions["ops"]["unread"]), (1, 0))
+        self.assertEqual({s["liveness"] for s in status["sessions"]}, {"alive"})
+        self.assertEqual([(l["session_id"], l["purpose"]) for l in status["leases"]],
+                         [(self.rev, "refactor")])
+        self.assertEqual([(w["window_id"], w["state"]) for w in status["windows"]],
+                         [(window["window_id"], "pending")])
+        human = self.run_cli("status", check=0).stdout
+        self.assertIn("refactor", human)
+        self.assertIn("quiet window #%d pending" % window["window_id"], human)
+
+    def test_watch_follows_events_and_stops_on_sigint(self):
+        proc = subprocess.Popen([sys.executable, SCRIPT, "watch", "--json"], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        time.sleep(1.0)
+        self.cli_json("claim", "--session", self.rev, "db:main")
+        self.cli_json("send", "--session", self.ops, "--to", "*", "--subject", "go")
+        self.cli_json("recv", "--session", self.rev)
+        self.cli_json("release", "--session", self.rev, "db:main")
+        self.cli_json("work", "--session", self.ops, "completed", "--scope", "x")
+        wanted = ["lease.claim", "msg.send", "msg.read", "lease.release", "work.completed"]
+        seen = []
+        deadline = time.time() + 20
+        while len(seen) < len(wanted) and time.time() < deadline:
+            line = proc.stdout.readline()
+            item = json.loads(line)
+            if item["kind"] in wanted:
+                seen.append(item["kind"])
+        self.assertEqual(seen, wanted)
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(10), 0)
+        self.assertNotIn("Traceback", proc.stderr.read())
+        replay = subprocess.Popen([sys.executable, SCRIPT, "watch", "--since", "5m",
+                                   "--room", "db"], env=self.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.procs.append(replay)
+        lines = []
+        while not any("work.completed" in l for l in lines) and time.time() < deadline + 20:
+            lines.append(replay.stdout.readline())
+        replay.send_signal(signal.SIGINT)
+        self.assertEqual(replay.wait(10), 0)
+        kinds = [l.split()[1] for l in lines if l.strip()]
+        self.assertEqual([k for k in kinds if k in wanted], wanted)   # replayed in order
+        self.assertIn("session.join", kinds)                          # from before it ran
+
+    def test_version(self):
+        info = self.cli_json("version")
+        self.assertEqual(info["version"], agents_room.__version__)
+        import hashlib
+        self.assertEqual(info["sha256"], hashlib.sha256(read_bytes(SCRIPT)).hexdigest())
+        self.assertEqual((info["store"], info["store_schema_version"]),
+                         (self.db, agents_room.SCHEMA_VERSION))
+
+
 class MigrationTest(RoomTest):
 
     def test_previous_schema_is_migrated_and_data_kept(self):
@@ -977,6 +1163,44 @@ class CliTest(RoomTest):
 
 class ReadmeTest(RoomTest):
 
+    def readme_blocks(self, heading, until):
+        with open(os.path.join(HERE, "README.md")) as handle:
+            text = handle.read()
+        section = text[text.index(heading):text.index(until)]
+        return [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
+
+    def run_block(self, block, replace):
+        home = os.path.join(self.tmp, "home")
+        if not os.path.exists(home):
+            os.makedirs(os.path.join(home, "agents-room"))
+            os.symlink(SCRIPT, os.path.join(home, "agents-room", "agents_room.py"))
+        for old, new in replace.items():
+            block = block.replace(old, new)
+        done = subprocess.run(["bash", "-c", "set -e\n" + block], env=dict(
+            self.env, HOME=home), capture_output=True, text=True, timeout=120, cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, "%s\n%s\n%s" % (block, done.stdout, done.stderr))
+        return done
+
+    def test_guard_walk_through_runs_as_written(self):
+        blocks = self.readme_blocks("## Leases on anything", "## Status, watch")
+        self.assertEqual(len(blocks), 1)
+        done = self.run_block(blocks[0], {"/tmp/guard-demo": os.path.join(self.tmp, "g")})
+        self.assertIn("commit refused", done.stdout)
+        self.assertIn("agents-room guard: refused", done.stderr)
+        self.assertIn("(label migrator, alive, exclusive until", done.stderr)
+        self.assertIn("for: rewriting the schema", done.stderr)
+        self.assertIn("commit passed", done.stdout)
+
+    def test_window_walk_through_runs_as_written(self):
+        blocks = self.readme_blocks("## Status, watch, work states", "## Harness setup")
+        self.assertEqual(len(blocks), 1)
+        done = self.run_block(blocks[0], {"/tmp/window-demo": os.path.join(self.tmp, "w")})
+        kinds = [line.split()[1] for line in done.stdout.splitlines()
+                 if line[:2].isdigit() and len(line.split()) > 1]
+        order = ["window.request", "msg.send", "window.ack", "lease.release", "window.ack",
+                 "window.activate", "work.started", "work.completed", "window.release"]
+        self.assertEqual([k for k in kinds if k in order], order)
+
     def test_walk_through_runs_as_written(self):
         with open(os.path.join(HERE, "README.md")) as handle:
             text = handle.read()
@@ -1124,9 +1348,12 @@ class McpTest(RoomTest):
             "room_join", "room_leave", "room_leave_room", "room_who",
             "room_set_autonomy_cap", "msg_send", "msg_recv", "msg_ack", "msg_unread",
             "msg_sent", "room_history", "lease_claim", "lease_renew", "lease_release",
-            "lease_check", "lease_list", "note_read", "drift_check", "lease_guard"]))
+            "lease_check", "lease_list", "note_read", "drift_check", "lease_guard",
+            "work_set", "window_request", "window_ack", "window_activate", "window_release",
+            "window_cancel", "window_status", "room_status"]))
         read_only = {"room_who", "msg_unread", "msg_sent", "room_history", "lease_check",
-                     "lease_list", "drift_check", "lease_guard"}
+                     "lease_list", "drift_check", "lease_guard", "window_status",
+                     "room_status"}
         for t in tools:
             with self.subTest(tool=t["name"]):
                 self.assertTrue(t["title"] and len(t["description"]) > 40)
@@ -1137,10 +1364,12 @@ class McpTest(RoomTest):
                 self.assertEqual(t["outputSchema"]["type"], "object")
                 self.assertEqual(t["annotations"]["readOnlyHint"], t["name"] in read_only)
                 if t["name"] not in ("room_join", "room_who", "room_history",
-                                     "room_set_autonomy_cap", "lease_guard"):
+                                     "room_set_autonomy_cap", "lease_guard", "room_status",
+                                     "window_status"):
                     self.assertIn("session_id", schema["required"])
         destructive = {t["name"] for t in tools if t["annotations"]["destructiveHint"]}
-        self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release"})
+        self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release",
+                                       "window_release", "window_cancel"})
 
     def test_every_tool_over_mcp_matches_its_output_schema(self):
         workdir = self.repo("mcp-proj")
@@ -1603,6 +1832,18 @@ class ConcurrencyTest(RoomTest):
         conn.close()
         return rows
 
+    def test_processes_creating_the_store_at_once(self):
+        for attempt in range(5):
+            db = os.path.join(self.tmp, "fresh-%d" % attempt, "room.db")
+            procs = [subprocess.Popen([sys.executable, SCRIPT, "join", "--room", "r",
+                                       "--json"], env=dict(self.env, AGENTS_ROOM_DB=db),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                     for _ in range(6)]
+            for proc in procs:
+                out, err = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, 0, err)
+                self.assertIn(b"session_id", out)
+
     def test_claims_exclude_each_other_across_processes(self):
         self.join("--room", "race")           # create the store before the race
         code = """
@@ -1738,7 +1979,8 @@ class HostileInputTest(RoomTest):
     def bad_arguments(self, tool):
         """(arguments, why) pairs: one bad value at a time, everything else good."""
         good = {"session_id": self.sid, "path": "ok.txt", "to": "*", "subject": "s",
-                "message_id": 1, "room": "hostile", "autonomy": 0}
+                "message_id": 1, "room": "hostile", "autonomy": 0, "state": "started",
+                "scope": "x", "resources": ["db:x"], "purpose": "p", "window_id": 1}
         base = {k: good[k] for k in tool["inputSchema"]["required"]}
         cases = [(dict(base, unexpected=1), "unknown field")]
         for name, schema in tool["inputSchema"]["properties"].items():
