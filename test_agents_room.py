@@ -1398,7 +1398,20 @@ class McpTest(RoomTest):
             ("msg_recv", {"session_id": sid}),
             ("msg_sent", {"session_id": sid}),
             ("room_history", {"session_id": sid}),
+            ("lease_guard", {"session_id": sid, "resources": ["a.txt", "db:x"]}),
             ("lease_release", {"session_id": sid, "path": "a.txt"}),
+            ("work_set", {"session_id": sid, "state": "handoff", "scope": "s",
+                          "to": "*", "summary": "over to you"}),
+            ("window_request", {"session_id": sid, "resources": ["db:main"],
+                                "purpose": "migrate"}),
+            ("window_status", {}),
+            ("window_activate", {"session_id": sid, "window_id": 1}),
+            ("window_release", {"session_id": sid, "window_id": 1}),
+            ("window_request", {"session_id": sid, "resources": ["db:x"], "purpose": "p",
+                                "require": other["session_id"]}),
+            ("window_ack", {"session_id": other["session_id"], "window_id": 2}),
+            ("window_cancel", {"session_id": sid, "window_id": 2}),
+            ("room_status", {"session_id": sid}),
             ("room_leave_room", {"session_id": sid, "room": "team"}),
         ]
         for name, arguments in calls:
@@ -1410,7 +1423,10 @@ class McpTest(RoomTest):
                 self.assertEqual(schema_errors(schemas[name], result["structuredContent"]),
                                  [])
         got = self.cli_json("recv", "--session", other["session_id"])["messages"]
-        self.assertEqual(got[0]["subject"], "hi")
+        self.assertEqual([m["subject"] for m in got][:2], ["hi", "[handoff] s: over to you"])
+        self.assertEqual(len(schemas), len(agents_room.TOOLS))
+        self.assertEqual(set(schemas) - {name for name, _ in calls}, {
+            "msg_ack", "room_join", "room_leave"})          # called below
         mid = got[0]["message_id"]
         self.cli_json("send", "--session", other["session_id"], "--to", sid, "--subject",
                       "back")

@@ -92,9 +92,23 @@ async def sdk_client(workdir, env):
             await call("msg_sent", session_id=sid)
             await call("room_history", session_id=sid, room="interop")
             await call("lease_release", session_id=sid, path="file.txt")
+            await call("work_set", session_id=sid, state="started", scope="interop")
+            window = await call("window_request", session_id=sid, resources=["db:main"],
+                                purpose="migrate", require=peer_id)
+            await call("window_ack", session_id=peer_id, window_id=window["window_id"])
+            await call("window_activate", session_id=sid, window_id=window["window_id"])
+            await call("window_status", window_id=window["window_id"])
+            await call("room_status", room="interop")
+            await call("window_release", session_id=sid, window_id=window["window_id"])
+            second = await call("window_request", session_id=sid, resources=["db:x"],
+                                purpose="p")
+            await call("window_cancel", session_id=sid, window_id=second["window_id"])
             await call("room_leave_room", session_id=sid, room="team")
             await call("room_leave", session_id=sid)
             check("sdk: message reached the CLI peer", sent and sent["recipients"] == 1, sent)
+            called = {name for name, _ in RESULTS if name.startswith("sdk: ")}
+            check("sdk: every listed tool called", {"sdk: " + t for t in tools} <= called,
+                  sorted({"sdk: " + t for t in tools} - called))
             bad = await session.call_tool("msg_recv", {"session_id": "nope"})
             check("sdk: unknown session is isError", field(bad, "is_error", "isError") and
                   "not a session id" in bad.content[0].text, bad)
