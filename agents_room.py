@@ -7,13 +7,15 @@ by the files they hold leases on; they lease paths, record the hash of what they
 read and check it for drift.  One SQLite file, no daemon, standard library only.
 
 Subcommands (``python3 agents_room.py <command> --help`` shows an example each):
-  join leave leave-room who set-cap          rooms and sessions
+  join leave leave-room who set-cap status   rooms and sessions
   send recv ack unread sent history          messages
-  claim renew release check leases           leases
+  claim renew release check leases guard     leases on paths and kind:name resources
+  install-guard                              git pre-commit hook running guard
   note-read drift                            reads and drift
+  work window (request|ack|activate|...)     work states and quiet windows
   serve                                      MCP server over stdio
   hook setup doctor                          harness hooks and wake levers
-  prune                                      remove quiet sessions that are gone
+  watch version bench prune                  follow, identify, measure, clean up
 
 Python 3.9 or newer.  Tests: ``python3 test_agents_room.py`` (or ``make test``).
 
@@ -25,6 +27,9 @@ Environment:
   AGENTS_ROOM_WAKE_CMD      a wake lever: a command run with the signal as its
                             last argument (split like a shell would, never run
                             by one)
+  AGENTS_ROOM_GUARD         warn: guard reports but never refuses; off: skip it
+  AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S, AGENTS_ROOM_WAKE_TIMEOUT_S
+                            signal windows and the process-lever timeout
 Test seams (documented so tests never patch private names):
   AGENTS_ROOM_PROCSCAN=proc|ps   force the process scanner
   AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
@@ -75,6 +80,7 @@ WINDOW_ACK_TIMEOUT_S = 5 * 60
 # A delivery is unread in any of these states; read, acked and expired are final
 # for the recipient's inbox.
 UNREAD_STATES = ("stored", "offered", "accepted", "undeliverable")
+UNREAD_SQL = "(%s)" % ", ".join("'%s'" % state for state in UNREAD_STATES)  # constants only
 STATE_ORDER = ("stored", "offered", "accepted", "undeliverable", "read", "acked",
                "expired")
 
@@ -673,11 +679,10 @@ def sweep(conn, at):
             "SELECT id FROM messages WHERE expires_at > ? AND expires_at <= ?",
             (swept_to, at))]
         for message_id in ids:
-            marks = ",".join("?" * len(UNREAD_STATES))
             count = conn.execute(
                 "UPDATE deliveries SET state='expired', updated_at=?, wake_next_at=NULL "
-                "WHERE message_id=? AND state IN (%s)" % marks,
-                (at, message_id) + UNREAD_STATES).rowcount
+                "WHERE message_id=? AND state IN " + UNREAD_SQL,
+                (at, message_id)).rowcount
             if count:
                 event(conn, "msg.expire", subject=message_id,
                       data={"deliveries": count}, at=at)
@@ -1627,11 +1632,10 @@ def msg_recv(store, ctx, session_id, limit=50):
     with store.write() as conn:
         sweep(conn, at)
         row = require_session(store, conn, session_id)
-        marks = ",".join("?" * len(UNREAD_STATES))
         messages = conn.execute(
             "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-            "WHERE d.session_id=? AND d.state IN (%s) ORDER BY d.message_id LIMIT ?"
-            % marks, (row["id"],) + UNREAD_STATES + (limit,)).fetchall()
+            "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
+            % UNREAD_SQL, (row["id"], limit)).fetchall()
         result = [message_dict(conn, m) for m in messages]
         if messages:
             ids = [m["id"] for m in messages]
@@ -1693,9 +1697,8 @@ def msg_ack(store, ctx, session_id, message_id):
 
 
 def unread_count(conn, session_id):
-    marks = ",".join("?" * len(UNREAD_STATES))
     return conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=? AND "
-                        "state IN (%s)" % marks, (session_id,) + UNREAD_STATES).fetchone()[0]
+                        "state IN " + UNREAD_SQL, (session_id,)).fetchone()[0]
 
 
 @tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
@@ -2709,12 +2712,11 @@ def _env_seconds(name, default):
 
 def signal_text(conn, session_id):
     """The one-line signal for a session's unread deliveries, or None."""
-    marks = ",".join("?" * len(UNREAD_STATES))
     rows = conn.execute(
         "SELECT COALESCE(m.sender_label, substr(m.sender, 1, 8)) AS who, COUNT(*) "
         "FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN (%s) GROUP BY who ORDER BY COUNT(*) DESC"
-        % marks, (session_id,) + UNREAD_STATES).fetchall()
+        "WHERE d.session_id=? AND d.state IN %s GROUP BY who ORDER BY COUNT(*) DESC"
+        % UNREAD_SQL, (session_id,)).fetchall()
     total = sum(r[1] for r in rows)
     if not total:
         return None
@@ -2731,9 +2733,8 @@ def mark_offered(conn, session_id, at, stop=False):
     conn.execute("UPDATE deliveries SET state='offered', updated_at=? WHERE session_id=? "
                  "AND state='stored'", (at, session_id))
     column = "stop_held_at" if stop else "offered_at"
-    marks = ",".join("?" * len(UNREAD_STATES))
-    conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN (%s)"
-                 % (column, marks), (at, session_id) + UNREAD_STATES)
+    conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
+                 % (column, UNREAD_SQL), (at, session_id))
 
 
 def tool_event_signal(store, session_id):
@@ -2745,11 +2746,10 @@ def tool_event_signal(store, session_id):
     with store.write() as conn:
         sweep(conn, at)
         conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
-        marks = ",".join("?" * len(UNREAD_STATES))
         due = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN (%s) AND "
-            "(offered_at IS NULL OR offered_at <= ?)" % marks,
-            (session_id,) + UNREAD_STATES + (at - window,)).fetchone()[0]
+            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+            "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
+            (session_id, at - window)).fetchone()[0]
         if not due:
             return None
         text = signal_text(conn, session_id)
@@ -2772,11 +2772,10 @@ def stop_signal(store, session_id, stop_hook_active):
         conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
         if effective_autonomy(conn, row) < 1:
             return None
-        marks = ",".join("?" * len(UNREAD_STATES))
         due = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN (%s) AND "
-            "(stop_held_at IS NULL OR stop_held_at <= ?)" % marks,
-            (session_id,) + UNREAD_STATES + (at - window,)).fetchone()[0]
+            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+            "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
+            (session_id, at - window)).fetchone()[0]
         if not due:
             return None
         text = signal_text(conn, session_id)
@@ -3163,7 +3162,6 @@ def wait_for_wake(store, session_id):
                      "WHERE id=?", (pid, process_start(pid), armed_at + lifetime,
                                     session_id))
         event(conn, "wake.armed", session_id, data={"pid": pid}, at=armed_at)
-    marks = ",".join("?" * len(UNREAD_STATES))
     checks = 0
     while now() < armed_at + lifetime:
         time.sleep(poll)
@@ -3174,8 +3172,8 @@ def wait_for_wake(store, session_id):
                 return "", 0
             fresh = [r[0] for r in conn.execute(
                 "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
-                "d.message_id WHERE d.session_id=? AND d.state IN (%s) AND "
-                "m.created_at >= ?" % marks, (session_id,) + UNREAD_STATES + (armed_at,))]
+                "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+                "m.created_at >= ?" % UNREAD_SQL, (session_id, armed_at))]
             if fresh:
                 text = signal_text(conn, session_id)
                 conn.execute(
@@ -3330,6 +3328,15 @@ def _read_json(path):
     return data
 
 
+def _read_text(path):
+    """A config file's text, or "" when it does not exist yet."""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""
+
+
 def _write_atomic(path, text):
     directory = os.path.dirname(path)
     if directory:
@@ -3425,12 +3432,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     elif harness == "codex":
         codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
         config_path = os.path.join(codex_home, "config.toml")
-        try:
-            with open(config_path) as handle:
-                current = handle.read()
-        except FileNotFoundError:
-            current = ""
-        files.append({"path": config_path, "content": merge_codex_toml(current)})
+        files.append({"path": config_path,
+                      "content": merge_codex_toml(_read_text(config_path))})
         hooks_path = os.path.join(codex_home, "hooks.json")
         hooks = _claude_style_hooks(("SessionStart", "UserPromptSubmit", "PostToolUse",
                                      "Stop", "SessionEnd"), min(level, 1))
@@ -3444,11 +3447,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     elif harness == "hermes":
         hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
         config_path = os.path.join(hermes_home, "config.yaml")
-        try:
-            with open(config_path) as handle:
-                current = handle.read()
-        except FileNotFoundError:
-            current = ""
+        current = _read_text(config_path)
         block = _hermes_block(min(level, 1))
         if this_file() in current:
             files.append({"path": config_path, "content": current,
