@@ -302,6 +302,10 @@ def room_name(name, default_prefix):
     return name
 
 
+def this_file():
+    return os.path.abspath(__file__)
+
+
 def sha256_file(path):
     import hashlib
     digest = hashlib.sha256()
@@ -1881,6 +1885,17 @@ def window_blocking(conn, kind, key, session_id, at, active_only=False):
     return None
 
 
+def _overlapping_ignoring_case(conn, key, at):
+    """Path leases overlapping key when case does not matter (a filesystem that
+    ignores case: Readme.md and README.md are one file).  Not indexed; leases
+    are few."""
+    ancestors = [a.lower() for a in path_ancestors(key)]
+    prefix = key.lower().rstrip(os.sep) + os.sep
+    return [lease for lease in conn.execute(
+        "SELECT * FROM leases WHERE kind='path' AND expires_at > ?", (at,))
+        if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
+
+
 def lease_dict(conn, lease, liveness):
     holder = session_row(conn, lease["session_id"])
     return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
@@ -2136,6 +2151,8 @@ def lease_list(store, ctx, session_id):
     "mode": {"type": "string", "enum": ["exclusive", "shared"],
              "description": "exclusive (default): any other lease conflicts; shared: "
                             "only exclusive leases of others do"},
+    "ignorecase": {"type": "boolean",
+                   "description": "compare paths ignoring case (git core.ignorecase)"},
 }), [], output=out_schema(
     ["safe", "conflicts", "missing"], safe={"type": "boolean"},
     conflicts={"type": "array", "items": S_LEASE},
@@ -2145,7 +2162,7 @@ def lease_list(store, ctx, session_id):
     example="guard --session $ID src/api/users.go --require-held", read_only=True,
     idempotent=True)
 def lease_guard(store, ctx, session_id=None, path=None, resources=None,
-                require_held=False, mode="exclusive"):
+                require_held=False, mode="exclusive", ignorecase=False):
     """The question a script or a git hook asks before touching resources: is
     any of them under a live lease of another live session (or, with
     require_held, not covered by a lease of yours; a lease on a directory
@@ -2164,6 +2181,9 @@ def lease_guard(store, ctx, session_id=None, path=None, resources=None,
         conflicts, stale, missing = [], [], []
         for kind, shown, key in _targets(ctx, base_row, path, resources):
             leases = overlapping_leases(conn, kind, key, at)
+            if ignorecase and kind == "path":
+                leases += [l for l in _overlapping_ignoring_case(conn, key, at)
+                           if l["id"] not in {m["id"] for m in leases}]
             for lease in leases:
                 if lease["session_id"] == me:
                     continue
@@ -2684,6 +2704,64 @@ def prune(store, quiet_s=PRUNE_QUIET_S, dry_run=False):
                 event(conn, "session.prune", row["id"], data=item, at=at)
     return {"removed": removed, "kept": kept, "dry_run": dry_run,
             "quiet_s": quiet_s}
+
+
+def follow_events(room=None, since=None, poll_s=0.5):
+    """Yield event rows as dicts, oldest first, forever: those after `since`
+    (epoch seconds; default: from now on), only of `room`'s sessions when given.
+    Polls the store with an indexed read of new event ids: no write, no busy
+    loop."""
+    store = Store()
+    try:
+        conn = store.conn
+        if since is not None:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
+                                (since,)).fetchone()[0]
+        else:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        full = resolve_room(conn, room) if room else None
+        labels = {}
+        while True:
+            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
+                                (last,)).fetchall()
+            for row in rows:
+                last = row["id"]
+                sid = row["session_id"]
+                if full and row["room"] != full and not conn.execute(
+                        "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
+                        (sid, full)).fetchone():
+                    continue
+                if sid and sid not in labels:
+                    found = session_row(conn, sid)
+                    labels[sid] = found["label"] if found else None
+                yield {"id": row["id"], "at": iso(row["at"]), "kind": row["kind"],
+                       "session_id": sid, "label": labels.get(sid), "room": row["room"],
+                       "subject": row["subject"],
+                       "data": json.loads(row["data"]) if row["data"] else {}}
+            if not rows:
+                time.sleep(poll_s)
+    finally:
+        store.close()
+
+
+def version_info():
+    """This copy and its store: so two agents can tell whether they run the same."""
+    import hashlib
+    with open(this_file(), "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    path = default_db_path()
+    schema = None
+    if os.path.exists(path):
+        try:
+            conn = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+            schema = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.close()
+        except sqlite3.Error:
+            schema = None
+    return {"version": __version__, "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
+            "store": path, "store_schema_version": schema,
+            "schema_version": SCHEMA_VERSION}
 
 
 # ---- signals: hooks and wake levers ---------------------------------------
@@ -3237,10 +3315,6 @@ def _hook_log(line):
 # configured and what to do where it is not.
 
 SETUP_MARK = "agents_room"
-
-
-def this_file():
-    return os.path.abspath(__file__)
 
 
 def fast_launcher():
@@ -4557,7 +4631,8 @@ def build_parser(only=None):
     sub.set_defaults(special="doctor")
     sub = commands.add_parser(
         "watch", help="Follow the room's events live, like tail -f.",
-        description=watch.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=follow_events.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python3 agents_room.py watch --room shared:storefront "
                "--since 10m")
     sub.add_argument("--room", help="only events of this room's sessions")
@@ -4653,10 +4728,7 @@ def run_cli(args):
                  for s, c, a in checks]
         return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
     if special == "watch":
-        since = None
-        if args.since:
-            since = parse_since(args.since)
-        return "", watch(args.room, since, args.json)
+        return "", run_watch(args)
     if special == "version":
         info = version_info()
         if args.json:
@@ -4695,12 +4767,24 @@ def run_cli(args):
     return text, code
 
 
-def watch(room=None, since=None, as_json=False, poll_s=0.5, out=None, limit=None):
-    """Follow the event log like tail -f: joins, leaves, sends, reads, claims,
-    releases, windows, work states.  Polls the store (an indexed read of new
-    event ids, no write, no busy loop); Ctrl-C (SIGINT) ends it cleanly."""
+def parse_since(text):
+    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
+    text = text.strip()
+    if text[:1].isdigit() and ("T" in text or "-" in text[1:]):
+        import calendar
+        for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
+                     "%Y-%m-%d"):
+            try:
+                return calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], form))
+            except ValueError:
+                continue
+        raise UsageError("not a time: %r" % text, "use ISO-8601 UTC or a duration (10m)")
+    return now() - parse_duration(text)
+
+
+def run_watch(args):
+    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
     import signal
-    out = out or sys.stdout
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -4708,79 +4792,25 @@ def watch(room=None, since=None, as_json=False, poll_s=0.5, out=None, limit=None
     # background job): either way watch ends with exit 0.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    store = Store()
-    shown = 0
+    since = parse_since(args.since) if args.since else None
     try:
-        conn = store.conn
-        if since is not None:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
-                                (since,)).fetchone()[0]
-        else:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-        full = resolve_room(conn, room) if room else None
-        labels = {}
-        while True:
-            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
-                                (last,)).fetchall()
-            for row in rows:
-                last = row["id"]
-                if full and row["room"] != full and not conn.execute(
-                        "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
-                        (row["session_id"], full)).fetchone():
-                    continue
-                sid = row["session_id"]
-                if sid and sid not in labels:
-                    found = session_row(conn, sid)
-                    labels[sid] = found["label"] if found else None
-                data = json.loads(row["data"]) if row["data"] else {}
-                if as_json:
-                    line = json.dumps({"id": row["id"], "at": iso(row["at"]),
-                                       "kind": row["kind"], "session_id": sid,
-                                       "label": labels.get(sid), "room": row["room"],
-                                       "subject": row["subject"], "data": data},
-                                      ensure_ascii=False)
-                else:
-                    detail = ", ".join("%s=%s" % (k, one_line(json.dumps(v)
-                                                             if not isinstance(v, str)
-                                                             else v, 60))
-                                       for k, v in sorted(data.items()) if v not in
-                                       (None, [], {}))
-                    line = "%s  %-16s %s%s%s" % (
-                        iso(row["at"])[11:23], row["kind"],
-                        ("%s " % _who_name({"label": labels.get(sid), "session_id": sid})
-                         if sid else ""), clean(row["subject"] or row["room"] or ""),
-                        ("  " + detail) if detail else "")
-                out.write(line + "\n")
-                out.flush()
-                shown += 1
-                if limit and shown >= limit:
-                    return 0
-            if not rows:
-                time.sleep(poll_s)
+        for item in follow_events(args.room, since):
+            if args.json:
+                line = json.dumps(item, ensure_ascii=False)
+            else:
+                detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str)
+                                                          else json.dumps(v), 60))
+                                   for k, v in sorted(item["data"].items())
+                                   if v not in (None, [], {}))
+                who = (_who_name(item) + " ") if item["session_id"] else ""
+                line = "%s  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
+                                             clean(item["subject"] or item["room"] or ""),
+                                             ("  " + detail) if detail else "")
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
     except (KeyboardInterrupt, BrokenPipeError):
-        return 0
-    finally:
-        store.close()
-
-
-def version_info():
-    """This copy and its store: so two agents can tell whether they run the same."""
-    import hashlib
-    with open(this_file(), "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
-    path = default_db_path()
-    schema = None
-    if os.path.exists(path):
-        try:
-            conn = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
-            schema = conn.execute("PRAGMA user_version").fetchone()[0]
-            conn.close()
-        except sqlite3.Error:
-            schema = None
-    return {"version": __version__, "python": sys.version.split()[0],
-            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
-            "store": path, "store_schema_version": schema,
-            "schema_version": SCHEMA_VERSION}
+        pass
+    return 0
 
 
 def staged_paths(cwd):
@@ -4804,21 +4834,6 @@ def staged_paths(cwd):
         paths += [os.path.join(top, p) for p in fields[index + 1:index + 1 + count]]
         index += 1 + count
     return paths, ignorecase == "true"
-
-
-def parse_since(text):
-    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
-    text = text.strip()
-    if text[:1].isdigit() and ("T" in text or "-" in text[1:]):
-        import calendar
-        for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
-                     "%Y-%m-%d"):
-            try:
-                return calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], form))
-            except ValueError:
-                continue
-        raise UsageError("not a time: %r" % text, "use ISO-8601 UTC or a duration (10m)")
-    return now() - parse_duration(text)
 
 
 def run_guard(args):
@@ -4846,12 +4861,10 @@ def run_guard(args):
                                      (key,)).fetchone() if key else None
             session = row["id"] if row else None
         values = {"resources": resources, "mode": mode,
-                  "require_held": bool(args.require_held)}
+                  "require_held": bool(args.require_held), "ignorecase": ignorecase}
         if session:
             values["session_id"] = session
         result = call_tool(store, Context(via="cli"), "lease_guard", values)
-        if ignorecase and result["safe"] and not args.require_held:
-            result = _guard_ignorecase(store, session, resources, result)
     finally:
         store.close()
     lines = []
@@ -4873,27 +4886,6 @@ def run_guard(args):
     raise GuardRefused("agents-room guard: refused\n" + "\n".join("  " + l for l in lines),
                        "release the leases, ask their holders, or set "
                        "AGENTS_ROOM_GUARD=warn (report only) or =off")
-
-
-def _guard_ignorecase(store, session, resources, result):
-    """With core.ignorecase, a staged path and a leased one that differ only in
-    case are the same file: compare lowercased keys once more."""
-    at = now()
-    wanted = {os.path.realpath(normalize_path(r, os.getcwd())).lower() for r in resources}
-    liveness = LazyScan(Context(via="cli"))
-    for lease in store.conn.execute("SELECT * FROM leases WHERE kind='path' AND "
-                                    "expires_at > ? AND mode='exclusive'", (at,)):
-        if lease["session_id"] == session:
-            continue
-        covered = {a.lower() for a in path_ancestors(lease["key"])}
-        hit = any(key == lease["key"].lower() or key.startswith(lease["key"].lower().rstrip(
-            os.sep) + os.sep) or key in covered for key in wanted)
-        if hit:
-            item = lease_dict(store.conn, lease, liveness)
-            if item["liveness"] != "gone" and item not in result["conflicts"]:
-                result["conflicts"].append(item)
-    result["safe"] = not result["conflicts"] and not result["missing"]
-    return result
 
 
 def main(argv=None):
