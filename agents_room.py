@@ -70,6 +70,10 @@ SELECTORS_MAX = 100
 PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
 PRUNE_QUIET_S = 24 * 3600
+EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
+MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its TTL
+RETENTION_BATCH = 200                 # rows removed per tool event, at most
+RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
 
 WORK_STATES = ("started", "waiting", "blocked", "completed", "handoff", "failed")
@@ -672,6 +676,28 @@ def sweep_windows(conn, at):
               data={"was": window["state"], "missing_acks": sorted(required - acked)})
 
 
+def retention(conn, at, batch=RETENTION_BATCH):
+    """Drop audit events older than the event retention and messages long past
+    their TTL (with their deliveries and room rows), a bounded batch at a time,
+    so the store does not grow without bound and no call pays for a big purge.
+    Returns (events, messages) removed."""
+    events_cutoff = at - float(os.environ.get("AGENTS_ROOM_EVENT_RETENTION_S")
+                               or EVENT_RETENTION_S)
+    messages_cutoff = at - float(os.environ.get("AGENTS_ROOM_MESSAGE_RETENTION_S")
+                                 or MESSAGE_RETENTION_S)
+    # The oldest rows by id, then their times: bounded even when none is old
+    # (a WHERE on the unindexed time would read the whole log to find nothing).
+    old_events = [r[0] for r in conn.execute(
+        "SELECT id, at FROM events WHERE id < (SELECT MIN(id) FROM events) + ?",
+        (batch,)) if r[1] < events_cutoff]
+    conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in old_events])
+    old_messages = [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
+        (messages_cutoff, batch))]
+    conn.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in old_messages])
+    return len(old_events), len(old_messages)
+
+
 def sweep(conn, at):
     """Expire what passed its TTL: deliveries unread past their message's TTL,
     leases past their expiry.  Runs on every write, bounded by indexes."""
@@ -691,10 +717,13 @@ def sweep(conn, at):
                 event(conn, "msg.expire", subject=message_id,
                       data={"deliveries": count}, at=at)
     # The watermark only bounds the next scan of an index range; writing it on
-    # every call would add a page write to every transaction.
-    if ids or at - swept_to > 60:
+    # every call would add a page write to every transaction.  Retention rides
+    # the same once-a-minute beat.
+    if ids or at - swept_to > RETENTION_EVERY_S:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
                      "('expiry_swept_to', ?)", (repr(at),))
+        if at - swept_to > RETENTION_EVERY_S:
+            retention(conn, at)
     sweep_windows(conn, at)
     for lease in conn.execute("SELECT id, session_id, path, mode, expires_at "
                               "FROM leases WHERE expires_at <= ?", (at,)).fetchall():
@@ -2683,11 +2712,20 @@ def drift_check(store, ctx, session_id, path):
 def prune(store, quiet_s=PRUNE_QUIET_S, dry_run=False):
     """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
     reports).  Their messages stay, each keeping its sender's label; their
-    memberships, leases, reads and deliveries go."""
+    memberships, leases, reads and deliveries go.  Also finishes retention:
+    audit events past 30 days, messages 90 days past their TTL."""
     liveness = LazyScan()
     at = now()
     removed, kept = [], []
+    events_removed = messages_removed = 0
     with store.write() as conn:
+        if not dry_run:
+            while True:          # prune is the explicit call: finish the job
+                batch = retention(conn, at, 5000)
+                events_removed += batch[0]
+                messages_removed += batch[1]
+                if batch == (0, 0):
+                    break
         sweep(conn, at)
         for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
                                 "last_seen", (at - quiet_s,)).fetchall():
@@ -2703,7 +2741,8 @@ def prune(store, quiet_s=PRUNE_QUIET_S, dry_run=False):
                 conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
                 event(conn, "session.prune", row["id"], data=item, at=at)
     return {"removed": removed, "kept": kept, "dry_run": dry_run,
-            "quiet_s": quiet_s}
+            "quiet_s": quiet_s, "events_removed": events_removed,
+            "messages_removed": messages_removed}
 
 
 def follow_events(room=None, since=None, poll_s=0.5):
@@ -4707,6 +4746,9 @@ def run_cli(args):
         lines += ["kept %s (label %s): %s, not gone" % (r["session_id"], r["label"] or "-",
                                                         r["liveness"])
                   for r in result["kept"]]
+        if not args.dry_run:
+            lines.append("removed %d audit events and %d messages past retention" % (
+                result["events_removed"], result["messages_removed"]))
         return "\n".join(lines) or "nothing to prune", 0
     if special == "setup":
         result = setup(args.harness, args.autonomy, args.write, args.scope)

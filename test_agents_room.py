@@ -2171,6 +2171,56 @@ class BrokenStoreTest(RoomTest):
         self.cli_json("send", "--session", me, "--to", "*", "--subject", "fits")
 
 
+class RetentionTest(RoomTest):
+
+    def test_old_events_and_messages_are_removed_in_bounded_steps(self):
+        a = self.join("--room", "r", key="ka")["session_id"]
+        b = self.join("--room", "r", key="kb")["session_id"]
+        for i in range(5):
+            self.cli_json("send", "--session", a, "--to", b, "--subject", "old %d" % i,
+                          "--ttl", "60")
+        conn = sqlite3.connect(self.db)
+        events_before = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        conn.close()
+        # 31 days on, one tool event: audit rows older than 30 days go, messages
+        # expired less than 90 days ago stay in history.
+        month = {"AGENTS_ROOM_TIME_OFFSET": str(31 * 86400)}
+        self.cli_json("unread", "--session", b, env=month)
+        conn = sqlite3.connect(self.db)
+        events_after = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        stale = conn.execute("SELECT COUNT(*) FROM events WHERE at < ?",
+                             (time.time() + 86400,)).fetchone()[0]
+        self.assertEqual(stale, 0)                   # every pre-jump event went
+        self.assertEqual(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0], 5)
+        conn.close()
+        self.assertGreater(events_before, events_after)
+        later = {"AGENTS_ROOM_TIME_OFFSET": str(92 * 86400)}
+        out = self.cli_json("prune", env=later)
+        self.assertEqual(out["messages_removed"], 5)
+        conn = sqlite3.connect(self.db)
+        for table in ("messages", "deliveries", "message_rooms"):
+            self.assertEqual(conn.execute("SELECT COUNT(*) FROM %s" % table).fetchone()[0],
+                             0, table)
+        conn.close()
+        self.assertIn("messages past retention", self.run_cli("prune", env=later,
+                                                             check=0).stdout)
+
+    def test_retention_work_per_call_is_bounded(self):
+        store = agents_room.Store(self.db)
+        self.addCleanup(store.close)
+        conn = store.conn
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO events (at, kind) VALUES (?, 'filler')",
+                         [(1.0,)] * 1000)
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        removed = agents_room.retention(conn, agents_room.now())
+        conn.execute("COMMIT")
+        left = conn.execute("SELECT COUNT(*) FROM events WHERE kind='filler'").fetchone()[0]
+        self.assertTrue(0 < removed[0] <= agents_room.RETENTION_BATCH, removed)
+        self.assertEqual(left, 1000 - removed[0])    # a batch, not the whole backlog
+
+
 class QueryPlanTest(RoomTest):
 
     def test_no_tool_query_scans_messages_deliveries_or_events(self):
