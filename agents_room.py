@@ -3784,6 +3784,7 @@ class McpServer:
     def __init__(self, store, ctx, log=None):
         self.store, self.ctx = store, ctx
         self.protocol = None
+        self.wrote = False        # a tools/call since the last idle checkpoint
         self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
 
     def handle_line(self, line):
@@ -3891,6 +3892,7 @@ class McpServer:
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
+        self.wrote = True
         try:
             result = call_tool(self.store, self.ctx, name, arguments)
         except RoomError as error:
@@ -3920,9 +3922,11 @@ class LineReader:
         self.stopped = False
         self.eof = False
 
-    def readline(self):
-        """The next line (bytes), None for an overlong one, b"" at EOF or stop."""
+    def readline(self, idle=None, idle_s=1.0):
+        """The next line (bytes), None for an overlong one, b"" at EOF or stop.
+        idle() is called once whenever input pauses for idle_s."""
         import select
+        idled = False
         while True:
             newline = self.buffer.find(b"\n", self.start)
             if newline >= 0:
@@ -3940,7 +3944,12 @@ class LineReader:
                 self.draining = True
                 self.buffer = bytearray()
             self.start = len(self.buffer)
-            ready, _, _ = select.select([self.fd, self.wake_fd], [], [])
+            wait = None if idle is None or idled else idle_s
+            ready, _, _ = select.select([self.fd, self.wake_fd], [], [], wait)
+            if not ready:
+                idled = True
+                idle()
+                continue
             if self.wake_fd in ready:
                 os.read(self.wake_fd, 512)
                 if self.stopped:
@@ -3967,13 +3976,26 @@ def serve(store_path=None):
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     store = Store(store_path)
+    # A WAL checkpoint fsyncs; left to SQLite it lands on whichever call crosses
+    # 1,000 pages (the p99 of msg_send, measured: 4.7 ms with, 0.5 ms without).
+    # The server checkpoints when its input pauses instead, with a larger
+    # automatic threshold kept as the backstop for a server that is never idle.
+    store.conn.execute("PRAGMA wal_autocheckpoint=10000")
     pid = os.getpid()
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid))
     server = McpServer(store, ctx)
     stdout = sys.stdout.buffer
+
+    def idle():
+        if server.wrote:
+            server.wrote = False
+            try:
+                store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass          # busy or locked: the next pause, or SQLite, does it
     try:
         while not reader.stopped:
-            line = reader.readline()
+            line = reader.readline(idle)
             if line == b"" or reader.stopped:
                 break
             if line is None:
@@ -4269,8 +4291,8 @@ def _fill(store, count, sessions, mine, room):
     first = conn.execute("SELECT MIN(id) FROM messages WHERE sender_label = 'filler'"
                          ).fetchone()[0] or start
     batch = 50000
-    for first in range(start, start + count, batch):
-        ids = range(first, min(first + batch, start + count))
+    for chunk in range(start, start + count, batch):
+        ids = range(chunk, min(chunk + batch, start + count))
         conn.executemany(
             "INSERT INTO messages (id, sender, sender_label, selector, subject, body, "
             "created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
