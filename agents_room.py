@@ -3076,8 +3076,10 @@ HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "Sessi
                "PreToolUse")
 EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 8
+# Launchers between a harness and its hook.  Not python: Hermes is a Python
+# program, and the walk starts at the hook's parent, never the hook itself.
 SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
-          "nice", "nohup", "sudo", "python3", "python"}
+          "nice", "nohup", "sudo"}
 
 
 def harness_pid(start_pid):

@@ -1704,6 +1704,23 @@ class HookTest(SignalBase):
         self.assertIn("block", self.hook("Stop", stop, env=later).stdout)
         self.assertEqual(self.hook("Stop", dict(stop, session_id="k-notify")).stdout, "")
 
+    def test_session_start_records_the_harness_process(self):
+        # A stand-in harness (a Python program, as Hermes is) runs the hook
+        # through a shell; the session must record the harness, not the shell.
+        script = ("import subprocess, sys, json, os\n"
+                  "payload = json.dumps({'session_id': 'harness-k', 'cwd': os.getcwd()})\n"
+                  "subprocess.run(['sh', '-c', '%s %s hook --event=SessionStart'],"
+                  " input=payload.encode(), check=True)\n"
+                  "print(os.getpid())\n" % (sys.executable, SCRIPT))
+        done = subprocess.run([sys.executable, "-c", script], env=self.env, cwd=self.tmp,
+                              capture_output=True, text=True, timeout=30)
+        harness = int(done.stdout.strip().splitlines()[-1])
+        conn = sqlite3.connect(self.db)
+        pid = conn.execute("SELECT pid FROM sessions WHERE harness_key='harness-k'"
+                           ).fetchone()[0]
+        conn.close()
+        self.assertEqual(pid, harness)
+
     def test_session_end_leaves_and_unknown_key_is_silent(self):
         sid, _ = self.start("k-end", "--room", "r")
         self.hook("SessionEnd", {"session_id": "k-end", "cwd": self.tmp})
