@@ -4676,65 +4676,43 @@ def build_parser(only=None):
     sub = commands.add_parser("hook", help="Answer a harness hook event (JSON on stdin).",
                               description=run_hook.__doc__, add_help=False)
     sub.set_defaults(special="hook")
-    sub = commands.add_parser(
-        "prune", help="Remove sessions that are quiet and gone.",
-        description=prune.__doc__, epilog="example:\n  python3 agents_room.py prune "
-        "--older-than 24h --dry-run", formatter_class=argparse.RawDescriptionHelpFormatter)
+    def special(name, summary, doc, example, json_help=None):
+        """A command that is not a tool: its help, example and --json."""
+        sub = commands.add_parser(name, help=summary, description=doc,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="example:\n  python3 agents_room.py " + example)
+        sub.add_argument("--json", action="store_true", help=json_help)
+        sub.set_defaults(special=name)
+        return sub
+
+    sub = special("prune", "Remove sessions that are quiet and gone.", prune.__doc__,
+                  "prune --older-than 24h --dry-run")
     sub.add_argument("--older-than", default="24h", type=parse_duration,
                      help="quiet for longer than this (default 24h)")
     sub.add_argument("--dry-run", action="store_true", help="only show what would go")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="prune")
-    sub = commands.add_parser(
-        "setup", help="Configure a harness: MCP entry and hooks.",
-        description=setup.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py setup claude --autonomy hold --write")
+    sub = special("setup", "Configure a harness: MCP entry and hooks.", setup.__doc__,
+                  "setup claude --autonomy hold --write")
     sub.add_argument("harness", choices=["claude", "codex", "hermes"])
     sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
     sub.add_argument("--scope", choices=["project", "user"], default="project",
                      help="Claude Code: this project (.claude/, .mcp.json) or the user")
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="setup")
-    sub = commands.add_parser(
-        "doctor", help="Check the store, harness, key, wake lever and configuration.",
-        description=doctor.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py doctor")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="doctor")
-    sub = commands.add_parser(
-        "watch", help="Follow the room's events live, like tail -f.",
-        description=follow_events.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py watch --room shared:storefront "
-               "--since 10m")
+    special("doctor", "Check the store, harness, key, wake lever and configuration.",
+            doctor.__doc__, "doctor")
+    sub = special("watch", "Follow the room's events live, like tail -f.",
+                  follow_events.__doc__, "watch --room shared:storefront --since 10m",
+                  json_help="one JSON object per line")
     sub.add_argument("--room", help="only events of this room's sessions")
     sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
                                      "(10m, 2h)")
-    sub.add_argument("--json", action="store_true", help="one JSON object per line")
-    sub.set_defaults(special="watch")
-    sub = commands.add_parser(
-        "version", help="Version, Python, SQLite, this file's path and SHA-256, store.",
-        description=version_info.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py version --json")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="version")
-    sub = commands.add_parser(
-        "install-guard", help="Install a git pre-commit hook that runs guard --staged.",
-        description=install_guard.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py install-guard")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="install-guard")
-    sub = commands.add_parser(
-        "bench", help="Measure hooks, MCP round trips, contention, scale, memory.",
-        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python3 agents_room.py bench --quick")
+    special("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
+            version_info.__doc__, "version --json")
+    special("install-guard", "Install a git pre-commit hook that runs guard --staged.",
+            install_guard.__doc__, "install-guard")
+    sub = special("bench", "Measure hooks, MCP round trips, contention, scale, memory.",
+                  bench.__doc__, "bench --quick")
     sub.add_argument("--quick", action="store_true", help="a reduced set, under 30 s")
-    sub.add_argument("--json", action="store_true")
-    sub.set_defaults(special="bench")
     sub = commands.add_parser("wake-run", help=argparse.SUPPRESS)
     sub.add_argument("payload")
     sub.set_defaults(special="wake-run")
