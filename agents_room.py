@@ -1276,7 +1276,9 @@ def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
     level = parse_autonomy(autonomy)
     cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
     key = harness_key or harness_key_from(ctx.env)
-    harness = harness or detect_harness(ctx.env)
+    # A rejoin from a plain terminal detects nothing: it keeps the harness the
+    # session was joined with rather than overwrite it with 'generic'.
+    detected = harness or detect_harness(ctx.env)
     tags = _string_list(tags, "tags", TAGS_MAX)
     if room:
         home = room_name(room, "repo:")
@@ -1295,6 +1297,7 @@ def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
                            (key,)).fetchone() if key else None
         if row is None:
             session_id = new_session_id()
+            harness = detected
             conn.execute(
                 "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
                 " tags, autonomy, created_at, last_seen) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -1304,6 +1307,7 @@ def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
                 "harness": harness, "label": label, "cwd": cwd, "pid": ctx.pid})
         else:
             session_id = row["id"]
+            harness = row["harness"] if detected == "generic" else detected
             requested = row["autonomy"]
             if level is not None and level < requested:
                 warning = ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
@@ -3116,6 +3120,13 @@ def _proc_comm_ppid(pid):
         return None, 0
 
 
+def hook_harness(env):
+    """The harness a hook runs in: detected, else Claude Code, whose hook format
+    this is (Codex and Hermes mark their environments)."""
+    detected = detect_harness(env)
+    return "claude-code" if detected == "generic" else detected
+
+
 def _hook_options(argv):
     """--event=E --autonomy N --label L --room R --also S --tag T --wait, parsed
     by hand: argparse alone costs more than the rest of a hook."""
@@ -3215,8 +3226,7 @@ def run_hook(argv, stdin_text, env=None):
             joined = room_join(store, ctx, room=opts.get("room"),
                                extra_rooms=opts["also"] or None, label=opts.get("label"),
                                tags=opts["tag"] or None, autonomy=opts.get("autonomy"),
-                               harness=detect_harness(env) if detect_harness(env) !=
-                               "generic" else "claude-code", harness_key=key)
+                               harness=hook_harness(env), harness_key=key)
             return _hook_context(event_name, session_digest(
                 store, joined["session_id"], cwd)), 0
         with store.read() as conn:

@@ -179,6 +179,9 @@ class SessionTest(RoomTest):
         self.assertEqual(who["harness"], "claude-code")
         again = self.cli_json("join", env=env)
         self.assertEqual(joined["session_id"], again["session_id"])
+        plain = self.cli_json("join", "--harness-key", "2b50133e-aaaa")   # a terminal
+        self.assertEqual((plain["session_id"], plain["harness"]),
+                         (joined["session_id"], "claude-code"))        # harness kept
         codex = self.cli_json("join", env={"CODEX_THREAD_ID": "thread-9"})
         self.assertNotEqual(codex["session_id"], joined["session_id"])
 
