@@ -776,7 +776,8 @@ class ResourceLeaseTest(RoomTest):
         self.assertIn("schema change", output["permissionDecisionReason"])
         self.assertIn("label a", output["permissionDecisionReason"])
         self.assertEqual(pre(os.path.join(self.dir, "src", "web.go")), "")
-        self.assertEqual(sid, sid)
+        self.cli_json("claim", "--session", sid, "docs/own.md", cwd=self.dir)
+        self.assertEqual(pre(os.path.join(self.dir, "docs", "own.md")), "")  # own lease
 
 
 class WorkAndWindowTest(RoomTest):
@@ -1427,17 +1428,17 @@ class McpTest(RoomTest):
         self.assertEqual(len(schemas), len(agents_room.TOOLS))
         self.assertEqual(set(schemas) - {name for name, _ in calls}, {
             "msg_ack", "room_join", "room_leave"})          # called below
-        mid = got[0]["message_id"]
         self.cli_json("send", "--session", other["session_id"], "--to", sid, "--subject",
                       "back")
         recv = client.ok("msg_recv", session_id=sid)
         self.assertEqual(schema_errors(schemas["msg_recv"], recv), [])
         ack = client.ok("msg_ack", session_id=sid, message_id=recv["messages"][0]["message_id"])
         self.assertEqual(schema_errors(schemas["msg_ack"], ack), [])
-        self.assertEqual(mid, got[0]["message_id"])
+        back = self.cli_json("sent", "--session", other["session_id"])["messages"][-1]
+        self.assertEqual((back["subject"], back["deliveries"][0]["state"]), ("back", "acked"))
         leave = client.ok("room_leave", session_id=sid)
         self.assertEqual(schema_errors(schemas["room_leave"], leave), [])
-        # The MCP session records the server's pid and the harness key: alive.
+        # 'other' joined from the CLI with a key no running process carries.
         who = self.cli_json("who")["sessions"]
         self.assertEqual({s["label"]: s["liveness"] for s in who}.get("other"), "gone")
         client.close()
@@ -1995,7 +1996,7 @@ while True:
             "= s.id AND e.kind = 'session.join')").fetchall()
         self.assertEqual(half_made, [])
         conn.close()
-        self.assertEqual(len(self.cli_json("who", "--room", "crash")["sessions"]) > 0, True)
+        self.assertGreater(len(self.cli_json("who", "--room", "crash")["sessions"]), 0)
         me = self.join("--room", "crash", key="after")["session_id"]
         self.cli_json("send", "--session", me, "--to", "*", "--subject", "still works")
 
