@@ -1206,6 +1206,16 @@ def default_room_of(conn, row):
     raise RoomError("session %s is in no room" % row["id"], "join a room first")
 
 
+def room_for(conn, room, caller, command):
+    """The room a command acts on: the one named, else the caller's repository
+    room; with neither, a usage error."""
+    if room:
+        return resolve_room(conn, room)
+    if caller is not None:
+        return default_room_of(conn, caller)
+    raise UsageError("%s needs a room (or a session, for its repository room)" % command)
+
+
 def ensure_room(conn, name, at):
     conn.execute("INSERT OR IGNORE INTO rooms (name, cap, created_at) VALUES (?, 2, ?)",
                  (name, at))
@@ -1455,12 +1465,7 @@ def room_set_autonomy_cap(store, ctx, autonomy, session_id=None, room=None):
     level = parse_autonomy(autonomy)
     with store.write() as conn:
         caller = require_session(store, conn, session_id) if session_id else None
-        if room:
-            full = resolve_room(conn, room)
-        elif caller is not None:
-            full = default_room_of(conn, caller)
-        else:
-            raise UsageError("set-cap needs a room (or a session whose room to cap)")
+        full = room_for(conn, room, caller, "set-cap")
         conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
         lowered = [r[0] for r in conn.execute(
             "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
@@ -1816,12 +1821,7 @@ def room_history(store, ctx, session_id=None, room=None, limit=50, before=None):
     oldest message_id you have>."""
     with store.write() as conn:
         caller = require_session(store, conn, session_id) if session_id else None
-        if room:
-            full = resolve_room(conn, room)
-        elif caller is not None:
-            full = default_room_of(conn, caller)
-        else:
-            raise UsageError("history needs a room or a session")
+        full = room_for(conn, room, caller, "history")
         rows = conn.execute(
             "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
             "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
