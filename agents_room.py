@@ -3012,19 +3012,27 @@ def run_due_wakes(store, limit=20):
     return len(jobs)
 
 
+def mark_accepted(conn, session_id, message_ids, lever, at, detail=None):
+    """A lever confirmed: its deliveries move to accepted (forward only, so a
+    read or acked one stays) and stop being retried; the event says which."""
+    conn.execute(
+        "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at=NULL "
+        "WHERE session_id=? AND state IN ('stored','offered') AND message_id IN (%s)"
+        % ",".join("?" * len(message_ids)), (at, session_id) + tuple(message_ids))
+    event(conn, "wake.accepted", session_id, at=at,
+          data={"lever": lever, "messages": message_ids, "detail": detail})
+
+
 def record_wake(store, session_id, message_ids, lever, ok, detail):
     """A lever's outcome: confirmed -> accepted (no more retries); otherwise the
     delivery stays offered and the retry already scheduled stands."""
     at = now()
     with store.write() as conn:
         if ok:
-            marks = ",".join("?" * len(message_ids))
-            conn.execute(
-                "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at=NULL "
-                "WHERE session_id=? AND state IN ('stored','offered') AND message_id IN "
-                "(%s)" % marks, (at, session_id) + tuple(message_ids))
-        event(conn, "wake.accepted" if ok else "wake.failed", session_id,
-              data={"lever": lever, "messages": message_ids, "detail": detail}, at=at)
+            mark_accepted(conn, session_id, message_ids, lever, at, detail)
+        else:
+            event(conn, "wake.failed", session_id, at=at,
+                  data={"lever": lever, "messages": message_ids, "detail": detail})
 
 
 def _spawn_wake(store, session_id, message_ids, lever, argv):
@@ -3305,14 +3313,8 @@ def wait_for_wake(store, session_id):
                 "m.created_at >= ?" % UNREAD_SQL, (session_id, armed_at))]
             if fresh:
                 text = signal_text(conn, session_id)
-                conn.execute(
-                    "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at="
-                    "NULL WHERE session_id=? AND state IN ('stored','offered') AND "
-                    "message_id IN (%s)" % ",".join("?" * len(fresh)),
-                    (now(), session_id) + tuple(fresh))
+                mark_accepted(conn, session_id, fresh, "claude-rewake", now())
                 conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (session_id,))
-                event(conn, "wake.accepted", session_id, data={
-                    "lever": "claude-rewake", "messages": fresh})
                 sys.stderr.write(text + "\n")
                 return "", 2
         if checks % 30 == 0 and row["pid"]:
