@@ -46,7 +46,7 @@ import time
 
 # ---- constants ------------------------------------------------------------
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIN_SQLITE = (3, 31, 0)
 
 HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
@@ -69,6 +69,12 @@ ROOMS_MAX = 64
 SELECTORS_MAX = 100
 PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
+ID_MAX = (1 << 63) - 1                # SQLite's integer range: ids past it are errors
+LEASE_TARGETS_MAX = 100               # resources in one lease call
+LEASES_PER_SESSION_MAX = 1000
+SWEEP_BATCH = 500                     # expired leases removed per call, at most
+HASH_MAX_BYTES = 256 * 1024 * 1024    # note_read / drift_check hash at most this
+SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
 PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
 MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its TTL
@@ -87,6 +93,20 @@ UNREAD_STATES = ("stored", "offered", "accepted", "undeliverable")
 UNREAD_SQL = "(%s)" % ", ".join("'%s'" % state for state in UNREAD_STATES)  # constants only
 STATE_ORDER = ("stored", "offered", "accepted", "undeliverable", "read", "acked",
                "expired")
+
+# The delivery state machine as data: each state with the states a delivery may
+# move to it from, and the columns the move stamps.  States only move forward;
+# `advance` is the one place that changes a delivery's state.  A delivery that
+# was undeliverable (no wake lever) and is then signalled by a hook or held at
+# a Stop moves on to offered: that is what happened to it.
+TRANSITIONS = {
+    "offered": (("stored", "undeliverable"), ()),
+    "accepted": (("stored", "offered", "undeliverable"), ("wake_next_at",)),
+    "undeliverable": (("stored",), ("wake_next_at",)),
+    "read": (UNREAD_STATES, ("read_at", "wake_next_at")),
+    "acked": (UNREAD_STATES + ("read",), ("read_at", "wake_next_at")),
+    "expired": (UNREAD_STATES, ("wake_next_at",)),
+}
 
 # ---- errors ---------------------------------------------------------------
 
@@ -141,10 +161,27 @@ class StoreError(RoomError):
 # ---- small utilities ------------------------------------------------------
 
 
+def real_time(at=None):
+    """The machine's clock, never ahead of it: what a sweep's watermark and
+    retention use, whatever clock a call was given."""
+    wall = time.time()
+    return wall if at is None else min(at, wall)
+
+
 def now():
-    """Seconds since the epoch, shifted by AGENTS_ROOM_TIME_OFFSET (a test seam)."""
+    """Seconds since the epoch.  AGENTS_ROOM_TIME_OFFSET shifts this process's
+    clock only when AGENTS_ROOM_TEST_SEAMS=1 asks for it (tests do): a stray
+    offset left in an environment must not expire every lease and message."""
     offset = os.environ.get("AGENTS_ROOM_TIME_OFFSET")
-    return time.time() + (float(offset) if offset else 0.0)
+    if not offset or os.environ.get("AGENTS_ROOM_TEST_SEAMS") != "1":
+        return time.time()
+    try:
+        shift = float(offset)
+    except ValueError:
+        raise UsageError("AGENTS_ROOM_TIME_OFFSET is not a number: %r" % offset[:40])
+    if not -10 * 365 * 86400 < shift < 10 * 365 * 86400:
+        raise UsageError("AGENTS_ROOM_TIME_OFFSET is out of range: %r" % offset[:40])
+    return time.time() + shift
 
 
 def iso(ts):
@@ -157,6 +194,20 @@ def iso(ts):
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(ts))) + ".%03dZ" % ms
 
 
+def duration_text(seconds):
+    """90 -> '1m30s', 86400 -> '24h': durations as a person reads them."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return "%ds" % seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            whole, rest = divmod(seconds, size)
+            smaller = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
+            part = rest // smaller[1]
+            return "%d%s%s" % (whole, unit, "%d%s" % (part, smaller[0]) if part else "")
+    return "%ds" % seconds
+
+
 def parse_duration(text):
     """'90', '90s', '15m', '2h', '7d' -> seconds (int)."""
     text = str(text).strip().lower()
@@ -164,24 +215,38 @@ def parse_duration(text):
     factor = units.get(text[-1:], None)
     number = text[:-1] if factor else text
     try:
-        value = float(number)
+        value = float(number) * (factor or 1)
     except ValueError:
-        raise UsageError("not a duration: %r" % text,
+        value = None
+    if value is None or value != value or abs(value) > 100 * 365 * 86400:
+        raise UsageError("not a duration: %r" % text[:40],
                          "use seconds, or a number with s, m, h or d (15m, 2h)")
-    return int(value * (factor or 1))
+    return int(value)
 
 
+def parse_int(text):
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise UsageError("not a whole number: %r" % str(text)[:40])
+
+
+# Everything printed for a human or passed to a model from the store goes
+# through clean (and one_line where it must stay one line): no terminal
+# control characters, no bidirectional overrides, no zero-width characters.
 _CONTROL = None
 
 
 def clean(text):
-    """Strip terminal control characters from text shown to a human or a hook."""
+    """Strip control, bidi and zero-width characters from text shown to a human
+    or a model (newlines and tabs stay)."""
     global _CONTROL
     if text is None:
         return ""
     if _CONTROL is None:
         import re
-        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f"
+                              "\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]")
     return _CONTROL.sub("", str(text))
 
 
@@ -197,6 +262,27 @@ def is_session_id(value):
 
 def new_session_id():
     return os.urandom(8).hex()
+
+
+def host_name():
+    return os.uname().nodename
+
+
+def _getcwd():
+    """The current directory, or a clear error where it cannot be a path we can
+    store (deleted, or not valid UTF-8)."""
+    try:
+        cwd = os.getcwd()
+    except OSError as error:
+        raise UsageError("the current directory is gone (%s)" % (error.strerror or error),
+                         "cd to an existing directory")
+    try:
+        cwd.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("the current directory's name is not valid UTF-8: %r"
+                         % cwd.encode("utf-8", "surrogateescape")[:200],
+                         "run agents-room from a directory with a UTF-8 name")
+    return cwd
 
 
 def detect_harness(env):
@@ -218,8 +304,20 @@ def harness_key_from(env):
     return None
 
 
-def detect_lever(env, harness):
-    """The wake lever a session's environment offers: (name, data) or (None, None).
+def _which(program, env, cwd):
+    """program as an absolute path, found the way the recipient's shell would:
+    its PATH, and relative names against its cwd."""
+    import shutil
+    if os.sep in program:
+        return os.path.normpath(os.path.join(cwd, os.path.expanduser(program)))
+    return shutil.which(program, path=env.get("PATH") or os.defpath)
+
+
+def detect_lever(env, harness, key, cwd, harness_argv=None):
+    """The wake lever a session's environment offers: (name, data) or (None,
+    None).  The program is recorded with its absolute path and the
+    environment and cwd it must run in: a lever runs as the recipient, in the
+    recipient's world, whoever's tool event fires it.
 
     The Claude Code rewake waiter is not recorded here: it arms itself at run
     time (hook --event=Stop --wait) and is found through sessions.waiter_pid."""
@@ -227,8 +325,26 @@ def detect_lever(env, harness):
     token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
     if socket_path and token:
         return "claude-socket", {"socket": socket_path, "token": token}
-    if harness == "codex" and env.get("CODEX_THREAD_ID"):
-        return "codex-queue", {"thread": env["CODEX_THREAD_ID"]}
+    keep = {k: env[k] for k in ("PATH", "HOME", "LANG", "CODEX_HOME", "USER", "LOGNAME")
+            if env.get(k)}
+    # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
+    # session id, which is this session's harness key.
+    thread = env.get("CODEX_THREAD_ID") or (key if harness == "codex" else None)
+    if harness == "codex" and thread:
+        program = _which("codex", env, cwd)
+        if program:
+            return "codex-queue", {"thread": thread, "program": program, "env": keep,
+                                   "cwd": cwd}
+    if harness == "hermes" and key and harness_argv:
+        # Hermes can run a turn in a session from outside only by resuming it
+        # (hermes chat --resume ID -q ...): a lever for when its process is gone.
+        cut = next((i for i, a in enumerate(harness_argv)
+                    if os.path.basename(a) == "hermes"), None)
+        if cut is not None:
+            keep.update({k: env[k] for k in ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
+                         if env.get(k)})
+            return "hermes-resume", {"argv": harness_argv[:cut + 1], "key": key,
+                                     "env": keep, "cwd": cwd}
     command = env.get("AGENTS_ROOM_WAKE_CMD")
     if command:
         import shlex
@@ -237,7 +353,9 @@ def detect_lever(env, harness):
         except ValueError:
             argv = []
         if argv:
-            return "wake-cmd", {"argv": argv}
+            program = _which(argv[0], env, cwd)
+            if program:
+                return "wake-cmd", {"argv": [program] + argv[1:], "env": keep, "cwd": cwd}
     return None, None
 
 
@@ -256,7 +374,8 @@ def parse_autonomy(value):
             return AUTONOMY_NAMES.index(text)
         if text in ("0", "1", "2"):
             return int(text)
-    raise UsageError("autonomy must be 0/notify, 1/hold or 2/wake, not %r" % (value,))
+    raise UsageError("autonomy must be 0/notify, 1/hold or 2/wake, not %r"
+                     % (one_line(str(value), 40),))
 
 
 def autonomy_name(level):
@@ -285,6 +404,68 @@ def normalize_path(path, cwd):
     return os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
 
 
+def path_ancestors(key):
+    """key and every directory above it: the leases that cover it."""
+    found = [key]
+    while True:
+        parent = os.path.dirname(key)
+        if parent == key:
+            return found
+        found.append(parent)
+        key = parent
+
+
+def descendant_range(key):
+    """[low, high) of the keys strictly under a directory key: an index range."""
+    prefix = key.rstrip(os.sep) + os.sep
+    return prefix, prefix[:-1] + chr(ord(os.sep) + 1)
+
+
+class Resource:
+    """What a lease, a quiet window, a read or a guard is about, parsed once
+    where it enters: kind ('path', or any lowercase word such as db or
+    service), key (what conflicts are decided on and what events record: for a
+    path the real path, symlinks resolved), shown (what a person typed, made
+    absolute).  Every reader uses the key."""
+
+    __slots__ = ("kind", "key", "shown")
+
+    def __init__(self, kind, key, shown):
+        self.kind, self.key, self.shown = kind, key, shown
+
+    @property
+    def ident(self):
+        return (self.kind, self.key)
+
+    @classmethod
+    def parse(cls, text, cwd, kind=None):
+        """'src/a.go', 'path:src/a.go', 'db:main' -> a Resource.  kind='path'
+        takes the text as a path whatever it looks like."""
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("a resource must be a non-empty string (a path or kind:name)")
+        text = text.strip() if kind is None else text
+        head, sep, rest = text.partition(":")
+        if kind is None and sep and head and "/" not in head and head == head.lower() and \
+                all(c.isalnum() or c in "-_" for c in head) and head[0].isalpha() and \
+                len(head) > 1:
+            kind, name = head, rest
+        else:
+            kind, name = "path", text
+        if kind in ("path", "file"):
+            shown = normalize_path(name, cwd)
+            return cls("path", os.path.realpath(shown), shown)
+        name = name.strip()
+        if not name or len(name) > PATH_MAX_CHARS or "\x00" in name:
+            raise UsageError("resource %r needs a name after %s:" % (text[:80], kind))
+        return cls(kind, name, "%s:%s" % (kind, name))
+
+    def is_root(self):
+        """A filesystem root or a repository's top level."""
+        if self.kind != "path":
+            return False
+        return os.path.dirname(self.key) == self.key or repo_root(self.key) == self.key
+
+
 def room_name(name, default_prefix):
     """A room's full name: bare names get default_prefix ('repo:' or 'shared:')."""
     if not isinstance(name, str) or not name.strip():
@@ -300,9 +481,10 @@ def room_name(name, default_prefix):
             raise UsageError("room %r has no name after its prefix" % name)
     else:
         name = default_prefix + name
-    if len(name) > ROOM_NAME_MAX_CHARS or any(c.isspace() for c in name):
-        raise UsageError("room names have no spaces and at most %d characters: %r"
-                         % (ROOM_NAME_MAX_CHARS, name))
+    if len(name) > ROOM_NAME_MAX_CHARS or any(c.isspace() for c in name) or \
+            clean(name) != name:
+        raise UsageError("room names have no spaces or control characters and at most "
+                         "%d characters: %r" % (ROOM_NAME_MAX_CHARS, name[:80]))
     return name
 
 
@@ -310,13 +492,41 @@ def this_file():
     return os.path.abspath(__file__)
 
 
-def sha256_file(path):
+def hash_file(path):
+    """SHA-256 of a regular file, or None when it does not exist.  Anything
+    else (a FIFO, a device, a directory, a file past HASH_MAX_BYTES) is a
+    clear error: hashing it could block or take unbounded time."""
     import hashlib
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 16), b""):
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise RoomError("cannot read %s: %s" % (path, error.strerror or error))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RoomError("%s is not a regular file; only files are hashed" % path)
+        if info.st_size > HASH_MAX_BYTES:
+            raise RoomError("%s is %d bytes; files over %d MiB are not hashed" % (
+                path, info.st_size, HASH_MAX_BYTES >> 20))
+        digest = hashlib.sha256()
+        left = HASH_MAX_BYTES + 1
+        while left > 0:
+            block = os.read(fd, min(1 << 16, left))
+            if not block:
+                break
             digest.update(block)
-    return digest.hexdigest()
+            left -= len(block)
+        if left <= 0:
+            raise RoomError("%s grew past %d MiB while being read" % (
+                path, HASH_MAX_BYTES >> 20))
+        return digest.hexdigest()
+    except OSError as error:
+        raise RoomError("cannot read %s: %s" % (path, error.strerror or error))
+    finally:
+        os.close(fd)
 
 
 # ---- store ----------------------------------------------------------------
@@ -469,7 +679,28 @@ CREATE INDEX window_resources_window ON window_resources(window_id);
 CREATE INDEX events_kind ON events(kind, id);
 """
 
-MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3]
+
+def _migrate_v4(conn):
+    """Sessions record their uid and host (a wake lever runs only as its
+    recipient) and when they ended (SessionEnd keeps the rooms); deliveries
+    record a failed wake; lease events and reads name a path by its key."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN uid INTEGER")
+    conn.execute("ALTER TABLE sessions ADD COLUMN host TEXT")
+    conn.execute("ALTER TABLE sessions ADD COLUMN ended_at REAL")
+    conn.execute("ALTER TABLE deliveries ADD COLUMN wake_failed TEXT")
+    conn.execute("UPDATE sessions SET uid=?, host=?", (os.getuid(), host_name()))
+    conn.execute("CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL")
+    for lease in conn.execute("SELECT id, path FROM leases WHERE kind='path'").fetchall():
+        conn.execute("UPDATE leases SET key=? WHERE id=?",
+                     (os.path.realpath(lease[1]), lease[0]))
+    for read in conn.execute("SELECT session_id, path FROM reads").fetchall():
+        conn.execute("UPDATE OR REPLACE reads SET path=? WHERE session_id=? AND path=?",
+                     (os.path.realpath(read[1]), read[0], read[1]))
+
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4]
+OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
+              "deliveries", "leases", "reads", "events"}
 
 
 def default_db_path():
@@ -495,16 +726,43 @@ def explain_sqlite(error, path):
     if "disk is full" in lower or "disk i/o" in lower:
         return StoreError("cannot write the store %s: %s" % (path, text),
                           "free space on that disk; the failed change was rolled "
-                          "back, nothing half-written")
+                          "back, nothing half-written",
+                          code="disk_full" if "full" in lower else None)
     if "locked" in lower or "busy" in lower:
-        return StoreError("the store %s stayed locked for %d s (%s)"
-                          % (path, BUSY_TIMEOUT_MS // 1000, text),
-                          "another process holds a long write transaction; retry")
+        return StoreError("the store %s stayed locked (%s)" % (path, text),
+                          "another process holds a long write transaction; retry",
+                          code="locked")
     if "unable to open" in lower:
         return StoreError("cannot open the store %s (%s)" % (path, text),
                           "check that the directory exists and is writable, or "
                           "set AGENTS_ROOM_DB")
+    if isinstance(error, OverflowError):
+        return UsageError("a number is too large for the store: %s" % text)
     return StoreError("store error at %s: %s" % (path, text))
+
+
+def _check_owner(path, what):
+    """A store path must be the user's and not writable by others: a store
+    another user can write is one whose wake levers and messages they control.
+    Symlinks are not followed (lstat): a planted link is refused, not used."""
+    import stat
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreError("the store's %s %s is a symbolic link; it is not followed"
+                         % (what, path), "point AGENTS_ROOM_DB at the real location")
+    shared = os.environ.get("AGENTS_ROOM_SHARED_STORE") == "1"
+    if info.st_uid != os.getuid() and not shared:
+        raise StoreError("the store's %s %s belongs to uid %d, not to you (uid %d)"
+                         % (what, path, info.st_uid, os.getuid()),
+                         "use your own store (AGENTS_ROOM_DB), or move it aside")
+    if info.st_mode & 0o002 or (info.st_mode & 0o020 and not shared):
+        raise StoreError("the store's %s %s is writable by others (mode %03o)"
+                         % (what, path, info.st_mode & 0o777),
+                         "chmod %s %s" % ("700" if what == "directory" else "600", path))
+    return True
 
 
 class Store:
@@ -513,36 +771,56 @@ class Store:
     Every read-check-write runs in BEGIN IMMEDIATE: the write lock is taken
     before the first read, so two agents can never both see a path free and
     both claim it.  busy_timeout makes a waiting writer queue instead of
-    failing with 'database is locked'.
+    failing with 'database is locked' (hooks use a shorter one than their own
+    time bound, and give up quietly).
     """
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, busy_ms=BUSY_TIMEOUT_MS):
         self.path = path or default_db_path()
+        self.busy_ms = busy_ms
         self.conn = None
         self._open()
 
     def _open(self):
         directory = os.path.dirname(self.path)
         try:
-            if directory and not os.path.isdir(directory):
+            if directory and not os.path.lexists(directory):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
-            if not os.path.exists(self.path):
-                # Create the file 0600 ourselves: sqlite would honour the umask.
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            if directory:
+                _check_owner(directory, "directory")
+            if not _check_owner(self.path, "file"):
+                # Create the file 0600 ourselves (sqlite would honour the umask),
+                # exclusively and without following a link planted meanwhile.
+                try:
+                    os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY |
+                                     getattr(os, "O_NOFOLLOW", 0), 0o600))
+                except FileExistsError:
+                    _check_owner(self.path, "file")
+            for suffix in ("-wal", "-shm"):
+                _check_owner(self.path + suffix, "file")
         except OSError as error:
             raise StoreError("cannot create the store %s: %s"
                              % (self.path, error.strerror or error),
                              "make %s writable or set AGENTS_ROOM_DB to another "
                              "path" % (directory or "."))
         try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+            conn = sqlite3.connect(self.path, timeout=self.busy_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout=%d" % BUSY_TIMEOUT_MS)
+            conn.execute("PRAGMA busy_timeout=%d" % self.busy_ms)
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
             self.conn = conn
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                tables = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'")}
+                if tables - OUR_TABLES - {"sqlite_sequence"}:
+                    self.close()
+                    raise StoreError(
+                        "%s is another program's SQLite database (tables: %s), not an "
+                        "agents-room store" % (self.path, ", ".join(sorted(tables)[:5])),
+                        "point AGENTS_ROOM_DB at another path; nothing was written to it")
         except sqlite3.Error as error:
             raise explain_sqlite(error, self.path)
         if version > len(MIGRATIONS):
@@ -591,7 +869,7 @@ class Store:
         """Switch to WAL.  The switch takes a lock without SQLite's busy handler,
         so processes that create the store at the same moment get 'database is
         locked' at once: retry within the busy timeout instead."""
-        deadline = time.time() + BUSY_TIMEOUT_MS / 1000.0
+        deadline = time.time() + self.busy_ms / 1000.0
         delay = 0.005
         while True:
             try:
@@ -644,7 +922,7 @@ class _Transaction:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
-        if isinstance(value, sqlite3.Error):
+        if isinstance(value, (sqlite3.Error, OverflowError)):
             raise explain_sqlite(value, self.store.path)
         return False
 
@@ -657,6 +935,25 @@ def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=No
         (now() if at is None else at, kind, session_id, room,
          None if subject is None else str(subject),
          None if data is None else json.dumps(data, sort_keys=True)))
+
+
+def advance(conn, state, at, where, params):
+    """Move the deliveries matching `where` (an SQL condition written in code,
+    never from data) to `state`, from the states allowed to precede it.
+    Returns how many moved."""
+    before, stamps = TRANSITIONS[state]
+    sets = ["state=?", "updated_at=?"]
+    values = [state, at]
+    for column in stamps:
+        if column == "wake_next_at":
+            sets.append("wake_next_at=NULL")
+        else:
+            sets.append("%s=COALESCE(%s, ?)" % (column, column))
+            values.append(at)
+    return conn.execute(
+        "UPDATE deliveries SET %s WHERE (%s) AND state IN (%s)" % (
+            ", ".join(sets), where, ",".join("?" * len(before))),
+        values + list(params) + list(before)).rowcount
 
 
 def sweep_windows(conn, at):
@@ -680,11 +977,12 @@ def retention(conn, at, batch=RETENTION_BATCH):
     """Drop audit events older than the event retention and messages long past
     their TTL (with their deliveries and room rows), a bounded batch at a time,
     so the store does not grow without bound and no call pays for a big purge.
+    `at` is the real clock: a call with a clock far ahead never erases history.
     Returns (events, messages) removed."""
-    events_cutoff = at - float(os.environ.get("AGENTS_ROOM_EVENT_RETENTION_S")
-                               or EVENT_RETENTION_S)
-    messages_cutoff = at - float(os.environ.get("AGENTS_ROOM_MESSAGE_RETENTION_S")
-                                 or MESSAGE_RETENTION_S)
+    at = real_time(at)
+    events_cutoff = at - _retention_s("AGENTS_ROOM_EVENT_RETENTION_S", EVENT_RETENTION_S)
+    messages_cutoff = at - _retention_s("AGENTS_ROOM_MESSAGE_RETENTION_S",
+                                        MESSAGE_RETENTION_S)
     # The oldest rows by id, then their times: bounded even when none is old
     # (a WHERE on the unindexed time would read the whole log to find nothing).
     old_events = [r[0] for r in conn.execute(
@@ -698,9 +996,21 @@ def retention(conn, at, batch=RETENTION_BATCH):
     return len(old_events), len(old_messages)
 
 
+def _retention_s(name, default):
+    try:
+        value = float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+    return value if value == value and value >= 0 else default
+
+
 def sweep(conn, at):
-    """Expire what passed its TTL: deliveries unread past their message's TTL,
-    leases past their expiry.  Runs on every write, bounded by indexes."""
+    """Move the store to time `at` before an operation reads it: expire
+    deliveries unread past their message's TTL, quiet windows past their end
+    or ack deadline, and leases past their expiry; once a minute, a bounded
+    retention batch.  Every operation runs it first (the door does), so no
+    answer is computed from a stale moment.  The watermark that bounds the
+    next scan never moves past the real clock."""
     row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
     swept_to = float(row[0]) if row else 0.0
     ids = []
@@ -709,27 +1019,26 @@ def sweep(conn, at):
             "SELECT id FROM messages WHERE expires_at > ? AND expires_at <= ?",
             (swept_to, at))]
         for message_id in ids:
-            count = conn.execute(
-                "UPDATE deliveries SET state='expired', updated_at=?, wake_next_at=NULL "
-                "WHERE message_id=? AND state IN " + UNREAD_SQL,
-                (at, message_id)).rowcount
+            count = advance(conn, "expired", at, "message_id=?", (message_id,))
             if count:
                 event(conn, "msg.expire", subject=message_id,
                       data={"deliveries": count}, at=at)
     # The watermark only bounds the next scan of an index range; writing it on
     # every call would add a page write to every transaction.  Retention rides
     # the same once-a-minute beat.
-    if ids or at - swept_to > RETENTION_EVERY_S:
+    mark = real_time(at)
+    if (ids and mark > swept_to) or mark - swept_to > RETENTION_EVERY_S:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
-                     "('expiry_swept_to', ?)", (repr(at),))
-        if at - swept_to > RETENTION_EVERY_S:
-            retention(conn, at)
+                     "('expiry_swept_to', ?)", (repr(mark),))
+        if mark - swept_to > RETENTION_EVERY_S:
+            retention(conn, mark)
     sweep_windows(conn, at)
-    for lease in conn.execute("SELECT id, session_id, path, mode, expires_at "
-                              "FROM leases WHERE expires_at <= ?", (at,)).fetchall():
+    for lease in conn.execute("SELECT * FROM leases WHERE expires_at <= ? LIMIT ?",
+                              (at, SWEEP_BATCH)).fetchall():
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-        event(conn, "lease.expire", lease["session_id"], subject=lease["path"],
-              data={"mode": lease["mode"], "expires_at": lease["expires_at"]}, at=at)
+        event(conn, "lease.expire", lease["session_id"], subject=lease["key"],
+              data={"mode": lease["mode"], "expires_at": lease["expires_at"],
+                    "shown": lease["path"], "kind": lease["kind"]}, at=at)
 
 
 # ---- liveness (process scan) ---------------------------------------------
@@ -794,6 +1103,62 @@ def process_start(pid):
     except (OSError, subprocess.SubprocessError):
         return None
     return _ps_lstart(out) if out.strip() else None
+
+
+# Launchers between a harness and its hook.  Not python: Hermes is a Python
+# program, and the walk starts at the hook's parent, never the hook itself.
+SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
+          "nice", "nohup", "sudo"}
+
+
+def process_argv(pid):
+    """A process's command line (Linux /proc; [] elsewhere or when unreadable)."""
+    try:
+        with open(os.path.join(proc_root(), str(pid), "cmdline"), "rb") as handle:
+            return [a.decode("utf-8", "replace") for a in handle.read().split(b"\0") if a]
+    except (OSError, TypeError):
+        return []
+
+
+def _is_mcp_watchdog(pid):
+    """Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
+    --ppid <hermes> -- <server>`: a launcher, not the harness."""
+    return any("mcp_stdio_watchdog" in a for a in process_argv(pid)[:3])
+
+
+def harness_pid(start_pid):
+    """The first ancestor of a hook that is not a shell or launcher: the harness
+    process whose lifetime is the session's."""
+    pid = start_pid
+    for _ in range(16):
+        if pid <= 1:
+            return None
+        comm, parent = _proc_comm_ppid(pid)
+        if comm is None:
+            return None
+        if os.path.basename(comm) not in SHELLS and not (
+                comm.startswith("python") and _is_mcp_watchdog(pid)):
+            return pid
+        pid = parent
+    return None
+
+
+def _proc_comm_ppid(pid):
+    if scanner_kind() == "proc":
+        try:
+            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
+                text = handle.read()
+            comm = text[text.index("(") + 1:text.rindex(")")]
+            return comm, int(text.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None, 0
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout.split(None, 1)
+        return out[1].strip(), int(out[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None, 0
 
 
 class ProcessScan:
@@ -920,19 +1285,31 @@ class LazyScan:
         return self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"])
 
 
-# ---- tool registry and argument checking ----------------------------------
+# ---- tool registry and the door --------------------------------------------
 # Each operation is registered with its MCP metadata and CLI shape beside it, so
-# adding a tool is one edit in one place.  Liveness sits above this section
-# because who, leases and prune answer with it.
+# adding a tool is one edit in one place.  Every operation enters through one
+# door, call_tool: it reads the clock once, opens the one write transaction,
+# moves time forward (sweep), finds and touches the caller, and after commit
+# runs what rides a tool event.  An operation holds only its business rule.
+# Liveness sits above this section because who, leases and prune answer with it.
+
+# How a tool finds its caller: required (session_id must name a session; one
+# that has left may still read), present (and it must not have left), optional
+# (session_id may be omitted), key (found by harness key; internal operations
+# of the hook front end), none.
+CALLER_FORMS = ("required", "present", "optional", "key", "none")
 
 
 class Tool:
     def __init__(self, fn, name, title, params, required, output, cli, positional,
-                 flags, example, read_only, destructive, idempotent):
+                 flags, example, read_only, destructive, idempotent, caller, prepare,
+                 public, after):
         self.fn, self.name, self.title = fn, name, title
         self.params, self.required, self.output = params, tuple(required), output
         self.cli, self.positional, self.flags = cli, positional, flags
         self.example = example
+        self.read_only = read_only
+        self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
         self.annotations = {"title": title, "readOnlyHint": read_only,
                             "destructiveHint": destructive,
                             "idempotentHint": idempotent, "openWorldHint": False}
@@ -950,11 +1327,19 @@ TOOLS = {}
 
 
 def tool(name, title, params, required=(), output=None, cli=None, positional=(),
-         flags=None, example="", read_only=False, destructive=False, idempotent=False):
+         flags=None, example="", read_only=False, destructive=False, idempotent=False,
+         caller=None, prepare=None, public=True, after=True):
+    """Register an operation.  public=False keeps it off tools/list and out of
+    the MCP server (the hook front end and guard use such operations)."""
+    if caller is None:
+        caller = "none" if "session_id" not in params else (
+            "required" if "session_id" in required else "optional")
+    assert caller in CALLER_FORMS, caller
+
     def register(fn):
         TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
                            cli, positional, flags or {}, example, read_only,
-                           destructive, idempotent)
+                           destructive, idempotent, caller, prepare, public, after)
         return fn
     return register
 
@@ -997,11 +1382,15 @@ def check_value(schema, value, where):
         if "enum" in schema and value not in schema["enum"]:
             raise UsageError("%s must be one of %s, not %r" % (
                 where, ", ".join(map(str, schema["enum"])), value))
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise UsageError("%s must be a finite number" % where)
         if "minimum" in schema and value < schema["minimum"]:
-            raise UsageError("%s must be at least %s, not %d" % (where, schema["minimum"], value))
+            raise UsageError("%s must be at least %s, not %s" % (where, schema["minimum"],
+                                                                 value))
         if "maximum" in schema and value > schema["maximum"]:
-            raise UsageError("%s must be at most %s, not %d" % (where, schema["maximum"], value))
+            raise UsageError("%s must be at most %s, not %s" % (where, schema["maximum"],
+                                                                value))
         if "enum" in schema and value not in schema["enum"]:
             raise UsageError("%s must be one of %s" % (where, schema["enum"]))
     if isinstance(value, list):
@@ -1029,28 +1418,137 @@ def check_args(tool_, args):
 
 
 class Context:
-    """Who is calling: the front end ('cli', 'mcp' or 'hook'), its working
-    directory, environment, and the pid a join should record."""
+    """Who is calling: the front end ('cli', 'mcp', 'hook' or 'ui'), its
+    working directory, environment, and the pid a join should record."""
 
-    def __init__(self, via="cli", cwd=None, env=None, pid=None, pid_start=None):
+    def __init__(self, via="cli", cwd=None, env=None, pid=None, pid_start=None,
+                 harness_pid=None, harness_start=None):
         self.via = via
-        self.cwd = cwd or os.getcwd()
+        self.cwd = cwd or _getcwd()
         self.env = os.environ if env is None else env
         self.pid = pid
         self.pid_start = pid_start
+        # An MCP server's harness process: its session is the one the
+        # harness's hooks joined (see room_join).
+        self.harness_pid, self.harness_start = harness_pid, harness_start
+        self.harness_argv = None      # a hook's harness command line (Hermes' lever)
 
 
-def call_tool(store, ctx, name, args):
-    """The one entry point both front ends use: check, then run the operation."""
+class Op:
+    """What the door hands an operation: the open transaction (conn), one
+    clock reading (at), the caller's session row (or None), one liveness scan
+    shared by every answer, and the rule for relative paths."""
+
+    def __init__(self, store, conn, ctx, at, caller=None, prepared=None):
+        self.store, self.conn, self.ctx, self.at = store, conn, ctx, at
+        self.caller = caller
+        self.prepared = prepared
+        self.liveness = LazyScan(ctx)
+
+    @property
+    def me(self):
+        return self.caller["id"] if self.caller is not None else None
+
+    @property
+    def base(self):
+        """Relative paths resolve against the caller's cwd on the CLI and in
+        hooks, and against the session's recorded cwd over MCP (the server's
+        cwd at join is the agent's project; the process may sit anywhere)."""
+        if self.ctx.via == "mcp" and self.caller is not None:
+            return self.caller["cwd"]
+        return self.ctx.cwd
+
+    def event(self, kind, session_id=None, room=None, subject=None, data=None):
+        event(self.conn, kind, session_id, room, subject, data, at=self.at)
+
+    def session(self, session_id):
+        return session_row(self.conn, session_id)
+
+    def resources(self, path=None, resources=None):
+        """The resources a lease call names (path and/or resources), parsed
+        once into Resource values, deduplicated, in order."""
+        items = ([path] if path else []) + list(resources or [])
+        if not items:
+            raise UsageError("name a path or resources (a list of paths or kind:name)")
+        if len(items) > LEASE_TARGETS_MAX:
+            raise UsageError("at most %d resources in one call" % LEASE_TARGETS_MAX)
+        seen, found = set(), []
+        for item in items:
+            resource = Resource.parse(item, self.base)
+            if resource.ident not in seen:
+                seen.add(resource.ident)
+                found.append(resource)
+        return found
+
+
+def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
+    conn = op.conn
+    form = tool_.caller
+    row = None
+    if form == "key":
+        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                           (harness_key,)).fetchone() if harness_key else None
+    elif form != "none" and (session_id is not None or form in ("required", "present")):
+        row = session_row(conn, session_id) if is_session_id(session_id) else None
+        if row is None:
+            raise unknown_session(conn, session_id, op.store.path)
+        if form == "present" and row["left_at"] is not None:
+            raise RoomError("session %s has left; join again" % row["id"],
+                            "room_join with the same harness key gives it back its id")
+    if row is not None and touch:
+        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (op.at, row["id"]))
+    return row
+
+
+# What rides every tool event after commit (the wake levers register here: they
+# sit in a later section, and a section only calls earlier ones).
+AFTER_TOOL_EVENT = []
+
+
+def call_tool(store, ctx, name, args, public_only=False):
+    """The one door every operation enters by (MCP, CLI, hooks, guard, the
+    page): check the arguments, then in one write transaction read the clock,
+    sweep, find and touch the caller and run the operation; after commit, run
+    what rides a tool event (due wakes).  A read-only tool whose write fails
+    because the disk is full is answered from a plain read instead."""
     tool_ = TOOLS.get(name)
-    if tool_ is None:
-        raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(sorted(TOOLS)))
-    args = {k: v for k, v in (args or {}).items()} if isinstance(args, dict) else args
+    if tool_ is None or (public_only and not tool_.public):
+        raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(
+            sorted(n for n, t in TOOLS.items() if t.public)))
+    args = dict(args) if isinstance(args, dict) else args
     check_args(tool_, args)
+    args = {k: v for k, v in args.items() if v is not None}
+    session_id = args.pop("session_id", None)
+    harness_key = args.get("harness_key") if tool_.caller == "key" else None
     try:
-        return tool_.fn(store, ctx, **{k: v for k, v in args.items() if v is not None})
+        prepared = None
+        if tool_.prepare is not None:
+            # Work that must not hold the write lock (hashing a file) runs
+            # first, against the caller as it is now.
+            op = Op(store, store.conn, ctx, now())
+            op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
+            prepared = tool_.prepare(op, **args)
+        try:
+            with store.write() as conn:
+                op = Op(store, conn, ctx, now(), prepared=prepared)
+                sweep(conn, op.at)
+                op.caller = _find_caller(op, tool_, session_id, harness_key)
+                result = tool_.fn(op, **args)
+        except StoreError as error:
+            if not (tool_.read_only and error.code == "disk_full"):
+                raise
+            with store.read() as conn:
+                op = Op(store, conn, ctx, now(), prepared=prepared)
+                op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
+                result = tool_.fn(op, **args)
     except sqlite3.Error as error:
         raise explain_sqlite(error, store.path)
+    except RecursionError:
+        raise UsageError("arguments nested too deeply")
+    if tool_.after:
+        for work in AFTER_TOOL_EVENT:
+            work(store, ctx)
+    return result
 
 
 # Schema fragments shared by the tools.
@@ -1062,6 +1560,7 @@ S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
 S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
           "description": "repo:<name> or shared:<name>; a bare name matches either"}
 S_LIMIT = {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}
+S_MESSAGE_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
 S_AUTONOMY = {"type": ["integer", "string"],
               "description": "0/notify, 1/hold or 2/wake"}
 S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
@@ -1128,34 +1627,26 @@ def unknown_session(conn, value, path):
             "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
             "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
     if candidates:
-        names = ["%s (label %s)" % (r["id"], r["label"] or "-") for r in candidates[:5]]
+        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
+                 for r in candidates[:5]]
         return UnknownSession("no session %r; did you mean %s?"
-                              % (text, " or ".join(names)),
+                              % (one_line(text, 80), " or ".join(names)),
                               "session ids are 16 lowercase hex; use the whole id")
     if is_session_id(text):
         return UnknownSession(
             "no such session: %s may have left, or belong to another store "
             "(this store is %s)" % (text, path),
             "join again with room_join, or check AGENTS_ROOM_DB")
-    return UnknownSession("not a session id: %r (expected 16 lowercase hex)" % text[:80],
+    return UnknownSession("not a session id: %r (expected 16 lowercase hex)"
+                          % one_line(text, 80),
                           "room_join returns your session id")
 
 
-def require_session(store, conn, session_id, *, present=False, touch=True):
-    """The session row for session_id, or the error naming what was meant.
-
-    present=True refuses a session that has left: it may still read, but not
-    send or claim.  touch updates last_seen (every tool call by a session does).
-    """
-    row = session_row(conn, session_id) if is_session_id(session_id) else None
-    if row is None:
-        raise unknown_session(conn, session_id, store.path)
-    if present and row["left_at"] is not None:
-        raise RoomError("session %s has left; join again" % row["id"],
-                        "room_join with the same harness key gives it back its id")
-    if touch:
-        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (now(), row["id"]))
-    return row
+def session_by_key(store, key):
+    """The id of the session a harness key names, or None (one indexed read)."""
+    row = store.conn.execute("SELECT id FROM sessions WHERE harness_key=?",
+                             (key,)).fetchone()
+    return row["id"] if row else None
 
 
 def rooms_of(conn, session_id):
@@ -1206,13 +1697,13 @@ def default_room_of(conn, row):
     raise RoomError("session %s is in no room" % row["id"], "join a room first")
 
 
-def room_for(conn, room, caller, command):
+def room_for(op, room, command):
     """The room a command acts on: the one named, else the caller's repository
     room; with neither, a usage error."""
     if room:
-        return resolve_room(conn, room)
-    if caller is not None:
-        return default_room_of(conn, caller)
+        return resolve_room(op.conn, room)
+    if op.caller is not None:
+        return default_room_of(op.conn, op.caller)
     raise UsageError("%s needs a room (or a session, for its repository room)" % command)
 
 
@@ -1227,7 +1718,10 @@ def work_of(conn, session_id):
         "SELECT * FROM work WHERE session_id=? ORDER BY updated_at", (session_id,))]
 
 
-def session_dict(conn, row, liveness):
+def session_dict(conn, row, liveness, at=None):
+    lever = row["lever"]
+    if lever is None and waiter_armed(row, at if at is not None else now()):
+        lever = "claude-rewake"
     return {
         "session_id": row["id"], "label": row["label"], "harness": row["harness"],
         "cwd": row["cwd"], "tags": json.loads(row["tags"]),
@@ -1236,9 +1730,19 @@ def session_dict(conn, row, liveness):
         "autonomy_requested": row["autonomy"],
         "liveness": liveness(row), "last_seen": iso(row["last_seen"]),
         "created_at": iso(row["created_at"]), "pid": row["pid"],
-        "lever": row["lever"], "left": row["left_at"] is not None,
+        "lever": lever, "left": row["left_at"] is not None,
+        "ended": row["ended_at"] is not None,
         "work": work_of(conn, row["id"]),
     }
+
+
+def waiter_armed(row, at):
+    """Whether the session's Claude Code rewake waiter is running now."""
+    if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
+        return False
+    started = process_start(row["waiter_pid"])
+    return started is not None and (row["waiter_start"] is None or
+                                    abs(started - row["waiter_start"]) <= 2)
 
 
 def _string_list(value, what, limit):
@@ -1276,16 +1780,29 @@ def _string_list(value, what, limit):
     cli="join", flags={"extra_rooms": "--also", "tags": "--tag"},
     example="join --room repo:api --also storefront --label api --autonomy 2",
     idempotent=True)
-def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
+def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
               autonomy=None, harness=None, harness_key=None, cwd=None):
     """Join your repository room and any shared rooms; returns your session_id,
     which every other tool takes. Call it once at the start and keep the id.
     Rejoining with the same harness key returns the same session and adds the
     rooms named; label and tags change only when given; autonomy is kept unless
     raised (lowering is refused with a warning: only a room cap lowers it)."""
+    ctx, conn, at = op.ctx, op.conn, op.at
     level = parse_autonomy(autonomy)
     cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
     key = harness_key or harness_key_from(ctx.env)
+    record_pid, record_start = ctx.pid, ctx.pid_start
+    if not key and ctx.harness_pid:
+        # An MCP server started by a harness that passes it no key (Codex,
+        # Hermes) belongs to the session its harness's hooks joined: the one
+        # whose recorded process is the server's own harness process.
+        linked = conn.execute(
+            "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
+            "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
+            (ctx.harness_pid,)).fetchone()
+        if linked and (linked["pid_start"] is None or ctx.harness_start is None or
+                       abs(linked["pid_start"] - ctx.harness_start) <= 2):
+            key, record_pid, record_start = linked["harness_key"], None, None
     # A rejoin from a plain terminal detects nothing: it keeps the harness the
     # session was joined with rather than overwrite it with 'generic'.
     detected = harness or detect_harness(ctx.env)
@@ -1299,92 +1816,101 @@ def room_join(store, ctx, room=None, extra_rooms=None, label=None, tags=None,
     wanted = list(dict.fromkeys(wanted))
     if label is not None:
         label = one_line(label, LABEL_MAX_CHARS) or None
-    at = now()
     warning = None
-    with store.write() as conn:
-        sweep(conn, at)
-        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
-                           (key,)).fetchone() if key else None
-        if row is None:
-            session_id = new_session_id()
-            harness = detected
-            conn.execute(
-                "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
-                " tags, autonomy, created_at, last_seen) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (session_id, harness, key, cwd, ctx.pid, ctx.pid_start, label,
-                 json.dumps(tags or []), level or 0, at, at))
-            event(conn, "session.join", session_id, data={
-                "harness": harness, "label": label, "cwd": cwd, "pid": ctx.pid})
-        else:
-            session_id = row["id"]
-            harness = row["harness"] if detected == "generic" else detected
-            requested = row["autonomy"]
-            if level is not None and level < requested:
-                warning = ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
-                           "a room cap (room_set_autonomy_cap) is the way down"
-                           % (autonomy_name(requested), autonomy_name(level)))
-            elif level is not None:
-                requested = level
-            conn.execute(
-                "UPDATE sessions SET harness=?, cwd=?, pid=COALESCE(?, pid), "
-                "pid_start=CASE WHEN ? IS NULL THEN pid_start ELSE ? END, "
-                "label=COALESCE(?, label), tags=COALESCE(?, tags), autonomy=?, "
-                "last_seen=?, left_at=NULL WHERE id=?",
-                (harness, cwd, ctx.pid, ctx.pid, ctx.pid_start, label,
-                 json.dumps(tags) if tags is not None else None, requested, at,
-                 session_id))
-            event(conn, "session.rejoin", session_id, data={
-                "label": label, "autonomy": requested, "pid": ctx.pid,
-                "was_left": row["left_at"] is not None})
-        have = set(rooms_of(conn, session_id))
-        if len(have | set(wanted)) > ROOMS_MAX:
-            raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
-        for name in wanted:
-            if name not in have:
-                ensure_room(conn, name, at)
-                conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
-                             "VALUES (?,?,?)", (session_id, name, at))
-                event(conn, "room.join", session_id, room=name)
-        lever, lever_data = detect_lever(ctx.env, harness)
-        if lever:
-            conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
-                         (lever, json.dumps(lever_data), session_id))
-        row = session_row(conn, session_id)
-        result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
-                  "autonomy": effective_autonomy(conn, row),
-                  "autonomy_requested": row["autonomy"], "label": row["label"],
-                  "harness": row["harness"], "cwd": row["cwd"]}
+    row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                       (key,)).fetchone() if key else None
+    if row is None:
+        session_id = new_session_id()
+        harness = detected
+        conn.execute(
+            "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
+            " tags, autonomy, created_at, last_seen, uid, host) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (session_id, harness, key, cwd, record_pid, record_start, label,
+             json.dumps(tags or []), level or 0, at, at, os.getuid(), host_name()))
+        op.event("session.join", session_id, data={
+            "harness": harness, "label": label, "cwd": cwd, "pid": record_pid})
+    else:
+        session_id = row["id"]
+        harness = row["harness"] if detected == "generic" else detected
+        requested = row["autonomy"]
+        if level is not None and level < requested:
+            warning = ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
+                       "a room cap (room_set_autonomy_cap) is the way down"
+                       % (autonomy_name(requested), autonomy_name(level)))
+        elif level is not None:
+            requested = level
+        conn.execute(
+            "UPDATE sessions SET harness=?, cwd=?, pid=COALESCE(?, pid), "
+            "pid_start=CASE WHEN ? IS NULL THEN pid_start ELSE ? END, "
+            "label=COALESCE(?, label), tags=COALESCE(?, tags), autonomy=?, "
+            "last_seen=?, left_at=NULL, ended_at=NULL, uid=?, host=? WHERE id=?",
+            (harness, cwd, record_pid, record_pid, record_start, label,
+             json.dumps(tags) if tags is not None else None, requested, at,
+             os.getuid(), host_name(), session_id))
+        op.event("session.rejoin", session_id, data={
+            "label": label, "autonomy": requested, "pid": record_pid,
+            "was_left": row["left_at"] is not None})
+    have = set(rooms_of(conn, session_id))
+    if len(have | set(wanted)) > ROOMS_MAX:
+        raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
+    for name in wanted:
+        if name not in have:
+            ensure_room(conn, name, at)
+            conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
+                         "VALUES (?,?,?)", (session_id, name, at))
+            op.event("room.join", session_id, room=name)
+    lever, lever_data = detect_lever(ctx.env, harness, key, cwd, ctx.harness_argv)
+    if lever:
+        conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
+                     (lever, json.dumps(lever_data), session_id))
+    row = session_row(conn, session_id)
+    result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
+              "autonomy": effective_autonomy(conn, row),
+              "autonomy_requested": row["autonomy"], "label": row["label"],
+              "harness": row["harness"], "cwd": row["cwd"]}
     if warning:
         result["warning"] = warning
     return result
 
 
-def _release_all(conn, session_id, why, at):
-    for lease in conn.execute("SELECT id, path, mode FROM leases WHERE session_id=?",
-                              (session_id,)).fetchall():
-        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-        event(conn, "lease.release", session_id, subject=lease["path"],
-              data={"mode": lease["mode"], "why": why}, at=at)
+def release_all(op, session_id, why):
+    for lease in op.conn.execute("SELECT * FROM leases WHERE session_id=?",
+                                 (session_id,)).fetchall():
+        op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        op.event("lease.release", session_id, subject=lease["key"],
+                 data={"mode": lease["mode"], "why": why, "shown": lease["path"],
+                       "kind": lease["kind"]})
+
+
+def end_windows(op, session_id, why):
+    """Quiet windows end with their owner: a leave or a prune cancels them."""
+    for window in op.conn.execute(
+            "SELECT id, state FROM windows WHERE session_id=? AND state IN "
+            "('pending', 'active')", (session_id,)).fetchall():
+        op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
+                        (op.at, window["id"]))
+        op.event("window.cancel", session_id, subject=window["id"],
+                 data={"was": window["state"], "why": why})
 
 
 @tool("room_leave", "Leave every room", {"session_id": S_SESSION}, ["session_id"],
       output=out_schema(["ok"], ok={"type": "boolean"}, session_id={"type": "string"},
                         left_rooms={"type": "array", "items": {"type": "string"}}),
       cli="leave", example="leave --session $ID", destructive=True, idempotent=True)
-def room_leave(store, ctx, session_id):
+def room_leave(op):
     """Leave every room and release your leases. The session stays on record
     (marked left) so history and errors can still name it; joining again with
     the same harness key brings it back."""
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        rooms = rooms_of(conn, row["id"])
-        conn.execute("DELETE FROM memberships WHERE session_id=?", (row["id"],))
-        _release_all(conn, row["id"], "leave", at)
-        conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
-                     (at, row["id"]))
-        event(conn, "session.leave", row["id"], data={"rooms": rooms}, at=at)
-    return {"ok": True, "session_id": row["id"], "left_rooms": rooms}
+    me = op.me
+    rooms = rooms_of(op.conn, me)
+    op.conn.execute("DELETE FROM memberships WHERE session_id=?", (me,))
+    release_all(op, me, "leave")
+    end_windows(op, me, "leave")
+    op.conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
+                    (op.at, me))
+    op.event("session.leave", me, data={"rooms": rooms})
+    return {"ok": True, "session_id": me, "left_rooms": rooms}
 
 
 @tool("room_leave_room", "Leave one room", {"session_id": S_SESSION, "room": S_ROOM},
@@ -1393,57 +1919,53 @@ def room_leave(store, ctx, session_id):
                         rooms={"type": "array", "items": {"type": "string"}}),
       cli="leave-room", positional=("room",),
       example="leave-room --session $ID shared:storefront", destructive=True)
-def room_leave_room(store, ctx, session_id, room):
+def room_leave_room(op, room):
     """Leave one room and stay in the rest (your session, leases and other
     rooms are kept). A bare name matches the repo: or shared: room you are in."""
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        mine = rooms_of(conn, row["id"])
-        if ":" in room.strip():
-            full = room_name(room, "shared:")
-            matches = [full] if full in mine else []
-        else:
-            matches = [r for r in mine if r in (p + room.strip() for p in ROOM_PREFIXES)]
-        if len(matches) > 1:
-            raise UsageError("room %r is ambiguous: you are in %s" % (room, " and ".join(
-                matches)), "name it with its prefix")
-        if not matches:
-            raise RoomError("you are not in room %s" % room,
-                            "your rooms: %s" % (", ".join(mine) or "none"))
-        conn.execute("DELETE FROM memberships WHERE session_id=? AND room=?",
-                     (row["id"], matches[0]))
-        event(conn, "room.leave", row["id"], room=matches[0])
-        return {"ok": True, "room": matches[0], "rooms": rooms_of(conn, row["id"])}
+    mine = rooms_of(op.conn, op.me)
+    if ":" in room.strip():
+        full = room_name(room, "shared:")
+        matches = [full] if full in mine else []
+    else:
+        matches = [r for r in mine if r in (p + room.strip() for p in ROOM_PREFIXES)]
+    if len(matches) > 1:
+        raise UsageError("room %r is ambiguous: you are in %s" % (room, " and ".join(
+            matches)), "name it with its prefix")
+    if not matches:
+        raise RoomError("you are not in room %s" % room,
+                        "your rooms: %s" % (", ".join(mine) or "none"))
+    op.conn.execute("DELETE FROM memberships WHERE session_id=? AND room=?",
+                    (op.me, matches[0]))
+    op.event("room.leave", op.me, room=matches[0])
+    return {"ok": True, "room": matches[0], "rooms": rooms_of(op.conn, op.me)}
 
 
 @tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
       output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
                         room={"type": ["string", "null"]}),
       cli="who", example="who --room shared:storefront", read_only=True, idempotent=True)
-def room_who(store, ctx, session_id=None, room=None):
+def room_who(op, room=None):
     """List sessions with their liveness (alive, gone or unknown), autonomy and
     rooms: those in room, else those sharing a room with session_id, else
     everyone present in the store."""
-    liveness = LazyScan(ctx)
-    with store.write() as conn:
-        caller = require_session(store, conn, session_id) if session_id else None
-        if room:
-            full = resolve_room(conn, room)
-            ids = [r[0] for r in conn.execute(
-                "SELECT session_id FROM memberships WHERE room=?", (full,))]
-        elif caller is not None:
-            full = None
-            ids = [r[0] for r in conn.execute(
-                "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
-                "ON m1.room = m2.room WHERE m1.session_id=?", (caller["id"],))]
-            if caller["id"] not in ids:
-                ids.append(caller["id"])
-        else:
-            full = None
-            ids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM memberships")]
-        rows = [session_row(conn, i) for i in ids]
-        rows.sort(key=lambda r: (r["label"] or "~", r["created_at"]))
-        sessions = [session_dict(conn, r, liveness) for r in rows]
+    conn, caller = op.conn, op.caller
+    if room:
+        full = resolve_room(conn, room)
+        ids = [r[0] for r in conn.execute(
+            "SELECT session_id FROM memberships WHERE room=?", (full,))]
+    elif caller is not None:
+        full = None
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
+            "ON m1.room = m2.room WHERE m1.session_id=?", (caller["id"],))]
+        if caller["id"] not in ids:
+            ids.append(caller["id"])
+    else:
+        full = None
+        ids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM memberships")]
+    rows = [session_row(conn, i) for i in ids]
+    rows.sort(key=lambda r: (r["label"] or "~", r["created_at"]))
+    sessions = [session_dict(conn, r, op.liveness, op.at) for r in rows]
     if caller is not None:
         for item in sessions:
             item["you"] = item["session_id"] == caller["id"]
@@ -1457,26 +1979,22 @@ def room_who(store, ctx, session_id=None, room=None):
                       lowered={"type": "array", "items": {"type": "string"}}),
     cli="set-cap", flags={"autonomy": "autonomy"}, positional=("autonomy",),
     example="set-cap --room shared:storefront hold", idempotent=True)
-def room_set_autonomy_cap(store, ctx, autonomy, session_id=None, room=None):
+def room_set_autonomy_cap(op, autonomy, room=None):
     """Set the highest autonomy any member of a room may use (0 notify, 1 hold,
     2 wake). Members above it are lowered at once and later joins are clamped;
     raising the cap again restores what each session asked for. The room
     defaults to session_id's repository room."""
     level = parse_autonomy(autonomy)
-    with store.write() as conn:
-        caller = require_session(store, conn, session_id) if session_id else None
-        full = room_for(conn, room, caller, "set-cap")
-        conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
-        lowered = [r[0] for r in conn.execute(
-            "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
-            "WHERE m.room=? AND s.autonomy > ?", (full, level))]
-        event(conn, "room.cap", caller["id"] if caller else None, room=full,
-              data={"autonomy": level, "lowered": lowered})
+    full = room_for(op, room, "set-cap")
+    op.conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
+    lowered = [r[0] for r in op.conn.execute(
+        "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
+        "WHERE m.room=? AND s.autonomy > ?", (full, level))]
+    op.event("room.cap", op.me, room=full, data={"autonomy": level, "lowered": lowered})
     return {"room": full, "autonomy": level, "lowered": lowered}
 
 
 # ---- operations: messages -------------------------------------------------
-
 
 def _roommates(conn, session_id):
     """Ids of present sessions sharing at least one room with session_id."""
@@ -1487,25 +2005,32 @@ def _roommates(conn, session_id):
         (session_id, session_id))]
 
 
-def lease_forms(path, holder_cwd):
-    """The three forms a file: selector is matched against: absolute, relative
-    to the holder's cwd (the holder's, not the room's: src/wire.go is a
-    different file in each repository of a shared room), and the base name."""
-    forms = [path]
-    if holder_cwd:
-        try:
-            relative = os.path.relpath(path, holder_cwd)
-        except ValueError:
-            relative = None
-        if relative and not relative.startswith(".." + os.sep) and relative != "..":
-            forms.append(relative)
-    forms.append(os.path.basename(path.rstrip(os.sep)) or path)
+def lease_forms(lease, holder_cwd):
+    """The forms a file: selector is matched against, for one lease: the
+    absolute path (as typed and resolved), relative to the holder's cwd (the
+    holder's, not the room's: src/wire.go is a different file in each
+    repository of a shared room), and the base name."""
+    forms = []
+    for path, cwd in ((lease["path"], holder_cwd),
+                      (lease["key"], os.path.realpath(holder_cwd) if holder_cwd else None)):
+        if path not in forms:
+            forms.append(path)
+        if cwd:
+            try:
+                relative = os.path.relpath(path, cwd)
+            except ValueError:
+                relative = None
+            if relative and not relative.startswith(".." + os.sep) and relative != ".." \
+                    and relative not in forms:
+                forms.append(relative)
+    forms.append(os.path.basename(lease["path"].rstrip(os.sep)) or lease["path"])
     return forms
 
 
-def resolve_selectors(store, conn, sender, to, at):
+def resolve_selectors(op, sender, to):
     """Recipients of a send: the union over the selectors, among sessions that
     share a room with the sender, never the sender itself."""
+    conn = op.conn
     selectors = [to] if isinstance(to, str) else list(to)
     if not selectors:
         raise UsageError("to needs at least one selector: *, a session id, "
@@ -1524,12 +2049,12 @@ def resolve_selectors(store, conn, sender, to, at):
             if not glob:
                 raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
             for lease in conn.execute(
-                    "SELECT l.session_id, l.path, s.cwd FROM leases l JOIN sessions s "
-                    "ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
-                    (at,)):
+                    "SELECT l.session_id, l.path, l.key, s.cwd FROM leases l JOIN sessions "
+                    "s ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
+                    (op.at,)):
                 if lease["session_id"] not in mates:
                     continue
-                forms = lease_forms(lease["path"], lease["cwd"])
+                forms = lease_forms(lease, lease["cwd"])
                 # A file under a leased directory reaches the directory's holder.
                 if any(fnmatchcase(form, glob) for form in forms) or any(
                         glob.startswith(form.rstrip(os.sep) + os.sep)
@@ -1546,7 +2071,7 @@ def resolve_selectors(store, conn, sender, to, at):
         else:
             row = session_row(conn, selector) if is_session_id(selector) else None
             if row is None:
-                error = unknown_session(conn, selector, store.path)
+                error = unknown_session(conn, selector, op.store.path)
                 error.hint = ("selectors are *, a session id, file:<glob> or tag:<tag>"
                               + ("; " + error.hint if error.hint else ""))
                 raise error
@@ -1555,7 +2080,7 @@ def resolve_selectors(store, conn, sender, to, at):
             if row["id"] not in mates:
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
-                        row["id"], row["label"] or "-"),
+                        row["id"], one_line(row["label"] or "-", 40)),
                     "your rooms: %s; theirs: %s" % (
                         ", ".join(rooms_of(conn, sender["id"])) or "none",
                         ", ".join(rooms_of(conn, row["id"])) or "none (left)"))
@@ -1575,10 +2100,11 @@ def message_dict(conn, row):
     }
 
 
-def post_message(conn, sender, recipients, subject, body, reply_to, ttl, selector, at):
+def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector):
     """Store one message in the sender's rooms with a delivery per recipient
     (wake-level recipients get their wake scheduled) and its event, all in the
     caller's transaction.  msg_send, work handoffs and window notices use it."""
+    conn, at = op.conn, op.at
     message_id = conn.execute(
         "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
         " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
@@ -1593,7 +2119,7 @@ def post_message(conn, sender, recipients, subject, body, reply_to, ttl, selecto
             "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
             "wake_next_at) VALUES (?,?,?,?,?)",
             (recipient, message_id, "stored", at, at if wake else None))
-    event(conn, "msg.send", sender["id"], subject=message_id, at=at, data={
+    op.event("msg.send", sender["id"], subject=message_id, data={
         "to": selector, "recipients": recipients, "rooms": rooms, "subject": subject})
     return message_id
 
@@ -1606,7 +2132,7 @@ def post_message(conn, sender, recipients, subject, body, reply_to, ttl, selecto
            "of matching leases) or tag:<tag>; or a list of these"},
     "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
     "body": {"type": "string"},
-    "reply_to": {"type": "integer", "minimum": 1, "description": "a message id"},
+    "reply_to": dict(S_MESSAGE_ID, description="a message id"),
     "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S,
               "description": "seconds until unread deliveries expire (default 7 days)"},
 }, ["session_id", "to"],
@@ -1614,10 +2140,9 @@ def post_message(conn, sender, recipients, subject, body, reply_to, ttl, selecto
                       recipients={"type": "integer"},
                       recipient_ids={"type": "array", "items": {"type": "string"}},
                       warning={"type": "string"}),
-    cli="send", flags={"ttl_s": "--ttl"},
+    cli="send", flags={"ttl_s": "--ttl"}, caller="present",
     example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
-def msg_send(store, ctx, session_id, to, subject=None, body=None, reply_to=None,
-             ttl_s=None):
+def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
     """Send a message to the sessions a selector picks among those sharing a
     room with you: '*', a session id, 'file:<glob>' (sessions holding a lease on
     a matching path) or 'tag:<tag>', or a list of them. Needs a subject or a
@@ -1625,32 +2150,24 @@ def msg_send(store, ctx, session_id, to, subject=None, body=None, reply_to=None,
     is not an error but comes with a warning."""
     if not subject and not body:
         raise UsageError("a message needs a subject or a body")
-    if subject is not None and len(subject) > SUBJECT_MAX_CHARS:
-        raise UsageError("subject is longer than %d characters" % SUBJECT_MAX_CHARS)
-    if body is not None and len(body.encode("utf-8")) > BODY_MAX_BYTES:
-        raise UsageError("body is larger than 1 MiB (%d bytes)" % len(body.encode("utf-8")),
-                         "send a path to a file instead")
+    if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
+        raise UsageError("body is larger than 1 MiB (%d bytes)" % len(
+            body.encode("utf-8", "surrogatepass")), "send a path to a file instead")
     ttl = MESSAGE_TTL_S if ttl_s is None else ttl_s
-    if not 1 <= ttl <= MESSAGE_TTL_MAX_S:
-        raise UsageError("ttl_s must be between 1 and %d" % MESSAGE_TTL_MAX_S)
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        sender = require_session(store, conn, session_id, present=True)
-        if reply_to is not None and not conn.execute(
-                "SELECT 1 FROM messages WHERE id=?", (reply_to,)).fetchone():
-            raise RoomError("reply_to names no message: %s" % reply_to,
-                            "message ids come from msg_recv or room_history")
-        recipients = resolve_selectors(store, conn, sender, to, at)
-        message_id = post_message(conn, sender, recipients, subject, body, reply_to, ttl,
-                                  to, at)
-        rooms = rooms_of(conn, sender["id"])
+    sender = op.caller
+    if reply_to is not None and not op.conn.execute(
+            "SELECT 1 FROM messages WHERE id=?", (reply_to,)).fetchone():
+        raise RoomError("reply_to names no message: %s" % reply_to,
+                        "message ids come from msg_recv or room_history")
+    recipients = resolve_selectors(op, sender, to)
+    message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to)
     result = {"message_id": message_id, "recipients": len(recipients),
               "recipient_ids": recipients}
     if not recipients:
         result["warning"] = (
             "stored, but delivered to nobody: no other session matched %s in your "
-            "rooms (%s)" % (json.dumps(to), ", ".join(rooms) or "none"))
+            "rooms (%s)" % (json.dumps(to), ", ".join(rooms_of(op.conn, sender["id"]))
+                            or "none"))
     return result
 
 
@@ -1665,76 +2182,63 @@ def msg_send(store, ctx, session_id, to, subject=None, body=None, reply_to=None,
                             "required": ["rooms", "deliveries_total", "read_total",
                                          "last_created_at"]}),
       cli="recv", example="recv --session $ID")
-def msg_recv(store, ctx, session_id, limit=50):
+def msg_recv(op, limit=50):
     """Fetch your unread messages, oldest first, and mark them read. Call it
     when a signal says something is waiting. An empty answer carries an inbox
     block (your rooms, deliveries ever, how many read, the newest one's time) so
     'caught up' and 'wrong room' look different."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        messages = conn.execute(
-            "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-            "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
-            % UNREAD_SQL, (row["id"], limit)).fetchall()
-        result = [message_dict(conn, m) for m in messages]
-        if messages:
-            ids = [m["id"] for m in messages]
-            conn.executemany(
-                "UPDATE deliveries SET state='read', read_at=?, updated_at=?, "
-                "wake_next_at=NULL WHERE session_id=? AND message_id=?",
-                [(at, at, row["id"], i) for i in ids])
-            event(conn, "msg.read", row["id"], data={"messages": ids}, at=at)
-            return {"messages": result}
-        # Each figure from an index of the session's own deliveries; the newest
-        # message is one primary-key lookup, not a join over every delivery.
-        total, newest = conn.execute(
-            "SELECT COUNT(*), MAX(message_id) FROM deliveries WHERE session_id=?",
-            (row["id"],)).fetchone()
-        read_total = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN "
-            "('read', 'acked')", (row["id"],)).fetchone()[0]
-        created = conn.execute("SELECT created_at FROM messages WHERE id=?",
-                               (newest,)).fetchone() if newest else None
-        return {"messages": [], "inbox": {
-            "rooms": rooms_of(conn, row["id"]), "deliveries_total": total,
-            "read_total": read_total,
-            "last_created_at": iso(created[0]) if created else None}}
+    conn, me = op.conn, op.me
+    messages = conn.execute(
+        "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
+        % UNREAD_SQL, (me, limit)).fetchall()
+    result = [message_dict(conn, m) for m in messages]
+    if messages:
+        ids = [m["id"] for m in messages]
+        advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
+                % ",".join("?" * len(ids)), [me] + ids)
+        op.event("msg.read", me, data={"messages": ids})
+        return {"messages": result}
+    # Each figure from an index of the session's own deliveries; the newest
+    # message is one primary-key lookup, not a join over every delivery.
+    total, newest = conn.execute(
+        "SELECT COUNT(*), MAX(message_id) FROM deliveries WHERE session_id=?",
+        (me,)).fetchone()
+    read_total = conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN "
+        "('read', 'acked')", (me,)).fetchone()[0]
+    created = conn.execute("SELECT created_at FROM messages WHERE id=?",
+                           (newest,)).fetchone() if newest else None
+    return {"messages": [], "inbox": {
+        "rooms": rooms_of(conn, me), "deliveries_total": total,
+        "read_total": read_total,
+        "last_created_at": iso(created[0]) if created else None}}
 
 
 @tool("msg_ack", "Acknowledge a message", {
-    "session_id": S_SESSION, "message_id": {"type": "integer", "minimum": 1}},
+    "session_id": S_SESSION, "message_id": S_MESSAGE_ID},
     ["session_id", "message_id"],
     output=out_schema(["ok"], ok={"type": "boolean"}, message_id={"type": "integer"},
                       state={"type": "string"}),
     cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True)
-def msg_ack(store, ctx, session_id, message_id):
+def msg_ack(op, message_id):
     """Confirm a message you were sent (after acting on it). Acking an unread
     message is allowed; an expired one is an error; a second ack changes
     nothing."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        delivery = conn.execute(
-            "SELECT state FROM deliveries WHERE session_id=? AND message_id=?",
-            (row["id"], message_id)).fetchone()
-        if delivery is None:
-            exists = conn.execute("SELECT 1 FROM messages WHERE id=?",
-                                  (message_id,)).fetchone()
-            raise RoomError(("message %d was not delivered to you" if exists else
-                             "no message %d") % message_id,
-                            "msg_recv lists the messages sent to you")
-        if delivery["state"] == "expired":
-            raise RoomError("message %d expired before you read it" % message_id,
-                            "ask its sender to send it again")
-        if delivery["state"] != "acked":
-            conn.execute(
-                "UPDATE deliveries SET state='acked', read_at=COALESCE(read_at, ?), "
-                "updated_at=?, wake_next_at=NULL WHERE session_id=? AND message_id=?",
-                (at, at, row["id"], message_id))
-            event(conn, "msg.ack", row["id"], subject=message_id, at=at)
+    conn, me = op.conn, op.me
+    delivery = conn.execute(
+        "SELECT state FROM deliveries WHERE session_id=? AND message_id=?",
+        (me, message_id)).fetchone()
+    if delivery is None:
+        exists = conn.execute("SELECT 1 FROM messages WHERE id=?", (message_id,)).fetchone()
+        raise RoomError(("message %d was not delivered to you" if exists else
+                         "no message %d") % message_id,
+                        "msg_recv lists the messages sent to you")
+    if delivery["state"] == "expired":
+        raise RoomError("message %d expired before you read it" % message_id,
+                        "ask its sender to send it again")
+    if advance(conn, "acked", op.at, "session_id=? AND message_id=?", (me, message_id)):
+        op.event("msg.ack", me, subject=message_id)
     return {"ok": True, "message_id": message_id, "state": "acked"}
 
 
@@ -1746,13 +2250,9 @@ def unread_count(conn, session_id):
 @tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
       output=out_schema(["count"], count={"type": "integer"}),
       cli="unread", example="unread --session $ID", read_only=True, idempotent=True)
-def msg_unread(store, ctx, session_id):
+def msg_unread(op):
     """How many messages wait for you, without marking anything read."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        return {"count": unread_count(conn, row["id"])}
+    return {"count": unread_count(op.conn, op.me)}
 
 
 @tool("msg_sent", "Messages you sent", {"session_id": S_SESSION, "limit": S_LIMIT},
@@ -1771,524 +2271,76 @@ def msg_unread(store, ctx, session_id):
           "required": ["message_id", "subject", "created_at", "deliveries", "sent",
                        "pending", "left"]}}),
       cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
-def msg_sent(store, ctx, session_id, limit=20):
+def msg_sent(op, limit=20):
     """Your newest sent messages (shown oldest first) with each recipient's
     delivery state: stored, offered, accepted, undeliverable, read, acked or
     expired; plus counts: sent, pending (not yet read), left (recipient has
     left). Answers 'why did they not hear me'."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        messages = conn.execute(
-            "SELECT id, subject, created_at FROM messages WHERE sender=? "
-            "ORDER BY id DESC LIMIT ?", (row["id"], limit)).fetchall()
-        result = []
-        for message in reversed(messages):
-            deliveries = conn.execute(
-                "SELECT d.session_id, s.label, d.state, s.left_at FROM deliveries d "
-                "JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
-                "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
-            counts = {state: 0 for state in STATE_ORDER}
-            for d in deliveries:
-                counts[d["state"]] += 1
-            result.append(dict({
-                "message_id": message["id"], "subject": message["subject"],
-                "created_at": iso(message["created_at"]),
-                "deliveries": [{"session_id": d["session_id"], "label": d["label"],
-                                "state": d["state"], "left": d["left_at"] is not None}
-                               for d in deliveries],
-                "sent": len(deliveries),
-                "pending": sum(1 for d in deliveries if d["state"] in UNREAD_STATES
-                               and d["left_at"] is None),
-                "left": sum(1 for d in deliveries if d["left_at"] is not None),
-            }, **counts))
+    conn = op.conn
+    messages = conn.execute(
+        "SELECT id, subject, created_at FROM messages WHERE sender=? "
+        "ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
+    result = []
+    for message in reversed(messages):
+        deliveries = conn.execute(
+            "SELECT d.session_id, s.label, d.state, s.left_at, d.wake_failed FROM "
+            "deliveries d JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
+            "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
+        counts = {state: 0 for state in STATE_ORDER}
+        for d in deliveries:
+            counts[d["state"]] += 1
+        items = []
+        for d in deliveries:
+            item = {"session_id": d["session_id"], "label": d["label"],
+                    "state": d["state"], "left": d["left_at"] is not None}
+            if d["wake_failed"] and d["state"] in UNREAD_STATES:
+                item["wake_failed"] = d["wake_failed"]
+            items.append(item)
+        result.append(dict({
+            "message_id": message["id"], "subject": message["subject"],
+            "created_at": iso(message["created_at"]),
+            "deliveries": items,
+            "sent": len(deliveries),
+            "pending": sum(1 for d in deliveries if d["state"] in UNREAD_STATES
+                           and d["left_at"] is None),
+            "left": sum(1 for d in deliveries if d["left_at"] is not None),
+        }, **counts))
     return {"messages": result}
 
 
 @tool("room_history", "A room's history", {
     "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
-    "before": {"type": "integer", "minimum": 1,
-               "description": "page back: only messages older than this message id"}},
+    "before": dict(S_MESSAGE_ID,
+                   description="page back: only messages older than this message id")},
     output=out_schema(["room", "messages"], room={"type": "string"},
-                      messages={"type": "array", "items": S_MESSAGE}),
+                      messages={"type": "array", "items": S_MESSAGE},
+                      more={"type": "integer"}),
     cli="history", example="history --room shared:storefront", read_only=True,
     idempotent=True)
-def room_history(store, ctx, session_id=None, room=None, limit=50, before=None):
+def room_history(op, room=None, limit=50, before=None):
     """The newest messages sent in a room (shown oldest first), complete even
     for sessions that joined later. Read-only: marks nothing read. The room
     defaults to session_id's repository room; page back with before=<the
     oldest message_id you have>."""
-    with store.write() as conn:
-        caller = require_session(store, conn, session_id) if session_id else None
-        full = room_for(conn, room, caller, "history")
-        rows = conn.execute(
-            "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
-            "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
-            (full, before or (1 << 62), limit)).fetchall()
-        return {"room": full, "messages": [message_dict(conn, m) for m in reversed(rows)]}
+    full = room_for(op, room, "history")
+    rows = op.conn.execute(
+        "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
+        "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
+        (full, before or ID_MAX, limit + 1)).fetchall()
+    result = {"room": full, "messages": [message_dict(op.conn, m)
+                                         for m in reversed(rows[:limit])]}
+    if len(rows) > limit:
+        result["more"] = 1          # at least one older message: page with before
+    return result
 
 
 # ---- operations: leases ---------------------------------------------------
-# A lease is on a resource: a path (the default: a bare path means path:) or
-# any <kind>:<name> (db:main, service:api, branch:main, port:5432, ...).  Paths
-# conflict when equal or when one is an ancestor of the other, compared with
-# symlinks resolved; other kinds only on equal names.
-
-
-def parse_resource(text, cwd):
-    """'src/a.go', 'path:src/a.go', 'db:main' -> (kind, shown, key): shown is
-    the absolute path or kind:name, key what conflicts are decided on."""
-    if not isinstance(text, str) or not text.strip():
-        raise UsageError("a resource must be a non-empty string (a path or kind:name)")
-    text = text.strip()
-    head, sep, rest = text.partition(":")
-    if sep and head and "/" not in head and head == head.lower() and all(
-            c.isalnum() or c in "-_" for c in head) and head[0].isalpha() and len(head) > 1:
-        kind, name = head, rest
-    else:
-        kind, name = "path", text
-    if kind in ("path", "file"):
-        shown = normalize_path(name, cwd)
-        return "path", shown, os.path.realpath(shown)
-    name = name.strip()
-    if not name or len(name) > PATH_MAX_CHARS or "\x00" in name:
-        raise UsageError("resource %r needs a name after %s:" % (text, kind))
-    return kind, "%s:%s" % (kind, name), name
-
-
-def path_ancestors(key):
-    """key and every directory above it: the leases that cover it."""
-    found = [key]
-    while True:
-        parent = os.path.dirname(key)
-        if parent == key:
-            return found
-        found.append(parent)
-        key = parent
-
-
-def overlapping_leases(conn, kind, key, at, exclude=None):
-    """Live leases that overlap the resource: same key, or for paths an ancestor
-    or a descendant (indexed: the ancestors by equality, the descendants by a
-    key range)."""
-    if kind != "path":
-        rows = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND expires_at > ?",
-                            (kind, key, at)).fetchall()
-    else:
-        ancestors = path_ancestors(key)
-        prefix = key.rstrip(os.sep) + os.sep
-        marks = ",".join("?" * len(ancestors))
-        rows = conn.execute(
-            "SELECT * FROM leases WHERE kind='path' AND expires_at > ? AND (key IN (%s) "
-            "OR (key >= ? AND key < ?))" % marks,
-            [at] + ancestors + [prefix, prefix[:-1] + chr(ord(os.sep) + 1)]).fetchall()
-    return [r for r in rows if r["session_id"] != exclude]
-
-
-def _window_rows(conn, kind, key, at, states=WINDOW_OPEN):
-    if kind != "path":
-        where, params = "r.key = ?", [key]
-    else:
-        ancestors = path_ancestors(key)
-        prefix = key.rstrip(os.sep) + os.sep
-        where = "(r.key IN (%s) OR (r.key >= ? AND r.key < ?))" % ",".join(
-            "?" * len(ancestors))
-        params = ancestors + [prefix, prefix[:-1] + chr(ord(os.sep) + 1)]
-    marks = ",".join("?" * len(states))
-    return conn.execute(
-        "SELECT DISTINCT w.* FROM window_resources r JOIN windows w ON w.id = r.window_id "
-        "WHERE r.kind = ? AND %s AND w.state IN (%s)" % (where, marks),
-        [kind] + params + list(states)).fetchall()
-
-
-def window_blocking(conn, kind, key, session_id, at, active_only=False):
-    """Why a quiet window of another session blocks this resource, or None: a
-    pending window blocks new overlapping leases and their renewal, an active
-    one blocks everything that overlaps it."""
-    for window in _window_rows(conn, kind, key, at,
-                               ("active",) if active_only else WINDOW_OPEN):
-        if window["session_id"] == session_id:
-            continue
-        owner = session_row(conn, window["session_id"])
-        return ("quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
-            window["id"], window["state"], window["session_id"],
-            owner["label"] if owner else "-", one_line(window["purpose"], 80),
-            iso(window["expires_at"])))
-    return None
-
-
-def _overlapping_ignoring_case(conn, key, at):
-    """Path leases overlapping key when case does not matter (a filesystem that
-    ignores case: Readme.md and README.md are one file).  Not indexed; leases
-    are few."""
-    ancestors = [a.lower() for a in path_ancestors(key)]
-    prefix = key.lower().rstrip(os.sep) + os.sep
-    return [lease for lease in conn.execute(
-        "SELECT * FROM leases WHERE kind='path' AND expires_at > ?", (at,))
-        if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
-
-
-def lease_dict(conn, lease, liveness):
-    holder = session_row(conn, lease["session_id"])
-    return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
-            "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
-            "mode": lease["mode"], "purpose": lease["purpose"],
-            "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
-            "liveness": liveness(holder) if holder else "gone"}
-
-
-def _holder_text(lease):
-    return "%s (label %s, %s, %s until %s%s)" % (
-        lease["session_id"], lease["label"] or "-", lease["liveness"], lease["mode"],
-        lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
-        if lease.get("purpose") else "")
-
-
-def _targets(ctx, row, path, resources):
-    """The resources a lease call names (path and/or resources), parsed and
-    deduplicated, in order."""
-    items = ([path] if path else []) + list(resources or [])
-    if not items:
-        raise UsageError("name a path or resources (a list of paths or kind:name)")
-    if len(items) > 100:
-        raise UsageError("at most 100 resources in one call")
-    base = row["cwd"] if ctx.via == "mcp" else ctx.cwd
-    seen, found = set(), []
-    for item in items:
-        kind, shown, key = parse_resource(item, base)
-        if (kind, key) not in seen:
-            seen.add((kind, key))
-            found.append((kind, shown, key))
-    return found
-
-
-S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
-               "description": "seconds the lease lives (default 900, at most 86400)"}
-S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
-                                          "maxLength": PATH_MAX_CHARS},
-               "minItems": 1, "maxItems": 100,
-               "description": "several resources at once, all or nothing: paths or "
-                              "kind:name (db:main, service:api, branch:x, port:5432)"}
-S_RESOURCE = dict(S_PATH, description="one resource: a path (relative to your cwd) or "
-                  "kind:name such as db:main")
-S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
-
-
-@tool("lease_claim", "Claim a lease", dict(S_LEASE_ARGS, **{
-    "ttl_s": S_TTL_LEASE,
-    "mode": {"type": "string", "enum": ["exclusive", "shared"],
-             "description": "exclusive (default): one holder; shared: many, no exclusive"},
-    "purpose": {"type": "string", "maxLength": 500,
-                "description": "why you hold it, shown to others"},
-}), ["session_id"],
-    output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
-                      holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
-                      reason={"type": "string"}, lease=S_LEASE_OR_NULL,
-                      leases={"type": "array", "items": S_LEASE}),
-    cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"},
-    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
-def lease_claim(store, ctx, session_id, path=None, resources=None, ttl_s=LEASE_TTL_S,
-                mode="exclusive", purpose=None):
-    """Claim a lease before editing files (or using a database, service, branch
-    or port) others may touch. path is one resource; resources a list taken all
-    or nothing. A directory lease covers everything under it. exclusive
-    (default) admits one holder; shared admits several and blocks exclusive
-    claims. Claiming again renews your own lease. A conflict is a normal
-    answer: ok false, holder (the first conflicting lease), holders, reason."""
-    if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
-        raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id, present=True)
-        targets = _targets(ctx, row, path, resources)
-        sweep(conn, at)
-        conflicts = {}
-        for kind, shown, key in targets:
-            for lease in overlapping_leases(conn, kind, key, at, exclude=row["id"]):
-                if mode == "exclusive" or lease["mode"] == "exclusive":
-                    conflicts[lease["id"]] = lease
-            blocked = window_blocking(conn, kind, key, row["id"], at)
-            if blocked:
-                raise RoomError(blocked)
-        if conflicts:
-            holders = [lease_dict(conn, lease, liveness) for lease in
-                       sorted(conflicts.values(), key=lambda l: l["acquired_at"])]
-            event(conn, "lease.refused", row["id"], subject=targets[0][1],
-                  data={"mode": mode, "resources": [t[1] for t in targets],
-                        "holders": [h["session_id"] for h in holders]})
-            return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
-                    "leases": [], "reason": "%s: held by %s; nothing was claimed" % (
-                        ", ".join(t[1] for t in targets),
-                        "; ".join("%s on %s" % (_holder_text(h), h["resource"])
-                                  for h in holders))}
-        reasons, granted = [], []
-        for kind, shown, key in targets:
-            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                                "session_id=?", (kind, key, row["id"])).fetchone()
-            if mine:
-                conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
-                             "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
-                reason, lease_id = "renewed", mine["id"]
-            else:
-                lease_id = conn.execute(
-                    "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
-                    "acquired_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-                    (row["id"], shown, kind, key, mode, purpose, at, at + ttl_s)).lastrowid
-                reason = "acquired"
-            reasons.append(reason)
-            event(conn, "lease.claim", row["id"], subject=shown, at=at,
-                  data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
-                        "kind": kind, "purpose": purpose})
-            granted.append(lease_dict(conn, conn.execute(
-                "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), liveness))
-        reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
-        return {"ok": True, "holder": None, "holders": [], "reason": reason,
-                "lease": granted[0], "leases": granted}
-
-
-@tool("lease_renew", "Renew your leases", dict(S_LEASE_ARGS, ttl_s=S_TTL_LEASE),
-      ["session_id"],
-      output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
-          "type": "array", "items": S_LEASE})),
-      cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"},
-      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
-def lease_renew(store, ctx, session_id, path=None, resources=None, ttl_s=LEASE_TTL_S):
-    """Extend live leases you hold (all named, or none). An expired lease, or
-    one held by another session, is not renewed: the error says which (claim
-    it again instead)."""
-    if ttl_s > LEASE_TTL_MAX_S or ttl_s < 1:
-        raise UsageError("ttl_s must be between 1 and %d (24 hours)" % LEASE_TTL_MAX_S)
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id, present=True)
-        renewed = []
-        for kind, shown, key in _targets(ctx, row, path, resources):
-            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                                "session_id=?", (kind, key, row["id"])).fetchone()
-            if mine is not None and mine["expires_at"] <= at:
-                raise RoomError("your lease on %s expired at %s; it was not renewed"
-                                % (shown, iso(mine["expires_at"])),
-                                "claim it again (lease_claim): someone may have "
-                                "changed it meanwhile")
-            if mine is None:
-                other = overlapping_leases(conn, kind, key, at, exclude=row["id"])
-                if other:
-                    raise RoomError("%s is held by %s, not by you; not renewed" % (
-                        shown, _holder_text(lease_dict(conn, other[0], liveness))))
-                expired = conn.execute(
-                    "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
-                    "'lease.expire' ORDER BY at DESC LIMIT 1", (shown, row["id"])).fetchone()
-                if expired:
-                    raise RoomError("your lease on %s expired at %s; it was not renewed"
-                                    % (shown, iso(expired[0])),
-                                    "claim it again (lease_claim)")
-                raise RoomError("you hold no lease on %s" % shown, "claim it (lease_claim)")
-            blocked = window_blocking(conn, kind, key, row["id"], at)
-            if blocked:
-                raise RoomError(blocked)
-            conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
-            event(conn, "lease.renew", row["id"], subject=shown, at=at,
-                  data={"mode": mine["mode"], "expires_at": at + ttl_s, "kind": kind})
-            renewed.append(lease_dict(conn, conn.execute(
-                "SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone(), liveness))
-        return dict(renewed[0], leases=renewed)
-
-
-@tool("lease_release", "Release your leases", S_LEASE_ARGS, ["session_id"],
-      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
-                        released={"type": "array", "items": {"type": "string"}}),
-      cli="release", positional=("resources",), example="release --session $ID src/a.go",
-      destructive=True)
-def lease_release(store, ctx, session_id, path=None, resources=None):
-    """Release leases you hold (all named, or none), as soon as you are done,
-    so others waiting for them can claim them."""
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        released = []
-        for kind, shown, key in _targets(ctx, row, path, resources):
-            mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                                "session_id=?", (kind, key, row["id"])).fetchone()
-            if mine is None:
-                raise RoomError("you hold no lease on %s; nothing was released" % shown,
-                                "lease_list shows the leases in your rooms")
-            conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
-            event(conn, "lease.release", row["id"], subject=shown, at=at,
-                  data={"mode": mine["mode"], "expired": mine["expires_at"] <= at,
-                        "kind": kind})
-            released.append(shown)
-    return {"ok": True, "path": released[0], "released": released}
-
-
-def _check_one(conn, row, kind, shown, key, at, liveness):
-    leases = overlapping_leases(conn, kind, key, at)
-    leases.sort(key=lambda l: (l["session_id"] == row["id"], l["acquired_at"]))
-    shown_leases = [lease_dict(conn, lease, liveness) for lease in leases]
-    free = not any(lease["session_id"] != row["id"] for lease in leases)
-    return {"path": shown, "resource": shown, "free": free,
-            "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
-
-
-@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
-      output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
-                        leases={"type": "array", "items": S_LEASE},
-                        path={"type": "string"},
-                        resources={"type": "array", "items": {"type": "object"}}),
-      cli="check", positional=("resources",), example="check --session $ID src/a.go",
-      read_only=True, idempotent=True)
-def lease_check(store, ctx, session_id, path=None, resources=None):
-    """Whether resources are free of other sessions' live leases, counting
-    leases on a directory above a path or on anything under it. lease is the
-    first other holder's lease (or your own if only you hold it); leases lists
-    all; with several resources, resources has one answer each."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        answers = [_check_one(conn, row, kind, shown, key, at, liveness)
-                   for kind, shown, key in _targets(ctx, row, path, resources)]
-    first = dict(answers[0])
-    if len(answers) > 1:
-        first["free"] = all(a["free"] for a in answers)
-        first["leases"] = [l for a in answers for l in a["leases"]]
-        first["lease"] = next((a["lease"] for a in answers if not a["free"]),
-                              first["lease"])
-        first["resources"] = answers
-    return first
-
-
-@tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
-      output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
-      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
-def lease_list(store, ctx, session_id):
-    """Live leases held by you and by the sessions sharing a room with you, with
-    each holder's label, liveness, purpose and expiry."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        holders = set(_roommates(conn, row["id"])) | {row["id"]}
-        leases = conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path, "
-                              "acquired_at", (at,)).fetchall()
-        return {"leases": [lease_dict(conn, lease, liveness) for lease in leases
-                           if lease["session_id"] in holders]}
-
-
-@tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
-    "session_id": S_SESSION_OPT,
-    "require_held": {"type": "boolean",
-                     "description": "also require that you hold a covering lease"},
-    "mode": {"type": "string", "enum": ["exclusive", "shared"],
-             "description": "exclusive (default): any other lease conflicts; shared: "
-                            "only exclusive leases of others do"},
-    "ignorecase": {"type": "boolean",
-                   "description": "compare paths ignoring case (git core.ignorecase)"},
-}), [], output=out_schema(
-    ["safe", "conflicts", "missing"], safe={"type": "boolean"},
-    conflicts={"type": "array", "items": S_LEASE},
-    missing={"type": "array", "items": {"type": "string"}},
-    stale={"type": "array", "items": S_LEASE}),
-    cli="guard", positional=("resources",),
-    example="guard --session $ID src/api/users.go --require-held", read_only=True,
-    idempotent=True)
-def lease_guard(store, ctx, session_id=None, path=None, resources=None,
-                require_held=False, mode="exclusive", ignorecase=False):
-    """The question a script or a git hook asks before touching resources: is
-    any of them under a live lease of another live session (or, with
-    require_held, not covered by a lease of yours; a lease on a directory
-    covers what is under it, not the reverse)? safe is false when so;
-    conflicts and missing say why. Leases of sessions that are gone are listed
-    as stale and do not block."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id) if session_id else None
-        if row is None and require_held:
-            raise UsageError("require_held needs your session (--session or "
-                             "AGENTS_ROOM_SESSION)")
-        me = row["id"] if row else None
-        base_row = row or {"cwd": ctx.cwd}
-        conflicts, stale, missing = [], [], []
-        for kind, shown, key in _targets(ctx, base_row, path, resources):
-            leases = overlapping_leases(conn, kind, key, at)
-            if ignorecase and kind == "path":
-                leases += [l for l in _overlapping_ignoring_case(conn, key, at)
-                           if l["id"] not in {m["id"] for m in leases}]
-            for lease in leases:
-                if lease["session_id"] == me:
-                    continue
-                if mode == "shared" and lease["mode"] != "exclusive":
-                    continue
-                item = lease_dict(conn, lease, liveness)
-                (stale if item["liveness"] == "gone" else conflicts).append(item)
-            if require_held:
-                covering = set(path_ancestors(key)) if kind == "path" else {key}
-                if not any(l["session_id"] == me and l["key"] in covering for l in leases):
-                    missing.append(shown)
-            blocked = window_blocking(conn, kind, key, me, at, active_only=True)
-            if blocked:
-                conflicts.append({"session_id": "", "label": None, "path": shown,
-                                  "resource": shown, "kind": kind, "mode": "window",
-                                  "purpose": blocked, "acquired_at": None,
-                                  "expires_at": None, "liveness": "unknown"})
-    return {"safe": not conflicts and not missing, "conflicts": conflicts,
-            "missing": missing, "stale": stale}
-
-
-# ---- operations: work states and quiet windows ----------------------------
-# A work state says what a session is doing on a scope; a quiet window asks
-# the holders of overlapping leases and named sessions for quiet on resources
-# before an operation that must not be disturbed (a migration, a release).
-
-
-
-@tool("work_set", "Say what you are doing", {
-    "session_id": S_SESSION,
-    "state": {"type": "string", "enum": list(WORK_STATES)},
-    "scope": {"type": "string", "minLength": 1, "maxLength": 200,
-              "description": "what the state is about, e.g. api-v2 or ticket-42"},
-    "summary": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
-    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
-           "minItems": 1, "maxItems": SELECTORS_MAX,
-           "description": "with handoff or blocked: who to tell (a message is sent)"},
-}, ["session_id", "state", "scope"],
-    output=out_schema(["state", "scope"], state={"type": "string"},
-                      scope={"type": "string"}, message_id={"type": ["integer", "null"]},
-                      recipients={"type": "integer"}),
-    cli="work", positional=("state",),
-    example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
-            '--to tag:reviewer')
-def work_set(store, ctx, session_id, state, scope, summary=None, to=None):
-    """Record your work state on a scope: started, waiting, blocked, completed,
-    handoff or failed. who and status show the latest per scope; completed and
-    failed clear it (the event log keeps it). handoff or blocked with 'to'
-    also sends a message, so the addressee is signalled like any message."""
-    if to is not None and state not in ("handoff", "blocked"):
-        raise UsageError("'to' goes with handoff or blocked, not %s" % state)
-    at = now()
-    result = {"state": state, "scope": scope, "message_id": None, "recipients": 0}
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id, present=True)
-        if state in ("completed", "failed"):
-            conn.execute("DELETE FROM work WHERE session_id=? AND scope=?", (row["id"], scope))
-        else:
-            conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
-                         "updated_at) VALUES (?,?,?,?,?)",
-                         (row["id"], scope, state, summary, at))
-        if to is not None:
-            recipients = resolve_selectors(store, conn, row, to, at)
-            subject = "[%s] %s%s" % (state, scope, ": " + summary if summary else "")
-            result["message_id"] = post_message(conn, row, recipients,
-                                                subject[:SUBJECT_MAX_CHARS], None, None,
-                                                MESSAGE_TTL_S, to, at)
-            result["recipients"] = len(recipients)
-        event(conn, "work." + state, row["id"], subject=scope, at=at,
-              data={"summary": summary, "message_id": result["message_id"]})
-    return result
+# A lease is on a Resource (small utilities): a path (the default: a bare path
+# means path:) or any <kind>:<name> (db:main, service:api, branch:main,
+# port:5432, ...).  Paths conflict when equal or when one is an ancestor of the
+# other, compared by the resource key (symlinks resolved); other kinds only on
+# equal names.  Events name a lease by its key, so every reader (drift, the
+# digest, selectors) sees one identity.
 
 
 def window_dict(conn, window, liveness=None):
@@ -2318,13 +2370,455 @@ S_WINDOW = {"type": "object", "properties": {
     "missing_acks": {"type": "array", "items": {"type": "string"}}},
     "required": ["window_id", "session_id", "state", "resources", "required",
                  "missing_acks"]}
-S_WINDOW_ID = {"type": "integer", "minimum": 1}
+S_WINDOW_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
+
+
+def overlapping_leases(conn, resource, at, exclude=None):
+    """Live leases that overlap the resource: same key, or for paths an ancestor
+    or a descendant (indexed: the ancestors by equality, the descendants by a
+    key range)."""
+    kind, key = resource.kind, resource.key
+    if kind != "path":
+        rows = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND expires_at > ?",
+                            (kind, key, at)).fetchall()
+    else:
+        ancestors = path_ancestors(key)
+        low, high = descendant_range(key)
+        rows = conn.execute(
+            "SELECT * FROM leases WHERE kind='path' AND key IN (%s) AND expires_at > ? "
+            "UNION SELECT * FROM leases WHERE kind='path' AND key >= ? AND key < ? AND "
+            "expires_at > ?" % ",".join("?" * len(ancestors)),
+            ancestors + [at, low, high, at]).fetchall()
+    return [r for r in rows if r["session_id"] != exclude]
+
+
+def _window_rows(conn, resource, at, states=WINDOW_OPEN):
+    """Open quiet windows on resources overlapping this one, still open at `at`."""
+    if resource.kind != "path":
+        where, params = "r.key = ?", [resource.key]
+    else:
+        ancestors = path_ancestors(resource.key)
+        low, high = descendant_range(resource.key)
+        where = "(r.key IN (%s) OR (r.key >= ? AND r.key < ?))" % ",".join(
+            "?" * len(ancestors))
+        params = ancestors + [low, high]
+    marks = ",".join("?" * len(states))
+    return conn.execute(
+        "SELECT DISTINCT w.* FROM window_resources r JOIN windows w ON w.id = r.window_id "
+        "WHERE r.kind = ? AND %s AND w.state IN (%s) AND w.expires_at > ?" % (where, marks),
+        [resource.kind] + params + list(states) + [at]).fetchall()
+
+
+def window_blocking(op, resource, session_id, active_only=False):
+    """The quiet windows of other sessions that block this resource: a pending
+    window blocks new overlapping leases and their renewal, an active one
+    blocks everything that overlaps it.  A window whose owner is gone blocks
+    nothing (like a stale lease)."""
+    found = []
+    for window in _window_rows(op.conn, resource, op.at,
+                               ("active",) if active_only else WINDOW_OPEN):
+        if window["session_id"] == session_id:
+            continue
+        owner = session_row(op.conn, window["session_id"])
+        if owner is None or op.liveness(owner) == "gone":
+            continue
+        found.append(dict(window_dict(op.conn, window), reason=(
+            "quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
+                window["id"], window["state"], window["session_id"],
+                one_line(owner["label"] or "-", 40), one_line(window["purpose"], 80),
+                iso(window["expires_at"])))))
+    return found
+
+
+def _refuse_windows(op, resource):
+    blocked = window_blocking(op, resource, op.me)
+    if blocked:
+        raise RoomError(blocked[0]["reason"], "wait for it to end, or ask its owner")
+
+
+def _overlapping_ignoring_case(conn, key, at):
+    """Path leases overlapping key when case does not matter (a filesystem that
+    ignores case: Readme.md and README.md are one file).  Not indexed; leases
+    are few."""
+    ancestors = [a.lower() for a in path_ancestors(key)]
+    prefix = key.lower().rstrip(os.sep) + os.sep
+    return [lease for lease in conn.execute(
+        "SELECT * FROM leases WHERE kind='path' AND expires_at > ?", (at,))
+        if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
+
+
+def lease_dict(conn, lease, liveness):
+    holder = session_row(conn, lease["session_id"])
+    return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
+            "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
+            "mode": lease["mode"], "purpose": lease["purpose"],
+            "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
+            "liveness": liveness(holder) if holder else "gone"}
+
+
+def _holder_text(lease):
+    return "%s (label %s, %s, %s until %s%s)" % (
+        lease["session_id"], one_line(lease["label"] or "-", 40), lease["liveness"],
+        lease["mode"], lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
+        if lease.get("purpose") else "")
+
+
+def _refuse_broad(resources, broad, what):
+    """A lease or window on a filesystem root or a repository's top level
+    blocks everyone's work there: it takes an explicit flag."""
+    if broad:
+        return
+    for resource in resources:
+        if resource.kind == "path" and resource.is_root():
+            raise UsageError("%s on %s covers a whole %s; pass broad (--broad) if "
+                             "that is what you mean" % (
+                                 what, resource.shown, "filesystem" if
+                                 os.path.dirname(resource.key) == resource.key
+                                 else "repository"))
+
+
+S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+               "description": "seconds the lease lives (default 900, at most 86400)"}
+S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
+                                          "maxLength": PATH_MAX_CHARS},
+               "minItems": 1, "maxItems": LEASE_TARGETS_MAX,
+               "description": "several resources at once, all or nothing: paths or "
+                              "kind:name (db:main, service:api, branch:x, port:5432)"}
+S_RESOURCE = dict(S_PATH, description="one resource: a path (relative to your cwd) or "
+                  "kind:name such as db:main")
+S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
+S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository root"}
+
+
+@tool("lease_claim", "Claim a lease", dict(S_LEASE_ARGS, **{
+    "ttl_s": S_TTL_LEASE,
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): one holder; shared: many, no exclusive"},
+    "purpose": {"type": "string", "maxLength": 500,
+                "description": "why you hold it, shown to others"},
+    "broad": S_BROAD,
+}), ["session_id"],
+    output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
+                      holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
+                      reason={"type": "string"}, lease=S_LEASE_OR_NULL,
+                      leases={"type": "array", "items": S_LEASE},
+                      taken_over={"type": "array", "items": S_LEASE}),
+    cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
+    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
+def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
+                purpose=None, broad=False):
+    """Claim a lease before editing files (or using a database, service, branch
+    or port) others may touch. path is one resource; resources a list taken all
+    or nothing. A directory lease covers everything under it. exclusive
+    (default) admits one holder; shared admits several and blocks exclusive
+    claims. Claiming again renews your own lease. A lease whose holder is gone
+    is taken over (taken_over says so). A conflict is a normal answer: ok
+    false, holder (the first conflicting lease), holders, reason."""
+    conn, me, at = op.conn, op.me, op.at
+    targets = op.resources(path, resources)
+    if mode == "exclusive":
+        _refuse_broad(targets, broad, "an exclusive lease")
+    held = conn.execute("SELECT COUNT(*) FROM leases WHERE session_id=?", (me,)).fetchone()[0]
+    if held + len(targets) > LEASES_PER_SESSION_MAX:
+        raise RoomError("you hold %d leases; at most %d per session" % (
+            held, LEASES_PER_SESSION_MAX), "release what you are done with")
+    conflicts, stale = {}, {}
+    for resource in targets:
+        for lease in overlapping_leases(conn, resource, at, exclude=me):
+            if mode == "exclusive" or lease["mode"] == "exclusive":
+                holder = session_row(conn, lease["session_id"])
+                if holder is None or op.liveness(holder) == "gone":
+                    stale[lease["id"]] = lease
+                else:
+                    conflicts[lease["id"]] = lease
+        _refuse_windows(op, resource)
+    if conflicts:
+        holders = [lease_dict(conn, lease, op.liveness) for lease in
+                   sorted(conflicts.values(), key=lambda l: l["acquired_at"])]
+        op.event("lease.refused", me, subject=targets[0].key,
+                 data={"mode": mode, "resources": [t.shown for t in targets],
+                       "holders": [h["session_id"] for h in holders]})
+        return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
+                "leases": [], "reason": "held by %s; nothing was claimed" % (
+                    "; ".join("%s on %s" % (_holder_text(h), h["resource"])
+                              for h in holders))}
+    taken = [lease_dict(conn, lease, op.liveness) for lease in stale.values()]
+    for lease in stale.values():
+        # The holder's process is gone: its lease would block for up to its
+        # TTL (24 h at most) with nobody to release it.
+        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        op.event("lease.takeover", me, subject=lease["key"],
+                 data={"from": lease["session_id"], "shown": lease["path"],
+                       "mode": lease["mode"], "kind": lease["kind"]})
+        old = session_row(conn, lease["session_id"])
+        if old is not None:
+            post_message(op, op.caller, [old["id"]],
+                         "[lease taken over] %s" % lease["path"][:SUBJECT_MAX_CHARS - 30],
+                         "%s took over your lease on %s because your session was gone."
+                         % (op.caller["label"] or me, lease["path"]), None,
+                         MESSAGE_TTL_S, old["id"])
+    reasons, granted = [], []
+    for resource in targets:
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine:
+            conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
+                         "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
+            reason, lease_id = "renewed", mine["id"]
+        else:
+            lease_id = conn.execute(
+                "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
+                "acquired_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+                (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
+                 at + ttl_s)).lastrowid
+            reason = "acquired"
+        reasons.append(reason)
+        op.event("lease.claim", me, subject=resource.key,
+                 data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
+                       "kind": resource.kind, "purpose": purpose, "shown": resource.shown})
+        granted.append(lease_dict(conn, conn.execute(
+            "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), op.liveness))
+    reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
+    result = {"ok": True, "holder": None, "holders": [], "reason": reason,
+              "lease": granted[0], "leases": granted}
+    if taken:
+        result["taken_over"] = taken
+        result["reason"] += "; took over %s from %s (gone)" % (
+            ", ".join(t["resource"] for t in taken),
+            ", ".join(sorted({t["label"] or t["session_id"] for t in taken})))
+    return result
+
+
+@tool("lease_renew", "Renew your leases", dict(S_LEASE_ARGS, ttl_s=S_TTL_LEASE),
+      ["session_id"],
+      output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
+          "type": "array", "items": S_LEASE})),
+      cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
+      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
+def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
+    """Extend live leases you hold (all named, or none). An expired lease, or
+    one held by another session, is not renewed: the error says which (claim
+    it again instead)."""
+    conn, me, at = op.conn, op.me, op.at
+    renewed = []
+    for resource in op.resources(path, resources):
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine is None:
+            other = overlapping_leases(conn, resource, at, exclude=me)
+            if other:
+                raise RoomError("%s is held by %s, not by you; not renewed" % (
+                    resource.shown, _holder_text(lease_dict(conn, other[0], op.liveness))))
+            expired = conn.execute(
+                "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
+                "'lease.expire' ORDER BY at DESC LIMIT 1", (resource.key, me)).fetchone()
+            if expired:
+                raise RoomError("your lease on %s expired at %s; it was not renewed"
+                                % (resource.shown, iso(expired[0])),
+                                "claim it again (lease_claim): someone may have "
+                                "changed it meanwhile")
+            raise RoomError("you hold no lease on %s" % resource.shown,
+                            "claim it (lease_claim)")
+        _refuse_windows(op, resource)
+        conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
+        op.event("lease.renew", me, subject=resource.key,
+                 data={"mode": mine["mode"], "expires_at": at + ttl_s,
+                       "kind": resource.kind, "shown": resource.shown})
+        renewed.append(lease_dict(conn, conn.execute(
+            "SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone(), op.liveness))
+    return dict(renewed[0], leases=renewed)
+
+
+@tool("lease_release", "Release your leases", S_LEASE_ARGS, ["session_id"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
+                        released={"type": "array", "items": {"type": "string"}}),
+      cli="release", positional=("resources",), example="release --session $ID src/a.go",
+      destructive=True)
+def lease_release(op, path=None, resources=None):
+    """Release leases you hold (all named, or none), as soon as you are done,
+    so others waiting for them can claim them."""
+    conn, me = op.conn, op.me
+    released = []
+    for resource in op.resources(path, resources):
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine is None:
+            raise RoomError("you hold no lease on %s; nothing was released"
+                            % resource.shown, "lease_list shows the leases in your rooms")
+        conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
+        op.event("lease.release", me, subject=resource.key,
+                 data={"mode": mine["mode"], "expired": mine["expires_at"] <= op.at,
+                       "kind": resource.kind, "shown": resource.shown})
+        released.append(resource.shown)
+    return {"ok": True, "path": released[0], "released": released}
+
+
+def _check_one(op, resource):
+    leases = overlapping_leases(op.conn, resource, op.at)
+    leases.sort(key=lambda l: (l["session_id"] == op.me, l["acquired_at"]))
+    shown_leases = [lease_dict(op.conn, lease, op.liveness) for lease in leases]
+    free = not any(lease["session_id"] != op.me for lease in leases)
+    return {"path": resource.shown, "resource": resource.shown, "free": free,
+            "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
+
+
+@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
+      output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
+                        leases={"type": "array", "items": S_LEASE},
+                        path={"type": "string"},
+                        resources={"type": "array", "items": {"type": "object"}}),
+      cli="check", positional=("resources",), example="check --session $ID src/a.go",
+      read_only=True, idempotent=True)
+def lease_check(op, path=None, resources=None):
+    """Whether resources are free of other sessions' live leases, counting
+    leases on a directory above a path or on anything under it. lease is the
+    first other holder's lease (or your own if only you hold it); leases lists
+    all; with several resources, resources has one answer each."""
+    answers = [_check_one(op, resource) for resource in op.resources(path, resources)]
+    first = dict(answers[0])
+    if len(answers) > 1:
+        first["free"] = all(a["free"] for a in answers)
+        first["leases"] = [l for a in answers for l in a["leases"]]
+        first["lease"] = next((a["lease"] for a in answers if not a["free"]),
+                              first["lease"])
+        first["resources"] = answers
+    return first
+
+
+@tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
+      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
+def lease_list(op):
+    """Live leases held by you and by the sessions sharing a room with you, with
+    each holder's label, liveness, purpose and expiry."""
+    holders = set(_roommates(op.conn, op.me)) | {op.me}
+    leases = op.conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path, "
+                             "acquired_at", (op.at,)).fetchall()
+    return {"leases": [lease_dict(op.conn, lease, op.liveness) for lease in leases
+                       if lease["session_id"] in holders]}
+
+
+@tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
+    "session_id": S_SESSION_OPT,
+    "require_held": {"type": "boolean",
+                     "description": "also require that you hold a covering lease"},
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): any other lease conflicts; shared: "
+                            "only exclusive leases of others do"},
+    "ignorecase": {"type": "boolean",
+                   "description": "compare paths ignoring case (git core.ignorecase)"},
+}), [], output=out_schema(
+    ["safe", "conflicts", "missing"], safe={"type": "boolean"},
+    conflicts={"type": "array", "items": S_LEASE},
+    missing={"type": "array", "items": {"type": "string"}},
+    stale={"type": "array", "items": S_LEASE},
+    windows={"type": "array", "items": {"type": "object"}}),
+    cli="guard", positional=("resources",),
+    example="guard --session $ID src/api/users.go --require-held", read_only=True,
+    idempotent=True)
+def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
+                ignorecase=False):
+    """The question a script or a git hook asks before touching resources: is
+    any of them under a live lease of another live session or in an active
+    quiet window of another session (or, with require_held, not covered by a
+    lease of yours; a lease on a directory covers what is under it, not the
+    reverse)? safe is false when so; conflicts, windows and missing say why.
+    Leases of sessions that are gone are listed as stale and do not block."""
+    me = op.me
+    if me is None and require_held:
+        raise UsageError("require_held needs your session (--session or "
+                         "AGENTS_ROOM_SESSION)")
+    conflicts, stale, missing, windows = [], [], [], {}
+    for resource in op.resources(path, resources):
+        leases = overlapping_leases(op.conn, resource, op.at)
+        if ignorecase and resource.kind == "path":
+            seen = {m["id"] for m in leases}
+            leases += [l for l in _overlapping_ignoring_case(op.conn, resource.key, op.at)
+                       if l["id"] not in seen]
+        for lease in leases:
+            if lease["session_id"] == me:
+                continue
+            if mode == "shared" and lease["mode"] != "exclusive":
+                continue
+            item = lease_dict(op.conn, lease, op.liveness)
+            (stale if item["liveness"] == "gone" else conflicts).append(item)
+        if require_held:
+            covering = set(path_ancestors(resource.key)) if resource.kind == "path" \
+                else {resource.key}
+            if not any(l["session_id"] == me and l["key"] in covering for l in leases):
+                missing.append(resource.shown)
+        for window in window_blocking(op, resource, me, active_only=True):
+            window.setdefault("blocks", [])
+            windows.setdefault(window["window_id"], window)["blocks"].append(
+                resource.shown)
+    return {"safe": not conflicts and not missing and not windows,
+            "conflicts": conflicts, "missing": missing, "stale": stale,
+            "windows": list(windows.values())}
+
+
+# ---- operations: work states and quiet windows ----------------------------
+# A work state says what a session is doing on a scope; a quiet window asks
+# the holders of overlapping leases and named sessions for quiet on resources
+# before an operation that must not be disturbed (a migration, a release).
+
+
+@tool("work_set", "Say what you are doing", {
+    "session_id": S_SESSION,
+    "state": {"type": "string", "enum": list(WORK_STATES)},
+    "scope": {"type": "string", "minLength": 1, "maxLength": 200,
+              "description": "what the state is about, e.g. api-v2 or ticket-42"},
+    "summary": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX,
+           "description": "with handoff or blocked: who to tell (a message is sent)"},
+}, ["session_id", "state", "scope"],
+    output=out_schema(["state", "scope"], state={"type": "string"},
+                      scope={"type": "string"}, message_id={"type": ["integer", "null"]},
+                      recipients={"type": "integer"}),
+    cli="work", positional=("state",), caller="present",
+    example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
+            '--to tag:reviewer')
+def work_set(op, state, scope, summary=None, to=None):
+    """Record your work state on a scope: started, waiting, blocked, completed,
+    handoff or failed. who and status show the latest per scope; completed and
+    failed clear it (the event log keeps it). handoff or blocked with 'to'
+    also sends a message, so the addressee is signalled like any message."""
+    if to is not None and state not in ("handoff", "blocked"):
+        raise UsageError("'to' goes with handoff or blocked, not %s" % state)
+    conn, me = op.conn, op.me
+    result = {"state": state, "scope": scope, "message_id": None, "recipients": 0}
+    if state in ("completed", "failed"):
+        conn.execute("DELETE FROM work WHERE session_id=? AND scope=?", (me, scope))
+    else:
+        conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
+                     "updated_at) VALUES (?,?,?,?,?)", (me, scope, state, summary, op.at))
+    if to is not None:
+        recipients = resolve_selectors(op, op.caller, to)
+        subject = "[%s] %s%s" % (state, scope, ": " + summary if summary else "")
+        result["message_id"] = post_message(op, op.caller, recipients,
+                                            subject[:SUBJECT_MAX_CHARS], None, None,
+                                            MESSAGE_TTL_S, to)
+        result["recipients"] = len(recipients)
+    op.event("work." + state, me, subject=scope,
+             data={"summary": summary, "message_id": result["message_id"]})
+    return result
 
 
 def _load_window(conn, window_id):
     window = conn.execute("SELECT * FROM windows WHERE id=?", (window_id,)).fetchone()
     if window is None:
         raise RoomError("no quiet window #%s" % window_id, "window_status lists them")
+    return window
+
+
+def _own_window(op, window_id, allowed, verb):
+    window = _load_window(op.conn, window_id)
+    if window["session_id"] != op.me:
+        raise RoomError("quiet window #%d belongs to %s, not to you"
+                        % (window_id, window["session_id"]))
+    if window["state"] not in allowed:
+        raise RoomError("quiet window #%d is %s; it cannot be %s"
+                        % (window_id, window["state"], verb))
     return window
 
 
@@ -2338,84 +2832,79 @@ def _load_window(conn, window_id):
               "description": "how long the window may last (default 1800)"},
     "ack_timeout_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
                       "description": "how long acks may take (default 300)"},
+    "broad": S_BROAD,
 }, ["session_id", "resources", "purpose"], output=S_WINDOW,
-    cli="window-request", positional=("resources",), flags={"ttl_s": "--ttl",
-                                                            "ack_timeout_s": "--ack-timeout"},
-    example='window-request --session $ID db:main --purpose "apply migration" '
+    cli="window request", positional=("resources",),
+    flags={"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout"}, caller="present",
+    example='window request --session $ID db:main --purpose "apply migration" '
             '--require tag:reviewer')
-def window_request(store, ctx, session_id, resources, purpose, require=None,
-                   ttl_s=WINDOW_TTL_S, ack_timeout_s=WINDOW_ACK_TIMEOUT_S):
+def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
+                   ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
     """Ask for quiet on resources before an operation that must not be
     disturbed. The holders of overlapping leases and the required sessions get
     a message (so they are signalled). While pending, the window blocks new
     overlapping leases of others and their renewal; window_activate succeeds
     once every required session acked before the deadline and every
-    overlapping lease is released."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id, present=True)
-        targets = _targets(ctx, row, None, resources)
-        required = resolve_selectors(store, conn, row, require, at) if require else []
-        holders = []
-        for kind, shown, key in targets:
-            for lease in overlapping_leases(conn, kind, key, at, exclude=row["id"]):
-                if lease["session_id"] not in holders:
-                    holders.append(lease["session_id"])
-        window_id = conn.execute(
-            "INSERT INTO windows (session_id, purpose, state, required, acked, created_at, "
-            "ack_deadline, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-            (row["id"], purpose, "pending", json.dumps(required), "[]", at,
-             at + ack_timeout_s, at + ttl_s)).lastrowid
-        conn.executemany("INSERT INTO window_resources (window_id, kind, key, shown) "
-                         "VALUES (?,?,?,?)", [(window_id, k, key, shown)
-                                              for k, shown, key in targets])
-        event(conn, "window.request", row["id"], subject=window_id, at=at, data={
-            "resources": [t[1] for t in targets], "purpose": purpose,
-            "required": required, "holders": holders})
-        notified = list(dict.fromkeys(required + holders))
-        if notified:
-            subject = ("[quiet window #%d] %s on %s: %s" % (
-                window_id, row["label"] or row["id"], ", ".join(t[1] for t in targets),
-                purpose))[:SUBJECT_MAX_CHARS]
-            body = ("%s asks for quiet on %s until %s.\n%s"
-                    "Release your overlapping leases; required sessions: window_ack %d "
-                    "before %s." % (row["label"] or row["id"],
-                                   ", ".join(t[1] for t in targets), iso(at + ttl_s),
-                                   "You hold an overlapping lease. " if holders else "",
-                                   window_id, iso(at + ack_timeout_s)))
-            post_message(conn, row, notified, subject, body, None, MESSAGE_TTL_S,
-                         {"window": window_id}, at)
-        return window_dict(conn, _load_window(conn, window_id))
+    overlapping lease is released. It ends when you leave."""
+    conn, row, at = op.conn, op.caller, op.at
+    targets = op.resources(None, resources)
+    _refuse_broad(targets, broad, "a quiet window")
+    required = resolve_selectors(op, row, require) if require else []
+    holders = []
+    for resource in targets:
+        for lease in overlapping_leases(conn, resource, at, exclude=row["id"]):
+            if lease["session_id"] not in holders:
+                holders.append(lease["session_id"])
+    window_id = conn.execute(
+        "INSERT INTO windows (session_id, purpose, state, required, acked, created_at, "
+        "ack_deadline, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+        (row["id"], purpose, "pending", json.dumps(required), "[]", at,
+         at + ack_timeout_s, at + ttl_s)).lastrowid
+    conn.executemany("INSERT INTO window_resources (window_id, kind, key, shown) "
+                     "VALUES (?,?,?,?)", [(window_id, r.kind, r.key, r.shown)
+                                          for r in targets])
+    shown = ", ".join(r.shown for r in targets)
+    op.event("window.request", row["id"], subject=window_id, data={
+        "resources": [r.shown for r in targets], "purpose": purpose,
+        "required": required, "holders": holders})
+    notified = list(dict.fromkeys(required + holders))
+    if notified:
+        who = row["label"] or row["id"]
+        subject = ("[quiet window #%d] %s on %s: %s" % (
+            window_id, who, shown, purpose))[:SUBJECT_MAX_CHARS]
+        body = ("%s asks for quiet on %s until %s.\n%s"
+                "Release your overlapping leases; required sessions: window_ack %d "
+                "before %s." % (who, shown, iso(at + ttl_s),
+                               "You hold an overlapping lease. " if holders else "",
+                               window_id, iso(at + ack_timeout_s)))
+        post_message(op, row, notified, subject, body, None, MESSAGE_TTL_S,
+                     {"window": window_id})
+    return window_dict(conn, _load_window(conn, window_id))
 
 
 @tool("window_ack", "Agree to a quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window-ack", positional=("window_id",),
-    example="window-ack --session $ID 3", idempotent=True)
-def window_ack(store, ctx, session_id, window_id):
+    output=S_WINDOW, cli="window ack", positional=("window_id",),
+    example="window ack --session $ID 3", idempotent=True)
+def window_ack(op, window_id):
     """Acknowledge a quiet window you were asked about (before its deadline).
     Release your overlapping leases too: the window activates only when they
     are gone."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        window = _load_window(conn, window_id)
-        if window["state"] != "pending":
-            raise RoomError("quiet window #%d is %s; there is nothing to ack"
-                            % (window_id, window["state"]))
-        if at > window["ack_deadline"]:
-            raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
-                            % (window_id, iso(window["ack_deadline"])),
-                            "its requester has to ask again")
-        acked = json.loads(window["acked"])
-        if row["id"] not in acked:
-            acked.append(row["id"])
-            conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
-                                                                    window_id))
-            event(conn, "window.ack", row["id"], subject=window_id, at=at)
-        return window_dict(conn, _load_window(conn, window_id))
+    window = _load_window(op.conn, window_id)
+    if window["state"] != "pending":
+        raise RoomError("quiet window #%d is %s; there is nothing to ack"
+                        % (window_id, window["state"]))
+    if op.at > window["ack_deadline"]:
+        raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
+                        % (window_id, iso(window["ack_deadline"])),
+                        "its requester has to ask again")
+    acked = json.loads(window["acked"])
+    if op.me not in acked:
+        acked.append(op.me)
+        op.conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
+                                                                   window_id))
+        op.event("window.ack", op.me, subject=window_id)
+    return window_dict(op.conn, _load_window(op.conn, window_id))
 
 
 @tool("window_activate", "Start the quiet window", {
@@ -2423,106 +2912,82 @@ def window_ack(store, ctx, session_id, window_id):
     output=dict(S_WINDOW, properties=dict(S_WINDOW["properties"], ok={"type": "boolean"},
                                           reason={"type": "string"},
                                           holders={"type": "array", "items": S_LEASE})),
-    cli="window-activate", positional=("window_id",),
-    example="window-activate --session $ID 3")
-def window_activate(store, ctx, session_id, window_id):
+    cli="window activate", positional=("window_id",), caller="present",
+    example="window activate --session $ID 3")
+def window_activate(op, window_id):
     """Start your pending window: it succeeds (ok true) only when every required
     session acked in time, every overlapping lease of others is released, and
     no other active window overlaps it; otherwise ok is false and reason says
     what is missing."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id, present=True)
-        window = _load_window(conn, window_id)
-        if window["session_id"] != row["id"]:
-            raise RoomError("quiet window #%d belongs to %s, not to you"
-                            % (window_id, window["session_id"]))
-        if window["state"] != "pending":
-            raise RoomError("quiet window #%d is %s, not pending" % (window_id,
-                                                                     window["state"]))
-        shown = window_dict(conn, window)
-        problems, holders = [], []
-        if shown["missing_acks"]:
-            problems.append("waiting for acks from %s" % ", ".join(shown["missing_acks"]))
-        for r in conn.execute("SELECT * FROM window_resources WHERE window_id=?",
-                              (window_id,)).fetchall():
-            for lease in overlapping_leases(conn, r["kind"], r["key"], at,
-                                            exclude=row["id"]):
-                holders.append(lease_dict(conn, lease, liveness))
-            for other in _window_rows(conn, r["kind"], r["key"], at, ("active",)):
-                if other["id"] != window_id:
-                    problems.append("quiet window #%d of %s is active on it"
-                                    % (other["id"], other["session_id"]))
-        if holders:
-            problems.append("leases still held: %s" % "; ".join(
-                "%s by %s" % (h["resource"], _holder_text(h)) for h in holders))
-        if problems:
-            event(conn, "window.refused", row["id"], subject=window_id, at=at,
-                  data={"problems": problems})
-            return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
-        conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
-                     (at, window_id))
-        event(conn, "window.activate", row["id"], subject=window_id, at=at)
-        return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
-                    reason="active", holders=[])
+    conn = op.conn
+    window = _own_window(op, window_id, ("pending",), "activated")
+    shown = window_dict(conn, window)
+    problems, holders = [], []
+    if shown["missing_acks"]:
+        problems.append("waiting for acks from %s" % ", ".join(shown["missing_acks"]))
+    for r in conn.execute("SELECT * FROM window_resources WHERE window_id=?",
+                          (window_id,)).fetchall():
+        resource = Resource(r["kind"], r["key"], r["shown"])
+        for lease in overlapping_leases(conn, resource, op.at, exclude=op.me):
+            holders.append(lease_dict(conn, lease, op.liveness))
+        for other in _window_rows(conn, resource, op.at, ("active",)):
+            if other["id"] != window_id:
+                problems.append("quiet window #%d of %s is active on it"
+                                % (other["id"], other["session_id"]))
+    if holders:
+        problems.append("leases still held: %s" % "; ".join(
+            "%s by %s" % (h["resource"], _holder_text(h)) for h in holders))
+    if problems:
+        op.event("window.refused", op.me, subject=window_id, data={"problems": problems})
+        return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
+    conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
+                 (op.at, window_id))
+    op.event("window.activate", op.me, subject=window_id)
+    return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
+                reason="active", holders=[])
 
 
-def _end_window(store, ctx, session_id, window_id, state, allowed):
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        row = require_session(store, conn, session_id)
-        window = _load_window(conn, window_id)
-        if window["session_id"] != row["id"]:
-            raise RoomError("quiet window #%d belongs to %s, not to you"
-                            % (window_id, window["session_id"]))
-        if window["state"] not in allowed:
-            raise RoomError("quiet window #%d is %s; it cannot be %s"
-                            % (window_id, window["state"], state))
-        conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
-                     (state, at, window_id))
-        event(conn, {"released": "window.release", "cancelled": "window.cancel"}[state],
-              row["id"], subject=window_id, at=at)
-        return window_dict(conn, _load_window(conn, window_id))
+def _end_window(op, window_id, state, allowed):
+    _own_window(op, window_id, allowed, state)
+    op.conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
+                    (state, op.at, window_id))
+    op.event({"released": "window.release", "cancelled": "window.cancel"}[state],
+             op.me, subject=window_id)
+    return window_dict(op.conn, _load_window(op.conn, window_id))
 
 
 @tool("window_release", "End the quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window-release", positional=("window_id",),
-    example="window-release --session $ID 3", destructive=True)
-def window_release(store, ctx, session_id, window_id):
+    output=S_WINDOW, cli="window release", positional=("window_id",),
+    example="window release --session $ID 3", destructive=True)
+def window_release(op, window_id):
     """End your active quiet window once the operation is done: others may
     claim the resources again."""
-    return _end_window(store, ctx, session_id, window_id, "released", ("active",))
+    return _end_window(op, window_id, "released", ("active",))
 
 
 @tool("window_cancel", "Cancel a quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window-cancel", positional=("window_id",),
-    example="window-cancel --session $ID 3", destructive=True)
-def window_cancel(store, ctx, session_id, window_id):
+    output=S_WINDOW, cli="window cancel", positional=("window_id",),
+    example="window cancel --session $ID 3", destructive=True)
+def window_cancel(op, window_id):
     """Cancel your pending or active quiet window."""
-    return _end_window(store, ctx, session_id, window_id, "cancelled", WINDOW_OPEN)
+    return _end_window(op, window_id, "cancelled", WINDOW_OPEN)
 
 
 @tool("window_status", "Quiet windows", {
     "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
     output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
-    cli="window-status", example="window-status", read_only=True, idempotent=True)
-def window_status(store, ctx, session_id=None, window_id=None):
+    cli="window status", example="window status", read_only=True, idempotent=True)
+def window_status(op, window_id=None):
     """One quiet window by id, or every open (pending or active) one."""
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        if session_id:
-            require_session(store, conn, session_id)
-        if window_id:
-            return {"windows": [window_dict(conn, _load_window(conn, window_id))]}
-        return {"windows": [window_dict(conn, w) for w in conn.execute(
-            "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
+    if window_id:
+        return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
+    return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
+        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
 
+
+# ---- operations: status ---------------------------------------------------
 
 STATUS_SCHEMA_VERSION = 1
 
@@ -2538,68 +3003,64 @@ STATUS_SCHEMA_VERSION = 1
                       windows={"type": "array", "items": S_WINDOW}),
     cli="status", example="status --room shared:storefront --json", read_only=True,
     idempotent=True)
-def room_status(store, ctx, session_id=None, room=None):
+def room_status(op, room=None):
     """One snapshot: sessions with liveness, autonomy, work states and unread
     counts; live leases with purpose and expiry; open quiet windows; the last
     messages' subjects per room. For one room, or everything in the store.
     The JSON shape is stable for scripts (schema_version)."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        if session_id:
-            require_session(store, conn, session_id)
-        if room:
-            rooms = [resolve_room(conn, room)]
-        else:
-            rooms = [r[0] for r in conn.execute(
-                "SELECT DISTINCT room FROM memberships ORDER BY room")]
-        marks = ",".join("?" * len(rooms)) or "''"
-        ids = [r[0] for r in conn.execute(
-            "SELECT DISTINCT session_id FROM memberships WHERE room IN (%s)" % marks, rooms)]
-        sessions = []
-        for sid in ids:
-            row = session_row(conn, sid)
-            item = session_dict(conn, row, liveness)
-            item["work"] = work_of(conn, sid)
-            item["unread"] = unread_count(conn, sid)
-            sessions.append(item)
-        sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
-        leases = [lease_dict(conn, lease, liveness) for lease in conn.execute(
-            "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
-            if lease["session_id"] in ids or not room]
-        windows = [window_dict(conn, w) for w in conn.execute(
-            "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
-            if w["session_id"] in ids or not room]
-        room_items = []
-        for name in rooms:
-            recent = conn.execute(
-                "SELECT m.id, m.subject, m.sender_label, m.created_at FROM message_rooms r "
-                "JOIN messages m ON m.id = r.message_id WHERE r.room=? "
-                "ORDER BY r.message_id DESC LIMIT 5", (name,)).fetchall()
-            room_items.append({
-                "room": name,
-                "cap": conn.execute("SELECT cap FROM rooms WHERE name=?",
-                                    (name,)).fetchone()[0],
-                "sessions": [r[0] for r in conn.execute(
-                    "SELECT session_id FROM memberships WHERE room=? ORDER BY session_id",
-                    (name,))],
-                "recent": [{"message_id": m["id"], "subject": m["subject"],
-                            "sender_label": m["sender_label"],
-                            "created_at": iso(m["created_at"])} for m in reversed(recent)]})
+    conn, at = op.conn, op.at
+    if room:
+        rooms = [resolve_room(conn, room)]
+    else:
+        rooms = [r[0] for r in conn.execute(
+            "SELECT DISTINCT room FROM memberships ORDER BY room")]
+    marks = ",".join("?" * len(rooms)) or "''"
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT session_id FROM memberships WHERE room IN (%s)" % marks, rooms)]
+    sessions = []
+    for sid in ids:
+        item = session_dict(conn, session_row(conn, sid), op.liveness, at)
+        item["unread"] = unread_count(conn, sid)
+        sessions.append(item)
+    sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
+    leases = [lease_dict(conn, lease, op.liveness) for lease in conn.execute(
+        "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
+        if lease["session_id"] in ids or not room]
+    windows = [window_dict(conn, w) for w in conn.execute(
+        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
+        if w["session_id"] in ids or not room]
+    room_items = []
+    for name in rooms:
+        recent = conn.execute(
+            "SELECT m.id, m.subject, m.sender_label, m.created_at FROM message_rooms r "
+            "JOIN messages m ON m.id = r.message_id WHERE r.room=? "
+            "ORDER BY r.message_id DESC LIMIT 5", (name,)).fetchall()
+        room_items.append({
+            "room": name,
+            "cap": conn.execute("SELECT cap FROM rooms WHERE name=?", (name,)).fetchone()[0],
+            "sessions": [r[0] for r in conn.execute(
+                "SELECT session_id FROM memberships WHERE room=? ORDER BY session_id",
+                (name,))],
+            "recent": [{"message_id": m["id"], "subject": m["subject"],
+                        "sender_label": m["sender_label"],
+                        "created_at": iso(m["created_at"])} for m in reversed(recent)]})
     return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
-            "store": store.path, "rooms": room_items, "sessions": sessions,
+            "store": op.store.path, "rooms": room_items, "sessions": sessions,
             "leases": leases, "windows": windows}
 
 
 # ---- operations: reads and drift ------------------------------------------
 
 
-def path_for(ctx, row, path):
-    """Relative paths resolve against the caller's cwd on the CLI and in hooks,
-    and against the session's recorded cwd over MCP (the server's cwd at join
-    is the agent's project, while the server process may sit anywhere)."""
-    return normalize_path(path, row["cwd"] if ctx.via == "mcp" else ctx.cwd)
+def _hash_now(op, path):
+    """Prepare step of note_read and drift_check: resolve the path and hash the
+    file before the write transaction, so a slow, huge or endless file never
+    holds the store's lock."""
+    resource = Resource.parse(path, op.base, kind="path")
+    try:
+        return {"resource": resource, "hash": hash_file(resource.shown), "error": None}
+    except RoomError as error:
+        return {"resource": resource, "hash": None, "error": error}
 
 
 @tool("note_read", "Record what you read", {"session_id": S_SESSION, "path": S_PATH},
@@ -2607,31 +3068,29 @@ def path_for(ctx, row, path):
       output=out_schema(["hash"], hash={"type": "string"}, path={"type": "string"},
                         read_at=S_TIME),
       cli="note-read", positional=("path",), example="note-read --session $ID src/a.go",
-      idempotent=True)
-def note_read(store, ctx, session_id, path):
+      idempotent=True, prepare=_hash_now)
+def note_read(op, path):
     """Record the SHA-256 of a file as you read it now, the baseline drift_check
     compares against later."""
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        full = path_for(ctx, row, path)
-        try:
-            digest = sha256_file(full)
-        except OSError as error:
-            raise RoomError("cannot read %s: %s" % (full, error.strerror or error))
-        conn.execute("INSERT OR REPLACE INTO reads (session_id, path, hash, read_at) "
-                     "VALUES (?,?,?,?)", (row["id"], full, digest, at))
-        event(conn, "read.note", row["id"], subject=full, data={"hash": digest}, at=at)
-    return {"path": full, "hash": digest, "read_at": iso(at)}
+    resource, digest = op.prepared["resource"], op.prepared["hash"]
+    if op.prepared["error"]:
+        raise op.prepared["error"]
+    if digest is None:
+        raise RoomError("cannot read %s: no such file" % resource.shown)
+    op.conn.execute("INSERT OR REPLACE INTO reads (session_id, path, hash, read_at) "
+                    "VALUES (?,?,?,?)", (op.me, resource.key, digest, op.at))
+    op.event("read.note", op.me, subject=resource.key,
+             data={"hash": digest, "shown": resource.shown})
+    return {"path": resource.shown, "hash": digest, "read_at": iso(op.at)}
 
 
-def lease_holders_between(conn, path, session_id, start, end):
-    """Other sessions' leases on path that were live at some time in [start, end],
-    from the event log: each claim or renewal lives until its expiry or the
-    holder's next release, whichever comes first."""
+def lease_holders_between(conn, key, session_id, start, end):
+    """Other sessions' leases on the file (by its key) that were live at some
+    time in [start, end], from the event log: each claim or renewal lives until
+    its expiry or the holder's next release, whichever comes first."""
     horizon = start - LEASE_TTL_MAX_S
     found = []
-    covering = path_ancestors(path)      # a lease on a directory covers the file
+    covering = path_ancestors(key)      # a lease on a directory covers the file
     marks = ",".join("?" * len(covering))
     for claim in conn.execute(
             "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
@@ -2641,8 +3100,8 @@ def lease_holders_between(conn, path, session_id, start, end):
         until = data.get("expires_at", claim["at"])
         released = conn.execute(
             "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
-            "kind = 'lease.release'", (claim["subject"], claim["session_id"],
-                                       claim["at"])).fetchone()[0]
+            "kind IN ('lease.release', 'lease.takeover')",
+            (claim["subject"], claim["session_id"], claim["at"])).fetchone()[0]
         if released is not None:
             until = min(until, released)
         if until >= start:
@@ -2658,159 +3117,60 @@ def lease_holders_between(conn, path, session_id, start, end):
                       changed={"type": "boolean"}, holder=S_LEASE_OR_NULL, since=S_TIME,
                       message={"type": "string"}),
     cli="drift", positional=("path",), example="drift --session $ID src/a.go",
-    read_only=True, idempotent=True)
-def drift_check(store, ctx, session_id, path):
+    read_only=True, idempotent=True, prepare=_hash_now)
+def drift_check(op, path):
     """Compare a file with the hash note_read recorded. SAFE: unchanged, or no
     baseline. MINOR: changed (or deleted), no other session leased it meanwhile.
     CRITICAL: changed while another session held a lease on it (holder names
     it, since says from when): re-read before you write."""
-    liveness = LazyScan(ctx)
-    at = now()
-    with store.write() as conn:
-        row = require_session(store, conn, session_id)
-        full = path_for(ctx, row, path)
-        base = conn.execute("SELECT * FROM reads WHERE session_id=? AND path=?",
-                            (row["id"], full)).fetchone()
-        result = {"path": full, "severity": "SAFE", "changed": False, "holder": None,
-                  "since": None}
-        if base is None:
-            result["message"] = "no baseline recorded for %s (note_read it first)" % full
-            return result
-        try:
-            current = sha256_file(full)
-        except FileNotFoundError:
-            current = None
-        except OSError as error:
-            raise RoomError("cannot read %s: %s" % (full, error.strerror or error))
-        if current == base["hash"]:
-            result["message"] = "unchanged since you read it at %s" % iso(base["read_at"])
-            return result
-        result["changed"] = True
-        what = "deleted" if current is None else "changed"
-        holders = lease_holders_between(conn, full, row["id"], base["read_at"], at)
-        if not holders:
-            result["severity"] = "MINOR"
-            result["message"] = "%s since you read it at %s; nobody else leased it" % (
-                what, iso(base["read_at"]))
-            return result
-        claim, data, until = holders[-1]
-        holder_row = session_row(conn, claim["session_id"])
-        result["severity"] = "CRITICAL"
-        result["since"] = iso(max(claim["at"], base["read_at"]))
-        result["holder"] = {
-            "session_id": claim["session_id"],
-            "label": holder_row["label"] if holder_row else None, "path": claim["subject"],
-            "resource": claim["subject"], "kind": "path", "purpose": data.get("purpose"),
-            "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
-            "expires_at": iso(until),
-            "liveness": liveness(holder_row) if holder_row else "gone"}
-        result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
-            "it from %s: re-read before writing" % (
-                what, claim["session_id"], result["holder"]["label"] or "-", result["since"])
+    conn = op.conn
+    resource, current = op.prepared["resource"], op.prepared["hash"]
+    full = resource.shown
+    base = conn.execute("SELECT * FROM reads WHERE session_id=? AND path=?",
+                        (op.me, resource.key)).fetchone()
+    result = {"path": full, "severity": "SAFE", "changed": False, "holder": None,
+              "since": None}
+    if base is None:
+        result["message"] = "no baseline recorded for %s (note_read it first)" % full
         return result
+    if op.prepared["error"]:
+        raise op.prepared["error"]
+    if current == base["hash"]:
+        result["message"] = "unchanged since you read it at %s" % iso(base["read_at"])
+        return result
+    result["changed"] = True
+    what = "deleted" if current is None else "changed"
+    holders = lease_holders_between(conn, resource.key, op.me, base["read_at"], op.at)
+    if not holders:
+        result["severity"] = "MINOR"
+        result["message"] = "%s since you read it at %s; nobody else leased it" % (
+            what, iso(base["read_at"]))
+        return result
+    claim, data, until = holders[-1]
+    holder_row = session_row(conn, claim["session_id"])
+    shown = data.get("shown", claim["subject"])
+    result["severity"] = "CRITICAL"
+    result["since"] = iso(max(claim["at"], base["read_at"]))
+    result["holder"] = {
+        "session_id": claim["session_id"],
+        "label": holder_row["label"] if holder_row else None, "path": shown,
+        "resource": shown, "kind": "path", "purpose": data.get("purpose"),
+        "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
+        "expires_at": iso(until),
+        "liveness": op.liveness(holder_row) if holder_row else "gone"}
+    result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
+        "it from %s: re-read before writing" % (
+            what, claim["session_id"], one_line(result["holder"]["label"] or "-", 40),
+            result["since"])
+    return result
 
 
-# ---- operations: housekeeping ---------------------------------------------
-
-
-def prune(store, quiet_s=PRUNE_QUIET_S, dry_run=False):
-    """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
-    reports).  Their messages stay, each keeping its sender's label; their
-    memberships, leases, reads and deliveries go.  Also finishes retention:
-    audit events past 30 days, messages 90 days past their TTL."""
-    liveness = LazyScan()
-    at = now()
-    removed, kept = [], []
-    events_removed = messages_removed = 0
-    with store.write() as conn:
-        if not dry_run:
-            while True:          # prune is the explicit call: finish the job
-                batch = retention(conn, at, 5000)
-                events_removed += batch[0]
-                messages_removed += batch[1]
-                if batch == (0, 0):
-                    break
-        sweep(conn, at)
-        for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
-                                "last_seen", (at - quiet_s,)).fetchall():
-            state = liveness(row)
-            item = {"session_id": row["id"], "label": row["label"], "liveness": state,
-                    "last_seen": iso(row["last_seen"])}
-            if state != "gone":
-                kept.append(item)
-                continue
-            removed.append(item)
-            if not dry_run:
-                _release_all(conn, row["id"], "prune", at)
-                conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
-                event(conn, "session.prune", row["id"], data=item, at=at)
-    return {"removed": removed, "kept": kept, "dry_run": dry_run,
-            "quiet_s": quiet_s, "events_removed": events_removed,
-            "messages_removed": messages_removed}
-
-
-def follow_events(room=None, since=None, poll_s=0.5):
-    """Yield event rows as dicts, oldest first, forever: those after `since`
-    (epoch seconds; default: from now on), only of `room`'s sessions when given.
-    Polls the store with an indexed read of new event ids: no write, no busy
-    loop."""
-    store = Store()
-    try:
-        conn = store.conn
-        if since is not None:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
-                                (since,)).fetchone()[0]
-        else:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-        full = resolve_room(conn, room) if room else None
-        labels = {}
-        while True:
-            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
-                                (last,)).fetchall()
-            for row in rows:
-                last = row["id"]
-                sid = row["session_id"]
-                if full and row["room"] != full and not conn.execute(
-                        "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
-                        (sid, full)).fetchone():
-                    continue
-                if sid and sid not in labels:
-                    found = session_row(conn, sid)
-                    labels[sid] = found["label"] if found else None
-                yield {"id": row["id"], "at": iso(row["at"]), "kind": row["kind"],
-                       "session_id": sid, "label": labels.get(sid), "room": row["room"],
-                       "subject": row["subject"],
-                       "data": json.loads(row["data"]) if row["data"] else {}}
-            if not rows:
-                time.sleep(poll_s)
-    finally:
-        store.close()
-
-
-def version_info():
-    """This copy and its store: so two agents can tell whether they run the same."""
-    import hashlib
-    with open(this_file(), "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
-    path = default_db_path()
-    schema = None
-    if os.path.exists(path):
-        try:
-            conn = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
-            schema = conn.execute("PRAGMA user_version").fetchone()[0]
-            conn.close()
-        except sqlite3.Error:
-            schema = None
-    return {"version": __version__, "python": sys.version.split()[0],
-            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
-            "store": path, "store_schema_version": schema,
-            "schema_version": SCHEMA_VERSION}
-
-
-# ---- signals: hooks and wake levers ---------------------------------------
+# ---- operations: signals and wakes -----------------------------------------
 # The signal is one line saying something waits (counts and sender labels);
 # subjects and bodies never ride it, so a recipient's context stays small and
-# 'read' means the agent fetched the content itself.
+# 'read' means the agent fetched the content itself.  These operations are the
+# hook front end's and the wake levers' way into the store; they are not MCP
+# tools (public=False).
 
 SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
 STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
@@ -2821,14 +3181,16 @@ WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
 SOCKET_TIMEOUT_S = 1.0
 WAITER_LIFETIME_S = 12 * 3600
 WAITER_POLL_S = 1.0
+S_KEY = {"type": "string", "maxLength": 200}
 
 
 def _env_seconds(name, default):
     value = os.environ.get(name)
     try:
-        return float(value) if value not in (None, "") else default
+        seconds = float(value) if value not in (None, "") else default
     except ValueError:
         return default
+    return seconds if seconds == seconds and 0 <= seconds < 1e9 else default
 
 
 def signal_text(conn, session_id):
@@ -2844,73 +3206,419 @@ def signal_text(conn, session_id):
     senders = ", ".join("%d from %s" % (r[1], one_line(r[0], 40)) for r in rows[:5])
     if len(rows) > 5:
         senders += ", ..."
-    return ("agents-room: %d unread message%s (%s); call msg_recv with session_id %s"
-            % (total, "" if total == 1 else "s", senders, session_id))
+    return one_line("agents-room: %d unread message%s (%s); call msg_recv with session_id "
+                    "%s" % (total, "" if total == 1 else "s", senders, session_id),
+                    SIGNAL_MAX_CHARS)
 
 
-def mark_offered(conn, session_id, at, stop=False):
-    """Signalling moves stored -> offered and stamps when; it never moves a
-    state backwards (accepted and undeliverable stay as they are)."""
-    conn.execute("UPDATE deliveries SET state='offered', updated_at=? WHERE session_id=? "
-                 "AND state='stored'", (at, session_id))
+def mark_offered(op, session_id, stop=False):
+    """Signalling moves stored (and undeliverable) deliveries to offered and
+    stamps when; it never moves a state backwards."""
+    advance(op.conn, "offered", op.at, "session_id=?", (session_id,))
     column = "stop_held_at" if stop else "offered_at"
-    conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
-                 % (column, UNREAD_SQL), (at, session_id))
+    op.conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
+                    % (column, UNREAD_SQL), (op.at, session_id))
 
 
-def tool_event_signal(store, session_id):
-    """The signal for a PostToolUse/UserPromptSubmit event, or None.  With the
-    default window of 0 every tool event mentions what is still unread; with a
-    window, only deliveries never offered or offered longer ago than it."""
+@tool("signal_tool_event", "Signal on a tool event", {"harness_key": S_KEY},
+      ["harness_key"], caller="key", public=False)
+def signal_tool_event(op, harness_key):
+    """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
+    window of 0 every tool event mentions what is still unread; with a window,
+    only deliveries never offered or offered longer ago than it."""
+    row = op.caller
+    if row is None or row["left_at"] is not None:
+        return {"text": None}
     window = _env_seconds("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
-        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
-        due = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
-            "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
-            (session_id, at - window)).fetchone()[0]
-        if not due:
-            return None
-        text = signal_text(conn, session_id)
-        mark_offered(conn, session_id, at)
-        event(conn, "signal.tool", session_id, data={"text": text}, at=at)
-        return text
+    due = op.conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+        "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
+        (row["id"], op.at - window)).fetchone()[0]
+    if not due:
+        return {"text": None}
+    text = signal_text(op.conn, row["id"])
+    mark_offered(op, row["id"])
+    op.event("signal.tool", row["id"], data={"text": text})
+    return {"text": text}
 
 
-def stop_signal(store, session_id, stop_hook_active):
-    """The reason to block a Stop, or None: at hold or wake, when some unread
+@tool("signal_stop", "Hold the end of a turn", {
+    "harness_key": S_KEY, "stop_hook_active": {"type": "boolean"},
+    "urgent_only": {"type": "boolean"}}, ["harness_key"], caller="key", public=False)
+def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
+    """Stop: the reason to block, or None: at hold or wake, when some unread
     delivery has not held a Stop yet, or held one longer ago than the window.
     Never when the harness says this Stop was already blocked once this turn."""
-    if stop_hook_active:
-        return None
+    row = op.caller
+    if row is None or row["left_at"] is not None or stop_hook_active:
+        return {"text": None}
+    if effective_autonomy(op.conn, row) < 1:
+        return {"text": None}
     window = _env_seconds("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
-    at = now()
-    with store.write() as conn:
-        sweep(conn, at)
+    due = op.conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+        "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
+        (row["id"], op.at - window)).fetchone()[0]
+    if not due:
+        return {"text": None}
+    text = signal_text(op.conn, row["id"])
+    mark_offered(op, row["id"], stop=True)
+    op.event("signal.stop", row["id"], data={"text": text})
+    return {"text": text}
+
+
+@tool("session_end", "The harness session ended", {"harness_key": S_KEY},
+      ["harness_key"], caller="key", public=False)
+def session_end(op, harness_key):
+    """SessionEnd: the session is no longer running.  It keeps its rooms (a
+    resume of the same harness session is the same session, in the same
+    rooms, and messages sent meanwhile wait for it); its leases and quiet
+    windows end, because nobody is working under them any more."""
+    row = op.caller
+    if row is None or row["left_at"] is not None:
+        return {"ok": False}
+    release_all(op, row["id"], "session end")
+    end_windows(op, row["id"], "session end")
+    op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
+                    (op.at, row["id"]))
+    op.event("session.end", row["id"])
+    return {"ok": True}
+
+
+@tool("session_digest", "What a starting session should know", {
+    "session_id": S_SESSION, "cwd": {"type": "string"}}, ["session_id"],
+    read_only=True, public=False, after=False)
+def session_digest(op, cwd=None):
+    """SessionStart's context: the session id first, then blockers (live leases
+    of others in this repository), unread count, rooms and who is here."""
+    conn, me, row = op.conn, op.me, op.caller
+    root = Resource.parse(repo_root(cwd or row["cwd"]) or cwd or row["cwd"], "/",
+                          kind="path")
+    rooms = rooms_of(conn, me)
+    lines = ["agents-room: your session_id is %s - pass it to every agents-room "
+             "tool (it is not the harness's session id)." % me]
+    blockers = []
+    low, high = descendant_range(root.key)
+    for lease in conn.execute(
+            "SELECT * FROM leases WHERE kind = 'path' AND (key = ? OR (key >= ? AND "
+            "key < ?)) AND session_id != ? AND expires_at > ? ORDER BY key LIMIT 20",
+            (root.key, low, high, me, op.at)):
+        shown = lease_dict(conn, lease, op.liveness)
+        blockers.append("%s (%s by %s, %s, until %s)" % (
+            one_line(os.path.relpath(lease["key"], root.key), 120), shown["mode"],
+            one_line(shown["label"] or shown["session_id"], 40), shown["liveness"],
+            shown["expires_at"]))
+    if blockers:
+        lines.append("Leased by others here: " + "; ".join(blockers))
+    count = unread_count(conn, me)
+    if count:
+        lines.append("%d unread message%s: call msg_recv." % (
+            count, "" if count == 1 else "s"))
+    lines.append("Rooms: %s. Autonomy: %s." % (
+        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row))))
+    others = []
+    for room in rooms:
+        for mate in conn.execute(
+                "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
+                "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
+                (room, me)):
+            entry = "%s (%s)" % (one_line(mate["label"] or mate["id"], 40),
+                                 op.liveness(mate))
+            if entry not in others:
+                others.append(entry)
+    lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
+    return {"text": "\n".join(lines)}
+
+
+@tool("waiter_arm", "Arm the rewake waiter", {
+    "harness_key": S_KEY, "pid": {"type": "integer"}, "pid_start": {"type": "integer"},
+    "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
+    after=False)
+def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
+    """Register a Claude Code rewake waiter as the session's armed waiter."""
+    if op.caller is None or op.caller["left_at"] is not None:
+        return {"session_id": None}
+    op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
+                    "WHERE id=?", (pid, pid_start, until, op.me))
+    op.event("wake.armed", op.me, data={"pid": pid})
+    return {"session_id": op.me}
+
+
+@tool("waiter_poll", "Has the waiter something to wake for", {
+    "session_id": S_SESSION, "pid": {"type": "integer"},
+    "armed_at": {"type": "number"}, "check_alive": {"type": "boolean"}},
+    ["session_id", "pid", "armed_at"], public=False, after=False)
+def waiter_poll(op, pid, armed_at, check_alive=False):
+    """One look of the rewake waiter: {"stop": True} when it was replaced or the
+    session left or ended; {"text": signal} when a message sent after arming is
+    unread (its deliveries become accepted: the wake is under way)."""
+    row = op.caller
+    if row["left_at"] is not None or row["ended_at"] is not None or \
+            row["waiter_pid"] != pid:
+        return {"stop": True}
+    if check_alive and row["pid"] and op.liveness(row) == "gone":
+        return {"stop": True}
+    fresh = [r[0] for r in op.conn.execute(
+        "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
+        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+        "m.created_at >= ?" % UNREAD_SQL, (op.me, armed_at))]
+    if not fresh:
+        return {"stop": False, "text": None}
+    text = signal_text(op.conn, op.me)
+    mark_accepted(op, op.me, fresh, "claude-rewake")
+    op.conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (op.me,))
+    return {"stop": True, "text": text}
+
+
+def mark_accepted(op, session_id, message_ids, lever, detail=None):
+    """A lever confirmed: its deliveries move to accepted (forward only, so a
+    read or acked one stays) and stop being retried; the event says which."""
+    advance(op.conn, "accepted", op.at, "session_id=? AND message_id IN (%s)"
+            % ",".join("?" * len(message_ids)), [session_id] + list(message_ids))
+    op.conn.execute("UPDATE deliveries SET wake_failed=NULL WHERE session_id=? AND "
+                    "message_id IN (%s)" % ",".join("?" * len(message_ids)),
+                    [session_id] + list(message_ids))
+    op.event("wake.accepted", session_id,
+             data={"lever": lever, "messages": message_ids, "detail": detail})
+
+
+@tool("wake_record", "A lever's outcome", {
+    "session_id": S_SESSION, "messages": {"type": "array", "items": {"type": "integer"}},
+    "lever": {"type": "string"}, "outcome": {"type": "string",
+                                              "enum": ["accepted", "offered", "failed"]},
+    "detail": {"type": "string"}}, ["session_id", "messages", "lever", "outcome"],
+    public=False, after=False)
+def wake_record(op, messages, lever, outcome, detail=""):
+    """accepted: the lever confirmed (no more retries); offered: it ran but
+    whether a turn starts is unknown (codex queue to a thread not known to be
+    running); failed: it stays offered, the failure is shown by sent until a
+    retry succeeds, and the retry already scheduled stands."""
+    if outcome == "accepted":
+        mark_accepted(op, op.me, messages, lever, detail)
+        return {"ok": True}
+    marks = ",".join("?" * len(messages))
+    op.conn.execute("UPDATE deliveries SET wake_failed=? WHERE session_id=? AND "
+                    "message_id IN (%s)" % marks, [
+                        one_line(detail, 200) if outcome == "failed" else None, op.me]
+                    + list(messages))
+    op.event("wake." + outcome, op.me,
+             data={"lever": lever, "messages": messages, "detail": detail})
+    return {"ok": outcome != "failed"}
+
+
+def _wake_retry_at(attempts, at):
+    if attempts >= WAKE_ATTEMPTS_MAX:
+        return None
+    return at + min(WAKE_RETRY_FIRST_S * (2 ** (attempts - 1)), WAKE_RETRY_MAX_S)
+
+
+def wakes_due(conn, at):
+    """Whether a wake of one of this user's sessions on this host is due: an
+    indexed read, so most tool events never take the write lock for it."""
+    return conn.execute(
+        "SELECT 1 FROM deliveries d JOIN sessions s ON s.id = d.session_id "
+        "WHERE d.wake_next_at <= ? AND s.uid = ? AND s.host = ? LIMIT 1",
+        (at, os.getuid(), host_name())).fetchone() is not None
+
+
+@tool("wake_plan", "Plan due wakes", {"limit": {"type": "integer"}}, public=False,
+      after=False)
+def wake_plan(op, limit=20):
+    """The wakes due now for this user's sessions on this host, as jobs for the
+    caller to run after commit.  A lever runs only in a process of the
+    recipient's own uid and host, with the program, environment and cwd
+    recorded at its join: never the caller's.  The next attempt is scheduled
+    before the lever runs, so two processes never fire the same wake."""
+    conn, at = op.conn, op.at
+    due = conn.execute(
+        "SELECT d.session_id, d.message_id, d.wake_attempts FROM deliveries d JOIN "
+        "sessions s ON s.id = d.session_id WHERE d.wake_next_at IS NOT NULL AND "
+        "d.wake_next_at <= ? AND s.uid = ? AND s.host = ? LIMIT ?",
+        (at, os.getuid(), host_name(), limit)).fetchall()
+    plans = {}
+    for d in due:
+        attempts = d["wake_attempts"] + 1
+        conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
+                     "WHERE session_id=? AND message_id=?",
+                     (attempts, _wake_retry_at(attempts, at), d["session_id"],
+                      d["message_id"]))
+        plans.setdefault(d["session_id"], []).append(d["message_id"])
+    jobs = []
+    for session_id, message_ids in plans.items():
         row = session_row(conn, session_id)
-        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (at, session_id))
-        if effective_autonomy(conn, row) < 1:
-            return None
-        due = conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
-            "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
-            (session_id, at - window)).fetchone()[0]
-        if not due:
-            return None
+        scope = "session_id=? AND message_id IN (%s)" % ",".join("?" * len(message_ids))
+        params = [session_id] + message_ids
         text = signal_text(conn, session_id)
-        mark_offered(conn, session_id, at, stop=True)
-        event(conn, "signal.stop", session_id, data={"text": text}, at=at)
-        return text
+        if row["left_at"] is not None or effective_autonomy(conn, row) < 2 or text is None:
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            continue
+        data = json.loads(row["lever_data"] or "{}")
+        lever = row["lever"]
+        if lever != "claude-socket" and waiter_armed(row, at):
+            lever = "claude-rewake"
+        if lever is None:
+            advance(conn, "undeliverable", at, scope, params)
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            op.event("wake.none", session_id, data={"messages": message_ids})
+            continue
+        advance(conn, "offered", at, scope, params)
+        conn.execute("UPDATE deliveries SET offered_at=COALESCE(offered_at, ?) WHERE "
+                     + scope, [at] + params)
+        if lever == "claude-rewake":
+            # The armed waiter sees the delivery and wakes the session itself.
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+        op.event("wake.try", session_id, data={"lever": lever, "messages": message_ids})
+        if lever != "claude-rewake":
+            jobs.append({"session_id": session_id, "messages": message_ids,
+                         "lever": lever, "data": data, "text": text,
+                         "alive": op.liveness(row) == "alive"})
+    return {"jobs": jobs}
 
 
-def _waiter_armed(row, at):
-    if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
-        return False
-    started = process_start(row["waiter_pid"])
-    return started is not None and (row["waiter_start"] is None or
-                                    abs(started - row["waiter_start"]) <= 2)
+# ---- operations: housekeeping ---------------------------------------------
+
+
+@tool("prune", "Remove quiet, gone sessions", {
+    "quiet_s": {"type": "integer", "minimum": 0},
+    "dry_run": {"type": "boolean"}}, public=False)
+def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False):
+    """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
+    reports).  Their messages stay, each keeping its sender's label; their
+    memberships, leases, windows, reads and deliveries go.  Also finishes
+    retention: audit events past 30 days, messages 90 days past their TTL."""
+    conn, at = op.conn, op.at
+    removed, kept = [], []
+    events_removed = messages_removed = 0
+    if not dry_run:
+        while True:          # prune is the explicit call: finish the job
+            batch = retention(conn, real_time(at), 5000)
+            events_removed += batch[0]
+            messages_removed += batch[1]
+            if batch == (0, 0):
+                break
+    for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
+                            "last_seen", (at - quiet_s,)).fetchall():
+        state = op.liveness(row)
+        item = {"session_id": row["id"], "label": row["label"], "liveness": state,
+                "last_seen": iso(row["last_seen"])}
+        if state != "gone":
+            kept.append(item)
+            continue
+        removed.append(item)
+        if not dry_run:
+            release_all(op, row["id"], "prune")
+            end_windows(op, row["id"], "prune")
+            conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
+            op.event("session.prune", row["id"], data=item)
+    return {"removed": removed, "kept": kept, "dry_run": dry_run,
+            "quiet_s": quiet_s, "events_removed": events_removed,
+            "messages_removed": messages_removed}
+
+
+@tool("store_info", "The store and this session", {"harness_key": S_KEY},
+      caller="key", read_only=True, public=False, after=False)
+def store_info(op, harness_key=None):
+    """What doctor reports about the store, and the session of a harness key."""
+    session = None
+    if op.caller is not None:
+        session = session_dict(op.conn, op.caller, op.liveness, op.at)
+    return {"journal": op.conn.execute("PRAGMA journal_mode").fetchone()[0],
+            "schema": op.conn.execute("PRAGMA user_version").fetchone()[0],
+            "sessions": op.conn.execute("SELECT COUNT(*) FROM sessions WHERE left_at "
+                                        "IS NULL").fetchone()[0],
+            "session": session}
+
+
+def _event_item(conn, row, room, labels):
+    """An event row as a dict for watch, or None when `room` is given and the
+    event is neither in it nor by one of its sessions."""
+    sid = row["session_id"]
+    if room and row["room"] != room and not conn.execute(
+            "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
+            (sid, room)).fetchone():
+        return None
+    if sid and sid not in labels:
+        found = session_row(conn, sid)
+        labels[sid] = found["label"] if found else None
+    return {"id": row["id"], "at": iso(row["at"]), "ts": row["at"], "kind": row["kind"],
+            "session_id": sid, "label": labels.get(sid), "room": row["room"],
+            "subject": row["subject"],
+            "data": json.loads(row["data"]) if row["data"] else {}}
+
+
+@tool("events_tail", "The newest events", {
+    "room": S_ROOM, "limit": {"type": "integer", "minimum": 1, "maximum": 100000}},
+    read_only=True, public=False, after=False)
+def events_tail(op, room=None, limit=50):
+    """The newest `limit` events (of `room`'s sessions when given), oldest first."""
+    full = resolve_room(op.conn, room) if room else None
+    labels = {}
+    items = [_event_item(op.conn, row, full, labels) for row in op.conn.execute(
+        "SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,)).fetchall()]
+    return {"events": [item for item in reversed(items) if item is not None]}
+
+
+@tool("session_label", "A session's label", {"of": {"type": "string", "maxLength": 200}},
+      ["of"], read_only=True, public=False, after=False)
+def session_label(op, of):
+    row = session_row(op.conn, of)
+    return {"label": row["label"] if row else None}
+
+
+def follow_events(room=None, since=None, poll_s=0.5, store=None):
+    """Yield event rows as dicts, oldest first, forever: those after `since`
+    (epoch seconds; default: from now on), only of `room`'s sessions when given.
+    Polls the store with an indexed read of new event ids: no write, no busy
+    loop."""
+    store = store or Store()
+    try:
+        conn = store.conn
+        if since is not None:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
+                                (since,)).fetchone()[0]
+        else:
+            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        full = resolve_room(conn, room) if room else None
+        labels = {}
+        while True:
+            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
+                                (last,)).fetchall()
+            for row in rows:
+                last = row["id"]
+                item = _event_item(conn, row, full, labels)
+                if item is not None:
+                    yield item
+            if not rows:
+                time.sleep(poll_s)
+    finally:
+        store.close()
+
+
+def version_info():
+    """This copy and its store: so two agents can tell whether they run the same."""
+    import hashlib
+    from urllib.parse import quote
+    with open(this_file(), "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    path = default_db_path()
+    schema = None
+    if os.path.exists(path):
+        try:
+            conn = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True)
+            schema = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.close()
+        except sqlite3.Error:
+            schema = None
+    return {"version": __version__, "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
+            "store": path, "store_schema_version": schema,
+            "schema_version": SCHEMA_VERSION}
+
+
+# ---- signals: wake levers --------------------------------------------------
+# Running a lever is process work, not a rule about the room: the operations
+# above decide which wakes are due and record outcomes; this section connects
+# to a socket or starts the recorded program, as the recipient, after commit.
 
 
 def _send_socket(data, text):
@@ -2928,128 +3636,76 @@ def _send_socket(data, text):
         client.close()
 
 
-def _wake_retry_at(attempts, at):
-    if attempts >= WAKE_ATTEMPTS_MAX:
-        return None
-    return at + min(WAKE_RETRY_FIRST_S * (2 ** (attempts - 1)), WAKE_RETRY_MAX_S)
+def lever_argv(job):
+    data = job["data"]
+    if job["lever"] == "codex-queue":
+        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
+                "--message", job["text"]]
+    if job["lever"] == "hermes-resume":
+        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q",
+                                     job["text"]]
+    return list(data["argv"]) + [job["text"]]
 
 
-def run_due_wakes(store, limit=20):
-    """Try the wake lever for deliveries whose wake is due (at send, then
-    retries at 60 s doubling to 30 min, at most 6 attempts).  Called after tool
-    events of any session: there is no daemon.  The next attempt is scheduled
-    before the lever runs, so two processes never fire the same wake."""
-    at = now()
-    # Most tool events have nothing due: find out with an indexed read before
-    # taking the write lock.
-    if store.conn.execute("SELECT 1 FROM deliveries WHERE wake_next_at <= ? LIMIT 1",
-                          (at,)).fetchone() is None:
+def run_due_wakes(store, ctx):
+    """Work that rides any tool event: fire the wakes due now for this user's
+    sessions on this host (there is no daemon).  Socket levers run inline
+    (bounded by 1 s); process levers run detached (see _spawn_wake)."""
+    if not wakes_due(store.conn, now()):
         return 0
-    with store.write() as conn:
-        due = conn.execute(
-            "SELECT session_id, message_id, wake_attempts FROM deliveries "
-            "WHERE wake_next_at IS NOT NULL AND wake_next_at <= ? LIMIT ?",
-            (at, limit)).fetchall()
-        if not due:
-            return 0
-        plans = {}
-        for d in due:
-            attempts = d["wake_attempts"] + 1
-            conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
-                         "WHERE session_id=? AND message_id=?",
-                         (attempts, _wake_retry_at(attempts, at), d["session_id"],
-                          d["message_id"]))
-            plans.setdefault(d["session_id"], []).append(d["message_id"])
-        jobs = []
-        for session_id, message_ids in plans.items():
-            row = session_row(conn, session_id)
-            marks = ",".join("?" * len(message_ids))
-            scope = "session_id=? AND message_id IN (%s)" % marks
-            params = (session_id,) + tuple(message_ids)
-            if row["left_at"] is not None or effective_autonomy(conn, row) < 2:
-                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
-                             params)
-                continue
-            text = signal_text(conn, session_id)
-            if text is None:
-                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
-                             params)
-                continue
-            data = json.loads(row["lever_data"] or "{}")
-            lever = row["lever"]
-            if lever != "claude-socket" and _waiter_armed(row, at):
-                lever = "claude-rewake"
-            if lever is None:
-                conn.execute("UPDATE deliveries SET state='undeliverable', updated_at=?, "
-                             "wake_next_at=NULL WHERE state='stored' AND " + scope,
-                             (at,) + params)
-                event(conn, "wake.none", session_id, data={"messages": message_ids}, at=at)
-                continue
-            conn.execute("UPDATE deliveries SET state='offered', updated_at=?, offered_at="
-                         "COALESCE(offered_at, ?) WHERE state='stored' AND " + scope,
-                         (at, at) + params)
-            if lever == "claude-rewake":
-                # The armed waiter sees the delivery and wakes the session itself.
-                conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope,
-                             params)
-            event(conn, "wake.try", session_id, data={"lever": lever,
-                                                      "messages": message_ids}, at=at)
-            jobs.append((session_id, message_ids, lever, data, text))
-    for session_id, message_ids, lever, data, text in jobs:
-        if lever == "claude-socket":
+    jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
+    for job in jobs:
+        if job["lever"] == "claude-socket":
             try:
-                _send_socket(data, text)
-                ok, detail = True, "socket accepted"
+                _send_socket(job["data"], job["text"])
+                outcome, detail = "accepted", "socket accepted"
             except OSError as error:
-                ok, detail = False, "socket: %s" % error
-            record_wake(store, session_id, message_ids, lever, ok, detail)
-        elif lever in ("codex-queue", "wake-cmd"):
-            if lever == "codex-queue":
-                argv = ["codex", "queue", "--thread", data["thread"], "--message", text]
-            else:
-                argv = list(data["argv"]) + [text]
-            _spawn_wake(store, session_id, message_ids, lever, argv)
+                outcome, detail = "failed", "socket: %s" % error
+            call_tool(store, ctx, "wake_record", {
+                "session_id": job["session_id"], "messages": job["messages"],
+                "lever": job["lever"], "outcome": outcome, "detail": detail})
+        elif job["lever"] == "hermes-resume" and job["alive"]:
+            # Still open in a running Hermes: a resume would fork its history.
+            # The retry already scheduled fires once that process is gone.
+            continue
+        else:
+            _spawn_wake(store, ctx, job)
     return len(jobs)
 
 
-def mark_accepted(conn, session_id, message_ids, lever, at, detail=None):
-    """A lever confirmed: its deliveries move to accepted (forward only, so a
-    read or acked one stays) and stop being retried; the event says which."""
-    conn.execute(
-        "UPDATE deliveries SET state='accepted', updated_at=?, wake_next_at=NULL "
-        "WHERE session_id=? AND state IN ('stored','offered') AND message_id IN (%s)"
-        % ",".join("?" * len(message_ids)), (at, session_id) + tuple(message_ids))
-    event(conn, "wake.accepted", session_id, at=at,
-          data={"lever": lever, "messages": message_ids, "detail": detail})
+def after_tool_event(store, ctx):
+    try:
+        run_due_wakes(store, ctx)
+    except RoomError as error:
+        sys.stderr.write("agents-room: wake: %s\n" % clean(error.message))
 
 
-def record_wake(store, session_id, message_ids, lever, ok, detail):
-    """A lever's outcome: confirmed -> accepted (no more retries); otherwise the
-    delivery stays offered and the retry already scheduled stands."""
-    at = now()
-    with store.write() as conn:
-        if ok:
-            mark_accepted(conn, session_id, message_ids, lever, at, detail)
-        else:
-            event(conn, "wake.failed", session_id, at=at,
-                  data={"lever": lever, "messages": message_ids, "detail": detail})
+AFTER_TOOL_EVENT.append(after_tool_event)
 
 
-def _spawn_wake(store, session_id, message_ids, lever, argv):
+def _spawn_wake(store, ctx, job):
     """Run a process lever detached, in its own process group, through
     `agents_room.py wake-run`, which bounds it by a timeout and records the
-    outcome in the store itself: no caller waits on a slow lever."""
+    outcome in the store itself: no caller waits on a slow lever.  It runs in
+    the environment and cwd recorded for the recipient, never the caller's."""
     import subprocess
-    payload = json.dumps({"session_id": session_id, "messages": message_ids,
-                          "lever": lever, "argv": argv})
-    env = dict(os.environ, AGENTS_ROOM_DB=store.path)
+    data = job["data"]
+    payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
+                          "lever": job["lever"], "argv": lever_argv(job),
+                          "alive": job["alive"]})
+    env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
+    cwd = data.get("cwd")
+    if not cwd or not os.path.isdir(cwd):
+        cwd = os.path.expanduser("~")
     try:
-        subprocess.Popen([sys.executable, os.path.abspath(__file__), "wake-run", payload],
+        subprocess.Popen([sys.executable, "-I", "-S", this_file(), "wake-run", payload],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True, env=env,
-                         close_fds=True)
+                         cwd=cwd, close_fds=True)
     except OSError as error:
-        record_wake(store, session_id, message_ids, lever, False, "spawn: %s" % error)
+        call_tool(store, ctx, "wake_record", {
+            "session_id": job["session_id"], "messages": job["messages"],
+            "lever": job["lever"], "outcome": "failed", "detail": "spawn: %s" % error})
 
 
 def wake_run(payload):
@@ -3067,318 +3723,111 @@ def wake_run(payload):
     except subprocess.TimeoutExpired:
         ok, detail = False, "timed out after %gs" % timeout
     except OSError as error:
-        ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error)
+        ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error.strerror or error)
+    # codex queue exits 0 whether or not anyone runs the thread: a turn is only
+    # known to start when the recipient's harness is running.
+    outcome = "failed" if not ok else (
+        "accepted" if job["lever"] != "codex-queue" or job.get("alive") else "offered")
     store = Store()
     try:
-        record_wake(store, job["session_id"], job["messages"], job["lever"], ok, detail)
+        call_tool(store, Context(via="cli"), "wake_record", {
+            "session_id": job["session_id"], "messages": job["messages"],
+            "lever": job["lever"], "outcome": outcome, "detail": detail})
     finally:
         store.close()
     return 0
 
 
-def after_tool_event(store):
-    """Work that rides any session's tool event: due wakes and their retries."""
-    try:
-        run_due_wakes(store)
-    except RoomError as error:
-        sys.stderr.write("agents-room: wake: %s\n" % error.message)
-
+# ---- harnesses: setup and doctor ------------------------------------------
+# One row per harness: its names, where its configuration lives, which of its
+# hook events mean which of ours, how it takes context from a hook, and its
+# wake lever.  setup, doctor and the hook front end read the same rows.
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
                "PreToolUse")
 EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOK_TIMEOUT_S = 8
-# Launchers between a harness and its hook.  Not python: Hermes is a Python
-# program, and the walk starts at the hook's parent, never the hook itself.
-SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
-          "nice", "nohup", "sudo"}
+HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up quietly
+
+HARNESS_ROWS = {
+    "claude-code": {
+        "setup": "claude", "title": "Claude Code",
+        # the harness's hook event -> ours
+        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+                   "PostToolUse": "PostToolUse", "Stop": "Stop",
+                   "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"},
+        "context": "claude",      # hookSpecificOutput.additionalContext
+        "hold": "decision",       # {"decision": "block", "reason": ...}
+        "max_autonomy": 2, "lever": "claude-rewake",
+        "mcp_name": "mcp__agents-room__",
+    },
+    "codex": {
+        "setup": "codex", "title": "Codex",
+        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+                   "PostToolUse": "PostToolUse", "Stop": "Stop",
+                   "SessionEnd": "SessionEnd"},
+        "context": "claude", "hold": "decision",
+        "max_autonomy": 2, "lever": "codex-queue",
+        "mcp_name": "mcp__agents_room__",
+    },
+    "hermes": {
+        "setup": "hermes", "title": "Hermes",
+        # Hermes injects context only from pre_llm_call (once per user turn),
+        # and its on_session_end fires after every turn: on_session_finalize
+        # is the real end of a session.
+        # pre_verify may block the end of a turn that edited files (Hermes asks
+        # again up to 3 times; extra.attempt > 0 is its stop_hook_active).
+        "events": {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
+                   "pre_verify": "Stop", "on_session_finalize": "SessionEnd"},
+        "context": "hermes",      # {"context": ...}
+        "hold": "decision", "max_autonomy": 2, "lever": "hermes-resume",
+        "mcp_name": "mcp__agents_room__",
+    },
+}
+SETUP_HARNESSES = {row["setup"]: name for name, row in HARNESS_ROWS.items()}
+SETUP_MARK = "agents_room"
 
 
-def harness_pid(start_pid):
-    """The first ancestor of a hook that is not a shell or launcher: the harness
-    process whose lifetime is the session's."""
-    pid = start_pid
-    for _ in range(16):
-        if pid <= 1:
-            return None
-        comm, parent = _proc_comm_ppid(pid)
-        if comm is None:
-            return None
-        if os.path.basename(comm) not in SHELLS:
-            return pid
-        pid = parent
-    return None
-
-
-def _proc_comm_ppid(pid):
-    if scanner_kind() == "proc":
-        try:
-            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
-                text = handle.read()
-            comm = text[text.index("(") + 1:text.rindex(")")]
-            return comm, int(text.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None, 0
-    import subprocess
-    try:
-        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)],
-                             capture_output=True, text=True, timeout=5).stdout.split(None, 1)
-        return out[1].strip(), int(out[0])
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None, 0
-
-
-def hook_harness(env):
-    """The harness a hook runs in: detected, else Claude Code, whose hook format
-    this is (Codex and Hermes mark their environments)."""
-    detected = detect_harness(env)
-    return "claude-code" if detected == "generic" else detected
-
-
-def _hook_options(argv):
-    """--event=E --autonomy N --label L --room R --also S --tag T --wait, parsed
-    by hand: argparse alone costs more than the rest of a hook."""
-    opts = {"also": [], "tag": [], "wait": False}
-    items = list(argv)
-    while items:
-        item = items.pop(0)
-        if item == "--wait":
-            opts["wait"] = True
-            continue
-        if not item.startswith("--"):
-            raise UsageError("hook: unexpected argument %r" % item)
-        name, _, value = item[2:].partition("=")
-        if not _:
-            if not items:
-                raise UsageError("hook: --%s needs a value" % name)
-            value = items.pop(0)
-        if name in ("also", "tag"):
-            opts[name].append(value)
-        elif name in ("event", "autonomy", "label", "room"):
-            opts[name] = value
-        else:
-            raise UsageError("hook: unknown option --%s" % name)
-    if opts.get("event") not in HOOK_EVENTS:
-        raise UsageError("hook needs --event=%s" % "|".join(HOOK_EVENTS))
-    return opts
-
-
-def _hook_context(event_name, text):
+def hook_output(harness, event_name, text, hold=False):
+    """The answer a harness presents as a normal continuation: Claude Code and
+    Codex take hookSpecificOutput.additionalContext and a Stop decision;
+    Hermes takes {"context": ...}."""
+    row = HARNESS_ROWS.get(harness, HARNESS_ROWS["claude-code"])
+    if hold:
+        return json.dumps({"decision": "block", "reason": text})
+    if row["context"] == "hermes":
+        return json.dumps({"context": text})
     return json.dumps({"hookSpecificOutput": {"hookEventName": event_name,
                                               "additionalContext": text}})
 
 
-def session_digest(store, session_id, cwd):
-    """SessionStart's context: the session id first, then blockers (live leases
-    of others in this repository), unread count, rooms and who is here."""
-    liveness = LazyScan()
-    at = now()
-    root = repo_root(cwd) or cwd
-    with store.read() as conn:
-        row = session_row(conn, session_id)
-        rooms = rooms_of(conn, session_id)
-        lines = ["agents-room: your session_id is %s - pass it to every agents-room "
-                 "tool (it is not the harness's session id)." % session_id]
-        blockers = []
-        for lease in conn.execute(
-                "SELECT * FROM leases WHERE session_id != ? AND expires_at > ? AND "
-                "kind = 'path' AND (path = ? OR path LIKE ?) ORDER BY path LIMIT 20",
-                (session_id, at, root, root.rstrip(os.sep) + os.sep + "%")):
-            shown = lease_dict(conn, lease, liveness)
-            blockers.append("%s (%s by %s, %s, until %s)" % (
-                os.path.relpath(shown["path"], root), shown["mode"],
-                one_line(shown["label"] or shown["session_id"], 40), shown["liveness"],
-                shown["expires_at"]))
-        if blockers:
-            lines.append("Leased by others here: " + "; ".join(blockers))
-        count = unread_count(conn, session_id)
-        if count:
-            lines.append("%d unread message%s: call msg_recv." % (
-                count, "" if count == 1 else "s"))
-        lines.append("Rooms: %s. Autonomy: %s." % (
-            ", ".join(rooms), autonomy_name(effective_autonomy(conn, row))))
-        others = []
-        for room in rooms:
-            for mate in conn.execute(
-                    "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
-                    "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
-                    (room, session_id)):
-                entry = "%s (%s)" % (one_line(mate["label"] or mate["id"], 40),
-                                     liveness(mate))
-                if entry not in others:
-                    others.append(entry)
-        lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
-    return "\n".join(lines)
+def project_root(cwd):
+    """Where a harness's project configuration lives: the git top level of cwd
+    (a worktree's own top level), else None."""
+    return repo_root(cwd)
 
 
-def run_hook(argv, stdin_text, env=None):
-    """One harness hook event -> (stdout text, exit code).  Raises on failure;
-    hook_main turns any failure into silence, because a hook must never break
-    the harness."""
-    env = os.environ if env is None else env
-    opts = _hook_options(argv)
-    event_name = opts["event"]
-    payload = json.loads(stdin_text) if stdin_text.strip() else {}
-    if not isinstance(payload, dict):
-        raise UsageError("hook input is not a JSON object")
-    key = payload.get("session_id") or harness_key_from(env)
-    if not key or not isinstance(key, str):
-        return "", 0
-    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else os.getcwd()
-    store = Store()
-    try:
-        if event_name == "SessionStart":
-            pid = harness_pid(os.getppid())
-            ctx = Context(via="hook", cwd=cwd, env=env, pid=pid,
-                          pid_start=process_start(pid) if pid else None)
-            joined = room_join(store, ctx, room=opts.get("room"),
-                               extra_rooms=opts["also"] or None, label=opts.get("label"),
-                               tags=opts["tag"] or None, autonomy=opts.get("autonomy"),
-                               harness=hook_harness(env), harness_key=key)
-            return _hook_context(event_name, session_digest(
-                store, joined["session_id"], cwd)), 0
-        with store.read() as conn:
-            row = conn.execute("SELECT id, left_at FROM sessions WHERE harness_key=?",
-                               (key,)).fetchone()
-        if row is None or (row["left_at"] is not None and event_name != "SessionEnd"):
-            return "", 0        # SessionStart was missed: stay silent
-        if event_name == "SessionEnd":
-            if row["left_at"] is None:
-                room_leave(store, Context(via="hook", cwd=cwd, env=env), row["id"])
-            return "", 0
-        if event_name == "PreToolUse":
-            return pre_tool_use(store, row["id"], payload, cwd), 0
-        if event_name == "Stop":
-            if opts["wait"]:
-                return wait_for_wake(store, row["id"])
-            text = stop_signal(store, row["id"], bool(payload.get("stop_hook_active")))
-            after_tool_event(store)
-            return (json.dumps({"decision": "block", "reason": text}) if text else ""), 0
-        text = tool_event_signal(store, row["id"])
-        after_tool_event(store)
-        return (_hook_context(event_name, text) if text else ""), 0
-    finally:
-        store.close()
+def _launcher_code(missing_exit):
+    """The -c program of the launcher: take the directory of agents_room.py
+    from argv, import it (so Python uses the bytecode cache), and when it is
+    not there say what to run instead of failing with an import traceback
+    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
+    say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
+    stop = "sys.exit(%s)" % say if missing_exit else \
+        "sys.exit(print(%s,file=sys.stderr))" % say
+    return ('import sys,os;d=sys.argv.pop(1);sys.path[:0]=[d];'
+            'os.path.isfile(d+"/agents_room.py")or %s;'
+            'from agents_room import main;sys.exit(main())' % stop)
 
 
-def pre_tool_use(store, session_id, payload, cwd):
-    """Before an edit tool writes a file that another live session holds
-    exclusively (or that sits under a directory it holds), ask the user first:
-    the answer names the holder, its purpose and the expiry."""
-    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"),
-                                                         dict) else {}
-    target = next((tool_input[k] for k in ("file_path", "notebook_path", "path")
-                   if isinstance(tool_input.get(k), str) and tool_input[k]), None)
-    if target is None:
-        return ""
-    ctx = Context(via="hook", cwd=cwd)
-    result = lease_guard(store, ctx, session_id, path=target, mode="shared")
-    if not result["conflicts"]:
-        return ""
-    reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
-             "before editing." % (target, "; ".join(
-                 _holder_text(l) if l["mode"] != "window" else l["purpose"]
-                 for l in result["conflicts"]))
-    return json.dumps({"hookSpecificOutput": {
-        "hookEventName": "PreToolUse", "permissionDecision": "ask",
-        "permissionDecisionReason": clean(reason)}})
-
-
-def wait_for_wake(store, session_id):
-    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
-    the session's armed waiter, poll the store cheaply, and when a message sent
-    after arming is unread, print the signal to stderr and exit 2 (which wakes
-    the model).  Ends quietly when replaced by a newer waiter, when the session
-    leaves or its harness is gone, or after WAITER_LIFETIME_S."""
-    pid = os.getpid()
-    armed_at = now()
-    lifetime = _env_seconds("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
-    poll = _env_seconds("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
-    with store.write() as conn:
-        conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
-                     "WHERE id=?", (pid, process_start(pid), armed_at + lifetime,
-                                    session_id))
-        event(conn, "wake.armed", session_id, data={"pid": pid}, at=armed_at)
-    checks = 0
-    while now() < armed_at + lifetime:
-        time.sleep(poll)
-        checks += 1
-        with store.write() as conn:
-            row = session_row(conn, session_id)
-            if row is None or row["left_at"] is not None or row["waiter_pid"] != pid:
-                return "", 0
-            fresh = [r[0] for r in conn.execute(
-                "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
-                "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-                "m.created_at >= ?" % UNREAD_SQL, (session_id, armed_at))]
-            if fresh:
-                text = signal_text(conn, session_id)
-                mark_accepted(conn, session_id, fresh, "claude-rewake", now())
-                conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (session_id,))
-                sys.stderr.write(text + "\n")
-                return "", 2
-        if checks % 30 == 0 and row["pid"]:
-            scan_state = LazyScan()(row)
-            if scan_state == "gone":
-                return "", 0
-    return "", 0
-
-
-def hook_main(argv):
-    """Entry for `hook`: never fails the harness.  Any error prints nothing,
-    exits 0, and leaves a line in hook.log beside the store."""
-    import signal
-
-    def too_slow(signum, frame):
-        raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
-    waiting = "--wait" in argv
-    if not waiting and hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, too_slow)
-        signal.alarm(HOOK_TIMEOUT_S)
-    try:
-        text, code = run_hook(argv, sys.stdin.read() if not sys.stdin.isatty() else "")
-    except BaseException as error:  # noqa: a hook must never break the harness
-        if isinstance(error, KeyboardInterrupt):
-            return 0
-        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
-                                              error))
-        return 0
-    finally:
-        if not waiting and hasattr(signal, "SIGALRM"):
-            signal.alarm(0)
-    if text:
-        sys.stdout.write(text + "\n")
-    return code
-
-
-def _hook_log(line):
-    try:
-        directory = os.path.dirname(default_db_path())
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        with open(os.path.join(directory, "hook.log"), "a") as handle:
-            handle.write("%s %s\n" % (iso(time.time()), line))
-    except OSError:
-        pass
-    sys.stderr.write("agents-room: %s\n" % line)
-
-
-# ---- harness setup and doctor ---------------------------------------------
-# `setup` writes the MCP entry and the hook entries with this file's absolute
-# path, so nobody hand-writes hook JSON; `doctor` says, line by line, what is
-# configured and what to do where it is not.
-
-SETUP_MARK = "agents_room"
-
-
-def fast_launcher():
-    """argv that runs this program by importing it, so Python uses the bytecode
-    cache instead of compiling a few thousand lines on every hook (measured:
-    about 60 ms of a 130 ms hook).  -c with an explicit sys.path entry needs no
-    shell and no PYTHONPATH, and a stray agents_room.py in the harness's cwd
-    cannot shadow this one."""
-    code = ("import sys; sys.path.insert(0, %s); from agents_room import main; "
-            "sys.exit(main())" % json.dumps(os.path.dirname(this_file())))
-    return [sys.executable, "-c", code]
+def launcher(where=None, missing_exit=0, python=None):
+    """argv that runs this program by importing it.  -I -S: isolated mode (no
+    current directory, user site or PYTHON* variables on the path, so a
+    repository's json.py can never run in a hook or a commit) and no site
+    (a stdlib-only hook needs none of it; it is most of a start on some
+    interpreters).  where: the directory as the command should name it."""
+    return [python or sys.executable, "-I", "-S", "-c", _launcher_code(missing_exit),
+            where or os.path.dirname(this_file())]
 
 
 def precompile():
@@ -3393,61 +3842,115 @@ def precompile():
         return None
 
 
-def hook_command(event_name, autonomy=None, extra=()):
-    parts = fast_launcher() + ["hook", "--event=" + event_name]
+class Placement:
+    """How a configuration names this file: relative to the project root when
+    the file is inside the project (a vendored copy: the project can move or be
+    cloned, and a plain python3 from PATH runs it), absolute otherwise."""
+
+    def __init__(self, root=None, project_var=None):
+        here = os.path.realpath(os.path.dirname(this_file()))
+        self.relative = None
+        if root and project_var:
+            rel = os.path.relpath(here, os.path.realpath(root))
+            if rel != ".." and not rel.startswith(".." + os.sep):
+                self.relative = "" if rel == "." else rel
+        self.project_var = project_var
+        self.python = "python3" if self.relative is not None else sys.executable
+        if self.relative is None:
+            self.directory, self.script = os.path.dirname(this_file()), this_file()
+        else:
+            self.directory = "${%s}%s" % (project_var, "/" + self.relative
+                                          if self.relative else "")
+            self.script = self.directory + "/agents_room.py"
+
+    def command(self, args, missing_exit=0):
+        """A shell command line: the harness runs hooks through sh, which
+        expands the project directory."""
+        import shlex
+        parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
+        if self.relative is None:
+            parts.append(shlex.quote(self.directory))
+        else:
+            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
+                "/" + self.relative) if self.relative else ""))
+        return " ".join(parts + [shlex.quote(a) for a in args])
+
+
+def hook_args(harness, event_name, autonomy=None, extra=()):
+    args = ["hook", "--harness", harness, "--event=" + event_name]
     if autonomy is not None and event_name == "SessionStart":
-        parts += ["--autonomy", str(autonomy)]
-    parts += list(extra)
-    import shlex
-    return " ".join(shlex.quote(p) for p in parts)
+        args += ["--autonomy", str(autonomy)]
+    return args + list(extra)
 
 
-def _claude_style_hooks(events, autonomy, start_extra=()):
+def _claude_style_hooks(placement, harness, autonomy, start_extra=(), wake=False):
     """Hook entries in the Claude Code settings shape (Codex reads the same)."""
     hooks = {}
-    for name in events:
+    for name, ours in HARNESS_ROWS[harness]["events"].items():
         # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
         entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
                  HOOK_TIMEOUT_S + 2,
-                 "command": hook_command(name, autonomy,
-                                         start_extra if name == "SessionStart" else ())}
+                 "command": placement.command(hook_args(
+                     harness, ours, autonomy, start_extra if ours == "SessionStart"
+                     else ()))}
         group = {"hooks": [entry]}
         if name == "PostToolUse":
             group["matcher"] = "*"
         if name == "PreToolUse":
             group["matcher"] = EDIT_TOOLS
         hooks[name] = [group]
-    if autonomy == 2 and "Stop" in hooks:
+    if wake and "Stop" in hooks:
         hooks["Stop"][0]["hooks"].append({
-            "type": "command", "command": hook_command("Stop", None, ["--wait"]),
+            "type": "command", "command": placement.command(hook_args(
+                harness, "Stop", None, ["--wait"])),
             "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
     return hooks
 
 
-def _is_ours(group):
-    return any(SETUP_MARK in str(h.get("command", "")) and " hook " in
-               str(h.get("command", "")) for h in group.get("hooks", []))
+def _is_ours(entry):
+    """An entry setup wrote: a command that runs agents_room's hook verb."""
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if not isinstance(command, str):
+        return False
+    import shlex
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(w.endswith("agents_room.py") or "agents_room import main" in w or
+               w.endswith("/agents_room") for w in words) and "hook" in words
 
 
 def merge_hooks(settings, hooks):
-    """Replace agents-room's hook groups in settings, keeping everyone else's."""
+    """Replace agents-room's hook entries in settings, keeping every other
+    entry (and every group that holds anything that is not ours) as it was."""
     existing = settings.setdefault("hooks", {})
     if not isinstance(existing, dict):
         raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
     for name, groups in hooks.items():
-        kept = [g for g in existing.get(name, []) if isinstance(g, dict) and not _is_ours(g)]
+        current = existing.get(name, [])
+        if not isinstance(current, list):
+            raise RoomError("'hooks.%s' in the settings file is not a list; fix it by "
+                            "hand" % name)
+        kept = []
+        for group in current:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                others = [h for h in group["hooks"] if not _is_ours(h)]
+                if others:
+                    kept.append(dict(group, hooks=others))
+                elif not group["hooks"]:
+                    kept.append(group)
+            else:
+                kept.append(group)
         existing[name] = kept + groups
     return settings
 
 
 def _read_json(path):
-    if not os.path.exists(path):
-        return {}
+    text = _read_text(path)
     try:
-        with open(path) as handle:
-            text = handle.read()
         data = json.loads(text) if text.strip() else {}
-    except (OSError, ValueError) as error:
+    except ValueError as error:
         raise RoomError("cannot read %s as JSON: %s" % (path, error),
                         "fix or move the file; nothing was written")
     if not isinstance(data, dict):
@@ -3458,37 +3961,75 @@ def _read_json(path):
 def _read_text(path):
     """A config file's text, or "" when it does not exist yet."""
     try:
-        with open(path) as handle:
+        with open(path, encoding="utf-8") as handle:
             return handle.read()
     except FileNotFoundError:
         return ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise RoomError("cannot read %s: %s" % (path, getattr(error, "strerror", None)
+                                                 or error), "nothing was written")
 
 
-def _write_atomic(path, text):
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    temporary = "%s.agents-room-%d.tmp" % (path, os.getpid())
-    with open(temporary, "w") as handle:
-        handle.write(text)
-    if os.path.exists(path):
-        os.chmod(temporary, os.stat(path).st_mode & 0o7777)
-    os.replace(temporary, path)
+def write_private(path, text, mode=None):
+    """Write a file atomically through a temporary created exclusively (never
+    following a link planted at a predictable name), keeping the old file's
+    mode."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    for _ in range(100):
+        temporary = os.path.join(directory, ".%s.%s.tmp" % (
+            os.path.basename(path), os.urandom(6).hex()))
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         getattr(os, "O_NOFOLLOW", 0), 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RoomError("cannot create a temporary file in %s" % directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
 
 
-def _mcp_entry():
-    return {"command": sys.executable, "args": [this_file(), "serve"]}
+def _toml_string(text):
+    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
+    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
+    out = []
+    for char in text:
+        if ord(char) > 0xFFFF:
+            out.append("\\U%08X" % ord(char))
+        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(json.dumps(char)[1:-1])
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
 
 
-def _toml_block(autonomy):
-    return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s, "serve"]\n'
-            'env_vars = ["AGENTS_ROOM_DB", "CODEX_THREAD_ID", "AGENTS_ROOM_HARNESS_KEY"]\n'
-            % (json.dumps(sys.executable), json.dumps(this_file())))
+def _toml_block():
+    return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
+            'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
+            % (_toml_string(sys.executable), ", ".join(
+                _toml_string(a) for a in ["-I", "-S", this_file(), "serve"])))
 
 
 def merge_codex_toml(text):
     """Add (or replace) the agents-room MCP table and turn hooks on, leaving the
     rest of config.toml as it was.  Line-based: no TOML library in the stdlib."""
+    import re
     lines = text.splitlines()
     out, skipping = [], False
     for line in lines:
@@ -3500,10 +4041,14 @@ def merge_codex_toml(text):
             out.append(line)
     # Hooks are on by default in current Codex; `hooks` is the canonical key
     # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
-    import re
     out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
-    keys = [l.split("=")[0].strip() for l in out]
-    if "hooks" not in keys:
+    section, has_hooks = None, False
+    for l in out:
+        if l.strip().startswith("["):
+            section = l.strip()
+        elif section == "[features]" and l.split("=")[0].strip() == "hooks":
+            has_hooks = True
+    if not has_hooks:
         if "[features]" in (l.strip() for l in out):
             index = [l.strip() for l in out].index("[features]")
             out.insert(index + 1, "hooks = true")
@@ -3513,90 +4058,214 @@ def merge_codex_toml(text):
         out.pop()
     while out and not out[0].strip():
         out.pop(0)
-    return "\n".join(out) + ("\n\n" if out else "") + _toml_block(None)
+    return "\n".join(out) + ("\n\n" if out else "") + _toml_block()
 
 
-def _hermes_block(autonomy):
-    events = (("on_session_start", "SessionStart"), ("pre_llm_call", "UserPromptSubmit"),
-              ("post_tool_call", "PostToolUse"), ("on_session_end", "SessionEnd"))
-    lines = ["mcp_servers:", "  agents-room:", "    command: %s" % json.dumps(sys.executable),
-             "    args: [%s, \"serve\"]" % json.dumps(this_file()), "hooks:"]
-    for hermes_event, ours in events:
-        lines += ["  %s:" % hermes_event,
-                  "    - command: %s" % json.dumps(hook_command(ours, autonomy)),
-                  "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
-    return "\n".join(lines) + "\n"
+def _yaml_entries(placement, autonomy):
+    """The two top-level mappings setup hermes owns, as YAML lines: the MCP
+    server (with the store passed in env:, since Hermes starts servers with a
+    filtered environment) and one hook per Hermes event."""
+    mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
+           "    args: [%s]" % ", ".join(json.dumps(a) for a in
+                                        ["-I", "-S", this_file(), "serve"]),
+           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(default_db_path())]
+    hooks = {}
+    for event_name, ours in HARNESS_ROWS["hermes"]["events"].items():
+        hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
+            hook_args("hermes", ours, autonomy))),
+            "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
+    return mcp, hooks
 
 
-def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None):
+def merge_hermes_yaml(text, placement, autonomy):
+    """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
+    config.yaml, creating the sections where absent and replacing earlier
+    agents-room entries, leaving every other line as it was.  A small
+    line-based writer for the block-style subset Hermes' own config uses; a
+    flow-style section ({...} on one line) is refused rather than guessed."""
+    mcp, hooks = _yaml_entries(placement, autonomy)
+    lines = text.splitlines()
+
+    def section(name):
+        for index, line in enumerate(lines):
+            if line.startswith(name + ":"):
+                rest = line[len(name) + 1:].strip()
+                if rest and not rest.startswith("#"):
+                    raise RoomError("%s: in config.yaml is not a block mapping; add the "
+                                    "agents-room entries by hand" % name)
+                end = index + 1
+                while end < len(lines) and (not lines[end].strip() or
+                                            lines[end].startswith((" ", "\t"))):
+                    end += 1
+                while end > index + 1 and not lines[end - 1].strip():
+                    end -= 1
+                return index, end
+        lines.extend(["", name + ":"])
+        return len(lines) - 1, len(lines)
+
+    # mcp_servers: drop an earlier agents-room entry, append ours.
+    start, end = section("mcp_servers")
+    body = lines[start + 1:end]
+    kept, skipping = [], False
+    for line in body:
+        if line.startswith("  ") and not line.startswith("   ") and line.strip():
+            skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
+        if not skipping:
+            kept.append(line)
+    lines[start + 1:end] = kept + mcp
+    # hooks: per event, drop our earlier list items, append ours.
+    start, end = section("hooks")
+    body = lines[start + 1:end]
+    events, order, current = {}, [], None
+    for line in body:
+        if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
+                not line.strip().startswith("#"):
+            current = line.strip().rstrip(":")
+            order.append(current)
+            events[current] = [line]
+        elif current is None:
+            order.append(None)
+            events.setdefault(None, []).append(line)
+        else:
+            events[current].append(line)
+    rebuilt = []
+    for name in order:
+        if name is None:
+            continue
+        block = events[name]
+        items, item = [], []
+        for line in block[1:]:
+            if line.strip().startswith("- ") and item:
+                items.append(item)
+                item = []
+            item.append(line)
+        if item:
+            items.append(item)
+        items = [i for i in items if not any(_is_ours({"command": _yaml_scalar(
+            l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
+            l.split(":", 1)[1])}) for l in i if "command:" in l)]
+        if name in hooks:
+            items.append(hooks.pop(name))
+        rebuilt.append(block[0])
+        for i in items:
+            rebuilt.extend(i)
+    for name, item in hooks.items():
+        rebuilt.append("  %s:" % name)
+        rebuilt.extend(item)
+    lines[start + 1:end] = events.get(None, []) + rebuilt
+    if not any(l.startswith("hooks_auto_accept:") for l in lines):
+        lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
+                  "hooks_auto_accept: true"]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def _yaml_scalar(text):
+    text = text.strip()
+    if text[:1] == '"':
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    if text[:1] == "'":
+        return text[1:-1].replace("''", "'")
+    return text
+
+
+def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
+          also=(), label=None):
     """What to configure for a harness -> {"files": [{path, content, action}],
     "notes": [...]}; with write=True the files are merged and written."""
-    cwd = cwd or os.getcwd()
+    cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
+    name = SETUP_HARNESSES.get(harness)
+    if name is None:
+        raise UsageError("setup takes %s, not %r" % (", ".join(SETUP_HARNESSES), harness))
+    row = HARNESS_ROWS[name]
     level = parse_autonomy(autonomy) or 0
     files, notes = [], []
+    start_extra = []
+    for room in also or ():
+        start_extra += ["--also", room]
+    if label:
+        start_extra += ["--label", label]
+    if level > row["max_autonomy"]:
+        notes.append("%s offers no way to %s; autonomy %s is used" % (
+            row["title"], "hold the end of a turn" if row["max_autonomy"] == 0 else
+            "start a turn", autonomy_name(row["max_autonomy"])))
+        level = row["max_autonomy"]
+    root = project_root(cwd)
     if harness == "claude":
-        events = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
-                  "PreToolUse")
-        hooks = _claude_style_hooks(events, level)
+        if scope == "project" and root is None:
+            raise RoomError("%s is not inside a git repository" % cwd,
+                            "run setup claude in your project, or use --scope user")
+        placement = Placement(root if scope == "project" else None, "CLAUDE_PROJECT_DIR")
+        hooks = _claude_style_hooks(placement, name, level, start_extra, wake=level == 2)
         if scope == "user":
             settings_path = os.path.join(home, ".claude", "settings.json")
             notes.append("MCP server for every project: claude mcp add --scope user "
-                         "agents-room -- %s %s serve" % (sys.executable, this_file()))
+                         "agents-room -- %s -I -S %s serve" % (sys.executable, this_file()))
         else:
-            settings_path = os.path.join(cwd, ".claude", "settings.json")
-            mcp_path = os.path.join(cwd, ".mcp.json")
+            settings_path = os.path.join(root, ".claude", "settings.json")
+            mcp_path = os.path.join(root, ".mcp.json")
             mcp = _read_json(mcp_path)
             servers = mcp.setdefault("mcpServers", {})
-            servers["agents-room"] = _mcp_entry()
+            if not isinstance(servers, dict):
+                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                                % mcp_path)
+            servers["agents-room"] = {"command": placement.python,
+                                      "args": ["-I", "-S", placement.script, "serve"]}
             files.append({"path": mcp_path, "content": json.dumps(mcp, indent=2) + "\n"})
         settings = merge_hooks(_read_json(settings_path), hooks)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and row["mcp_name"] + "*" not in allow:
+            # Without it, every agents-room call waits for a person to approve
+            # it: a woken, unattended session could not even read its mail.
+            allow.append(row["mcp_name"] + "*")
         files.append({"path": settings_path,
                       "content": json.dumps(settings, indent=2) + "\n"})
+        notes.append("allowed without asking: the agents-room MCP tools "
+                     "(permissions.allow %s*)" % row["mcp_name"])
         if level == 2:
-            notes.append("wake: a Stop hook with asyncRewake waits in the background and "
-                         "wakes the session when a message arrives")
+            notes.append("wake: a Stop hook with asyncRewake waits in the background "
+                         "after each turn and wakes the session when a message arrives "
+                         "(not under claude -p, which must exit)")
     elif harness == "codex":
         codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
         config_path = os.path.join(codex_home, "config.toml")
         files.append({"path": config_path,
                       "content": merge_codex_toml(_read_text(config_path))})
         hooks_path = os.path.join(codex_home, "hooks.json")
-        hooks = _claude_style_hooks(("SessionStart", "UserPromptSubmit", "PostToolUse",
-                                     "Stop", "SessionEnd"), min(level, 1))
-        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
-                     "in the Codex TUI and trust the agents-room entries")
+        hooks = _claude_style_hooks(Placement(None), name, level, start_extra)
         settings = merge_hooks(_read_json(hooks_path), hooks)
         files.append({"path": hooks_path, "content": json.dumps(settings, indent=2) + "\n"})
+        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
+                     "in the Codex TUI and trust the agents-room entries (codex exec "
+                     "skips untrusted hooks silently; --dangerously-bypass-hook-trust "
+                     "runs them)")
         if level == 2:
-            notes.append("wake: codex queue --thread <CODEX_THREAD_ID> is the lever; "
-                         "the session records it at join when CODEX_THREAD_ID is set")
-    elif harness == "hermes":
+            notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
+                         "Codex session; the thread is the hook's session id")
+    else:
         hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
         config_path = os.path.join(hermes_home, "config.yaml")
-        current = _read_text(config_path)
-        block = _hermes_block(min(level, 1))
-        if this_file() in current:
-            files.append({"path": config_path, "content": current,
-                          "action": "already configured"})
-        elif any(l.startswith(("mcp_servers:", "hooks:")) for l in current.splitlines()):
-            files.append({"path": config_path, "content": block,
-                          "action": "merge by hand: the file already has mcp_servers: or "
-                                    "hooks:; add these entries under them"})
-        else:
-            files.append({"path": config_path, "content": current + (
-                "\n" if current and not current.endswith("\n") else "") + block})
-        notes.append("Hermes asks once per hook before running it; set "
-                     "hooks_auto_accept: true for unattended runs")
-    else:
-        raise UsageError("setup takes claude, codex or hermes, not %r" % harness)
+        content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
+        files.append({"path": config_path, "content": content})
+        notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
+                     "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
+        notes.append("Hermes shows the model agents-room's context once per user turn "
+                     "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
+                     "edited files; at wake, a session whose Hermes has exited is resumed "
+                     "(hermes chat --resume) when a message arrives")
     if write:
         precompile()
         for item in files:
-            if item.get("action"):
+            if _read_text(item["path"]) == item["content"]:
+                item["action"] = "unchanged"
                 continue
-            _write_atomic(item["path"], item["content"])
+            write_private(item["path"], item["content"])
             item["action"] = "written"
+        notes.append("next: restart %s so it reads the new configuration, then run "
+                     "python3 %s doctor inside it" % (row["title"], this_file()))
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
@@ -3611,13 +4280,18 @@ def install_guard(cwd=None):
     commit as before."""
     import shlex
     import subprocess
-    cwd = cwd or os.getcwd()
-    done = subprocess.run(["git", "rev-parse", "--git-path", "hooks"], cwd=cwd,
-                          capture_output=True, text=True)
+    cwd = cwd or _getcwd()
+    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
+                          cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
-    hooks = os.path.join(cwd, done.stdout.strip())
-    os.makedirs(hooks, exist_ok=True)
+    top, hooks_rel = done.stdout.splitlines()[:2]
+    hooks = os.path.join(cwd, hooks_rel)
+    try:
+        os.makedirs(hooks, exist_ok=True)
+    except OSError as error:
+        raise RoomError("cannot create the hooks directory %s: %s" % (
+            hooks, error.strerror or error), "check core.hooksPath and its permissions")
     hook = os.path.join(hooks, "pre-commit")
     chained = hook + ".agents-room-chained"
     action = "installed"
@@ -3632,63 +4306,105 @@ def install_guard(cwd=None):
             os.replace(hook, chained)
             action = "installed, chaining the existing hook (now %s)" % os.path.basename(
                 chained)
-    command = " ".join(shlex.quote(p) for p in fast_launcher() + ["guard", "--staged"])
+    here = os.path.dirname(this_file())
+    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
+    if rel.startswith(".."):
+        argv = launcher(here, 1)
+    else:
+        # git runs hooks at the top level: a path relative to it survives a
+        # move or a clone of the project.
+        argv = launcher(rel, 1, "python3")
+    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
     script = ("#!/bin/sh\n# %s\n"
               "# It refuses a commit that touches files another live session holds\n"
               "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
               "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
               "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
               "exec %s\n" % (GUARD_MARK, command))
-    _write_atomic(hook, script)
-    os.chmod(hook, 0o755)
+    try:
+        write_private(hook, script, 0o755)
+    except OSError as error:
+        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
+                        "check core.hooksPath and its permissions")
     precompile()
     return {"hook": hook, "action": action}
 
 
 def _configured(path, needle):
     try:
-        with open(path) as handle:
+        with open(path, errors="replace") as handle:
             return needle in handle.read()
     except OSError:
         return False
 
 
+def _configured_commands(settings_path):
+    """The agents-room hook commands in a Claude-style settings file."""
+    try:
+        settings = _read_json(settings_path)
+    except RoomError:
+        return []
+    found = []
+    for groups in (settings.get("hooks") or {}).values():
+        for group in groups if isinstance(groups, list) else []:
+            for entry in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                if _is_ours(entry) and "--wait" not in entry["command"]:
+                    found.append(entry["command"])
+    return found
+
+
+def _try_command(command, env, cwd):
+    """Run a configured hook command as the harness would, with a harmless
+    event (no session: it must answer nothing and exit 0)."""
+    import subprocess
+    try:
+        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
+                                                           "--event=PostToolUse")],
+                              input=b'{"session_id": "agents-room-doctor-probe"}',
+                              capture_output=True, env=env, cwd=cwd, timeout=15)
+    except (OSError, subprocess.SubprocessError) as error:
+        return False, str(error)
+    text = done.stderr.decode("utf-8", "replace").strip()
+    return done.returncode == 0 and not text, text or "exit %d" % done.returncode
+
+
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
-    cwd = cwd or os.getcwd()
+    cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
+    root = project_root(cwd) or cwd
     checks = []
     path = default_db_path()
-    directory = os.path.dirname(path)
     checks.append(("ok", "store: %s" % path, ""))
     if os.path.exists(path):
-        mode = stat_mode(path)
-        dir_mode = stat_mode(directory)
+        mode, dir_mode = stat_mode(path), stat_mode(os.path.dirname(path))
         if mode & 0o077 or dir_mode & 0o077:
             checks.append(("warn", "store permissions: file %03o, directory %03o" % (
                 mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
-                % (path, directory)))
+                % (path, os.path.dirname(path))))
         else:
             checks.append(("ok", "store permissions: file %03o, directory %03o"
                            % (mode, dir_mode), ""))
         try:
             store = Store(path)
             try:
-                journal = store.conn.execute("PRAGMA journal_mode").fetchone()[0]
-                version = store.conn.execute("PRAGMA user_version").fetchone()[0]
-                sessions = store.conn.execute(
-                    "SELECT COUNT(*) FROM sessions WHERE left_at IS NULL").fetchone()[0]
+                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
+                                 "store_info", {"harness_key": harness_key_from(env)})
             finally:
                 store.close()
-            checks.append(("ok" if journal == "wal" else "warn",
-                           "journal mode: %s" % journal,
-                           "" if journal == "wal" else "the store should be in WAL mode"))
+            checks.append(("ok" if info["journal"] == "wal" else "warn",
+                           "journal mode: %s" % info["journal"],
+                           "" if info["journal"] == "wal" else
+                           "the store should be in WAL mode"))
             checks.append(("ok", "schema version %d, %d present sessions, SQLite %s"
-                           % (version, sessions, sqlite3.sqlite_version), ""))
+                           % (info["schema"], info["sessions"], sqlite3.sqlite_version),
+                           ""))
         except RoomError as error:
+            info = None
             checks.append(("fail", "store: %s" % error.message, error.hint or ""))
     else:
+        info = None
         checks.append(("ok", "store not created yet", "the first join creates it"))
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
@@ -3700,46 +4416,21 @@ def doctor(env=None, cwd=None, home=None):
         checks.append(("warn", "no harness key in the environment",
                        "rejoins cannot find the same session and liveness relies on a "
                        "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
-    lever, _ = detect_lever(env, harness)
-    checks.append(("ok" if lever else "warn", "wake lever here: %s" % (lever or "none"),
-                   "" if lever else "at autonomy 2 deliveries become undeliverable; "
-                   "Claude Code wakes through the asyncRewake Stop hook (setup claude "
-                   "--autonomy 2), or set AGENTS_ROOM_WAKE_CMD"))
-    claude_settings = [os.path.join(cwd, ".claude", "settings.json"),
-                       os.path.join(home, ".claude", "settings.json")]
-    hooked = [p for p in claude_settings if _configured(p, SETUP_MARK)]
-    checks.append(("ok" if hooked else "warn", "Claude Code hooks: %s" % (
-        ", ".join(hooked) or "not configured"),
-        "" if hooked else "python3 %s setup claude --write" % this_file()))
-    mcp_files = [os.path.join(cwd, ".mcp.json"), os.path.join(home, ".claude.json")]
-    served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
-    checks.append(("ok" if served else "warn", "Claude Code MCP entry: %s" % (
-        ", ".join(served) or "not configured"),
-        "" if served else "python3 %s setup claude --write" % this_file()))
-    codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
-    codex_ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
-    checks.append(("ok" if codex_ok else "warn", "Codex MCP entry: %s" % (
-        "configured" if codex_ok else "not configured"),
-        "" if codex_ok else "python3 %s setup codex --write" % this_file()))
-    if key:
-        try:
-            store = Store(path)
-            try:
-                row = store.conn.execute("SELECT * FROM sessions WHERE harness_key=?",
-                                         (key,)).fetchone()
-                if row:
-                    checks.append(("ok", "this session: %s (label %s), autonomy %s, "
-                                   "lever %s" % (row["id"], row["label"] or "-",
-                                                 autonomy_name(effective_autonomy(
-                                                     store.conn, row)),
-                                                 row["lever"] or "none"), ""))
-                else:
-                    checks.append(("warn", "no session for this harness key yet",
-                                   "the SessionStart hook or room_join creates it"))
-            finally:
-                store.close()
-        except RoomError:
-            pass
+    session = info and info.get("session")
+    if session:
+        lever = session["lever"] or "none"
+        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
+            session["session_id"], session["label"] or "-",
+            autonomy_name(session["autonomy"]), lever), ""))
+        if session["autonomy"] == 2 and lever == "none":
+            checks.append(("warn", "at wake with no lever armed right now",
+                           "Claude Code arms its rewake waiter when a turn ends; "
+                           "messages wait until then"))
+    elif key:
+        checks.append(("warn", "no session for this harness key yet",
+                       "the SessionStart hook or room_join creates it"))
+    for name, row in HARNESS_ROWS.items():
+        checks += _doctor_harness(name, row, env, root, home)
     return checks
 
 
@@ -3749,6 +4440,54 @@ def stat_mode(path):
     except OSError:
         return 0
 
+
+def _doctor_harness(name, row, env, root, home):
+    checks = []
+    title = row["title"]
+    fix = "python3 %s setup %s --write" % (this_file(), row["setup"])
+    if name == "claude-code":
+        settings = [os.path.join(root, ".claude", "settings.json"),
+                    os.path.join(home, ".claude", "settings.json")]
+        mcp_files = [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json")]
+        served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
+        checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+            title, ", ".join(served) or "not configured"), "" if served else fix))
+    elif name == "codex":
+        codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
+        settings = [os.path.join(codex_home, "hooks.json")]
+        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
+        checks.append(("ok" if ok else "warn", "%s MCP entry: %s" % (
+            title, "configured" if ok else "not configured"), "" if ok else fix))
+    else:
+        hermes_home = env.get("HERMES_HOME") or os.path.join(home, ".hermes")
+        config = os.path.join(hermes_home, "config.yaml")
+        text = _read_text(config) if os.path.exists(config) else ""
+        ok = "agents_room" in text
+        checks.append(("ok" if ok else "warn", "%s: %s" % (
+            title, "configured" if ok else "not configured"), "" if ok else fix))
+        if ok and "hooks_auto_accept: true" not in text and \
+                env.get("HERMES_ACCEPT_HOOKS", "").lower() not in ("1", "true", "yes", "on"):
+            checks.append(("warn", "Hermes asks before running each hook",
+                           "set hooks_auto_accept: true in %s (or run hermes with "
+                           "--accept-hooks)" % config))
+        return checks
+    commands = [c for p in settings for c in _configured_commands(p)]
+    hooked = [p for p in settings if _configured_commands(p)]
+    checks.append(("ok" if hooked else "warn", "%s hooks: %s" % (
+        title, ", ".join(hooked) or "not configured"), "" if hooked else fix))
+    probe_env = {k: v for k, v in env.items() if k not in HARNESS_KEY_VARS}
+    if name == "claude-code":
+        probe_env["CLAUDE_PROJECT_DIR"] = root
+    for command in list(dict.fromkeys(commands))[:1]:
+        ok, detail = _try_command(command, probe_env, root)
+        checks.append(("ok" if ok else "fail", "%s hook command runs" % title
+                       if ok else "%s hook command fails: %s" % (title, one_line(
+                           detail, 160)), "" if ok else fix))
+    if name == "codex" and hooked:
+        checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
+                       "open /hooks in the Codex TUI and trust the agents-room entries; "
+                       "codex exec skips untrusted hooks silently"))
+    return checks
 
 
 # ---- MCP server -----------------------------------------------------------
@@ -3865,7 +4604,7 @@ class McpServer:
                 return _rpc_result(id_, {})
             if method == "tools/list":
                 return _rpc_result(id_, {"tools": [self.describe(t) for t in
-                                                   TOOLS.values()]})
+                                                   TOOLS.values() if t.public]})
             if method == "tools/call":
                 return self.call(id_, params)
         except Exception as error:   # a bug must cost one answer, not the server
@@ -3900,19 +4639,18 @@ class McpServer:
 
     def call(self, id_, params):
         name = params.get("name")
-        if not isinstance(name, str) or name not in TOOLS:
+        if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
             return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
-                              {"tools": sorted(TOOLS)})
+                              {"tools": sorted(n for n, t in TOOLS.items() if t.public)})
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
         self.wrote = True
         try:
-            result = call_tool(self.store, self.ctx, name, arguments)
+            result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
                                      "isError": True})
-        after_tool_event(self.store)
         return _rpc_result(id_, {
             "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
             "structuredContent": result, "isError": False})
@@ -3996,7 +4734,9 @@ def serve(store_path=None):
     # automatic threshold kept as the backstop for a server that is never idle.
     store.conn.execute("PRAGMA wal_autocheckpoint=10000")
     pid = os.getpid()
-    ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid))
+    harness = harness_pid(os.getppid())
+    ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
+                  harness_start=process_start(harness) if harness else None)
     server = McpServer(store, ctx)
     stdout = sys.stdout.buffer
 
@@ -4028,6 +4768,241 @@ def serve(store_path=None):
     return 0
 
 
+# ---- hook front end -------------------------------------------------------
+# The third front end, beside the MCP server and the CLI: a harness runs
+# `hook --harness H --event=E` with its hook JSON on stdin.  It translates the
+# harness's event into an internal operation and the answer into the form that
+# harness presents as a normal continuation; it holds no rule of its own.
+
+
+def hook_harness(opts, env):
+    """The harness a hook runs in: named by setup (--harness), else detected,
+    else Claude Code, whose hook format this is."""
+    named = opts.get("harness")
+    if named in HARNESS_ROWS:
+        return named
+    detected = detect_harness(env)
+    return "claude-code" if detected == "generic" else detected
+
+
+HOOK_HELP = """usage: agents_room.py hook --event=EVENT [--harness H] [options] < hook.json
+
+Answer one harness hook event: the harness writes its hook JSON on stdin and
+reads the answer on stdout.  setup writes these commands for you; you run one
+by hand only to see what a harness would get.
+
+  --event=E      SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd
+                 or PreToolUse
+  --harness H    claude-code, codex or hermes (how to answer); default: detected
+  --autonomy N   SessionStart: 0/notify, 1/hold or 2/wake
+  --label L, --room R, --also S, --tag T
+                 SessionStart: passed to the join
+  --wait         Stop: wait in the background for a message and wake the
+                 session (Claude Code's asyncRewake hook)
+
+A hook never fails the harness: on any error it prints nothing, exits 0 and
+writes a line to hook.log beside the store.
+
+example:
+  echo '{"session_id": "k1", "cwd": "'$PWD'"}' | python3 agents_room.py hook --event=SessionStart
+"""
+
+
+def _hook_options(argv):
+    """--event=E --harness H --autonomy N --label L --room R --also S --tag T
+    --wait, parsed by hand: argparse alone costs more than the rest of a hook."""
+    opts = {"also": [], "tag": [], "wait": False}
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        if item == "--wait":
+            opts["wait"] = True
+            continue
+        if not item.startswith("--"):
+            raise UsageError("hook: unexpected argument %r" % item)
+        name, _, value = item[2:].partition("=")
+        if not _:
+            if not items:
+                raise UsageError("hook: --%s needs a value" % name)
+            value = items.pop(0)
+        if name in ("also", "tag"):
+            opts[name].append(value)
+        elif name in ("event", "autonomy", "label", "room", "harness"):
+            opts[name] = value
+        else:
+            raise UsageError("hook: unknown option --%s" % name)
+    if opts.get("event") not in HOOK_EVENTS:
+        raise UsageError("hook needs --event=%s" % "|".join(HOOK_EVENTS))
+    return opts
+
+
+def _hook_join(store, ctx, opts, key, harness):
+    pid = harness_pid(os.getppid())
+    ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
+    ctx.harness_argv = process_argv(pid) if pid else None
+    joined = call_tool(store, ctx, "room_join", {
+        "room": opts.get("room"), "extra_rooms": opts["also"] or None,
+        "label": opts.get("label"), "tags": opts["tag"] or None,
+        "autonomy": opts.get("autonomy"), "harness": harness, "harness_key": key})
+    return call_tool(store, ctx, "session_digest", {
+        "session_id": joined["session_id"], "cwd": ctx.cwd})["text"]
+
+
+def run_hook(argv, stdin_text, env=None):
+    """One harness hook event -> (stdout text, exit code).  Raises on failure;
+    hook_main turns any failure into silence, because a hook must never break
+    the harness."""
+    env = os.environ if env is None else env
+    opts = _hook_options(argv)
+    event_name = opts["event"]
+    payload = json.loads(stdin_text) if stdin_text.strip() else {}
+    if not isinstance(payload, dict):
+        raise UsageError("hook input is not a JSON object")
+    key = payload.get("session_id") or harness_key_from(env)
+    if not key or not isinstance(key, str):
+        return "", 0
+    harness = hook_harness(opts, env)
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else _getcwd()
+    ctx = Context(via="hook", cwd=cwd, env=env)
+    store = Store(busy_ms=HOOK_BUSY_MS)
+    try:
+        if event_name == "SessionStart":
+            digest = _hook_join(store, ctx, opts, key, harness)
+            return hook_output(harness, event_name, digest), 0
+        if event_name == "SessionEnd":
+            call_tool(store, ctx, "session_end", {"harness_key": key})
+            return "", 0
+        if event_name == "PreToolUse":
+            return pre_tool_use(store, ctx, key, payload), 0
+        if event_name == "Stop":
+            if opts["wait"]:
+                return wait_for_wake(store, ctx, key, env)
+            text = call_tool(store, ctx, "signal_stop", {
+                "harness_key": key,
+                "stop_hook_active": bool(payload.get("stop_hook_active") or (
+                    isinstance(payload.get("extra"), dict) and
+                    payload["extra"].get("attempt")))})["text"]
+            return (hook_output(harness, event_name, text, hold=True) if text else ""), 0
+        first = isinstance(payload.get("extra"), dict) and \
+            payload["extra"].get("is_first_turn")
+        parts = []
+        if first:
+            # Hermes shows nothing a SessionStart hook says: its first turn
+            # carries the digest instead.
+            parts.append(_hook_join(store, ctx, opts, key, harness))
+        text = call_tool(store, ctx, "signal_tool_event", {"harness_key": key})["text"]
+        if text:
+            parts.append(text)
+        return (hook_output(harness, event_name, "\n".join(parts)) if parts else ""), 0
+    finally:
+        store.close()
+
+
+def pre_tool_use(store, ctx, key, payload):
+    """Before an edit tool writes a file that another live session holds
+    exclusively (or that sits under a directory it holds, or that an active
+    quiet window covers), ask the user first: the answer names the holder,
+    its purpose and the expiry."""
+    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"),
+                                                         dict) else {}
+    target = next((tool_input[k] for k in ("file_path", "notebook_path", "path")
+                   if isinstance(tool_input.get(k), str) and tool_input[k]), None)
+    if target is None:
+        return ""
+    session = session_by_key(store, key)
+    if session is None:
+        return ""
+    result = call_tool(store, ctx, "lease_guard", {
+        "session_id": session, "path": target, "mode": "shared"})
+    reasons = [_holder_text(l) for l in result["conflicts"]] + [
+        w["reason"] for w in result["windows"]]
+    if not reasons:
+        return ""
+    reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
+             "before editing." % (target, "; ".join(reasons))
+    return json.dumps({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "ask",
+        "permissionDecisionReason": one_line(reason, SIGNAL_MAX_CHARS * 2)}})
+
+
+def wait_for_wake(store, ctx, key, env):
+    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
+    the session's armed waiter, poll the store cheaply, and when a message sent
+    after arming is unread, print the signal to stderr and exit 2 (which wakes
+    the model).  Ends quietly when replaced by a newer waiter, when the session
+    leaves or ends or its harness is gone, or after WAITER_LIFETIME_S.  Under
+    `claude -p` it does not wait at all: -p waits for its hooks before it can
+    print its result and exit, and a scripted run has no idle time to wake."""
+    if env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli":
+        return "", 0
+    pid = os.getpid()
+    armed_at = now()
+    lifetime = _env_seconds("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
+    poll = _env_seconds("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
+    session = call_tool(store, ctx, "waiter_arm", {
+        "harness_key": key, "pid": pid, "pid_start": process_start(pid),
+        "until": armed_at + lifetime})["session_id"]
+    if session is None:
+        return "", 0
+    checks = 0
+    while now() < armed_at + lifetime:
+        time.sleep(poll)
+        checks += 1
+        answer = call_tool(store, ctx, "waiter_poll", {
+            "session_id": session, "pid": pid, "armed_at": armed_at,
+            "check_alive": checks % 30 == 0})
+        if answer.get("text"):
+            sys.stderr.write(answer["text"] + "\n")
+            return "", 2
+        if answer["stop"]:
+            return "", 0
+    return "", 0
+
+
+def hook_main(argv):
+    """Entry for `hook`: never fails the harness.  Any error prints nothing,
+    exits 0, and leaves a line in hook.log beside the store."""
+    import signal
+    if "--help" in argv or "-h" in argv:
+        sys.stdout.write(HOOK_HELP)
+        return 0
+
+    def too_slow(signum, frame):
+        raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
+    waiting = "--wait" in argv
+    if not waiting and hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, too_slow)
+        signal.alarm(HOOK_TIMEOUT_S)
+    try:
+        text, code = run_hook(argv, sys.stdin.read() if not sys.stdin.isatty() else "")
+    except BaseException as error:  # noqa: a hook must never break the harness
+        if isinstance(error, KeyboardInterrupt):
+            return 0
+        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
+                                              error))
+        return 0
+    finally:
+        if not waiting and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+    if text:
+        sys.stdout.write(text + "\n")
+    return code
+
+
+def _hook_log(line):
+    try:
+        directory = os.path.dirname(default_db_path())
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(directory, "hook.log"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        with os.fdopen(fd, "a") as handle:
+            handle.write("%s %s\n" % (iso(time.time()), one_line(line, 2000)))
+    except OSError:
+        pass
+    sys.stderr.write("agents-room: %s\n" % one_line(line, 2000))
+
+
 # ---- benchmark ------------------------------------------------------------
 # `bench` measures the hot paths against the machine's own limits in the same
 # run (the bare interpreter, a raw SQLite commit), on a temporary store beside
@@ -4040,18 +5015,19 @@ import agents_room as ar
 store = ar.Store()
 ctx = ar.Context(cwd=os.getcwd())
 role, index, until = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-sid = ar.room_join(store, ctx, room="bench-load", harness_key="%%s-%%d" %% (role, index),
-                   tags=["inbox"] if role == "recv" else [])["session_id"]
+sid = ar.call_tool(store, ctx, "room_join", {"room": "bench-load",
+    "harness_key": "%%s-%%d" %% (role, index),
+    "tags": ["inbox"] if role == "recv" else []})["session_id"]
 done = errors = 0
 print("ready", flush=True)
 first = time.time()
 while time.time() < until:
     try:
         if role == "send":
-            ar.msg_send(store, ctx, sid, "tag:inbox", subject="load")
+            ar.call_tool(store, ctx, "msg_send", {"session_id": sid, "to": "tag:inbox", "subject": "load"})
             done += 1
         else:
-            got = ar.msg_recv(store, ctx, sid, limit=500)["messages"]
+            got = ar.call_tool(store, ctx, "msg_recv", {"session_id": sid, "limit": 500})["messages"]
             done += len(got)
             if not got:
                 time.sleep(0.002)
@@ -4062,9 +5038,9 @@ if role == "recv":
     sys.stdin.readline()          # the parent says: every sender has finished
     drain = time.time() + 30
     while time.time() < drain:
-        got = ar.msg_recv(store, ctx, sid, limit=1000)["messages"]
+        got = ar.call_tool(store, ctx, "msg_recv", {"session_id": sid, "limit": 1000})["messages"]
         done += len(got)
-        if not got and ar.msg_unread(store, ctx, sid)["count"] == 0:
+        if not got and ar.call_tool(store, ctx, "msg_unread", {"session_id": sid})["count"] == 0:
             break
 print(done, errors, first, time.time())
 """
@@ -4166,10 +5142,10 @@ def _paired(argv, runs, env, stdin=b""):
 def _bench_processes(b, store, ctx, env, workdir):
     runs = 15 if b.quick else 40
     key = "bench-hook-key"
-    sid = room_join(store, ctx, room="bench", harness_key=key)["session_id"]
-    other = room_join(store, ctx, room="bench", label="peer")["session_id"]
+    sid = call_tool(store, ctx, "room_join", {"room": "bench", "harness_key": key})["session_id"]
+    other = call_tool(store, ctx, "room_join", {"room": "bench", "label": "peer"})["session_id"]
     payload = json.dumps({"session_id": key, "cwd": workdir}).encode()
-    hook = fast_launcher() + ["hook", "--event=PostToolUse"]
+    hook = launcher() + ["hook", "--event=PostToolUse"]
 
     def row(name, argv, goal=None, ratio=None, stdin=b"", note=""):
         bare, times = _paired(argv, runs, env, stdin)
@@ -4182,13 +5158,13 @@ def _bench_processes(b, store, ctx, env, workdir):
           note="each row below is paired with its own interleaved bare runs")
     row("hook PostToolUse, nothing waiting", hook, "<= 1.5x bare", 1.5, payload)
     for _ in range(3):
-        msg_send(store, ctx, other, sid, subject="waiting")
+        call_tool(store, ctx, "msg_send", {"session_id": other, "to": sid, "subject": "waiting"})
     row("hook PostToolUse, 3 messages waiting", hook, "<= 1.6x bare", 1.6, payload)
     row("CLI unread (python3 agents_room.py unread)",
         [sys.executable, this_file(), "unread", "--session", sid], "<= 1.6x bare", 1.6,
         note="run as a script, Python compiles the whole file every time")
     row("CLI unread through the bytecode cache",
-        fast_launcher() + ["unread", "--session", sid], "<= 1.6x bare", 1.6,
+        launcher() + ["unread", "--session", sid], "<= 1.6x bare", 1.6,
         note="the launcher setup writes into hooks")
 
 
@@ -4210,7 +5186,7 @@ def _bench_mcp(b, store, ctx, env, workdir):
         me = rpc("tools/call", {"name": "room_join", "arguments": {
             "room": "mcp", "harness_key": "bench-mcp"}})["result"]["structuredContent"]
         sid = me["session_id"]
-        peers = [room_join(store, ctx, room="mcp", label="p%d" % i)["session_id"]
+        peers = [call_tool(store, ctx, "room_join", {"room": "mcp", "label": "p%d" % i})["session_id"]
                  for i in range(20)]
         cases = [
             ("msg_send to 1", {"name": "msg_send", "arguments": {
@@ -4339,19 +5315,19 @@ def _bench_scale(b, store, ctx):
     try:
         calls = []
         for each, size in zip(stores, sizes):
-            sessions = [room_join(each, ctx, room="scale", harness_key="filler-%d" % i)
+            sessions = [call_tool(each, ctx, "room_join", {"room": "scale", "harness_key": "filler-%d" % i})
                         ["session_id"] for i in range(50)]
-            mine = room_join(each, ctx, room="scale", harness_key="scale-me")["session_id"]
-            lease_claim(each, ctx, mine, "scale.txt")
+            mine = call_tool(each, ctx, "room_join", {"room": "scale", "harness_key": "scale-me"})["session_id"]
+            call_tool(each, ctx, "lease_claim", {"session_id": mine, "path": "scale.txt"})
             for _ in range(25):        # msg_sent shows 20: the same page at every size
-                msg_send(each, ctx, mine, "*", subject="mine")
+                call_tool(each, ctx, "msg_send", {"session_id": mine, "to": "*", "subject": "mine"})
             _fill(each, size, sessions, mine, "repo:scale")
             calls.append([
-                ("msg_recv", lambda s=each, m=mine: msg_recv(s, ctx, m)),
-                ("msg_unread", lambda s=each, m=mine: msg_unread(s, ctx, m)),
-                ("room_history", lambda s=each, m=mine: room_history(s, ctx, m)),
-                ("lease_check", lambda s=each, m=mine: lease_check(s, ctx, m, "scale.txt")),
-                ("msg_sent", lambda s=each, m=mine: msg_sent(s, ctx, m))])
+                ("msg_recv", lambda s=each, m=mine: call_tool(s, ctx, "msg_recv", {"session_id": m})),
+                ("msg_unread", lambda s=each, m=mine: call_tool(s, ctx, "msg_unread", {"session_id": m})),
+                ("room_history", lambda s=each, m=mine: call_tool(s, ctx, "room_history", {"session_id": m})),
+                ("lease_check", lambda s=each, m=mine: call_tool(s, ctx, "lease_check", {"session_id": m, "path": "scale.txt"})),
+                ("msg_sent", lambda s=each, m=mine: call_tool(s, ctx, "msg_sent", {"session_id": m}))])
         for index, (name, _) in enumerate(calls[0]):
             times = ([], [])
             for _ in range(40):
@@ -4375,11 +5351,11 @@ def _bench_liveness(b, store, ctx):
     sleepers = [subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL) for _ in range(count)]
     try:
-        sid = room_join(store, ctx, room="live", harness_key="live-me")["session_id"]
+        sid = call_tool(store, ctx, "room_join", {"room": "live", "harness_key": "live-me"})["session_id"]
         times = []
         for _ in range(20):
             started = time.perf_counter()
-            room_who(store, ctx, sid)
+            call_tool(store, ctx, "room_who", {"session_id": sid})
             times.append(time.perf_counter() - started)
         row = b.add("room_who with %d extra processes" % count, times, goal="<= 20 ms")
         row["met"] = row["p50"] <= 20
@@ -4460,6 +5436,10 @@ def render_bench(result):
 
 
 # ---- CLI ------------------------------------------------------------------
+# One command table: every command, tool or not, is a row with its parser
+# arguments, its runner and its renderer.  Tool commands are derived from the
+# tool's schema; the others are declared below with help written for a person
+# at a terminal.  main() looks a command up, parses, runs and renders.
 
 
 def _short(session_id):
@@ -4468,6 +5448,21 @@ def _short(session_id):
 
 def _who_name(item):
     return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
+
+
+def ago(ts_iso, at=None):
+    """'2m ago' for a person, from an ISO time (or None)."""
+    if not ts_iso:
+        return "never"
+    import calendar
+    try:
+        ts = calendar.timegm(time.strptime(ts_iso[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return ts_iso
+    delta = (at or time.time()) - ts
+    if delta < 0:
+        return "in " + duration_text(-delta)
+    return duration_text(delta) + " ago"
 
 
 def _render_messages(messages, empty):
@@ -4482,9 +5477,15 @@ def _render_messages(messages, empty):
         lines.append(head)
         if m.get("subject"):
             lines.append("    subject: " + one_line(m["subject"], 200))
-        for line in clean(m.get("body") or "").splitlines():
-            lines.append("    " + line)
+        for line in (m.get("body") or "").splitlines():
+            lines.append("    " + clean(line))
     return "\n".join(lines)
+
+
+def _table(rows):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in rows)
 
 
 def _render_session_table(sessions):
@@ -4498,17 +5499,17 @@ def _render_session_table(sessions):
         if s.get("lever"):
             level += " " + s["lever"]
         rows.append((s["session_id"] + ("*" if s.get("you") else ""),
-                     one_line(s["label"] or "-", 24), s["harness"], s["liveness"], level,
-                     (s["last_seen"] or "")[:19], ",".join(s["rooms"]) or "(left)"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
-                     for r in rows)
+                     one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
+                     s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
+                     ago(s["last_seen"]),
+                     one_line(",".join(s["rooms"]), 200) or "(left)"))
+    return _table(rows)
 
 
 def _render_lease(lease):
     return "%s  %s  %s  until %s  (%s)%s" % (
-        lease["path"], lease["mode"], _who_name(lease), lease["expires_at"],
-        lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
+        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
+        lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
         if lease.get("purpose") else "")
 
 
@@ -4521,8 +5522,10 @@ def _render_sent(result):
             m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
             m["sent"], m["pending"], m["left"]))
         for d in m["deliveries"]:
-            lines.append("    %-13s %s%s" % (d["state"], _who_name(d),
-                                            " (left)" if d.get("left") else ""))
+            lines.append("    %-13s %s%s%s" % (
+                d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
+                "  wake failed: " + one_line(d["wake_failed"], 80)
+                if d.get("wake_failed") else ""))
     return "\n".join(lines)
 
 
@@ -4537,36 +5540,48 @@ def _render_recv(result):
 
 def _render_window(w):
     text = "quiet window #%d %s by %s: %s on %s until %s" % (
-        w["window_id"], w["state"], w["label"] or w["session_id"],
-        one_line(w["purpose"], 80), ", ".join(w["resources"]), w["expires_at"])
+        w["window_id"], w["state"], one_line(w["label"] or w["session_id"], 40),
+        one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
+        w["expires_at"])
     if w["state"] == "pending" and w["missing_acks"]:
         text += "\n    waiting for acks from %s (by %s)" % (", ".join(w["missing_acks"]),
                                                          w["ack_deadline"])
     if w.get("reason") and not w.get("ok", True):
-        text = "not activated: %s\n%s" % (clean(w["reason"]), text)
+        text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
     return text
 
 
 def _render_status(r):
     lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
     for room in r["rooms"]:
-        lines.append("== %s (cap %s, %d sessions)" % (room["room"], room["cap"],
-                                                       len(room["sessions"])))
+        count = len(room["sessions"])
+        lines.append("== %s (cap %s, %d session%s)" % (
+            one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
         for m in room["recent"]:
             lines.append("   #%d %s: %s" % (m["message_id"], one_line(
                 m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
-    lines.append("== sessions")
+    if r["sessions"]:
+        lines.append("== sessions")
     for s in r["sessions"]:
-        work = "; ".join("%s %s%s" % (w["scope"], w["state"], ": " + one_line(
+        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
             w["summary"], 40) if w["summary"] else "") for w in s["work"])
-        lines.append("   %s  %-8s autonomy %d  unread %d  %s" % (
-            _who_name(s), s["liveness"], s["autonomy"], s["unread"], work))
-    lines.append("== leases")
-    lines += ["   " + _render_lease(l) + (" for: " + one_line(l["purpose"], 60)
-                                         if l.get("purpose") else "") for l in r["leases"]]
-    lines.append("== quiet windows")
+        lines.append(("   %s  %-8s autonomy %d  unread %d  %s" % (
+            _who_name(s), s["liveness"], s["autonomy"], s["unread"], work)).rstrip())
+    if r["leases"]:
+        lines.append("== leases")
+    lines += ["   " + _render_lease(l) for l in r["leases"]]
+    if r["windows"]:
+        lines.append("== quiet windows")
     lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
     return "\n".join(lines)
+
+
+def _render_send(r):
+    text = "message #%d -> %d recipient%s" % (
+        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s")
+    if r.get("recipient_labels"):
+        text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
+    return text
 
 
 RENDER = {
@@ -4580,26 +5595,27 @@ RENDER = {
     "room_set_autonomy_cap": lambda r: "autonomy cap of %s is %s%s" % (
         r["room"], autonomy_name(r["autonomy"]),
         "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""),
-    "msg_send": lambda r: "message #%d -> %d recipient%s" % (
-        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s"),
+    "msg_send": _render_send,
     "msg_recv": _render_recv,
     "msg_ack": lambda r: "acked #%d" % r["message_id"],
     "msg_unread": lambda r: "%d" % r["count"],
     "msg_sent": _render_sent,
-    "room_history": lambda r: "%s\n%s" % (r["room"], _render_messages(
-        r["messages"], "(no messages yet)")),
+    "room_history": lambda r: "%s\n%s%s" % (r["room"], _render_messages(
+        r["messages"], "(no messages yet)"), "\nolder messages: history --before %d" % (
+            r["messages"][0]["message_id"]) if r.get("more") and r["messages"] else ""),
     "lease_claim": lambda r: ("%s %s lease on %s until %s" % (
-        r["reason"], r["lease"]["mode"], r["lease"]["path"], r["lease"]["expires_at"])
-        if r["ok"] else "refused: " + clean(r["reason"])),
-    "lease_renew": lambda r: "renewed %s until %s" % (r["path"], r["expires_at"]),
-    "lease_release": lambda r: "released %s" % r["path"],
-    "lease_check": lambda r: ("free: %s" % r["path"] if r["free"] else "taken: "
-                              + _render_lease(r["lease"])) + (
+        r["reason"], r["lease"]["mode"], one_line(r["lease"]["path"], 200),
+        r["lease"]["expires_at"]) if r["ok"] else "refused: " + one_line(r["reason"], 1000)),
+    "lease_renew": lambda r: "renewed %s until %s" % (one_line(r["path"], 200),
+                                                    r["expires_at"]),
+    "lease_release": lambda r: "released %s" % one_line(r["path"], 200),
+    "lease_check": lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
+                              "taken: " + _render_lease(r["lease"])) + (
         "\n  held by you too" if r["free"] and r["lease"] else ""),
     "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
-    "note_read": lambda r: "%s  %s" % (r["hash"], r["path"]),
-    "drift_check": lambda r: "%s  %s" % (r["severity"], clean(r["message"])),
-    "work_set": lambda r: "%s %s%s" % (r["scope"], r["state"], (
+    "note_read": lambda r: "%s  %s" % (r["hash"], one_line(r["path"], 200)),
+    "drift_check": lambda r: "%s  %s" % (r["severity"], one_line(r["message"], 400)),
+    "work_set": lambda r: "%s %s%s" % (one_line(r["scope"], 60), r["state"], (
         "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
         if r["message_id"] else ""),
     "window_request": _render_window, "window_ack": _render_window,
@@ -4611,15 +5627,103 @@ RENDER = {
 }
 
 
+class Command:
+    """One row of the command table."""
+
+    def __init__(self, name, summary, description, example, arguments=None, run=None,
+                 hidden=False, raw=None, tool=None):
+        self.name, self.summary, self.description = name, summary, description
+        self.example, self.arguments, self.run = example, arguments, run
+        self.hidden, self.raw, self.tool = hidden, raw, tool
+
+
+COMMANDS = {}
+
+
+def command(name, summary, description, example, arguments=None, hidden=False, raw=None):
+    """Register a non-tool command; the decorated function runs it:
+    run(args) -> (text, exit code)."""
+    def register(fn):
+        COMMANDS[name] = Command(name, summary, description, example, arguments, fn,
+                                 hidden, raw)
+        return fn
+    return register
+
+
 def _cli_flag(tool_, name):
     return tool_.flags.get(name, "--" + name.replace("_", "-"))
 
 
+def _tool_arguments(tool_, sub):
+    """A tool's subcommand options, derived from its input schema."""
+    for name, schema in tool_.params.items():
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        help_text = schema.get("description")
+        convert = str
+        if name.endswith("_s"):
+            convert = parse_duration
+        elif kinds == ["integer"]:
+            convert = parse_int
+        if name == "session_id":
+            sub.add_argument("--session", dest="session_id", metavar="ID",
+                             help="your session id (default $AGENTS_ROOM_SESSION)")
+        elif name in tool_.positional:
+            nargs = "+" if "array" in kinds else None
+            if tool_.name == "lease_guard":
+                nargs = "*"          # guard --staged names none
+            sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
+                             metavar="RESOURCE" if "array" in kinds else name.upper())
+        elif kinds == ["boolean"]:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, action="store_true",
+                             default=None, help=help_text)
+        elif "array" in kinds:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
+                             metavar=name.upper().rstrip("S") if name != "to" else
+                             "SELECTOR", help=(help_text or "") + " (repeatable)")
+        else:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
+                             metavar=name.upper().replace("_S", ""), help=help_text)
+    if tool_.name == "room_join":
+        sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
+                         "session's (default none: a CLI join ends at once)")
+    if tool_.name == "lease_guard":
+        sub.add_argument("--staged", action="store_true",
+                         help="check the files staged in this git repository "
+                              "against exclusive leases of other live sessions")
+
+
+def _tool_command(tool_):
+    doc = " ".join((tool_.fn.__doc__ or "").split())
+    epilog = ""
+    if tool_.name == "lease_guard":
+        epilog = ("\n\nexit status: 0 safe, 3 a conflict (or, with --require-held, a "
+                  "resource you do not hold), 1 an error.\nAGENTS_ROOM_GUARD=warn reports "
+                  "conflicts but exits 0; AGENTS_ROOM_GUARD=off skips the check.")
+    name = tool_.cli.split()[-1]
+    return Command(name, tool_.title + ".", cli_words(doc),
+                   tool_.example, lambda sub: _tool_arguments(tool_, sub),
+                   run_guard if tool_.name == "lease_guard" else None, tool=tool_), epilog
+
+
+def _add_command(commands, cmd, epilog="", argparse=None):
+    sub = commands.add_parser(
+        cmd.name, help=cmd.summary, description=cmd.description,
+        epilog=("example:\n  python3 agents_room.py " + cmd.example + epilog)
+        if cmd.example else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.set_defaults(command=cmd)
+    if cmd.arguments:
+        cmd.arguments(sub)
+    if cmd.raw is None:
+        sub.add_argument("--json", action="store_true",
+                         help="print the result as JSON (the object the MCP tool returns)")
+    return sub
+
+
 def build_parser(only=None):
-    """The argparse parser: one subcommand per tool (derived from the tool's
-    schema), plus serve, hook, prune, setup, doctor, bench.  With only=<command>
-    just that tool's subcommand is built: a CLI call pays for one parser, not
-    for twenty-five."""
+    """The argparse parser from the command table.  With only=<command> just
+    that command is built: a CLI call pays for one parser, not for thirty."""
     import argparse
 
     class Parser(argparse.ArgumentParser):
@@ -4632,108 +5736,80 @@ def build_parser(only=None):
                     epilog="Run '<command> --help' for each command's options and an "
                            "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
     parser.add_argument("--version", action="version", version="agents-room " + __version__)
-    commands = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
+    commands = parser.add_subparsers(dest="name", metavar="<command>", parser_class=Parser)
     commands.required = True
+    groups = {}
     for tool_ in TOOLS.values():
-        if only is not None and tool_.cli != only:
+        if tool_.public and tool_.cli:
+            words = tool_.cli.split()
+            groups.setdefault(words[0] if len(words) > 1 else None, []).append(tool_)
+    table = []
+    for tool_ in groups.get(None, []):
+        table.append(("tool", tool_))
+    for group in sorted(g for g in groups if g):
+        table.append(("group", group))
+    for cmd in COMMANDS.values():
+        table.append(("command", cmd))
+    for kind, item in table:
+        name = item.cli if kind == "tool" else item if kind == "group" else item.name
+        if only is not None and name != only:
             continue
-        doc = " ".join((tool_.fn.__doc__ or "").split())
-        sub = commands.add_parser(
-            tool_.cli, help=doc.split(". ")[0].rstrip(".") + ".", description=doc,
-            epilog="example:\n  python3 agents_room.py " + tool_.example,
-            formatter_class=argparse.RawDescriptionHelpFormatter)
-        sub.set_defaults(tool=tool_.name)
-        for name, schema in tool_.params.items():
-            kinds = schema.get("type")
-            kinds = kinds if isinstance(kinds, list) else [kinds]
-            help_text = schema.get("description")
-            convert = str
-            if name.endswith("_s"):
-                convert = parse_duration
-            elif kinds == ["integer"]:
-                convert = int
-            if name == "session_id":
-                sub.add_argument("--session", dest="session_id", metavar="ID",
-                                 help="your session id (default $AGENTS_ROOM_SESSION)")
-            elif name in tool_.positional:
-                sub.add_argument(name, type=convert, help=help_text,
-                                 nargs="+" if "array" in kinds else None,
-                                 metavar="RESOURCE" if "array" in kinds else None)
-            elif kinds == ["boolean"]:
-                sub.add_argument(_cli_flag(tool_, name), dest=name, action="store_true",
-                                 default=None, help=help_text)
-            elif "array" in kinds:
-                sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
-                                 metavar=name.upper().rstrip("S") if name != "to" else
-                                 "SELECTOR", help=(help_text or "") + " (repeatable)")
-            else:
-                sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
-                                 metavar=name.upper(), help=help_text)
-        if tool_.name == "room_join":
-            sub.add_argument("--pid", type=int, help="the process whose life is the "
-                             "session's (default none: a CLI join ends at once)")
-        if tool_.name == "lease_guard":
-            sub._actions[[a.dest for a in sub._actions].index("resources")].nargs = "*"
-            sub.add_argument("--staged", action="store_true",
-                             help="check the files staged in this git repository "
-                                  "against exclusive leases of other live sessions")
-            sub.epilog += ("\n\nexit status: 0 safe, 3 a conflict (or, with "
-                           "--require-held, a resource you do not hold), 1 an error.\n"
-                           "AGENTS_ROOM_GUARD=warn reports conflicts but exits 0; "
-                           "AGENTS_ROOM_GUARD=off skips the check.")
-        sub.add_argument("--json", action="store_true", help="print the result as JSON")
-    sub = commands.add_parser("serve", help="Run the MCP server on stdin/stdout.",
-                              description=serve.__doc__)
-    sub.set_defaults(special="serve")
-    sub = commands.add_parser("hook", help="Answer a harness hook event (JSON on stdin).",
-                              description=run_hook.__doc__, add_help=False)
-    sub.set_defaults(special="hook")
-    def special(name, summary, doc, example, json_help=None):
-        """A command that is not a tool: its help, example and --json."""
-        sub = commands.add_parser(name, help=summary, description=doc,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  epilog="example:\n  python3 agents_room.py " + example)
-        sub.add_argument("--json", action="store_true", help=json_help)
-        sub.set_defaults(special=name)
-        return sub
-
-    sub = special("prune", "Remove sessions that are quiet and gone.", prune.__doc__,
-                  "prune --older-than 24h --dry-run")
-    sub.add_argument("--older-than", default="24h", type=parse_duration,
-                     help="quiet for longer than this (default 24h)")
-    sub.add_argument("--dry-run", action="store_true", help="only show what would go")
-    sub = special("setup", "Configure a harness: MCP entry and hooks.", setup.__doc__,
-                  "setup claude --autonomy hold --write")
-    sub.add_argument("harness", choices=["claude", "codex", "hermes"])
-    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
-    sub.add_argument("--scope", choices=["project", "user"], default="project",
-                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
-    sub.add_argument("--write", action="store_true",
-                     help="merge into the files (default: print what would be written)")
-    special("doctor", "Check the store, harness, key, wake lever and configuration.",
-            doctor.__doc__, "doctor")
-    sub = special("watch", "Follow the room's events live, like tail -f.",
-                  follow_events.__doc__, "watch --room shared:storefront --since 10m",
-                  json_help="one JSON object per line")
-    sub.add_argument("--room", help="only events of this room's sessions")
-    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
-                                     "(10m, 2h)")
-    special("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
-            version_info.__doc__, "version --json")
-    special("install-guard", "Install a git pre-commit hook that runs guard --staged.",
-            install_guard.__doc__, "install-guard")
-    sub = special("bench", "Measure hooks, MCP round trips, contention, scale, memory.",
-                  bench.__doc__, "bench --quick")
-    sub.add_argument("--quick", action="store_true", help="a reduced set, under 30 s")
-    sub = commands.add_parser("wake-run", help=argparse.SUPPRESS)
-    sub.add_argument("payload")
-    sub.set_defaults(special="wake-run")
+        if kind == "tool":
+            cmd, epilog = _tool_command(item)
+            _add_command(commands, cmd, epilog, argparse)
+        elif kind == "command":
+            if item.hidden and only != item.name:
+                continue
+            _add_command(commands, item, "", argparse)
+        else:
+            verbs = [t for t in groups[item]]
+            sub = commands.add_parser(
+                item, help=WINDOW_SUMMARY, description=WINDOW_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="example:\n  python3 agents_room.py " + verbs[0].example)
+            inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
+            inner.required = True
+            for tool_ in verbs:
+                cmd, epilog = _tool_command(tool_)
+                _add_command(inner, cmd, epilog, argparse)
     return parser
 
 
-def cli_args_to_tool(args):
+WINDOW_SUMMARY = "Quiet windows: ask for quiet on resources before a delicate operation."
+WINDOW_HELP = """Quiet windows: before an operation that must not be disturbed (a migration,
+a release), ask the holders of overlapping leases and named sessions for quiet.
+
+  request   ask for quiet on resources (holders and required sessions are told)
+  ack       agree to a window you were asked about
+  activate  start your window once every ack is in and the leases are released
+  release   end your active window when the operation is done
+  cancel    cancel your pending or active window
+  status    list open windows, or one by id
+
+Each verb takes --help."""
+
+
+# CLI words for the MCP names that errors and hints use: one translation, at
+# the CLI's edge, so operations speak one language.
+CLI_WORDS = {"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout", "reply_to": "--reply-to",
+             "session_id": "--session", "extra_rooms": "--also", "harness_key":
+             "--harness-key", "require_held": "--require-held", "window_id": "the window id",
+             "message_id": "the message id"}
+
+
+def cli_words(text):
+    import re
+    words = dict(CLI_WORDS)
+    for tool_ in TOOLS.values():
+        if tool_.public and tool_.cli:
+            words[tool_.name] = "'%s'" % tool_.cli
+    pattern = re.compile(r"\b(%s)\b" % "|".join(sorted(map(re.escape, words), key=len,
+                                                       reverse=True)))
+    return pattern.sub(lambda m: words[m.group(1)], text)
+
+
+def cli_args_to_tool(tool_, args):
     """argparse namespace -> the tool's argument dict (None means not given)."""
-    tool_ = TOOLS[args.tool]
     values = {}
     for name in tool_.params:
         value = getattr(args, name, None)
@@ -4748,81 +5824,20 @@ def cli_args_to_tool(args):
             values["session_id"] = env_session
         elif "session_id" in tool_.required:
             raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
-                             "room_join / 'agents_room.py join' prints your session id")
+                             "'python3 agents_room.py join' prints your session id")
     if values.get("body") == "-":
         values["body"] = sys.stdin.read()
-    return tool_, values
+    return values
 
 
-def run_cli(args):
-    """Run a parsed command -> (text for stdout, exit code)."""
-    special = getattr(args, "special", None)
-    if special == "prune":
-        store = Store()
-        try:
-            result = prune(store, args.older_than, args.dry_run)
-        finally:
-            store.close()
-        if args.json:
-            return json.dumps(result, indent=2, ensure_ascii=False), 0
-        lines = ["%s %s (label %s, %s, last seen %s)" % (
-            "would remove" if args.dry_run else "removed", r["session_id"],
-            r["label"] or "-", r["liveness"], r["last_seen"]) for r in result["removed"]]
-        lines += ["kept %s (label %s): %s, not gone" % (r["session_id"], r["label"] or "-",
-                                                        r["liveness"])
-                  for r in result["kept"]]
-        if not args.dry_run:
-            lines.append("removed %d audit events and %d messages past retention" % (
-                result["events_removed"], result["messages_removed"]))
-        return "\n".join(lines) or "nothing to prune", 0
-    if special == "setup":
-        result = setup(args.harness, args.autonomy, args.write, args.scope)
-        if args.json:
-            return json.dumps(result, indent=2), 0
-        lines = []
-        for item in result["files"]:
-            lines.append("== %s (%s)" % (item["path"], item["action"]))
-            if not args.write or item["action"].startswith("merge by hand"):
-                lines.append(item["content"].rstrip("\n"))
-        lines += ["note: " + note for note in result["notes"]]
-        return "\n".join(lines), 0
-    if special == "doctor":
-        checks = doctor()
-        if args.json:
-            return json.dumps([{"status": s, "check": c, "advice": a}
-                               for s, c, a in checks], indent=2), 0
-        lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
-                 for s, c, a in checks]
-        return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
-    if special == "watch":
-        return "", run_watch(args)
-    if special == "version":
-        info = version_info()
-        if args.json:
-            return json.dumps(info, indent=2), 0
-        return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
-                "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
-                "version)s; this copy writes %(schema_version)s)" % info), 0
-    if special == "install-guard":
-        result = install_guard()
-        return (json.dumps(result) if args.json else
-                "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
-    if special == "bench":
-        def progress(row):
-            sys.stderr.write("bench: %s: %.3f %s\n" % (row["name"], row["p50"], row["unit"]))
-        result = bench(args.quick, progress)
-        return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
-    if special == "wake-run":
-        return "", wake_run(args.payload)
-    if getattr(args, "tool", None) == "lease_guard":
-        return run_guard(args)
-    tool_, values = cli_args_to_tool(args)
+def run_tool_command(args):
+    tool_ = args.command.tool
+    values = cli_args_to_tool(tool_, args)
     pid = getattr(args, "pid", None)
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
     store = Store()
     try:
-        result = call_tool(store, ctx, tool_.name, values)
-        after_tool_event(store)
+        result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
     code = 1 if tool_.name in ("lease_claim", "window_activate") and not result["ok"] else 0
@@ -4830,8 +5845,264 @@ def run_cli(args):
         return json.dumps(result, indent=2, ensure_ascii=False), code
     text = RENDER[tool_.name](result)
     if result.get("warning"):
-        text += "\nwarning: " + clean(result["warning"])
+        text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
     return text, code
+
+
+@command("serve", "Run the MCP server on stdin/stdout.",
+         "Run agents-room as an MCP server over stdio: newline-delimited JSON-RPC on\n"
+         "stdin and stdout, logs on stderr, until stdin closes or SIGTERM.  A harness\n"
+         "starts it from its MCP configuration (setup writes that entry).",
+         "serve")
+def run_serve(args):
+    return "", serve()
+
+
+command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
+        raw=lambda argv: hook_main(argv))(None)
+
+
+def _setup_arguments(sub):
+    sub.add_argument("harness", choices=sorted(SETUP_HARNESSES))
+    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
+    sub.add_argument("--scope", choices=["project", "user"], default="project",
+                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
+    sub.add_argument("--also", action="append", metavar="ROOM",
+                     help="a shared room the SessionStart hook joins (repeatable)")
+    sub.add_argument("--label", help="the label the SessionStart hook joins with")
+    sub.add_argument("--write", action="store_true",
+                     help="merge into the files (default: print what would be written)")
+
+
+@command("setup", "Configure a harness: MCP entry and hooks.",
+         "Write (with --write) or show the MCP server entry and the hook entries a\n"
+         "harness needs, merged into its configuration, keeping every entry that is\n"
+         "not agents-room's.  Claude Code: .mcp.json and .claude/settings.json at the\n"
+         "project's git top level (or ~/.claude with --scope user).  Codex:\n"
+         "$CODEX_HOME/config.toml and hooks.json.  Hermes: $HERMES_HOME/config.yaml.",
+         "setup claude --autonomy hold --also storefront --label api --write",
+         _setup_arguments)
+def run_setup(args):
+    result = setup(args.harness, args.autonomy, args.write, args.scope,
+                   also=args.also or (), label=args.label)
+    if args.json:
+        return json.dumps(result, indent=2), 0
+    lines = []
+    for item in result["files"]:
+        lines.append("== %s (%s)" % (item["path"], item["action"]))
+        if not args.write:
+            lines.append(item["content"].rstrip("\n"))
+    lines += ["note: " + note for note in result["notes"]]
+    return "\n".join(lines), 0
+
+
+@command("doctor", "Check the store, harness, key, wake lever and configuration.",
+         "Check, line by line, what agents-room sees from here: the store (path,\n"
+         "journal mode, schema), the harness and its key in this environment, this\n"
+         "session's autonomy and wake lever, and for each harness whether its MCP\n"
+         "entry and hooks are configured and the configured hook command runs.\n"
+         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
+         "doctor")
+def run_doctor(args):
+    checks = doctor()
+    if args.json:
+        return json.dumps([{"status": s, "check": c, "advice": a}
+                           for s, c, a in checks], indent=2), 0
+    lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
+             for s, c, a in checks]
+    return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
+
+
+def _watch_arguments(sub):
+    sub.add_argument("--room", help="only events of this room's sessions")
+    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
+                                     "(10m, 2h)")
+    sub.add_argument("--last", type=parse_int, metavar="N",
+                     help="print the last N events and exit (does not follow)")
+    sub.add_argument("--type", action="append", metavar="KIND",
+                     help="only events of this kind or family (msg, lease.claim); "
+                          "repeatable")
+    sub.add_argument("--from", dest="sender", metavar="SESSION",
+                     help="only events of this session (id or label)")
+    sub.add_argument("--to-me", action="store_true",
+                     help="only messages sent to your session (--session)")
+    sub.add_argument("--session", dest="session_id", metavar="ID",
+                     help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
+
+
+@command("watch", "Follow the room's events live, like tail -f.",
+         "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
+         "releases, windows, work states.  --since replays from a time, --last N\n"
+         "prints the newest N and exits.  Ctrl-C stops (exit 0).",
+         "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
+def run_watch(args):
+    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    # SIGTERM too, and SIGINT even where a shell started us with it ignored (a
+    # background job): either way watch ends with exit 0.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
+    if args.to_me and not me:
+        raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
+    store = Store()
+    since = parse_since(args.since) if args.since else None
+    last = None
+    if args.last is not None:
+        last = args.last
+        since = 0.0
+    sender = None
+    if args.sender:
+        sender = args.sender if is_session_id(args.sender) else args.sender.lower()
+    if last is None and not args.json:
+        sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
+            store.path, " (room %s)" % args.room if args.room else ""))
+        sys.stderr.flush()
+
+    def wanted(item):
+        if args.type and not any(item["kind"] == t or item["kind"].startswith(
+                t.rstrip(".") + ".") for t in args.type):
+            return False
+        if sender and item["session_id"] != sender and (
+                (item["label"] or "").lower() != sender):
+            return False
+        if args.to_me and not (item["kind"] == "msg.send" and me in (
+                item["data"].get("recipients") or [])):
+            return False
+        return True
+    labels = {}
+
+    def label_of(sid):
+        if sid not in labels:
+            labels[sid] = call_tool(store, Context(via="cli"), "session_label",
+                                    {"of": sid})["label"]
+        return labels[sid]
+
+    def line_of(item):
+        if args.json:
+            return json.dumps({k: v for k, v in item.items() if k != "ts"},
+                              ensure_ascii=False)
+        data = dict(item["data"])
+        for field in ("recipients", "holders", "required", "lowered"):
+            if isinstance(data.get(field), list):
+                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
+        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str)
+                                                  else json.dumps(v, ensure_ascii=False),
+                                                  60))
+                           for k, v in sorted(data.items()) if v not in (None, [], {}))
+        who = (_who_name(item) + " ") if item["session_id"] else ""
+        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
+                                      one_line(data.get("shown") or item["subject"] or
+                                               item["room"] or "", 200),
+                                      ("  " + detail) if detail else "")
+    try:
+        if last is not None:
+            items = [i for i in call_tool(store, Context(via="cli"), "events_tail", {
+                "room": args.room, "limit": max(1, min(last * 20, 100000))})["events"]
+                if wanted(i)][-last:] if last else []
+            for item in items:
+                sys.stdout.write(line_of(item) + "\n")
+            sys.stdout.flush()
+            return "", 0
+        for item in follow_events(args.room, since, store=store):
+            if wanted(item):
+                sys.stdout.write(line_of(item) + "\n")
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        _quiet_stdout()
+    return "", 0
+
+
+@command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
+         "Print which agents-room this is (version and the SHA-256 of this file),\n"
+         "under which Python and SQLite, and which store it uses with its schema\n"
+         "version: so two agents can tell whether they run the same copy.",
+         "version --json")
+def run_version(args):
+    info = version_info()
+    if args.json:
+        return json.dumps(info, indent=2), 0
+    return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
+            "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
+            "version)s; this copy writes %(schema_version)s)" % info), 0
+
+
+@command("install-guard", "Install a git pre-commit hook that runs guard --staged.",
+         "Write a git pre-commit hook into this repository that runs\n"
+         "'guard --staged': a commit touching files another live session holds\n"
+         "exclusively is refused.  A pre-commit hook already there is kept and run\n"
+         "first.  AGENTS_ROOM_GUARD=warn reports only; =off skips the check.",
+         "install-guard")
+def run_install_guard(args):
+    result = install_guard()
+    return (json.dumps(result) if args.json else
+            "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
+
+
+def _bench_arguments(sub):
+    sub.add_argument("--quick", action="store_true", help="a reduced set, under 30 s")
+
+
+@command("bench", "Measure hooks, MCP round trips, contention, scale, memory.",
+         "Measure the hot paths on a temporary store beside the configured one, each\n"
+         "against a limit measured in the same run: hooks and CLI calls against a\n"
+         "bare start of the same interpreter, MCP calls against a stdlib JSON-RPC\n"
+         "echo over the same pipes, scale against a small store.",
+         "bench --quick", _bench_arguments)
+def run_bench(args):
+    def progress(row):
+        sys.stderr.write("bench: %s: %.3f %s\n" % (row["name"], row["p50"], row["unit"]))
+    result = bench(args.quick, progress)
+    return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
+
+
+def _prune_arguments(sub):
+    sub.add_argument("--older-than", default="24h", type=parse_duration, metavar="DURATION",
+                     help="quiet for longer than this (default 24h)")
+    sub.add_argument("--dry-run", action="store_true", help="only show what would go")
+
+
+@command("prune", "Remove sessions that are quiet and gone.",
+         "Remove sessions that have been quiet longer than --older-than (24h) and\n"
+         "whose process is gone (never one that may be alive, never an unknown one).\n"
+         "Their messages stay; their leases, windows and deliveries go.  Also\n"
+         "removes audit events older than 30 days and messages 90 days past expiry.",
+         "prune --older-than 24h --dry-run", _prune_arguments)
+def run_prune(args):
+    store = Store()
+    try:
+        result = call_tool(store, Context(via="cli"), "prune", {
+            "quiet_s": args.older_than, "dry_run": args.dry_run})
+    finally:
+        store.close()
+    if args.json:
+        return json.dumps(result, indent=2, ensure_ascii=False), 0
+    lines = ["%s %s (label %s, %s, last seen %s)" % (
+        "would remove" if args.dry_run else "removed", r["session_id"],
+        one_line(r["label"] or "-", 40), r["liveness"], ago(r["last_seen"]))
+        for r in result["removed"]]
+    lines += ["kept %s (label %s): %s, not gone" % (
+        r["session_id"], one_line(r["label"] or "-", 40), r["liveness"])
+        for r in result["kept"]]
+    if not args.dry_run:
+        lines.append("removed %d audit events and %d messages past retention" % (
+            result["events_removed"], result["messages_removed"]))
+    return "\n".join(lines) or "nothing to prune", 0
+
+
+def _wake_run_arguments(sub):
+    sub.add_argument("payload")
+
+
+@command("wake-run", "", "The detached half of a process wake lever (internal).", "",
+         _wake_run_arguments, hidden=True)
+def run_wake_run(args):
+    return "", wake_run(args.payload)
 
 
 def parse_since(text):
@@ -4849,40 +6120,10 @@ def parse_since(text):
     return now() - parse_duration(text)
 
 
-def run_watch(args):
-    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    # SIGTERM too, and SIGINT even where a shell started us with it ignored (a
-    # background job): either way watch ends with exit 0.
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    since = parse_since(args.since) if args.since else None
-    try:
-        for item in follow_events(args.room, since):
-            if args.json:
-                line = json.dumps(item, ensure_ascii=False)
-            else:
-                detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str)
-                                                          else json.dumps(v), 60))
-                                   for k, v in sorted(item["data"].items())
-                                   if v not in (None, [], {}))
-                who = (_who_name(item) + " ") if item["session_id"] else ""
-                line = "%s  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
-                                             clean(item["subject"] or item["room"] or ""),
-                                             ("  " + detail) if detail else "")
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-    except (KeyboardInterrupt, BrokenPipeError):
-        pass
-    return 0
-
-
 def staged_paths(cwd):
     """Absolute paths of the files staged in cwd's git repository, both sides
-    of a rename, and whether core.ignorecase is on."""
+    of a rename, and whether core.ignorecase is on.  A name that is not UTF-8
+    keeps its bytes as backslash escapes: it is checked, never refused."""
     import subprocess
 
     def git(*argv):
@@ -4890,7 +6131,7 @@ def staged_paths(cwd):
         if done.returncode != 0:
             raise RoomError("git %s failed: %s" % (argv[0], done.stderr.decode(
                 "utf-8", "replace").strip() or "not a git repository?"))
-        return done.stdout.decode("utf-8", "surrogateescape")
+        return done.stdout.decode("utf-8", "backslashreplace")
     top = git("rev-parse", "--show-toplevel").strip()
     ignorecase = git("config", "--bool", "--default", "false", "core.ignorecase").strip()
     fields = git("diff", "--cached", "--name-status", "-M", "-z").split("\0")
@@ -4905,42 +6146,57 @@ def staged_paths(cwd):
 
 def run_guard(args):
     """guard: exit 0 safe, 3 conflict or not held, 1 error; AGENTS_ROOM_GUARD
-    =warn turns refusals into warnings, =off skips the check."""
+    =warn turns refusals (and errors) into warnings, =off skips the check."""
     setting = os.environ.get("AGENTS_ROOM_GUARD", "").strip().lower()
     if setting == "off":
         return "agents-room guard: off (AGENTS_ROOM_GUARD=off), nothing checked", 0
-    values = {}
+    try:
+        return _run_guard(args, setting)
+    except RoomError as error:
+        if setting != "warn" or isinstance(error, GuardRefused):
+            raise
+        return "agents-room guard (warn only): could not check: %s" % one_line(
+            error.message, 300), 0
+
+
+def _run_guard(args, setting):
     resources = list(args.resources or [])
     mode = args.mode or "exclusive"
     ignorecase = False
     if args.staged:
-        staged, ignorecase = staged_paths(os.getcwd())
+        staged, ignorecase = staged_paths(_getcwd())
         resources += staged
         mode = "shared"          # a commit collides with exclusive leases only
     if not resources:
         return "agents-room guard: nothing to check", 0
     session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
     store = Store()
+    result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": []}
     try:
         if not session:
             key = harness_key_from(os.environ)
-            row = store.conn.execute("SELECT id FROM sessions WHERE harness_key=?",
-                                     (key,)).fetchone() if key else None
-            session = row["id"] if row else None
-        values = {"resources": resources, "mode": mode,
-                  "require_held": bool(args.require_held), "ignorecase": ignorecase}
-        if session:
-            values["session_id"] = session
-        result = call_tool(store, Context(via="cli"), "lease_guard", values)
+            session = session_by_key(store, key) if key else None
+        # Any number of files: checked in batches of what one call takes.
+        for start in range(0, len(resources), LEASE_TARGETS_MAX):
+            values = {"resources": resources[start:start + LEASE_TARGETS_MAX],
+                      "mode": mode, "require_held": bool(args.require_held),
+                      "ignorecase": ignorecase}
+            if session:
+                values["session_id"] = session
+            part = call_tool(store, Context(via="cli"), "lease_guard", values)
+            result["safe"] = result["safe"] and part["safe"]
+            for field in ("conflicts", "missing", "stale", "windows"):
+                result[field] += part[field]
     finally:
         store.close()
-    lines = []
-    for lease in result["conflicts"]:
-        lines.append("%s is %s" % (lease["resource"], "in a quiet window: " + lease["purpose"]
-                                   if lease["mode"] == "window" else
-                                   "held by " + _holder_text(lease)))
-    lines += ["%s is not covered by a lease of yours" % m for m in result["missing"]]
-    lines += ["%s: stale lease of %s (gone), ignored" % (l["resource"], l["session_id"])
+    lines = ["%s is held by %s" % (one_line(l["resource"], 200), _holder_text(l))
+             for l in result["conflicts"]]
+    lines += ["%s is in %s" % (one_line(", ".join(w["blocks"]), 200), w["reason"])
+              for w in result["windows"]]
+    lines += ["%s is not covered by a lease of yours" % one_line(m, 200)
+              for m in result["missing"]]
+    lines += ["%s: stale lease of %s (gone), ignored" % (one_line(l["resource"], 200),
+                                                        l["session_id"])
               for l in result["stale"]]
     safe = result["safe"]
     if args.json:
@@ -4955,36 +6211,40 @@ def run_guard(args):
                        "AGENTS_ROOM_GUARD=warn (report only) or =off")
 
 
+def _quiet_stdout():
+    """The reader went away (| head): not our failure; keep Python quiet."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv=None):
     """The command line: returns the exit code (0 ok, 1 refused or failed, 2
-    usage).  Errors go to stderr as 'error: ...' with a hint."""
+    usage, 3 guard refused).  Errors go to stderr as 'error: ...' with a hint."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "hook":
-        return hook_main(argv[1:])
-    if argv and argv[0] == "serve" and len(argv) == 1:
-        try:
-            return serve()
-        except RoomError as error:
-            sys.stderr.write("error: %s\n" % clean(error.text()))
-            return error.exit_code
-    if len(argv) > 1 and argv[0] == "window" and not argv[1].startswith("-"):
-        argv = ["window-" + argv[1]] + argv[2:]      # window request -> window-request
+    name = argv[0] if argv else None
+    row = COMMANDS.get(name)
+    if row is not None and row.raw is not None:
+        return row.raw(argv[1:])
     try:
         sys.stdout.reconfigure(errors="backslashreplace")
     except (AttributeError, ValueError):
         pass
     want_json = "--json" in argv
     try:
-        known = {t.cli for t in TOOLS.values()}
-        command = next((a for a in argv if not a.startswith("-")), None)
-        args = build_parser(command if command in known else None).parse_args(argv)
-        text, code = run_cli(args)
+        groups = {t.cli.split()[0] for t in TOOLS.values() if t.public and t.cli}
+        known = {t.cli for t in TOOLS.values() if t.public and t.cli} | set(COMMANDS) | \
+            groups
+        args = build_parser(name if name in known else None).parse_args(argv)
+        cmd = args.command
+        text, code = cmd.run(args) if cmd.run else run_tool_command(args)
     except RoomError as error:
         if want_json:
             sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
-        sys.stderr.write("error: %s\n" % clean(error.message))
+        sys.stderr.write("error: %s\n" % clean(cli_words(error.message)))
         if error.hint:
-            sys.stderr.write("hint: %s\n" % clean(error.hint))
+            sys.stderr.write("hint: %s\n" % clean(cli_words(error.hint)))
         return error.exit_code
     except KeyboardInterrupt:
         return 130
@@ -4993,8 +6253,7 @@ def main(argv=None):
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
     except BrokenPipeError:
-        # The reader went away (| head): not our failure; keep Python quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
     return code
 
 

@@ -40,6 +40,7 @@ def read_bytes(path):
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in HARNESS_VARS and not k.startswith(("CODEX_", "HERMES_"))}
+    env["AGENTS_ROOM_TEST_SEAMS"] = "1"     # the suite asks for the clock seam
     env.update(extra)
     return env
 
@@ -87,9 +88,19 @@ class RoomTest(unittest.TestCase):
                             check=check)
         return json.loads(done.stdout)
 
-    def join(self, *args, cwd=None, key=None):
+    def join(self, *args, cwd=None, key=None, live=False):
+        """A CLI join; live=True also starts a process carrying the harness key,
+        as a running harness would, so the session is alive (not gone)."""
         env = {"AGENTS_ROOM_HARNESS_KEY": key} if key else None
+        if live:
+            self.keep_alive(key)
         return self.cli_json("join", *args, cwd=cwd or self.tmp, env=env)
+
+    def keep_alive(self, key):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                env=clean_env(AGENTS_ROOM_HARNESS_KEY=key))
+        self.procs.append(proc)
+        return proc
 
 
 # ---- store -----------------------------------------------------------------
@@ -351,7 +362,7 @@ class MessageTest(RoomTest):
         self.assertIn("1 MiB", done.stderr)
         done = self.run_cli("send", "--session", self.api, "--to", "*", "--subject", "r",
                             "--reply-to", "999", check=1)
-        self.assertIn("reply_to names no message", done.stderr)
+        self.assertIn("--reply-to names no message", done.stderr)
 
     def test_body_from_stdin_and_recv_order_and_inbox(self):
         empty = self.cli_json("recv", "--session", self.web)
@@ -437,7 +448,7 @@ class MessageTest(RoomTest):
         sent = self.cli_json("sent", "--session", self.api)["messages"][0]
         self.assertEqual((sent["sent"], sent["pending"], sent["left"]), (1, 0, 1))
         human = self.run_cli("sent", "--session", self.api, check=0).stdout
-        self.assertIn("(left)", human)
+        self.assertIn("(left the room)", human)
 
 
 # ---- leases and drift ---------------------------------------------------------
@@ -448,8 +459,8 @@ class LeaseTest(RoomTest):
     def setUp(self):
         super().setUp()
         self.dir = self.repo("proj")
-        self.a = self.join("--label", "a", cwd=self.dir, key="ka")["session_id"]
-        self.b = self.join("--label", "b", cwd=self.dir, key="kb")["session_id"]
+        self.a = self.join("--label", "a", cwd=self.dir, key="ka", live=True)["session_id"]
+        self.b = self.join("--label", "b", cwd=self.dir, key="kb", live=True)["session_id"]
 
     def claim(self, who, path, *extra, check=0):
         return self.cli_json("claim", "--session", who, path, *extra, cwd=self.dir,
@@ -470,7 +481,7 @@ class LeaseTest(RoomTest):
     def test_shared_coexist_and_block_exclusive(self):
         self.assertTrue(self.claim(self.a, "f", "--mode", "shared")["ok"])
         self.assertTrue(self.claim(self.b, "f", "--mode", "shared")["ok"])
-        c = self.join("--label", "c", cwd=self.dir, key="kc")["session_id"]
+        c = self.join("--label", "c", cwd=self.dir, key="kc", live=True)["session_id"]
         refused = self.claim(c, "f", check=1)
         self.assertEqual(len(refused["holders"]), 2)
         self.cli_json("release", "--session", self.a, "f", cwd=self.dir)
@@ -576,7 +587,7 @@ class ResourceLeaseTest(RoomTest):
                                        env=clean_env(AGENTS_ROOM_HARNESS_KEY="ka"))
         self.procs.append(self.keeper)
         self.a = self.join("--label", "a", cwd=self.dir, key="ka")["session_id"]
-        self.b = self.join("--label", "b", cwd=self.dir, key="kb")["session_id"]
+        self.b = self.join("--label", "b", cwd=self.dir, key="kb", live=True)["session_id"]
 
     def claim(self, who, *resources, check=0, extra=()):
         return self.cli_json("claim", "--session", who, *(list(resources) + list(extra)),
@@ -669,7 +680,8 @@ class ResourceLeaseTest(RoomTest):
         self.assertFalse(json.loads(as_json.stdout)["safe"])
 
     def test_gone_holders_are_stale_not_blocking(self):
-        self.claim(self.b, "src/old.go")         # kb has no running process: gone
+        gone = self.join("--label", "g", cwd=self.dir, key="kg")["session_id"]
+        self.claim(gone, "src/old.go")           # kg has no running process: gone
         done = self.guard("--session", self.a, "src/old.go")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("stale lease", done.stdout)
@@ -1101,12 +1113,30 @@ class LivenessTest(RoomTest):
 class CliTest(RoomTest):
 
     def test_every_subcommand_has_help_with_example(self):
-        for tool in agents_room.TOOLS.values():
-            with self.subTest(command=tool.cli):
-                done = self.run_cli(tool.cli, "--help", check=0)
+        names = [t.cli for t in agents_room.TOOLS.values() if t.public]
+        names += [c.name for c in agents_room.COMMANDS.values() if not c.hidden]
+        self.assertIn("window request", names)
+        self.assertIn("hook", names)
+        for name in names:
+            with self.subTest(command=name):
+                done = self.run_cli(*(name.split() + ["--help"]), check=0)
                 self.assertIn("example:", done.stdout)
-                self.assertIn("python3 agents_room.py " + tool.cli, done.stdout)
-        self.assertIn("prune", self.run_cli("--help", check=0).stdout)
+                self.assertIn("python3 agents_room.py " + name, done.stdout)
+                self.assertNotIn("==SUPPRESS==", done.stdout)
+        top = self.run_cli("--help", check=0).stdout
+        for name in ("prune", "watch", "setup", "window", "hook", "serve"):
+            self.assertIn(name, top)
+        self.assertNotIn("wake-run", top)
+        self.assertNotIn("SUPPRESS", top)
+        window = self.run_cli("window", "--help", check=0).stdout
+        for verb in ("request", "ack", "activate", "release", "cancel", "status"):
+            self.assertIn(verb, window)
+        bare = self.run_cli("window", check=2)
+        self.assertIn("<verb>", bare.stderr)
+        for name in ("watch", "setup", "doctor", "prune"):
+            text = self.run_cli(name, "--help", check=0).stdout
+            for internal in ("Yield event rows", "epoch seconds", '-> {"files"', "quiet_s"):
+                self.assertNotIn(internal, text, name)
 
     def test_three_ways_to_run(self):
         for command in ([sys.executable, SCRIPT], [SCRIPT], [sys.executable, "-m",
@@ -1425,7 +1455,8 @@ class McpTest(RoomTest):
                                  [])
         got = self.cli_json("recv", "--session", other["session_id"])["messages"]
         self.assertEqual([m["subject"] for m in got][:2], ["hi", "[handoff] s: over to you"])
-        self.assertEqual(len(schemas), len(agents_room.TOOLS))
+        self.assertEqual(len(schemas), len([t for t in agents_room.TOOLS.values()
+                                            if t.public]))
         self.assertEqual(set(schemas) - {name for name, _ in calls}, {
             "msg_ack", "room_join", "room_leave"})          # called below
         self.cli_json("send", "--session", other["session_id"], "--to", sid, "--subject",
@@ -1726,7 +1757,9 @@ class HookTest(SignalBase):
         sid, _ = self.start("k-end", "--room", "r")
         self.hook("SessionEnd", {"session_id": "k-end", "cwd": self.tmp})
         who = self.cli_json("who")["sessions"]
-        self.assertEqual(who, [])
+        # The session ended: it keeps its rooms (a resume is the same session).
+        self.assertEqual([(s["session_id"], s["rooms"], s["ended"]) for s in who],
+                         [(sid, ["repo:r"], True)])
         for event in agents_room.HOOK_EVENTS[1:]:
             with self.subTest(event=event):
                 done = self.hook(event, {"session_id": "never-started", "cwd": self.tmp})
@@ -1811,19 +1844,34 @@ class WakeTest(SignalBase):
         log = os.path.join(self.tmp, "codex.log")
         codex = os.path.join(bindir, "codex")
         with open(codex, "w") as handle:
-            handle.write("#!%s\nimport sys, json\nopen(%r, 'w').write(json.dumps("
-                         "sys.argv[1:]))\n" % (sys.executable, log))
+            handle.write("#!%s\nimport sys, json, os\nopen(%r, 'a').write(json.dumps("
+                         "[os.getcwd()] + sys.argv[1:]) + '\\n')\n" % (sys.executable, log))
         os.chmod(codex, 0o755)
         path = bindir + os.pathsep + self.env["PATH"]
-        woke = self.cli_json("join", "--room", "r", "--autonomy", "2",
-                             env={"CODEX_THREAD_ID": "thread-42"})["session_id"]
+        # The recipient's codex is recorded from its own PATH at join; the
+        # sender has no codex on its PATH at all.
+        home = self.repo("codex-home")
+        self.keep_alive("thread-42")
+        woke = self.cli_json("join", "--room", "r", "--autonomy", "2", cwd=home,
+                             env={"CODEX_THREAD_ID": "thread-42", "PATH": path})["session_id"]
         sender = self.join("--room", "r")["session_id"]
-        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x",
-                      env={"PATH": path})
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
         self.assertTrue(self.wait_state(sender, "accepted"))
-        argv = json.loads(read_bytes(log))
+        cwd, *argv = json.loads(read_bytes(log).splitlines()[0])
         self.assertEqual(argv[:4], ["queue", "--thread", "thread-42", "--message"])
         self.assertIn("unread", argv[4])
+        self.assertEqual(cwd, home)                  # the recipient's cwd, not the sender's
+        # A thread nobody runs: codex queue exits 0, but a turn is not known to
+        # start, so the delivery stays offered.
+        idle = self.cli_json("join", "--room", "r", "--autonomy", "2", cwd=home,
+                             env={"CODEX_THREAD_ID": "thread-idle", "PATH": path})
+        self.cli_json("send", "--session", sender, "--to", idle["session_id"],
+                      "--subject", "y")
+        deadline = time.time() + 10
+        while time.time() < deadline and len(read_bytes(log).splitlines()) < 2:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        self.assertEqual(self.state_of(sender), "offered")
 
 
 WORKER_PRELUDE = """
@@ -1832,6 +1880,10 @@ sys.path.insert(0, %r)
 import agents_room as ar
 store = ar.Store()
 ctx = ar.Context(cwd=os.getcwd())
+
+
+def op(name, **args):
+    return ar.call_tool(store, ctx, name, args)
 """ % HERE
 
 
@@ -1882,13 +1934,13 @@ class ConcurrencyTest(RoomTest):
         self.join("--room", "race")           # create the store before the race
         code = """
 index, mixed = int(sys.argv[1]), sys.argv[2] == "mixed"
-sid = ar.room_join(store, ctx, room="race", label="w%d" % index)["session_id"]
+sid = op("room_join", room="race", label="w%d" % index)["session_id"]
 granted = 0
 for i in range(250):
     mode = "shared" if mixed and (i + index) % 3 == 0 else "exclusive"
-    if ar.lease_claim(store, ctx, sid, "contested.txt", ttl_s=600, mode=mode)["ok"]:
+    if op("lease_claim", session_id=sid, path="contested.txt", ttl_s=600, mode=mode)["ok"]:
         granted += 1
-        ar.lease_release(store, ctx, sid, "contested.txt")
+        op("lease_release", session_id=sid, path="contested.txt")
 print(granted)
 """
         for variant in ("exclusive", "mixed"):
@@ -1918,12 +1970,12 @@ print(granted)
         self.join("--room", "load")
         receivers = self.workers("""
 index = int(sys.argv[1])
-sid = ar.room_join(store, ctx, room="load", tags=["inbox"], harness_key="r%d" % index)["session_id"]
+sid = op("room_join", room="load", tags=["inbox"], harness_key="r%d" % index)["session_id"]
 print("ready", flush=True)
 seen = []
 deadline = time.time() + 200
 while len(seen) < 4000 and time.time() < deadline:
-    got = ar.msg_recv(store, ctx, sid, limit=200)["messages"]
+    got = op("msg_recv", session_id=sid, limit=200)["messages"]
     seen += [m["message_id"] for m in got]
     if not got:
         time.sleep(0.01)
@@ -1933,9 +1985,9 @@ print(" ".join(map(str, seen)))
             self.assertEqual(proc.stdout.readline().strip(), "ready")
         senders = self.workers("""
 index = int(sys.argv[1])
-sid = ar.room_join(store, ctx, room="load", harness_key="s%d" % index)["session_id"]
+sid = op("room_join", room="load", harness_key="s%d" % index)["session_id"]
 for i in range(500):
-    assert ar.msg_send(store, ctx, sid, "tag:inbox", subject="m %d %d" % (index, i))["recipients"] == 4
+    assert op("msg_send", session_id=sid, to="tag:inbox", subject="m %d %d" % (index, i))["recipients"] == 4
 """, 8)
         self.finish(senders)
         seen = [list(map(int, out.split())) for out in self.finish(receivers)]
@@ -1956,19 +2008,19 @@ for i in range(500):
 index = int(sys.argv[1])
 rng = random.Random(index)
 while True:
-    sid = ar.room_join(store, ctx, room="crash", extra_rooms=["crash-shared"],
-                       harness_key="k%d-%d" % (index, rng.randrange(5)))["session_id"]
+    sid = op("room_join", room="crash", extra_rooms=["crash-shared"],
+             harness_key="k%d-%d" % (index, rng.randrange(5)))["session_id"]
     for i in range(20):
-        op = rng.randrange(3)
-        if op == 0:
-            ar.msg_send(store, ctx, sid, "*", subject="x", body="y" * rng.randrange(5000))
-        elif op == 1:
+        choice = rng.randrange(3)
+        if choice == 0:
+            op("msg_send", session_id=sid, to="*", subject="x", body="y" * rng.randrange(5000))
+        elif choice == 1:
             path = "f%d.txt" % rng.randrange(5)
-            if ar.lease_claim(store, ctx, sid, path, ttl_s=600)["ok"] and rng.random() < 0.5:
-                ar.lease_release(store, ctx, sid, path)
+            if op("lease_claim", session_id=sid, path=path, ttl_s=600)["ok"] and rng.random() < 0.5:
+                op("lease_release", session_id=sid, path=path)
         else:
-            ar.room_join(store, ctx, room="crash", extra_rooms=["x%d" % rng.randrange(3)],
-                         harness_key="j%d-%d" % (index, rng.randrange(50)))
+            op("room_join", room="crash", extra_rooms=["x%d" % rng.randrange(3)],
+               harness_key="j%d-%d" % (index, rng.randrange(50)))
 """
         import random
         rng = random.Random(7)
@@ -2199,20 +2251,29 @@ class RetentionTest(RoomTest):
                           "--ttl", "60")
         conn = sqlite3.connect(self.db)
         events_before = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        # 31 days pass (the rows are moved back in time, since the clock a
+        # sweep trusts for retention is the real one): one tool event removes
+        # audit rows older than 30 days; messages expired less than 90 days ago
+        # stay in history.
+        month = 31 * 86400
+        conn.execute("UPDATE events SET at = at - ?", (month,))
+        conn.execute("UPDATE messages SET created_at = created_at - ?, "
+                     "expires_at = expires_at - ?", (month, month))
+        conn.execute("UPDATE meta SET value = '0' WHERE key = 'expiry_swept_to'")
+        conn.commit()
         conn.close()
-        # 31 days on, one tool event: audit rows older than 30 days go, messages
-        # expired less than 90 days ago stay in history.
-        month = {"AGENTS_ROOM_TIME_OFFSET": str(31 * 86400)}
-        self.cli_json("unread", "--session", b, env=month)
+        self.cli_json("unread", "--session", b)
         conn = sqlite3.connect(self.db)
         events_after = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         stale = conn.execute("SELECT COUNT(*) FROM events WHERE at < ?",
-                             (time.time() + 86400,)).fetchone()[0]
-        self.assertEqual(stale, 0)                   # every pre-jump event went
+                             (time.time() - 86400,)).fetchone()[0]
+        self.assertEqual(stale, 0)                   # every backdated event went
         self.assertEqual(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0], 5)
+        conn.execute("UPDATE messages SET expires_at = expires_at - ?", (61 * 86400,))
+        conn.commit()
         conn.close()
         self.assertGreater(events_before, events_after)
-        later = {"AGENTS_ROOM_TIME_OFFSET": str(92 * 86400)}
+        later = {}
         out = self.cli_json("prune", env=later)
         self.assertEqual(out["messages_removed"], 5)
         conn = sqlite3.connect(self.db)
@@ -2275,10 +2336,16 @@ class QueryPlanTest(RoomTest):
         call("lease_claim", session_id=me, path="g.txt")
         call("lease_renew", session_id=me, path="g.txt")
         call("lease_release", session_id=me, path="g.txt")
-        agents_room.run_due_wakes(store)
-        agents_room.tool_event_signal(store, me)
-        agents_room.stop_signal(store, me, False)
-        agents_room.prune(store)
+        ctx = agents_room.Context(cwd=self.tmp)
+        agents_room.run_due_wakes(store, ctx)
+        key = store.conn.execute("SELECT harness_key FROM sessions WHERE id=?",
+                                 (me,)).fetchone()[0]
+        for name, args in (("signal_tool_event", {"harness_key": key}),
+                           ("signal_stop", {"harness_key": key}),
+                           ("session_digest", {"session_id": me}),
+                           ("store_info", {"harness_key": key}),
+                           ("prune", {})):
+            agents_room.call_tool(store, ctx, name, args)
         call("room_leave_room", session_id=me, room="s")
         call("room_leave", session_id=me)
         for value in ("0123456789abcdef", me[:6], "plan-key"):
@@ -2328,23 +2395,27 @@ class SetupTest(RoomTest):
         with open(os.path.join(project, ".claude", "settings.json")) as handle:
             settings = json.load(handle)
         commands = self.hook_commands(settings)
-        self.assertEqual(settings["permissions"], {"allow": ["Bash(ls)"]})
+        # Theirs kept; ours added, so agents-room calls need no approval.
+        self.assertEqual(settings["permissions"], {"allow": ["Bash(ls)",
+                                                             "mcp__agents-room__*"]})
         self.assertEqual(commands["PreToolUse"][0], "lint")         # theirs kept, first
-        self.assertIn("hook --event=PreToolUse", commands["PreToolUse"][1])
+        self.assertIn("hook --harness claude-code --event=PreToolUse",
+                      commands["PreToolUse"][1])
         self.assertEqual(settings["hooks"]["PreToolUse"][1]["matcher"],
                          "Edit|Write|MultiEdit|NotebookEdit")
         self.assertEqual(commands["Stop"][0], "notify-me")
         self.assertEqual(len(commands["Stop"]), 2)
-        self.assertIn("hook --event=Stop", commands["Stop"][1])
+        self.assertIn("--event=Stop", commands["Stop"][1])
         self.assertIn("--event=SessionStart --autonomy 1", commands["SessionStart"][0])
-        self.assertIn('sys.path.insert(0, "%s")' % HERE, commands["SessionStart"][0])
+        self.assertIn(" -I -S -c ", commands["SessionStart"][0])    # isolated launcher
+        self.assertIn(" %s hook " % HERE, commands["SessionStart"][0])
         self.assertIn("from agents_room import main", commands["SessionStart"][0])
         for event in ("UserPromptSubmit", "PostToolUse", "SessionEnd"):
             self.assertEqual(len(commands[event]), 1)
         with open(os.path.join(project, ".mcp.json")) as handle:
             servers = json.load(handle)["mcpServers"]
         self.assertEqual(servers["other"], {"command": "x"})
-        self.assertEqual(servers["agents-room"]["args"], [SCRIPT, "serve"])
+        self.assertEqual(servers["agents-room"]["args"], ["-I", "-S", SCRIPT, "serve"])
 
     def test_setup_claude_wake_adds_async_rewake(self):
         project = self.repo("proj")
@@ -2382,7 +2453,7 @@ class SetupTest(RoomTest):
         self.assertNotIn("codex_hooks", text)
         self.assertNotIn('"old"', text)
         self.assertEqual(text.count("[mcp_servers.agents-room]"), 1)
-        self.assertIn("CODEX_THREAD_ID", text)
+        self.assertIn('"AGENTS_ROOM_DB"', text)
         with open(os.path.join(codex, "hooks.json")) as handle:
             self.assertEqual(sorted(json.load(handle)["hooks"]), [
                 "PostToolUse", "SessionEnd", "SessionStart", "Stop", "UserPromptSubmit"])
@@ -2393,7 +2464,7 @@ class SetupTest(RoomTest):
         self.assertIn("mcp_servers:\n  agents-room:", text)
         self.assertIn("on_session_start:", text)
         again = self.run_cli("setup", "hermes", "--write", env=env, check=0)
-        self.assertIn("already configured", again.stdout)
+        self.assertIn("(unchanged)", again.stdout)
 
     def test_doctor_reports_each_line(self):
         home = os.path.join(self.tmp, "home")
