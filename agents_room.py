@@ -3692,7 +3692,9 @@ def _spawn_wake(store, ctx, job):
     data = job["data"]
     payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
                           "lever": job["lever"], "argv": lever_argv(job),
-                          "alive": job["alive"]})
+                          "alive": job["alive"],
+                          "timeout": _env_seconds("AGENTS_ROOM_WAKE_TIMEOUT_S",
+                                                  WAKE_TIMEOUT_S)})
     env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
     cwd = data.get("cwd")
     if not cwd or not os.path.isdir(cwd):
@@ -3712,7 +3714,7 @@ def wake_run(payload):
     """The detached half of a process lever (see _spawn_wake)."""
     import subprocess
     job = json.loads(payload)
-    timeout = _env_seconds("AGENTS_ROOM_WAKE_TIMEOUT_S", WAKE_TIMEOUT_S)
+    timeout = job.get("timeout") or WAKE_TIMEOUT_S
     try:
         done = subprocess.run(job["argv"], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

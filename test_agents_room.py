@@ -1,13 +1,32 @@
 #!/usr/bin/env python3
 """Tests for agents_room.py: the program as its users drive it.
 
-Most tests run the real CLI as a subprocess on a temporary store, or drive
-`serve` over pipes; a few call the operation layer in-process.  Standard library
-only.  Run: python3 test_agents_room.py  (ends with 'N passed, N failed').
+Two layers.  Most tests drive the real `main(argv)` in-process, with the
+environment, working directory and standard streams swapped for each call
+(RoomTest.run_cli): the same parser, store and output, in milliseconds.  A
+deliberate set runs real processes, and each such class says why: the CLI's
+smoke and exit codes, `serve` over pipes, hooks as `setup` writes them, wake
+levers, liveness of real pids, several processes on one store, the README
+walk-throughs in bash, broken stores (chattr, rlimits).  Those subprocess CLI
+calls use PROGRAM, a launcher that imports the module from its cached bytecode
+instead of recompiling the 234 KB script on every call; a few tests still run
+`python3 agents_room.py` literally, as users type it.
+
+Nothing here can hang: every wait on a process, pipe or in-process call has a
+deadline, and a program that misses one fails its test.
+
+Test seam: AGENTS_ROOM_TEST_PROCESSES=1 runs every CLI call of the suite as a
+real process (slower; shows that the in-process layer hides nothing).
+Standard library only.  Run: python3 test_agents_room.py  (ends with
+'N passed, N failed').
 """
 
+import importlib.util
+import io
 import json
 import os
+import py_compile
+import queue
 import shutil
 import signal
 import socket
@@ -18,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,6 +50,39 @@ HARNESS_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID", "CODEX_THRE
                 "CLAUDECODE", "CLAUDE_CODE_MESSAGING_SOCKET",
                 "CLAUDE_CODE_MESSAGING_TOKEN", "AGENTS_ROOM_TIME_OFFSET",
                 "AGENTS_ROOM_PROCSCAN", "AGENTS_ROOM_PROC_ROOT")
+
+# The command a real-process CLI call runs: the module imported from its
+# bytecode (as the hooks `setup` writes do), not the script recompiled.
+PROGRAM = [sys.executable, "-c", "import sys; sys.path.insert(0, %r); "
+           "from agents_room import main; sys.exit(main())" % HERE]
+ALL_PROCESSES = os.environ.get("AGENTS_ROOM_TEST_PROCESSES", "") not in ("", "0")
+CALL_TIMEOUT_S = 60          # any one CLI call, in-process or not
+PIPE_TIMEOUT_S = 30          # any one read from a child's pipe
+
+
+def fresh_bytecode(path):
+    """Make sure path's cached bytecode is current, so PROGRAM starts without
+    compiling: importing it here does not write it when PYTHONDONTWRITEBYTECODE
+    is set.  Best effort: a read-only checkout only makes PROGRAM slower."""
+    cached = importlib.util.cache_from_source(path)
+    source = os.stat(path)
+    try:
+        with open(cached, "rb") as handle:
+            head = handle.read(16)
+        if (head[:4] == importlib.util.MAGIC_NUMBER and head[4:8] == b"\0\0\0\0"
+                and int.from_bytes(head[8:12], "little") == int(source.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(head[12:16], "little") == source.st_size & 0xFFFFFFFF):
+            return
+    except OSError:
+        pass
+    try:
+        py_compile.compile(path, cfile=cached, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    except (OSError, py_compile.PyCompileError):
+        pass
+
+
+fresh_bytecode(SCRIPT)
 
 
 def read_bytes(path):
@@ -45,8 +98,211 @@ def clean_env(**extra):
     return env
 
 
+# ---- the in-process layer ------------------------------------------------------
+
+
+class _CallTimeout(BaseException):
+    """Raised in the main thread when an in-process call overruns its deadline."""
+
+
+def _subprocess_text(data):
+    """Bytes as subprocess.run(text=True) hands them over: decoded, universal newlines."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def run_in_process(argv, cwd, env, input=None, timeout=CALL_TIMEOUT_S):
+    """agents_room.main(argv) as if it were a process started with this argv,
+    environment, cwd and standard input: returns a subprocess.CompletedProcess.
+
+    os.environ holds exactly env for the call; stdin, stdout and stderr are
+    UTF-8 text streams over memory (stdout strict and reconfigurable, stderr
+    backslashreplace, as a real interpreter's); SystemExit becomes the exit
+    code; any other exception leaves its traceback on stderr and exit code 1,
+    as an interpreter would.  Signal handlers the program installs (watch,
+    serve, a hook's SIGALRM) are put back, and a deadline interrupts a call
+    that overruns."""
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    signals = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGALRM", "SIGUSR1")
+               if hasattr(signal, name)]
+    saved_handlers = {number: signal.getsignal(number) for number in signals}
+    stdin = io.TextIOWrapper(io.BytesIO((input or "").encode("utf-8")), encoding="utf-8",
+                             newline="\n")
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict",
+                              newline="\n")
+    stderr = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace",
+                              newline="\n", line_buffering=True)
+    state = {"running": True, "timed_out": False}
+
+    def overrun(signum, frame):
+        if state["running"]:
+            state["timed_out"] = True
+            raise _CallTimeout("in-process call %r ran longer than %ss" % (argv, timeout))
+    timer = None
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, overrun)
+        timer = threading.Timer(timeout, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.daemon = True
+    code, crash = None, None
+    try:
+        for name in [k for k in os.environ if k not in env]:
+            del os.environ[name]
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        os.chdir(cwd)
+        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+        if timer:
+            timer.start()
+        try:
+            code = agents_room.main(list(argv))
+        except SystemExit as stop:
+            code = stop.code
+        except BaseException:        # the in-process equivalent of a traceback
+            crash = traceback.format_exc()
+    finally:
+        state["running"] = False
+        if timer:
+            timer.cancel()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        for name in [k for k in os.environ if k not in saved_env]:
+            del os.environ[name]
+        for name, value in saved_env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        for number, handler in saved_handlers.items():
+            if handler is not None:
+                signal.signal(number, handler)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        stderr.write("%s\n" % code)
+        code = 1
+    if crash is not None:
+        stderr.write(crash)
+        code = 1
+    if state["timed_out"]:
+        stderr.write("\nin-process call ran longer than %ss (interrupted)\n" % timeout)
+    outputs = []
+    for stream in (stdout, stderr):
+        try:
+            stream.flush()
+        except ValueError:
+            pass
+        outputs.append(_subprocess_text(stream.buffer.getvalue()))
+    done = subprocess.CompletedProcess(["<in-process>"] + list(argv), code, *outputs)
+    done.crashed = crash is not None
+    done.timed_out = state["timed_out"]
+    return done
+
+
+# ---- bounded waits on real processes -----------------------------------------------
+
+
+class PipeReader:
+    """Reads a child's pipe on a thread, so a read can wait with a deadline: a
+    program that stops answering fails the test instead of hanging it."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.lines = queue.Queue()
+        self.eof = False
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self):
+        try:
+            while True:
+                line = self.stream.readline()
+                if not line:
+                    break
+                self.lines.put(line)
+        except (OSError, ValueError):
+            pass
+        self.lines.put(None)
+
+    def get(self, timeout):
+        """The next line, an empty one at end of file, or None if nothing came
+        within timeout seconds."""
+        if self.eof:
+            return self._empty()
+        try:
+            line = self.lines.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        if line is None:
+            self.eof = True
+            return self._empty()
+        return line
+
+    def readline(self, timeout=PIPE_TIMEOUT_S):
+        """The next line, or an empty one at end of file; AssertionError when
+        nothing comes within timeout seconds."""
+        line = self.get(timeout)
+        if line is None:
+            raise AssertionError("no output from the child within %ss" % timeout)
+        return line
+
+    def _empty(self):
+        return b"" if isinstance(self.stream, io.BufferedIOBase) else ""
+
+    def rest(self, timeout=PIPE_TIMEOUT_S):
+        """Everything up to end of file (call once the child has exited)."""
+        deadline = time.time() + timeout
+        parts = []
+        while True:
+            line = self.readline(deadline - time.time())
+            if not line:
+                return self._empty().join(parts)
+            parts.append(line)
+
+
+def readline_within(stream, seconds):
+    """One line from a pipe that the caller goes on to read otherwise (such as
+    with communicate), waiting seconds at most: AssertionError after that."""
+    got = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    if not got:
+        raise AssertionError("no line from the child within %ss" % seconds)
+    return got[0]
+
+
+def bounded(action, seconds, on_overrun, what):
+    """Run action() on this thread; if it takes longer than seconds, call
+    on_overrun() (which must unblock it: kill the child whose pipe it writes)
+    and fail."""
+    fired = threading.Event()
+
+    def fire():
+        fired.set()
+        on_overrun()
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    result = None
+    try:
+        result = action()
+    except (OSError, ValueError):
+        if not fired.is_set():
+            raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        raise AssertionError("%s took longer than %ss" % (what, seconds))
+    return result
+
+
 class RoomTest(unittest.TestCase):
-    """A temporary directory and store per test, and helpers to drive the CLI."""
+    """A temporary directory and store per test, and helpers to drive the CLI.
+
+    run_cli calls main(argv) in-process unless the class sets `process = True`
+    (or the call passes process=True): then it runs PROGRAM as a real process."""
+
+    process = False
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="agents-room-test-")
@@ -60,10 +316,13 @@ class RoomTest(unittest.TestCase):
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait()
+            proc.wait(10)
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except (OSError, ValueError):
+                        pass
 
     def repo(self, name):
         """A directory that is a git top level (has .git), named name."""
@@ -71,11 +330,19 @@ class RoomTest(unittest.TestCase):
         os.makedirs(os.path.join(path, ".git"), exist_ok=True)
         return path
 
-    def run_cli(self, *args, cwd=None, env=None, input=None, check=None):
+    def run_cli(self, *args, cwd=None, env=None, input=None, check=None, process=None):
         full_env = dict(self.env, **(env or {}))
-        done = subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args],
-                              cwd=cwd or self.tmp, env=full_env, input=input,
-                              capture_output=True, text=True, timeout=60)
+        argv = [str(a) for a in args]
+        if process is None:
+            process = self.process
+        if process or ALL_PROCESSES:
+            done = subprocess.run(PROGRAM + argv, cwd=cwd or self.tmp, env=full_env,
+                                  input=input, capture_output=True, text=True,
+                                  timeout=CALL_TIMEOUT_S)
+        else:
+            done = run_in_process(argv, cwd or self.tmp, full_env, input)
+            self.assertFalse(done.crashed or done.timed_out,
+                             "%s raised in-process:\n%s" % (args, done.stderr))
         if check is not None:
             self.assertEqual(done.returncode, check,
                              "%s -> %d\nstdout: %s\nstderr: %s" % (
@@ -83,9 +350,9 @@ class RoomTest(unittest.TestCase):
         self.assertNotIn("Traceback", done.stderr)
         return done
 
-    def cli_json(self, *args, cwd=None, env=None, input=None, check=0):
+    def cli_json(self, *args, cwd=None, env=None, input=None, check=0, process=None):
         done = self.run_cli(*(list(args) + ["--json"]), cwd=cwd, env=env, input=input,
-                            check=check)
+                            check=check, process=process)
         return json.loads(done.stdout)
 
     def join(self, *args, cwd=None, key=None, live=False):
@@ -102,11 +369,47 @@ class RoomTest(unittest.TestCase):
         self.procs.append(proc)
         return proc
 
+    def start_program(self, *args, env=None, cwd=None, text=True, stdin=None):
+        """PROGRAM args as a running process with its output on pipes, reaped
+        at the end of the test."""
+        proc = subprocess.Popen(PROGRAM + [str(a) for a in args], env=dict(
+            self.env, **(env or {})), cwd=cwd or self.tmp, stdin=stdin,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
+        self.procs.append(proc)
+        return proc
+
+    def wait_for(self, predicate, seconds=10, what="condition", interval=0.05):
+        """Poll predicate() until it is true; fail after seconds."""
+        deadline = time.time() + seconds
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.time() > deadline:
+                self.fail("%s not reached within %ss" % (what, seconds))
+            time.sleep(interval)
+
+    def event_count(self, kind, session_id=None):
+        conn = sqlite3.connect(self.db)
+        try:
+            if session_id is None:
+                row = conn.execute("SELECT COUNT(*) FROM events WHERE kind=?", (kind,))
+            else:
+                row = conn.execute("SELECT COUNT(*) FROM events WHERE kind=? AND "
+                                   "session_id=?", (kind, session_id))
+            return row.fetchone()[0]
+        finally:
+            conn.close()
+
 
 # ---- store -----------------------------------------------------------------
 
 
 class StoreTest(RoomTest):
+    """Real processes: a new store's modes, and a broken store explained (not
+    SQLite, newer schema, unwritable place) as a user's command meets it."""
+
+    process = True
 
     def test_new_store_is_private_and_wal(self):
         self.join("--label", "a")
@@ -705,7 +1008,8 @@ class ResourceLeaseTest(RoomTest):
     def git(self, *args, cwd=None):
         done = subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c",
                                "user.name=t"] + list(args), cwd=cwd or self.repo_dir,
-                              capture_output=True, text=True, env=self.env)
+                              capture_output=True, text=True, env=self.env,
+                              timeout=CALL_TIMEOUT_S)
         self.assertEqual(done.returncode, 0, done.stderr)
         return done
 
@@ -760,13 +1064,14 @@ class ResourceLeaseTest(RoomTest):
         self.git("add", "src/old.go")
         commit = subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c",
                                  "user.name=t", "commit", "-qm", "edit"], cwd=self.repo_dir,
-                                capture_output=True, text=True, env=self.env)
+                                capture_output=True, text=True, env=self.env,
+                                timeout=CALL_TIMEOUT_S)
         self.assertNotEqual(commit.returncode, 0)
         self.assertIn("held by %s (label holder, alive" % self.holder, commit.stderr)
         self.assertIn("refactor", commit.stderr)
         self.assertEqual(read_bytes(marker), b"ran\n")          # the old hook still runs
         warned = subprocess.run(["git", "commit", "--dry-run", "-q"], cwd=self.repo_dir,
-                                capture_output=True, env=self.env)
+                                capture_output=True, env=self.env, timeout=CALL_TIMEOUT_S)
         self.assertEqual(warned.returncode, 0)
         self.cli_json("release", "--session", self.holder, target)
         self.git("commit", "-qm", "edit")
@@ -898,9 +1203,8 @@ class WorkAndWindowTest(RoomTest):
     def test_racing_activations_one_wins(self):
         ids = [self.cli_json("window", "request", "--session", who, "path:/srv/data",
                              "--purpose", "race")["window_id"] for who in (self.ops, self.rev)]
-        procs = [subprocess.Popen([sys.executable, SCRIPT, "window", "activate", "--session",
-                                   who, str(wid), "--json"], env=self.env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # Two real processes race for the same resource.
+        procs = [self.start_program("window", "activate", "--session", who, wid, "--json")
                  for who, wid in zip((self.ops, self.rev), ids)]
         results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
         self.assertEqual(sorted(r["ok"] for r in results), [False, True])
@@ -935,10 +1239,18 @@ class WorkAndWindowTest(RoomTest):
         self.assertIn("quiet window #%d pending" % window["window_id"], human)
 
     def test_watch_follows_events_and_stops_on_sigint(self):
-        proc = subprocess.Popen([sys.executable, SCRIPT, "watch", "--json"], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.procs.append(proc)
-        time.sleep(1.0)
+        # watch runs as a real process: it follows the store until a signal.
+        proc = self.start_program("watch", "--json")
+        out, err = PipeReader(proc.stdout), PipeReader(proc.stderr)
+        # watch shows events from its start on: probe (work.started, not one of
+        # the kinds checked below) until it shows one, instead of guessing how
+        # long it takes to start.
+        deadline = time.time() + 20
+        while True:
+            self.cli_json("work", "--session", self.ops, "started", "--scope", "probe")
+            if out.get(0.7):
+                break
+            self.assertLess(time.time(), deadline, "watch showed no event")
         self.cli_json("claim", "--session", self.rev, "db:main")
         self.cli_json("send", "--session", self.ops, "--to", "*", "--subject", "go")
         self.cli_json("recv", "--session", self.rev)
@@ -948,21 +1260,19 @@ class WorkAndWindowTest(RoomTest):
         seen = []
         deadline = time.time() + 20
         while len(seen) < len(wanted) and time.time() < deadline:
-            line = proc.stdout.readline()
+            line = out.readline(deadline - time.time())
             item = json.loads(line)
             if item["kind"] in wanted:
                 seen.append(item["kind"])
         self.assertEqual(seen, wanted)
         proc.send_signal(signal.SIGINT)
         self.assertEqual(proc.wait(10), 0)
-        self.assertNotIn("Traceback", proc.stderr.read())
-        replay = subprocess.Popen([sys.executable, SCRIPT, "watch", "--since", "5m",
-                                   "--room", "db"], env=self.env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        self.procs.append(replay)
+        self.assertNotIn("Traceback", err.rest())
+        replay = self.start_program("watch", "--since", "5m", "--room", "db")
+        replayed = PipeReader(replay.stdout)
         lines = []
         while not any("work.completed" in l for l in lines) and time.time() < deadline + 20:
-            lines.append(replay.stdout.readline())
+            lines.append(replayed.readline(deadline + 20 - time.time()))
         replay.send_signal(signal.SIGINT)
         self.assertEqual(replay.wait(10), 0)
         kinds = [l.split()[1] for l in lines if l.strip()]
@@ -1012,6 +1322,11 @@ class MigrationTest(RoomTest):
 
 
 class LivenessTest(RoomTest):
+    """Real processes: liveness is read from real pids, their environments and
+    start times (/proc and ps), so the CLI that reads them runs as a process of
+    its own too, as an agent's would."""
+
+    process = True
 
     def spawn_with_key(self, key):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
@@ -1111,6 +1426,10 @@ class LivenessTest(RoomTest):
 
 
 class CliTest(RoomTest):
+    """Real processes: the CLI's smoke test, exit codes as a shell sees them,
+    and no traceback on stderr, whatever the arguments."""
+
+    process = True
 
     def test_every_subcommand_has_help_with_example(self):
         names = [t.cli for t in agents_room.TOOLS.values() if t.public]
@@ -1119,7 +1438,7 @@ class CliTest(RoomTest):
         self.assertIn("hook", names)
         for name in names:
             with self.subTest(command=name):
-                done = self.run_cli(*(name.split() + ["--help"]), check=0)
+                done = self.run_cli(*(name.split() + ["--help"]), check=0, process=False)
                 self.assertIn("example:", done.stdout)
                 self.assertIn("python3 agents_room.py " + name, done.stdout)
                 self.assertNotIn("==SUPPRESS==", done.stdout)
@@ -1143,7 +1462,8 @@ class CliTest(RoomTest):
                                                             "agents_room"]):
             with self.subTest(command=command):
                 done = subprocess.run(command + ["--version"], cwd=HERE, env=self.env,
-                                      capture_output=True, text=True)
+                                      capture_output=True, text=True,
+                                      timeout=CALL_TIMEOUT_S)
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertIn(agents_room.__version__, done.stdout)
 
@@ -1193,6 +1513,10 @@ class CliTest(RoomTest):
 
 
 class ReadmeTest(RoomTest):
+    """Real processes: the README's blocks run in bash as written, with the
+    script path as users type it."""
+
+    process = True
 
     def readme_blocks(self, heading, until):
         with open(os.path.join(HERE, "README.md")) as handle:
@@ -1297,22 +1621,27 @@ def schema_errors(schema, value, where="$"):
 
 
 class McpClient:
-    """Drives `agents_room.py serve` over pipes, one JSON line at a time."""
+    """Drives `serve` over pipes, one JSON line at a time: a real process, as a
+    harness starts it.  Reads wait PIPE_TIMEOUT_S at most and a write that
+    blocks that long kills the server, so a stuck server fails the test."""
 
-    def __init__(self, test, cwd=None, env=None):
+    def __init__(self, test, cwd=None, env=None, command=None):
         self.proc = subprocess.Popen(
-            [sys.executable, SCRIPT, "serve"], stdin=subprocess.PIPE,
+            (command or PROGRAM) + ["serve"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd or test.tmp,
             env=dict(test.env, **(env or {})))
         test.procs.append(self.proc)
+        self.out, self.err = PipeReader(self.proc.stdout), PipeReader(self.proc.stderr)
         self.next_id = 0
 
     def send_raw(self, data):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        def write():
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        bounded(write, PIPE_TIMEOUT_S * 2, self.proc.kill, "writing to serve")
 
     def read(self):
-        line = self.proc.stdout.readline()
+        line = self.out.readline()
         return json.loads(line) if line else None
 
     def request(self, method, params=None, id_=None):
@@ -1346,17 +1675,20 @@ class McpClient:
         return result["structuredContent"]
 
     def close(self):
-        self.proc.stdin.close()
+        bounded(self.proc.stdin.close, PIPE_TIMEOUT_S, self.proc.kill, "closing serve's stdin")
         return self.proc.wait(10)
 
 
 class McpTest(RoomTest):
+    """`serve` is always a real process driven over pipes (McpClient); the few
+    CLI calls beside it, which only set up and read the store, run in-process."""
 
     def client(self, **kw):
         return McpClient(self, **kw)
 
     def test_handshake_negotiates_each_version(self):
-        client = self.client()
+        # The command exactly as `setup` writes it into .mcp.json: the script.
+        client = self.client(command=[sys.executable, SCRIPT])
         for version in agents_room.PROTOCOL_VERSIONS:
             with self.subTest(version=version):
                 result = client.initialize(version)["result"]
@@ -1369,7 +1701,7 @@ class McpTest(RoomTest):
         self.assertEqual(client.request("ping"), {"jsonrpc": "2.0", "id": client.next_id,
                                                   "result": {}})
         self.assertEqual(client.close(), 0)
-        self.assertEqual(client.proc.stdout.read(), b"")
+        self.assertEqual(client.out.rest(), b"")
 
     def test_tools_list_is_complete_and_valid(self):
         client = self.client()
@@ -1557,7 +1889,8 @@ class McpTest(RoomTest):
         writer = threading.Thread(target=client.send_raw, args=(big,))
         writer.start()
         answer = client.read()
-        writer.join()
+        writer.join(PIPE_TIMEOUT_S * 2)
+        self.assertFalse(writer.is_alive(), "the server stopped reading")
         self.assertEqual(answer["error"]["code"], -32700)
         self.assertIn("longer than", answer["error"]["message"])
         self.assertEqual(client.request("ping", id_=5)["result"], {})
@@ -1583,7 +1916,7 @@ class McpTest(RoomTest):
         self.assertEqual(client.proc.wait(10), 0)
         other = self.client()
         self.assertEqual(other.close(), 0)
-        self.assertNotIn(b"Traceback", other.proc.stderr.read())
+        self.assertNotIn(b"Traceback", other.err.rest())
 
     def test_two_servers_on_one_store(self):
         one = self.client(env={"AGENTS_ROOM_HARNESS_KEY": "s1"})
@@ -1669,6 +2002,9 @@ class SignalBase(RoomTest):
 
 
 class HookTest(SignalBase):
+    """Hook events in-process (their SIGALRM handler is put back after each
+    call); the promises about the hook process itself -- it records its
+    harness, it never fails the harness -- run real processes."""
 
     def test_session_start_joins_and_digests(self):
         repo = self.repo("hooked")
@@ -1766,20 +2102,27 @@ class HookTest(SignalBase):
                 self.assertEqual((done.stdout, done.returncode), ("", 0))
 
     def test_hook_never_fails_the_harness(self):
+        # The exit status and output of a real hook process, as the harness sees them.
         for raw in ("{broken", "[1]", "", '{"session_id": 5}'):
             with self.subTest(raw=raw):
-                done = self.run_cli("hook", "--event=PostToolUse", input=raw)
+                done = self.run_cli("hook", "--event=PostToolUse", input=raw, process=True)
                 self.assertEqual((done.returncode, done.stdout), (0, ""))
         bad_store = os.path.join(self.tmp, "nofile")
         open(bad_store, "w").close()
         done = self.run_cli("hook", "--event=SessionStart", input='{"session_id": "x"}',
-                            env={"AGENTS_ROOM_DB": os.path.join(bad_store, "db")})
+                            env={"AGENTS_ROOM_DB": os.path.join(bad_store, "db")},
+                            process=True)
         self.assertEqual((done.returncode, done.stdout), (0, ""))
-        done = self.run_cli("hook", "--event=Nope", input="{}")
+        done = self.run_cli("hook", "--event=Nope", input="{}", process=True)
         self.assertEqual((done.returncode, done.stdout), (0, ""))
 
 
 class WakeTest(SignalBase):
+    """Real processes: a wake lever acts from the sending process (it connects
+    to the harness socket, or spawns a detached `wake-run` that runs the lever
+    command with a timeout), so the senders run as processes."""
+
+    process = True
 
     def test_socket_lever_accepts(self):
         path, lines = self.socket_server()
@@ -1789,7 +2132,7 @@ class WakeTest(SignalBase):
         self.cli_json("send", "--session", sender, "--to", woke["session_id"],
                       "--subject", "NOT-IN-SIGNAL")
         self.assertEqual(self.state_of(sender), "accepted")
-        time.sleep(0.1)
+        self.wait_for(lambda: len(lines) >= 2, 10, "two lines on the socket")
         self.assertEqual(lines[0], {"type": "auth", "token": "tok"})
         self.assertEqual(lines[1]["type"], "user")
         self.assertEqual(lines[1]["priority"], "next")
@@ -1835,7 +2178,10 @@ class WakeTest(SignalBase):
                               env={"AGENTS_ROOM_WAKE_TIMEOUT_S": "1"})
                 self.assertLess(time.time() - started, 5)
                 self.assertEqual(self.state_of(sender), "offered")
-                time.sleep(2)
+                # Once the lever's outcome is recorded (exit 3, or killed at the
+                # 1 s timeout), the delivery is still only offered.
+                self.wait_for(lambda: self.event_count("wake.failed", woke), 10,
+                              "the lever's failure recorded")
                 self.assertEqual(self.state_of(sender), "offered")
 
     def test_fake_codex_queue(self):
@@ -1888,7 +2234,10 @@ def op(name, **args):
 
 
 class ConcurrencyTest(RoomTest):
-    """Several real processes on one store."""
+    """Several real processes on one store: locking, crashes and SIGKILL are
+    only real between processes."""
+
+    process = True
 
     def workers(self, code, count, args=()):
         procs = []
@@ -1921,10 +2270,11 @@ class ConcurrencyTest(RoomTest):
     def test_processes_creating_the_store_at_once(self):
         for attempt in range(5):
             db = os.path.join(self.tmp, "fresh-%d" % attempt, "room.db")
-            procs = [subprocess.Popen([sys.executable, SCRIPT, "join", "--room", "r",
-                                       "--json"], env=dict(self.env, AGENTS_ROOM_DB=db),
+            procs = [subprocess.Popen(PROGRAM + ["join", "--room", "r", "--json"],
+                                      env=dict(self.env, AGENTS_ROOM_DB=db),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                      for _ in range(6)]
+            self.procs.extend(procs)
             for proc in procs:
                 out, err = proc.communicate(timeout=60)
                 self.assertEqual(proc.returncode, 0, err)
@@ -1982,7 +2332,7 @@ while len(seen) < 4000 and time.time() < deadline:
 print(" ".join(map(str, seen)))
 """, 4)
         for proc in receivers:
-            self.assertEqual(proc.stdout.readline().strip(), "ready")
+            self.assertEqual(readline_within(proc.stdout, PIPE_TIMEOUT_S).strip(), "ready")
         senders = self.workers("""
 index = int(sys.argv[1])
 sid = op("room_join", room="load", harness_key="s%d" % index)["session_id"]
@@ -2054,7 +2404,11 @@ while True:
 
 
 class HostileInputTest(RoomTest):
-    """Whatever a model produces gets an answer, and the server keeps serving."""
+    """Whatever a model produces gets an answer, and the server keeps serving.
+    Real processes: the server over pipes, and the CLI with hostile argv
+    (undecodable bytes, huge values) through a real exec and real stdio."""
+
+    process = True
 
     BAD_VALUES = {
         "string": [5, None, [], {}, True, "x" * 300000, "\ud800"],
@@ -2115,7 +2469,7 @@ class HostileInputTest(RoomTest):
         self.assertGreater(count, 100)
         self.assertEqual(client.request("ping")["result"], {})
         self.assertEqual(client.close(), 0)
-        self.assertNotIn(b"Traceback", client.proc.stderr.read())
+        self.assertNotIn(b"Traceback", client.err.rest())
 
     def test_hostile_paths_and_values_are_handled(self):
         client = McpClient(self, cwd=self.tmp)
@@ -2159,7 +2513,8 @@ class HostileInputTest(RoomTest):
                                   + [client.send_raw(b"\n")])
         writer.start()
         answer = client.read()
-        writer.join()
+        writer.join(PIPE_TIMEOUT_S * 2)
+        self.assertFalse(writer.is_alive(), "the server stopped reading")
         self.assertIn("longer than", answer["error"]["message"])
         with open("/proc/%d/status" % client.proc.pid) as handle:
             peak_kb = int([l for l in handle if l.startswith("VmHWM")][0].split()[1])
@@ -2192,6 +2547,10 @@ class HostileInputTest(RoomTest):
 
 
 class BrokenStoreTest(RoomTest):
+    """Real processes: read-only stores (chattr +i) and a full disk (RLIMIT_FSIZE
+    in the child) are properties of a process and its files."""
+
+    process = True
 
     def make_immutable(self, path):
         """Read-only for everyone, root included (chattr +i), or skip."""
@@ -2200,9 +2559,10 @@ class BrokenStoreTest(RoomTest):
             self.addCleanup(os.chmod, path, 0o700)
             return
         if shutil.which("chattr") is None or subprocess.run(
-                ["chattr", "+i", path], capture_output=True).returncode != 0:
+                ["chattr", "+i", path], capture_output=True, timeout=30).returncode != 0:
             self.skipTest("cannot make a file read-only for root here")
-        self.addCleanup(subprocess.run, ["chattr", "-i", path], capture_output=True)
+        self.addCleanup(subprocess.run, ["chattr", "-i", path], capture_output=True,
+                        timeout=30)
 
     def test_read_only_file_and_directory_are_explained(self):
         me = self.join("--room", "ro")["session_id"]
@@ -2219,7 +2579,7 @@ class BrokenStoreTest(RoomTest):
                 self.assertIn(self.db, done.stderr)
                 self.assertRegex(done.stderr, "read-only|cannot open|cannot create")
                 self.assertIn("hint:", done.stderr)
-                subprocess.run(["chattr", "-i", path], capture_output=True)
+                subprocess.run(["chattr", "-i", path], capture_output=True, timeout=30)
 
     def test_disk_full_is_explained_and_nothing_half_written(self):
         import resource
@@ -2230,7 +2590,7 @@ class BrokenStoreTest(RoomTest):
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, size + 4096))
         done = subprocess.run(
-            [sys.executable, SCRIPT, "send", "--session", me, "--to", "*", "--body", "-"],
+            PROGRAM + ["send", "--session", me, "--to", "*", "--body", "-"],
             input="x" * 900000, env=self.env, capture_output=True, text=True,
             preexec_fn=small_files, timeout=60)
         self.assertEqual(done.returncode, 1, done.stderr)
@@ -2484,23 +2844,27 @@ class SetupTest(RoomTest):
 
 
 class SignalScenarioTest(SignalBase):
+    """Real processes: the rewake waiter is a long-lived hook process, and the
+    hooks run exactly as `setup` writes them, with wake levers between them."""
+
+    process = True
 
     def test_rewake_waiter_wakes_on_new_message(self):
         sid, _ = self.start("k-wait", "--room", "r", "--autonomy", "wake")
         sender = self.join("--room", "r", "--label", "sender")["session_id"]
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "old")
-        waiter = subprocess.Popen(
-            [sys.executable, SCRIPT, "hook", "--event=Stop", "--wait"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(self.env, AGENTS_ROOM_WAITER_POLL_S="0.1"))
-        self.procs.append(waiter)
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        errors = PipeReader(waiter.stderr)
         waiter.stdin.write(json.dumps({"session_id": "k-wait", "cwd": self.tmp}).encode())
         waiter.stdin.close()
-        time.sleep(1.0)
+        # Once it is armed, ten polls see only the old unread message.
+        self.wait_for(lambda: self.event_count("wake.armed", sid), 10, "waiter armed")
+        time.sleep(0.5)
         self.assertIsNone(waiter.poll())        # an old unread message does not wake it
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "NEWSECRET")
         self.assertEqual(waiter.wait(10), 2)
-        stderr = waiter.stderr.read().decode()
+        stderr = errors.rest().decode()
         self.assertIn("2 unread messages (2 from sender)", stderr)
         self.assertNotIn("NEWSECRET", stderr)
         self.assertEqual(self.state_of(sender), "accepted")
@@ -2547,7 +2911,7 @@ class SignalScenarioTest(SignalBase):
         self.assertEqual(first["decision"], "block")
         self.assertEqual(run_hook(hold_dir, "Stop", dict(stop, stop_hook_active=True)), "")
         self.assertEqual(run_hook(hold_dir, "Stop", stop), "")
-        time.sleep(0.2)
+        self.wait_for(lambda: len(lines) >= 2, 10, "two lines on the socket")
         self.assertEqual(lines[0], {"type": "auth", "token": "t0k"})
         self.assertIn("1 unread message", lines[1]["message"]["content"])
         states = {m["subject"]: m["deliveries"][0]["state"]
