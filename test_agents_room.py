@@ -1288,6 +1288,118 @@ class WorkAndWindowTest(RoomTest):
                          (self.db, agents_room.SCHEMA_VERSION))
 
 
+class DoorTest(RoomTest):
+    """What the one door guarantees: time moves first in every call, one
+    identity per resource, and every change writes its event."""
+
+    def test_an_ended_quiet_window_refuses_nothing(self):
+        ops = self.join("--room", "db", "--label", "ops", key="ops", live=True)["session_id"]
+        app = self.join("--room", "db", "--label", "app", key="app", live=True)["session_id"]
+        self.cli_json("claim", "--session", app, "db:main")
+        wid = str(self.cli_json("window", "request", "--session", ops, "db:other",
+                                "--purpose", "m", "--ttl", "60")["window_id"])
+        self.assertTrue(self.cli_json("window", "activate", "--session", ops, wid)["ok"])
+        self.assertEqual(self.run_cli("guard", "--session", app, "db:other").returncode, 3)
+        # A minute later the window has ended: the very next call, whatever it
+        # is, sees that (no unrelated call has to sweep first).
+        later = {"AGENTS_ROOM_TIME_OFFSET": "120"}
+        done = self.run_cli("guard", "--session", app, "db:other", env=later)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        pending = str(self.cli_json("window", "request", "--session", ops, "db:main",
+                                    "--purpose", "p", "--ttl", "60")["window_id"])
+        self.run_cli("renew", "--session", app, "db:main", check=1)     # pending blocks
+        self.cli_json("renew", "--session", app, "db:main", env=later)  # ended: it does not
+        self.assertEqual(self.cli_json("window", "status", "--window-id", pending,
+                                       env=later)["windows"][0]["state"], "expired")
+
+    def test_a_lease_through_a_symlink_is_one_resource(self):
+        real = self.repo("real")
+        os.symlink(real, os.path.join(self.tmp, "link"))
+        target = os.path.join(real, "f.txt")
+        with open(target, "w") as handle:
+            handle.write("v1")
+        holder = self.join("--room", "x", "--label", "holder", key="h", live=True,
+                           cwd=real)["session_id"]
+        reader = self.join("--room", "x", "--label", "reader", key="r", live=True,
+                           cwd=real)["session_id"]
+        self.cli_json("note-read", "--session", reader, target)
+        self.cli_json("claim", "--session", holder, os.path.join(self.tmp, "link", "f.txt"))
+        self.assertFalse(self.cli_json("claim", "--session", reader, target, check=1)["ok"])
+        with open(target, "w") as handle:
+            handle.write("v2")
+        drift = self.cli_json("drift", "--session", reader, target)
+        self.assertEqual((drift["severity"], drift["holder"]["session_id"]),
+                         ("CRITICAL", holder))
+        sent = self.cli_json("send", "--session", reader, "--to", "file:" + target,
+                             "--subject", "yours?")
+        self.assertEqual(sent["recipient_ids"], [holder])
+
+    def test_every_change_writes_its_event(self):
+        """(command -> event kinds it must write), for every change."""
+        self.repo("w")
+        live = {}
+        for name in ("a", "b"):
+            live[name] = self.join("--room", "w", "--label", name, key=name,
+                                   live=True)["session_id"]
+        a, b = live["a"], live["b"]
+        gone = self.join("--room", "w", "--label", "g", key="g")["session_id"]
+        self.cli_json("claim", "--session", gone, "taken.txt")
+        table = [
+            (["join", "--room", "w", "--also", "s2"], {"AGENTS_ROOM_HARNESS_KEY": "a"},
+             {"session.rejoin", "room.join"}),
+            (["set-cap", "--session", a, "--room", "w", "wake"], None, {"room.cap"}),
+            (["send", "--session", a, "--to", b, "--subject", "hi"], None, {"msg.send"}),
+            (["recv", "--session", b], None, {"msg.read"}),
+            (["ack", "--session", b, "1"], None, {"msg.ack"}),
+            (["claim", "--session", a, "f.txt"], None, {"lease.claim"}),
+            (["claim", "--session", a, "taken.txt"], None,
+             {"lease.takeover", "lease.claim", "msg.send"}),
+            (["renew", "--session", a, "f.txt"], None, {"lease.renew"}),
+            (["release", "--session", a, "f.txt"], None, {"lease.release"}),
+            (["note-read", "--session", a, os.path.join(self.tmp, "w")], None, set()),
+            (["work", "--session", a, "started", "--scope", "s"], None, {"work.started"}),
+            (["window", "request", "--session", a, "db:x", "--purpose", "p",
+              "--require", b], None, {"window.request", "msg.send"}),
+            (["window", "ack", "--session", b, "1"], None, {"window.ack"}),
+            (["window", "activate", "--session", a, "1"], None, {"window.activate"}),
+            (["window", "release", "--session", a, "1"], None, {"window.release"}),
+            (["window", "request", "--session", a, "db:y", "--purpose", "q"], None,
+             {"window.request"}),
+            (["window", "cancel", "--session", a, "2"], None, {"window.cancel"}),
+            (["leave-room", "--session", a, "s2"], None, {"room.leave"}),
+            (["claim", "--session", a, "g.txt"], None, {"lease.claim"}),
+            (["leave", "--session", a], None, {"session.leave", "lease.release"}),
+            (["prune", "--older-than", "0"], None, {"session.prune"}),
+        ]
+        for argv, env, kinds in table:
+            with self.subTest(command=argv[0]):
+                before = self.event_count_all()
+                self.run_cli(*argv, env=env, check=None)
+                conn = sqlite3.connect(self.db)
+                written = {r[0] for r in conn.execute(
+                    "SELECT kind FROM events WHERE id > ?", (before,))}
+                conn.close()
+                self.assertTrue(kinds <= written, "%s wrote %s" % (argv, written))
+                if argv[0] != "note-read":
+                    self.assertTrue(written, argv)
+        file_path = os.path.join(self.tmp, "w", "n.txt")
+        with open(file_path, "w") as handle:
+            handle.write("x")
+        before = self.event_count_all()
+        self.cli_json("note-read", "--session", b, file_path)
+        conn = sqlite3.connect(self.db)
+        self.assertEqual([r[0] for r in conn.execute(
+            "SELECT kind FROM events WHERE id > ?", (before,))], ["read.note"])
+        conn.close()
+
+    def event_count_all(self):
+        conn = sqlite3.connect(self.db)
+        try:
+            return conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        finally:
+            conn.close()
+
+
 class MigrationTest(RoomTest):
 
     def test_previous_schema_is_migrated_and_data_kept(self):
