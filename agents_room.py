@@ -38,11 +38,27 @@ Test seams (documented so tests never patch private names):
 
 __version__ = "0.1.0"
 
-import json
 import os
-import sqlite3
 import sys
 import time
+
+
+class _LazyModule:
+    """A standard-library module imported on its first use.  json (with re
+    and enum behind it) and sqlite3 are most of what a start costs; a hook
+    with nothing to say needs neither (see hook_main)."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = __import__(self._name)
+        globals()[self._name] = module          # later lookups skip the proxy
+        return getattr(module, attr)
+
+
+json = _LazyModule("json")
+sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants ------------------------------------------------------------
 
@@ -266,6 +282,35 @@ def new_session_id():
 
 def host_name():
     return os.uname().nodename
+
+
+def signal_marker(store_path, harness_key):
+    """The file whose existence says "this harness session may have unread
+    messages": writers create it after committing a delivery, and a hook
+    removes it (under the store's write lock) when it finds nothing unread.
+    A hook with nothing to say checks it with one stat and never opens the
+    store (hook_main)."""
+    safe = harness_key if 0 < len(harness_key) <= 128 and all(
+        c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
+        else "h-" + __import__("hashlib").sha256(harness_key.encode(
+            "utf-8", "surrogatepass")).hexdigest()[:40]
+    return os.path.join(os.path.dirname(store_path), "signals", safe)
+
+
+def raise_marker(store_path, harness_key):
+    path = signal_marker(store_path, harness_key)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0),
+                         0o600))
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY |
+                             getattr(os, "O_NOFOLLOW", 0), 0o600))
+        except OSError:
+            pass
+    except OSError:
+        pass
 
 
 def _getcwd():
@@ -696,11 +741,18 @@ def _migrate_v4(conn):
     for read in conn.execute("SELECT session_id, path FROM reads").fetchall():
         conn.execute("UPDATE OR REPLACE reads SET path=? WHERE session_id=? AND path=?",
                      (os.path.realpath(read[1]), read[0], read[1]))
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    for (key,) in conn.execute(
+            "SELECT DISTINCT s.harness_key FROM sessions s JOIN deliveries d ON "
+            "d.session_id = s.id WHERE s.harness_key IS NOT NULL AND d.state IN %s"
+            % UNREAD_SQL).fetchall():
+        raise_marker(path, key)    # hooks from now on look for it before the store
 
 
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4]
 OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
-              "deliveries", "leases", "reads", "events"}
+              "deliveries", "leases", "reads", "events", "work", "windows",
+              "window_resources"}
 
 
 def default_db_path():
@@ -1444,6 +1496,7 @@ class Op:
         self.caller = caller
         self.prepared = prepared
         self.liveness = LazyScan(ctx)
+        self.after = []           # run once the transaction committed
 
     @property
     def me(self):
@@ -1534,6 +1587,8 @@ def call_tool(store, ctx, name, args, public_only=False):
                 sweep(conn, op.at)
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
+            for work in op.after:
+                work()
         except StoreError as error:
             if not (tool_.read_only and error.code == "disk_full"):
                 raise
@@ -2114,11 +2169,16 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
     conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
                      [(room, message_id) for room in rooms])
     for recipient in recipients:
-        wake = effective_autonomy(conn, session_row(conn, recipient)) == 2
+        row = session_row(conn, recipient)
+        wake = effective_autonomy(conn, row) == 2
         conn.execute(
             "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
             "wake_next_at) VALUES (?,?,?,?,?)",
             (recipient, message_id, "stored", at, at if wake else None))
+        if row["harness_key"]:
+            # After commit: a hook that sees the marker must find the delivery.
+            op.after.append(lambda key=row["harness_key"]: raise_marker(
+                op.store.path, key))
     op.event("msg.send", sender["id"], subject=message_id, data={
         "to": selector, "recipients": recipients, "rooms": rooms, "subject": subject})
     return message_id
@@ -3228,6 +3288,14 @@ def signal_tool_event(op, harness_key):
     only deliveries never offered or offered longer ago than it."""
     row = op.caller
     if row is None or row["left_at"] is not None:
+        return {"text": None}
+    if not unread_count(op.conn, row["id"]):
+        # Under the write lock, so no send can commit between the count and
+        # this: the next send raises the marker again after its commit.
+        try:
+            os.unlink(signal_marker(op.store.path, harness_key))
+        except OSError:
+            pass
         return {"text": None}
     window = _env_seconds("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
     due = op.conn.execute(
@@ -4961,10 +5029,43 @@ def wait_for_wake(store, ctx, key, env):
     return "", 0
 
 
+def _quick_key(text):
+    """The top-level "session_id" of a hook's JSON without the json module
+    (which costs more than the rest of a quiet hook): the value when the key
+    occurs once and the value has no escapes, else None (the slow path)."""
+    first = text.find('"session_id"')
+    if first < 0 or text.find('"session_id"', first + 1) >= 0:
+        return None
+    rest = text[first + 12:].lstrip()
+    if not rest.startswith(":"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith('"'):
+        return None
+    end = rest.find('"', 1)
+    value = rest[1:end] if end > 0 else ""
+    return value if value and "\\" not in value else None
+
+
+def nothing_to_say(argv, stdin_text):
+    """A PostToolUse/UserPromptSubmit hook for a session without a signal
+    marker has nothing to say: answer it without importing json or sqlite3 or
+    opening the store.  Anything unusual takes the full path."""
+    if not ("--event=PostToolUse" in argv or "--event=UserPromptSubmit" in argv) or \
+            '"is_first_turn": true' in stdin_text or '"is_first_turn":true' in stdin_text:
+        return False
+    key = _quick_key(stdin_text)
+    if key is None:
+        return False
+    try:
+        return not os.path.exists(signal_marker(default_db_path(), key))
+    except (OSError, ValueError):
+        return False
+
+
 def hook_main(argv):
     """Entry for `hook`: never fails the harness.  Any error prints nothing,
     exits 0, and leaves a line in hook.log beside the store."""
-    import signal
     if "--help" in argv or "-h" in argv:
         sys.stdout.write(HOOK_HELP)
         return 0
@@ -4972,11 +5073,15 @@ def hook_main(argv):
     def too_slow(signum, frame):
         raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
     waiting = "--wait" in argv
+    stdin_text = sys.stdin.read() if not sys.stdin.isatty() else ""
+    if nothing_to_say(argv, stdin_text):
+        return 0
+    import signal        # (enum behind it: not on the quiet path)
     if not waiting and hasattr(signal, "SIGALRM"):
         signal.signal(signal.SIGALRM, too_slow)
         signal.alarm(HOOK_TIMEOUT_S)
     try:
-        text, code = run_hook(argv, sys.stdin.read() if not sys.stdin.isatty() else "")
+        text, code = run_hook(argv, stdin_text)
     except BaseException as error:  # noqa: a hook must never break the harness
         if isinstance(error, KeyboardInterrupt):
             return 0

@@ -2464,6 +2464,49 @@ for i in range(500):
             self.assertEqual(ids, sorted(ids))             # oldest first, always
         self.assertEqual(states, {"read": 16000})
 
+    def test_a_quiet_hook_never_misses_a_delivery(self):
+        """The hook's fast path (no marker, no store) under concurrent senders
+        and a consumer that reads and clears: whenever a send has returned,
+        either the marker is up or the message has already been read."""
+        rid = self.join("--room", "q", key="kr")["session_id"]
+        consumer = self.workers("""
+rid = sys.argv[2]
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists(sys.argv[3]):
+    op("msg_recv", session_id=rid, limit=1000)
+    op("signal_tool_event", harness_key="kr")
+print("ok")
+""", 1, [rid, os.path.join(self.tmp, "done")])
+        senders = self.workers("""
+rid = sys.argv[2]
+sid = op("room_join", room="q", harness_key="s%d" % int(sys.argv[1]))["session_id"]
+payload = '{"session_id": "kr", "cwd": "/"}'
+for i in range(60):
+    mid = op("msg_send", session_id=sid, to=rid, subject="m")["message_id"]
+    if ar.nothing_to_say(["--event=PostToolUse"], payload):
+        state = store.conn.execute("SELECT state FROM deliveries WHERE session_id=? AND "
+                                   "message_id=?", (rid, mid)).fetchone()[0]
+        assert state in ("read", "acked"), (i, state)
+print("ok")
+""", 4, [rid])
+        self.finish(senders)
+        open(os.path.join(self.tmp, "done"), "w").close()
+        self.finish(consumer)
+        # Caught up: the next hook clears the marker and a quiet one stays quiet.
+        signal = self.run_cli("hook", "--event=PostToolUse", input=json.dumps(
+            {"session_id": "kr", "cwd": self.tmp}), check=0)
+        unread = self.cli_json("unread", "--session", rid)["count"]
+        self.assertEqual(bool(signal.stdout.strip()), unread > 0)
+        self.assertTrue(agents_room.nothing_to_say(
+            ["--event=PostToolUse"], '{"session_id": "kr"}') or unread > 0)
+
+    def test_a_quiet_hook_does_not_open_the_store(self):
+        db = os.path.join(self.tmp, "never", "room.db")
+        done = self.run_cli("hook", "--event=PostToolUse", input='{"session_id": "nobody"}',
+                            env={"AGENTS_ROOM_DB": db}, check=0)
+        self.assertEqual(done.stdout, "")
+        self.assertFalse(os.path.exists(db))
+
     def test_killed_writers_leave_a_consistent_store(self):
         self.join("--room", "crash")
         code = """
