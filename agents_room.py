@@ -91,6 +91,7 @@ LEASES_PER_SESSION_MAX = 1000
 SWEEP_BATCH = 500                     # expired leases removed per call, at most
 HASH_MAX_BYTES = 256 * 1024 * 1024    # note_read / drift_check hash at most this
 SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
+ANSWER_MAX_BYTES = 4 * 1024 * 1024    # message text in one recv/history answer
 PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
 MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its TTL
@@ -473,10 +474,13 @@ class Resource:
     path the real path, symlinks resolved), shown (what a person typed, made
     absolute).  Every reader uses the key."""
 
-    __slots__ = ("kind", "key", "shown")
+    __slots__ = ("kind", "key", "shown", "inode")
 
-    def __init__(self, kind, key, shown):
+    def __init__(self, kind, key, shown, inode=None):
         self.kind, self.key, self.shown = kind, key, shown
+        # device:inode of an existing regular file: a hard link to a leased
+        # file is the same file under another name.
+        self.inode = inode
 
     @property
     def ident(self):
@@ -498,7 +502,14 @@ class Resource:
             kind, name = "path", text
         if kind in ("path", "file"):
             shown = normalize_path(name, cwd)
-            return cls("path", os.path.realpath(shown), shown)
+            inode = None
+            try:
+                info = os.stat(shown)
+                if info.st_nlink > 1 and not os.path.isdir(shown):
+                    inode = "%d:%d" % (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                pass
+            return cls("path", os.path.realpath(shown), shown, inode)
         name = name.strip()
         if not name or len(name) > PATH_MAX_CHARS or "\x00" in name:
             raise UsageError("resource %r needs a name after %s:" % (text[:80], kind))
@@ -735,6 +746,8 @@ def _migrate_v4(conn):
     conn.execute("ALTER TABLE deliveries ADD COLUMN wake_failed TEXT")
     conn.execute("UPDATE sessions SET uid=?, host=?", (os.getuid(), host_name()))
     conn.execute("CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL")
+    conn.execute("ALTER TABLE leases ADD COLUMN inode TEXT")
+    conn.execute("CREATE INDEX leases_inode ON leases(inode) WHERE inode IS NOT NULL")
     for lease in conn.execute("SELECT id, path FROM leases WHERE kind='path'").fetchall():
         conn.execute("UPDATE leases SET key=? WHERE id=?",
                      (os.path.realpath(lease[1]), lease[0]))
@@ -1271,19 +1284,35 @@ class ProcessScan:
                    "-o", "pid=,lstart=,command="]
         if env_flag == "e":
             command = ["ps", "eww", "-U", str(os.getuid()), "-o", "pid=,lstart=,args="]
+        plain = ["ps", "-ww", "-U", str(os.getuid()), "-o", "pid=,args="]
         try:
             out = subprocess.run(command, capture_output=True, text=True,
                                  timeout=10, errors="replace").stdout
+            args_out = subprocess.run(plain, capture_output=True, text=True,
+                                      timeout=10, errors="replace").stdout
         except (OSError, subprocess.SubprocessError):
             return
+        # ps prints a process's arguments and then its environment on one
+        # line; only the environment may name a harness key, so the arguments
+        # (read without the environment) are cut off first.
+        commands = {}
+        for line in args_out.splitlines():
+            pid_text, _, args = line.strip().partition(" ")
+            if pid_text.isdigit():
+                commands[int(pid_text)] = args.strip()
         prefixes = tuple(var + "=" for var in HARNESS_KEY_VARS)
         for line in out.splitlines():
             parts = line.split()
             if len(parts) < 6 or not parts[0].isdigit():
                 continue
-            self.own.add(int(parts[0]))
-            self.starts[int(parts[0])] = _ps_lstart(" ".join(parts[1:6]))
-            for token in parts[6:]:
+            pid = int(parts[0])
+            self.own.add(pid)
+            self.starts[pid] = _ps_lstart(" ".join(parts[1:6]))
+            rest = line.split(None, 6)[6] if len(parts) > 6 else ""
+            args = commands.get(pid)
+            if args is None or not rest.startswith(args):
+                continue              # cannot tell arguments from environment
+            for token in rest[len(args):].split():
                 if token.startswith(prefixes):
                     value = token.split("=", 1)[1]
                     if value:
@@ -1298,10 +1327,23 @@ class ProcessScan:
             self.starts[pid] = _proc_start(self.root, pid, self.boot)
         return self.starts[pid]
 
+    def runs_elsewhere(self, pid):
+        """Whether pid runs as another user: EPERM is not absence."""
+        if self.kind == "proc":
+            return os.path.exists(os.path.join(self.root, str(pid)))
+        try:
+            os.kill(pid, 0)
+        except PermissionError:
+            return True
+        except (OSError, OverflowError):
+            return False
+        return False
+
     def liveness(self, harness_key, pid, pid_start):
-        """alive / gone / unknown, as SPEC §6 defines them."""
-        if harness_key and harness_key in self.keys:
-            return "alive"
+        """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
+        decides when there is one (a child that inherited the harness key
+        must not keep a session alive after its harness ended); the key
+        decides otherwise."""
         if pid:
             if pid in self.own:
                 started = self.start_of(pid)
@@ -1309,8 +1351,10 @@ class ProcessScan:
                     return "unknown"
                 if pid_start is None or abs(started - pid_start) <= 2:
                     return "alive"
-        if harness_key or pid:
-            return "gone"
+                return "gone"               # the pid now names another process
+            return "unknown" if self.runs_elsewhere(pid) else "gone"
+        if harness_key:
+            return "alive" if harness_key in self.keys else "gone"
         return "unknown"
 
 
@@ -2143,6 +2187,19 @@ def resolve_selectors(op, sender, to):
     return list(dict.fromkeys(found))
 
 
+def within_budget(rows):
+    """The leading rows whose subjects and bodies fit one answer's byte budget
+    (at least one): an inbox of large bodies is read in several calls, never
+    as one answer of hundreds of megabytes."""
+    kept, size = [], 0
+    for row in rows:
+        size += len(row["body"] or "") + len(row["subject"] or "")
+        if kept and size > ANSWER_MAX_BYTES:
+            break
+        kept.append(row)
+    return kept
+
+
 def message_dict(conn, row):
     return {
         "message_id": row["id"], "sender": row["sender"],
@@ -2240,7 +2297,8 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
                             "read_total": {"type": "integer"},
                             "last_created_at": S_TIME},
                             "required": ["rooms", "deliveries_total", "read_total",
-                                         "last_created_at"]}),
+                                         "last_created_at"]},
+                        more={"type": "integer"}),
       cli="recv", example="recv --session $ID")
 def msg_recv(op, limit=50):
     """Fetch your unread messages, oldest first, and mark them read. Call it
@@ -2248,17 +2306,21 @@ def msg_recv(op, limit=50):
     block (your rooms, deliveries ever, how many read, the newest one's time) so
     'caught up' and 'wrong room' look different."""
     conn, me = op.conn, op.me
-    messages = conn.execute(
+    messages = within_budget(conn.execute(
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
         "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
-        % UNREAD_SQL, (me, limit)).fetchall()
+        % UNREAD_SQL, (me, limit)).fetchall())
     result = [message_dict(conn, m) for m in messages]
     if messages:
         ids = [m["id"] for m in messages]
         advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
                 % ",".join("?" * len(ids)), [me] + ids)
         op.event("msg.read", me, data={"messages": ids})
-        return {"messages": result}
+        answer = {"messages": result}
+        more = unread_count(conn, me)
+        if more:
+            answer["more"] = more       # still unread: call recv again
+        return answer
     # Each figure from an index of the session's own deliveries; the newest
     # message is one primary-key lookup, not a join over every delivery.
     total, newest = conn.execute(
@@ -2387,9 +2449,10 @@ def room_history(op, room=None, limit=50, before=None):
         "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
         "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
         (full, before or ID_MAX, limit + 1)).fetchall()
+    shown = within_budget(rows[:limit])
     result = {"room": full, "messages": [message_dict(op.conn, m)
-                                         for m in reversed(rows[:limit])]}
-    if len(rows) > limit:
+                                         for m in reversed(shown)]}
+    if len(rows) > len(shown):
         result["more"] = 1          # at least one older message: page with before
     return result
 
@@ -2447,8 +2510,9 @@ def overlapping_leases(conn, resource, at, exclude=None):
         rows = conn.execute(
             "SELECT * FROM leases WHERE kind='path' AND key IN (%s) AND expires_at > ? "
             "UNION SELECT * FROM leases WHERE kind='path' AND key >= ? AND key < ? AND "
-            "expires_at > ?" % ",".join("?" * len(ancestors)),
-            ancestors + [at, low, high, at]).fetchall()
+            "expires_at > ? UNION SELECT * FROM leases WHERE inode = ? AND expires_at > ?"
+            % ",".join("?" * len(ancestors)),
+            ancestors + [at, low, high, at, resource.inode, at]).fetchall()
     return [r for r in rows if r["session_id"] != exclude]
 
 
@@ -2628,9 +2692,9 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusiv
         else:
             lease_id = conn.execute(
                 "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
-                "acquired_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+                "acquired_at, expires_at, inode) VALUES (?,?,?,?,?,?,?,?,?)",
                 (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
-                 at + ttl_s)).lastrowid
+                 at + ttl_s, resource.inode)).lastrowid
             reason = "acquired"
         reasons.append(reason)
         op.event("lease.claim", me, subject=resource.key,
@@ -4636,8 +4700,20 @@ class McpServer:
                                   % (self.protocol or "none"))
             if not message:
                 return _rpc_error(None, -32600, "Invalid Request: empty batch")
-            answers = [self.handle_message(item) for item in message]
-            answers = [a for a in answers if a is not None]
+            answers, size = [], 0
+            for item in message:
+                if size > LINE_MAX_BYTES // 2:
+                    # The batch's answer is one line: past half the line bound
+                    # the rest is refused unrun (nothing read and then lost).
+                    if isinstance(item, dict) and "id" in item and "method" in item:
+                        answers.append(_rpc_error(self._id_or_null(item), -32603,
+                                                  "Internal error: the batch's answers "
+                                                  "are too large; send this again alone"))
+                    continue
+                answer = self.handle_message(item)
+                if answer is not None:
+                    size += len(json.dumps(answer, ensure_ascii=False))
+                    answers.append(answer)
             return answers or None
         return self.handle_message(message)
 
@@ -5638,7 +5714,8 @@ def _render_sent(result):
 
 def _render_recv(result):
     if result["messages"]:
-        return _render_messages(result["messages"], "")
+        return _render_messages(result["messages"], "") + (
+            "\n(%d more unread: recv again)" % result["more"] if result.get("more") else "")
     inbox = result["inbox"]
     return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
         ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
