@@ -746,6 +746,7 @@ def _migrate_v4(conn):
     conn.execute("ALTER TABLE deliveries ADD COLUMN wake_failed TEXT")
     conn.execute("UPDATE sessions SET uid=?, host=?", (os.getuid(), host_name()))
     conn.execute("CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL")
+    conn.execute("ALTER TABLE sessions ADD COLUMN turn_started REAL")
     conn.execute("ALTER TABLE leases ADD COLUMN inode TEXT")
     conn.execute("CREATE INDEX leases_inode ON leases(inode) WHERE inode IS NOT NULL")
     for lease in conn.execute("SELECT id, path FROM leases WHERE kind='path'").fetchall():
@@ -3305,6 +3306,7 @@ WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
 SOCKET_TIMEOUT_S = 1.0
 WAITER_LIFETIME_S = 12 * 3600
 WAITER_POLL_S = 1.0
+TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
 S_KEY = {"type": "string", "maxLength": 200}
 
 
@@ -3344,15 +3346,19 @@ def mark_offered(op, session_id, stop=False):
                     % (column, UNREAD_SQL), (op.at, session_id))
 
 
-@tool("signal_tool_event", "Signal on a tool event", {"harness_key": S_KEY},
-      ["harness_key"], caller="key", public=False)
-def signal_tool_event(op, harness_key):
+@tool("signal_tool_event", "Signal on a tool event", {
+    "harness_key": S_KEY, "turn_start": {"type": "boolean"}}, ["harness_key"],
+    caller="key", public=False)
+def signal_tool_event(op, harness_key, turn_start=False):
     """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
     window of 0 every tool event mentions what is still unread; with a window,
-    only deliveries never offered or offered longer ago than it."""
+    only deliveries never offered or offered longer ago than it.  A turn's
+    start (UserPromptSubmit) marks the session busy until its Stop."""
     row = op.caller
     if row is None or row["left_at"] is not None:
         return {"text": None}
+    if turn_start:
+        op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
     if not unread_count(op.conn, row["id"]):
         # Under the write lock, so no send can commit between the count and
         # this: the next send raises the marker again after its commit.
@@ -3382,16 +3388,19 @@ def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
     delivery has not held a Stop yet, or held one longer ago than the window.
     Never when the harness says this Stop was already blocked once this turn."""
     row = op.caller
-    if row is None or row["left_at"] is not None or stop_hook_active:
-        return {"text": None}
-    if effective_autonomy(op.conn, row) < 1:
+    if row is None or row["left_at"] is not None:
         return {"text": None}
     window = _env_seconds("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
-    due = op.conn.execute(
-        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
-        "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
-        (row["id"], op.at - window)).fetchone()[0]
+    due = 0 if stop_hook_active or effective_autonomy(op.conn, row) < 1 else \
+        op.conn.execute(
+            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+            "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
+            (row["id"], op.at - window)).fetchone()[0]
     if not due:
+        # The turn ends here: wakes put off while it ran are due now.
+        op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
+        op.conn.execute("UPDATE deliveries SET wake_next_at=? WHERE session_id=? AND "
+                        "wake_next_at > ?", (op.at, row["id"], op.at))
         return {"text": None}
     text = signal_text(op.conn, row["id"])
     mark_offered(op, row["id"], stop=True)
@@ -3588,6 +3597,15 @@ def wake_plan(op, limit=20):
         lever = row["lever"]
         if lever != "claude-socket" and waiter_armed(row, at):
             lever = "claude-rewake"
+        busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
+        if busy or (lever is None and row["harness"] == "claude-code" and
+                    row["ended_at"] is None and op.liveness(row) == "alive"):
+            # Mid-turn, the turn's own hooks signal the message and its Stop
+            # holds it (a lever fired now would start a stale turn later);
+            # Claude Code arms its wake when a turn ends.  Try again later.
+            op.event("wake.later", session_id, data={"messages": message_ids,
+                                                     "busy": busy})
+            continue
         if lever is None:
             advance(conn, "undeliverable", at, scope, params)
             conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
@@ -3891,7 +3909,9 @@ HARNESS_ROWS = {
                    "PostToolUse": "PostToolUse", "Stop": "Stop",
                    "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"},
         "context": "claude",      # hookSpecificOutput.additionalContext
-        "hold": "decision",       # {"decision": "block", "reason": ...}
+        # Claude Code continues a turn whose Stop hook adds context, as a
+        # system reminder; a decision block shows the user "Stop hook error".
+        "hold": "context",
         "max_autonomy": 2, "lever": "claude-rewake",
         "mcp_name": "mcp__agents-room__",
     },
@@ -3927,7 +3947,7 @@ def hook_output(harness, event_name, text, hold=False):
     Codex take hookSpecificOutput.additionalContext and a Stop decision;
     Hermes takes {"context": ...}."""
     row = HARNESS_ROWS.get(harness, HARNESS_ROWS["claude-code"])
-    if hold:
+    if hold and row["hold"] != "context":
         return json.dumps({"decision": "block", "reason": text})
     if row["context"] == "hermes":
         return json.dumps({"context": text})
@@ -5036,7 +5056,9 @@ def run_hook(argv, stdin_text, env=None):
             # Hermes shows nothing a SessionStart hook says: its first turn
             # carries the digest instead.
             parts.append(_hook_join(store, ctx, opts, key, harness))
-        text = call_tool(store, ctx, "signal_tool_event", {"harness_key": key})["text"]
+        text = call_tool(store, ctx, "signal_tool_event", {
+            "harness_key": key, "turn_start": event_name == "UserPromptSubmit" and
+            harness != "hermes"})["text"]
         if text:
             parts.append(text)
         return (hook_output(harness, event_name, "\n".join(parts)) if parts else ""), 0

@@ -2174,14 +2174,22 @@ class HookTest(SignalBase):
         self.cli_json("send", "--session", sender, "--to", "*", "--subject", "HIDDEN")
         stop = {"session_id": "k-hold", "cwd": self.tmp, "hook_event_name": "Stop",
                 "stop_hook_active": False}
-        blocked = json.loads(self.hook("Stop", stop).stdout)
-        self.assertEqual(blocked["decision"], "block")
-        self.assertIn("1 unread message", blocked["reason"])
-        self.assertNotIn("HIDDEN", blocked["reason"])
+        # Claude Code continues a turn whose Stop hook adds context (without
+        # showing the user an error); Codex needs a decision block.
+        held = json.loads(self.hook("Stop", stop).stdout)["hookSpecificOutput"]
+        self.assertEqual(held["hookEventName"], "Stop")
+        self.assertIn("1 unread message", held["additionalContext"])
+        self.assertNotIn("HIDDEN", held["additionalContext"])
         self.assertEqual(self.hook("Stop", dict(stop, stop_hook_active=True)).stdout, "")
         self.assertEqual(self.hook("Stop", stop).stdout, "")        # held once already
         later = {"AGENTS_ROOM_TIME_OFFSET": str(31 * 60)}
-        self.assertIn("block", self.hook("Stop", stop, env=later).stdout)
+        self.assertIn("1 unread message", self.hook("Stop", stop, env=later).stdout)
+        codex = dict(stop, session_id="k-codex")
+        self.start("k-codex", "--room", "r", "--autonomy", "hold", "--harness", "codex")
+        self.cli_json("send", "--session", sender, "--to", "*", "--subject", "again")
+        blocked = json.loads(self.hook("Stop", codex, "--harness", "codex").stdout)
+        self.assertEqual(blocked["decision"], "block")
+        self.assertIn("unread message", blocked["reason"])
         self.assertEqual(self.hook("Stop", dict(stop, session_id="k-notify")).stdout, "")
 
     def test_session_start_records_the_harness_process(self):
@@ -3063,7 +3071,7 @@ class SignalScenarioTest(SignalBase):
         stop = {"session_id": "k-hold", "cwd": hold_dir, "hook_event_name": "Stop",
                 "stop_hook_active": False}
         first = json.loads(run_hook(hold_dir, "Stop", stop))
-        self.assertEqual(first["decision"], "block")
+        self.assertIn("unread message", first["hookSpecificOutput"]["additionalContext"])
         self.assertEqual(run_hook(hold_dir, "Stop", dict(stop, stop_hook_active=True)), "")
         self.assertEqual(run_hook(hold_dir, "Stop", stop), "")
         self.wait_for(lambda: len(lines) >= 2, 10, "two lines on the socket")
