@@ -467,6 +467,10 @@ def descendant_range(key):
     return prefix, prefix[:-1] + chr(ord(os.sep) + 1)
 
 
+def stat_is_file(mode):
+    return mode & 0o170000 == 0o100000          # stat.S_ISREG, without the import
+
+
 class Resource:
     """What a lease, a quiet window, a read or a guard is about, parsed once
     where it enters: kind ('path', or any lowercase word such as db or
@@ -505,7 +509,7 @@ class Resource:
             inode = None
             try:
                 info = os.stat(shown)
-                if info.st_nlink > 1 and not os.path.isdir(shown):
+                if stat_is_file(info.st_mode):
                     inode = "%d:%d" % (info.st_dev, info.st_ino)
             except (OSError, ValueError):
                 pass
@@ -793,7 +797,7 @@ def explain_sqlite(error, path):
         return StoreError("cannot write the store %s: %s" % (path, text),
                           "free space on that disk; the failed change was rolled "
                           "back, nothing half-written",
-                          code="disk_full" if "full" in lower else None)
+                          code="disk_full")
     if "locked" in lower or "busy" in lower:
         return StoreError("the store %s stayed locked (%s)" % (path, text),
                           "another process holds a long write transaction; retry",
@@ -878,7 +882,9 @@ class Store:
             conn.execute("PRAGMA synchronous=NORMAL")
             self.conn = conn
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
+            if version < len(MIGRATIONS):
+                # Before touching (migrating) a store, make sure it is one: a
+                # file with tables of its own belongs to another program.
                 tables = {r[0] for r in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type='table'")}
                 if tables - OUR_TABLES - {"sqlite_sequence"}:
@@ -1333,12 +1339,12 @@ class ProcessScan:
         if self.kind == "proc":
             return os.path.exists(os.path.join(self.root, str(pid)))
         try:
-            os.kill(pid, 0)
+            os.kill(pid, 0)             # it exists; not ours (not in the scan)
         except PermissionError:
             return True
         except (OSError, OverflowError):
             return False
-        return False
+        return True
 
     def liveness(self, harness_key, pid, pid_start):
         """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
@@ -1400,13 +1406,16 @@ CALLER_FORMS = ("required", "present", "optional", "key", "none")
 class Tool:
     def __init__(self, fn, name, title, params, required, output, cli, positional,
                  flags, example, read_only, destructive, idempotent, caller, prepare,
-                 public, after):
+                 public, after, degrades):
         self.fn, self.name, self.title = fn, name, title
         self.params, self.required, self.output = params, tuple(required), output
         self.cli, self.positional, self.flags = cli, positional, flags
         self.example = example
         self.read_only = read_only
         self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
+        # Answered from a plain read when the disk is full (op.readonly): a
+        # read-only tool, or one that says how it degrades (msg_recv).
+        self.degrades = degrades or read_only
         self.annotations = {"title": title, "readOnlyHint": read_only,
                             "destructiveHint": destructive,
                             "idempotentHint": idempotent, "openWorldHint": False}
@@ -1425,7 +1434,7 @@ TOOLS = {}
 
 def tool(name, title, params, required=(), output=None, cli=None, positional=(),
          flags=None, example="", read_only=False, destructive=False, idempotent=False,
-         caller=None, prepare=None, public=True, after=True):
+         caller=None, prepare=None, public=True, after=True, degrades=False):
     """Register an operation.  public=False keeps it off tools/list and out of
     the MCP server (the hook front end and guard use such operations)."""
     if caller is None:
@@ -1436,7 +1445,8 @@ def tool(name, title, params, required=(), output=None, cli=None, positional=(),
     def register(fn):
         TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
                            cli, positional, flags or {}, example, read_only,
-                           destructive, idempotent, caller, prepare, public, after)
+                           destructive, idempotent, caller, prepare, public, after,
+                           degrades)
         return fn
     return register
 
@@ -1542,6 +1552,7 @@ class Op:
         self.prepared = prepared
         self.liveness = LazyScan(ctx)
         self.after = []           # run once the transaction committed
+        self.readonly = False     # a plain read: the disk is full (see call_tool)
 
     @property
     def me(self):
@@ -1635,10 +1646,11 @@ def call_tool(store, ctx, name, args, public_only=False):
             for work in op.after:
                 work()
         except StoreError as error:
-            if not (tool_.read_only and error.code == "disk_full"):
+            if not (tool_.degrades and error.code == "disk_full"):
                 raise
             with store.read() as conn:
                 op = Op(store, conn, ctx, now(), prepared=prepared)
+                op.readonly = True
                 op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
                 result = tool_.fn(op, **args)
     except sqlite3.Error as error:
@@ -2299,8 +2311,8 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
                             "last_created_at": S_TIME},
                             "required": ["rooms", "deliveries_total", "read_total",
                                          "last_created_at"]},
-                        more={"type": "integer"}),
-      cli="recv", example="recv --session $ID")
+                        more={"type": "integer"}, warning={"type": "string"}),
+      cli="recv", example="recv --session $ID", degrades=True)
 def msg_recv(op, limit=50):
     """Fetch your unread messages, oldest first, and mark them read. Call it
     when a signal says something is waiting. An empty answer carries an inbox
@@ -2312,6 +2324,9 @@ def msg_recv(op, limit=50):
         "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
         % UNREAD_SQL, (me, limit)).fetchall())
     result = [message_dict(conn, m) for m in messages]
+    if messages and op.readonly:
+        return {"messages": result, "warning": "the store's disk is full: these "
+                "messages were not marked read and will come again"}
     if messages:
         ids = [m["id"] for m in messages]
         advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
@@ -4071,8 +4086,8 @@ def _is_ours(entry):
         words = shlex.split(command)
     except ValueError:
         return False
-    return any(w.endswith("agents_room.py") or "agents_room import main" in w or
-               w.endswith("/agents_room") for w in words) and "hook" in words
+    return any(os.path.basename(w) == "agents_room.py" or
+               "from agents_room import main" in w for w in words) and "hook" in words
 
 
 def merge_hooks(settings, hooks):
