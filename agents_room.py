@@ -440,6 +440,87 @@ def repo_root(cwd):
         path = parent
 
 
+_REPOS = {}
+
+
+class RepoInfo:
+    """The git checkout a path is in: its top level, the repository's name (of
+    the main checkout, so every worktree of api is api), an identity shared by
+    its worktrees and clones (the first remote's URL, else the common git
+    directory), the worktree (when not the main checkout) and the branch.
+    Read from the files git keeps, without running git."""
+
+    __slots__ = ("top", "name", "identity", "ident_hash", "worktree", "branch")
+
+    @classmethod
+    def of(cls, path):
+        top = repo_root(path)
+        if top is None:
+            return None
+        real = os.path.realpath(top)
+        if real not in _REPOS:
+            _REPOS[real] = cls._read(real)
+        return _REPOS[real]
+
+    @classmethod
+    def _read(cls, top):
+        info = cls()
+        info.top = top
+        dot = os.path.join(top, ".git")
+        gitdir = common = dot
+        if os.path.isfile(dot):
+            text = _read_small(dot)
+            if text.startswith("gitdir:"):
+                gitdir = os.path.normpath(os.path.join(top, text[7:].strip()))
+                pointer = _read_small(os.path.join(gitdir, "commondir")).strip()
+                common = os.path.normpath(os.path.join(gitdir, pointer)) if pointer \
+                    else gitdir
+        common = os.path.realpath(common)
+        main_top = os.path.dirname(common) if os.path.basename(common) == ".git" \
+            else common
+        info.name = os.path.basename(main_top) or "root"
+        info.worktree = None if os.path.realpath(main_top) == top else \
+            os.path.basename(top)
+        head = _read_small(os.path.join(gitdir, "HEAD")).strip()
+        info.branch = head[16:] if head.startswith("ref: refs/heads/") else (
+            head[:12] or None)
+        remote = None
+        for line in _read_small(os.path.join(common, "config")).splitlines():
+            line = line.strip()
+            if line.startswith("[remote "):
+                remote = remote or "want"
+            elif remote == "want" and line.startswith("url") and "=" in line:
+                remote = _normal_remote(line.split("=", 1)[1].strip())
+        info.identity = remote if remote and remote != "want" else "local:" + common
+        info.ident_hash = __import__("hashlib").sha256(
+            info.identity.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return info
+
+
+def _read_small(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _normal_remote(url):
+    """git@host:org/api.git, https://user@host/org/api, ssh://host/org/api.git
+    -> host/org/api: clones of one repository name it alike."""
+    text = url.strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    elif ":" in text and "/" not in text.split(":", 1)[0]:
+        text = text.replace(":", "/", 1)
+    text = text.split("@", 1)[-1] if "@" in text.split("/", 1)[0] else text
+    host, _, rest = text.partition("/")
+    rest = rest.rstrip("/")
+    if rest.endswith(".git"):
+        rest = rest[:-4]
+    return host.lower().split(":")[0] + "/" + rest
+
+
 def normalize_path(path, cwd):
     """Absolute, normalised form of path against cwd (~ expanded)."""
     if not isinstance(path, str) or not path.strip():
@@ -478,13 +559,16 @@ class Resource:
     path the real path, symlinks resolved), shown (what a person typed, made
     absolute).  Every reader uses the key."""
 
-    __slots__ = ("kind", "key", "shown", "inode")
+    __slots__ = ("kind", "key", "shown", "inode", "real")
 
-    def __init__(self, kind, key, shown, inode=None):
+    def __init__(self, kind, key, shown, inode=None, real=None):
         self.kind, self.key, self.shown = kind, key, shown
         # device:inode of an existing regular file: a hard link to a leased
         # file is the same file under another name.
         self.inode = inode
+        # The real path: a lease on a directory above a repository covers
+        # the files in it, whatever key they have.
+        self.real = real if real is not None else key
 
     @property
     def ident(self):
@@ -513,7 +597,16 @@ class Resource:
                     inode = "%d:%d" % (info.st_dev, info.st_ino)
             except (OSError, ValueError):
                 pass
-            return cls("path", os.path.realpath(shown), shown, inode)
+            real = os.path.realpath(shown)
+            # A file in a git repository is the repository's file: keyed by
+            # the repository's identity and the path under its top level, so
+            # the same file in two worktrees or clones is one resource.
+            repo = RepoInfo.of(real)
+            key = real
+            if repo is not None:
+                rel = os.path.relpath(real, repo.top)
+                key = "@" + repo.ident_hash + ("" if rel == "." else "/" + rel)
+            return cls("path", key, shown, inode, real)
         name = name.strip()
         if not name or len(name) > PATH_MAX_CHARS or "\x00" in name:
             raise UsageError("resource %r needs a name after %s:" % (text[:80], kind))
@@ -523,7 +616,12 @@ class Resource:
         """A filesystem root or a repository's top level."""
         if self.kind != "path":
             return False
-        return os.path.dirname(self.key) == self.key or repo_root(self.key) == self.key
+        return os.path.dirname(self.real) == self.real or "/" not in self.key.lstrip("@")
+
+    def repo_relative(self):
+        """The path under its repository's top level, for a key in repo form."""
+        return self.key.split("/", 1)[1] if self.key.startswith("@") and \
+            "/" in self.key else None
 
 
 def room_name(name, default_prefix):
@@ -751,14 +849,21 @@ def _migrate_v4(conn):
     conn.execute("UPDATE sessions SET uid=?, host=?", (os.getuid(), host_name()))
     conn.execute("CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL")
     conn.execute("ALTER TABLE sessions ADD COLUMN turn_started REAL")
+    conn.execute("ALTER TABLE sessions ADD COLUMN worktree TEXT")
+    conn.execute("ALTER TABLE sessions ADD COLUMN branch TEXT")
+    conn.execute("ALTER TABLE rooms ADD COLUMN repo TEXT")
     conn.execute("ALTER TABLE leases ADD COLUMN inode TEXT")
+    conn.execute("ALTER TABLE leases ADD COLUMN real TEXT")
     conn.execute("CREATE INDEX leases_inode ON leases(inode) WHERE inode IS NOT NULL")
+    conn.execute("CREATE INDEX leases_real ON leases(kind, real)")
+    conn.execute("UPDATE leases SET real = key")
     for lease in conn.execute("SELECT id, path FROM leases WHERE kind='path'").fetchall():
-        conn.execute("UPDATE leases SET key=? WHERE id=?",
-                     (os.path.realpath(lease[1]), lease[0]))
+        resource = Resource.parse(lease[1], "/", kind="path")
+        conn.execute("UPDATE leases SET key=?, real=?, inode=? WHERE id=?",
+                     (resource.key, resource.real, resource.inode, lease[0]))
     for read in conn.execute("SELECT session_id, path FROM reads").fetchall():
         conn.execute("UPDATE OR REPLACE reads SET path=? WHERE session_id=? AND path=?",
-                     (os.path.realpath(read[1]), read[0], read[1]))
+                     (Resource.parse(read[1], "/", kind="path").key, read[0], read[1]))
     path = conn.execute("PRAGMA database_list").fetchone()[2]
     for (key,) in conn.execute(
             "SELECT DISTINCT s.harness_key FROM sessions s JOIN deliveries d ON "
@@ -1028,6 +1133,29 @@ def advance(conn, state, at, where, params):
         values + list(params) + list(before)).rowcount
 
 
+def unread_count(conn, session_id):
+    return conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=? AND "
+                        "state IN " + UNREAD_SQL, (session_id,)).fetchone()[0]
+
+
+def signal_text(conn, session_id):
+    """The one-line signal for a session's unread deliveries, or None."""
+    rows = conn.execute(
+        "SELECT COALESCE(m.sender_label, substr(m.sender, 1, 8)) AS who, COUNT(*) "
+        "FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s GROUP BY who ORDER BY COUNT(*) DESC"
+        % UNREAD_SQL, (session_id,)).fetchall()
+    total = sum(r[1] for r in rows)
+    if not total:
+        return None
+    senders = ", ".join("%d from %s" % (r[1], one_line(r[0], 40)) for r in rows[:5])
+    if len(rows) > 5:
+        senders += ", ..."
+    return one_line("agents-room: %d unread message%s (%s); call msg_recv with session_id "
+                    "%s" % (total, "" if total == 1 else "s", senders, session_id),
+                    SIGNAL_MAX_CHARS)
+
+
 def sweep_windows(conn, at):
     """Windows move on with time: pending past its ack deadline without every
     ack, or any open window past its end, expires."""
@@ -1181,6 +1309,24 @@ def process_start(pid):
 # program, and the walk starts at the hook's parent, never the hook itself.
 SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
           "nice", "nohup", "sudo"}
+
+
+INTERACTIVE_SHELLS = {"bash", "zsh", "fish", "sh", "dash", "ksh", "tcsh", "csh"}
+
+
+def terminal_shell(start_pid):
+    """The shell a command was typed in: up through subshells ($(...) forks
+    one) to the outermost of an unbroken chain of shells; None when the
+    command was not started by a shell (a script, a harness)."""
+    pid, found = start_pid, None
+    for _ in range(16):
+        if not pid or pid <= 1:
+            break
+        comm, parent = _proc_comm_ppid(pid)
+        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS:
+            break
+        found, pid = pid, parent
+    return found
 
 
 def process_argv(pid):
@@ -1539,6 +1685,7 @@ class Context:
         # harness's hooks joined (see room_join).
         self.harness_pid, self.harness_start = harness_pid, harness_start
         self.harness_argv = None      # a hook's harness command line (Hermes' lever)
+        self.signal = None            # the last MCP call's signal, if one was due
 
 
 class Op:
@@ -1588,6 +1735,23 @@ class Op:
                 seen.add(resource.ident)
                 found.append(resource)
         return found
+
+
+def untold_signal(op):
+    """For MCP clients without hooks: the one-line signal while the caller has
+    unread deliveries it was never told about (then they count as offered), so
+    mail reaches a model through any tool result; None otherwise."""
+    me = op.me
+    if not op.conn.execute("SELECT 1 FROM deliveries WHERE session_id=? AND state IN "
+                           "('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
+                           (me,)).fetchone():
+        return None
+    text = signal_text(op.conn, me)
+    advance(op.conn, "offered", op.at, "session_id=?", (me,))
+    op.conn.execute("UPDATE deliveries SET offered_at=? WHERE session_id=? AND state IN %s "
+                    "AND offered_at IS NULL" % UNREAD_SQL, (op.at, me))
+    op.event("signal.result", me, data={"text": text})
+    return {"text": text, "count": unread_count(op.conn, me)}
 
 
 def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
@@ -1643,6 +1807,9 @@ def call_tool(store, ctx, name, args, public_only=False):
                 sweep(conn, op.at)
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
+                if ctx.via == "mcp" and op.caller is not None and tool_.public and \
+                        name not in ("msg_recv", "msg_unread"):
+                    ctx.signal = untold_signal(op)
             for work in op.after:
                 work()
         except StoreError as error:
@@ -1844,8 +2011,19 @@ def session_dict(conn, row, liveness, at=None):
         "created_at": iso(row["created_at"]), "pid": row["pid"],
         "lever": lever, "left": row["left_at"] is not None,
         "ended": row["ended_at"] is not None,
+        "worktree": row["worktree"], "branch": row["branch"],
         "work": work_of(conn, row["id"]),
     }
+
+
+def where_text(row):
+    """' Worktree api-feature, branch fix-1.' as far as known, for a digest."""
+    parts = []
+    if row["worktree"]:
+        parts.append("worktree " + one_line(row["worktree"], 60))
+    if row["branch"]:
+        parts.append("branch " + one_line(row["branch"], 60))
+    return (" " + ", ".join(parts).capitalize() + ".") if parts else ""
 
 
 def waiter_armed(row, at):
@@ -1919,18 +2097,36 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     # session was joined with rather than overwrite it with 'generic'.
     detected = harness or detect_harness(ctx.env)
     tags = _string_list(tags, "tags", TAGS_MAX)
+    repo = RepoInfo.of(cwd)
+    warning = None
     if room:
         home = room_name(room, "repo:")
     else:
-        home = "repo:" + os.path.basename(repo_root(cwd) or cwd.rstrip(os.sep) or "root")
-        home = room_name(home.replace(" ", "-"), "repo:")
+        # The repository's room, whichever worktree of it this is.
+        name = repo.name if repo else os.path.basename(cwd.rstrip(os.sep)) or "root"
+        home = room_name("repo:" + "".join(c if c.isalnum() or c in "-_." else "-"
+                                            for c in name), "repo:")
+        if repo is not None:
+            other = conn.execute("SELECT repo FROM rooms WHERE name=?",
+                                 (home,)).fetchone()
+            if other is not None and other["repo"] and other["repo"] != repo.identity:
+                # Two unrelated checkouts share a directory name: not one room.
+                distinct = "%s~%s" % (home, repo.ident_hash[:6])
+                warning = ("%s is another repository (%s); this one (%s) joins %s"
+                           % (home, other["repo"], repo.identity, distinct))
+                home = distinct
     wanted = [home] + [room_name(r, "shared:") for r in (extra_rooms or [])]
     wanted = list(dict.fromkeys(wanted))
     if label is not None:
         label = one_line(label, LABEL_MAX_CHARS) or None
-    warning = None
     row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
                        (key,)).fetchone() if key else None
+    current = ctx.env.get("AGENTS_ROOM_SESSION") if ctx.via == "cli" else None
+    if row is None and not key and is_session_id(current):
+        # A terminal that already holds a session of this store joins again
+        # as that session, not as another one.
+        row = session_row(conn, current)
+        row = row if row is not None and row["left_at"] is None else None
     if row is None:
         session_id = new_session_id()
         harness = detected
@@ -1947,7 +2143,7 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
         harness = row["harness"] if detected == "generic" else detected
         requested = row["autonomy"]
         if level is not None and level < requested:
-            warning = ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
+            warning = (warning + "; " if warning else "") + ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
                        "a room cap (room_set_autonomy_cap) is the way down"
                        % (autonomy_name(requested), autonomy_name(level)))
         elif level is not None:
@@ -1966,9 +2162,15 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     have = set(rooms_of(conn, session_id))
     if len(have | set(wanted)) > ROOMS_MAX:
         raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
+    conn.execute("UPDATE sessions SET worktree=?, branch=? WHERE id=?",
+                 (repo.worktree if repo else None, repo.branch if repo else None,
+                  session_id))
     for name in wanted:
         if name not in have:
             ensure_room(conn, name, at)
+            if name == home and repo is not None and not room:
+                conn.execute("UPDATE rooms SET repo=? WHERE name=? AND repo IS NULL",
+                             (repo.identity, name))
             conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
                          "VALUES (?,?,?)", (session_id, name, at))
             op.event("room.join", session_id, room=name)
@@ -2124,7 +2326,7 @@ def lease_forms(lease, holder_cwd):
     repository of a shared room), and the base name."""
     forms = []
     for path, cwd in ((lease["path"], holder_cwd),
-                      (lease["key"], os.path.realpath(holder_cwd) if holder_cwd else None)):
+                      (lease["real"], os.path.realpath(holder_cwd) if holder_cwd else None)):
         if path not in forms:
             forms.append(path)
         if cwd:
@@ -2135,6 +2337,10 @@ def lease_forms(lease, holder_cwd):
             if relative and not relative.startswith(".." + os.sep) and relative != ".." \
                     and relative not in forms:
                 forms.append(relative)
+    if lease["key"].startswith("@") and "/" in lease["key"]:
+        relative = lease["key"].split("/", 1)[1]     # under its repository's top level
+        if relative not in forms:
+            forms.append(relative)
     forms.append(os.path.basename(lease["path"].rstrip(os.sep)) or lease["path"])
     return forms
 
@@ -2161,7 +2367,8 @@ def resolve_selectors(op, sender, to):
             if not glob:
                 raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
             for lease in conn.execute(
-                    "SELECT l.session_id, l.path, l.key, s.cwd FROM leases l JOIN sessions "
+                    "SELECT l.session_id, l.path, l.key, l.real, s.cwd FROM leases l JOIN "
+                    "sessions "
                     "s ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
                     (op.at,)):
                 if lease["session_id"] not in mates:
@@ -2269,6 +2476,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
     output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
                       recipients={"type": "integer"},
                       recipient_ids={"type": "array", "items": {"type": "string"}},
+                      recipient_labels={"type": "array", "items": {"type": "string"}},
                       warning={"type": "string"}),
     cli="send", flags={"ttl_s": "--ttl"}, caller="present",
     example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
@@ -2293,11 +2501,18 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
     message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to)
     result = {"message_id": message_id, "recipients": len(recipients),
               "recipient_ids": recipients}
+    labels = {r: (session_row(op.conn, r)["label"] or r[:8]) for r in recipients}
+    result["recipient_labels"] = [labels[r] for r in recipients]
     if not recipients:
+        selectors = [to] if isinstance(to, str) else to
         result["warning"] = (
             "stored, but delivered to nobody: no other session matched %s in your "
-            "rooms (%s)" % (json.dumps(to), ", ".join(rooms_of(op.conn, sender["id"]))
-                            or "none"))
+            "rooms (%s)%s" % (json.dumps(to), ", ".join(rooms_of(op.conn, sender["id"]))
+                              or "none", "; file: matches a live lease's absolute path, "
+                              "its path relative to the holder's directory or to its "
+                              "repository's top level, or its base name" if any(
+                                  x.strip().startswith("file:") for x in selectors)
+                              else ""))
     return result
 
 
@@ -2378,11 +2593,6 @@ def msg_ack(op, message_id):
     if advance(conn, "acked", op.at, "session_id=? AND message_id=?", (me, message_id)):
         op.event("msg.ack", me, subject=message_id)
     return {"ok": True, "message_id": message_id, "state": "acked"}
-
-
-def unread_count(conn, session_id):
-    return conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=? AND "
-                        "state IN " + UNREAD_SQL, (session_id,)).fetchone()[0]
 
 
 @tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
@@ -2523,12 +2733,18 @@ def overlapping_leases(conn, resource, at, exclude=None):
     else:
         ancestors = path_ancestors(key)
         low, high = descendant_range(key)
+        outer = path_ancestors(resource.real)
+        real_low, real_high = descendant_range(resource.real)
         rows = conn.execute(
             "SELECT * FROM leases WHERE kind='path' AND key IN (%s) AND expires_at > ? "
             "UNION SELECT * FROM leases WHERE kind='path' AND key >= ? AND key < ? AND "
-            "expires_at > ? UNION SELECT * FROM leases WHERE inode = ? AND expires_at > ?"
-            % ",".join("?" * len(ancestors)),
-            ancestors + [at, low, high, at, resource.inode, at]).fetchall()
+            "expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND real IN (%s) "
+            "AND expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND "
+            "real >= ? AND real < ? AND expires_at > ? "
+            "UNION SELECT * FROM leases WHERE inode = ? AND expires_at > ?"
+            % (",".join("?" * len(ancestors)), ",".join("?" * len(outer))),
+            ancestors + [at, low, high, at] + outer + [at, real_low, real_high, at,
+                                                       resource.inode, at]).fetchall()
     return [r for r in rows if r["session_id"] != exclude]
 
 
@@ -2708,9 +2924,9 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusiv
         else:
             lease_id = conn.execute(
                 "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
-                "acquired_at, expires_at, inode) VALUES (?,?,?,?,?,?,?,?,?)",
+                "acquired_at, expires_at, inode, real) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
-                 at + ttl_s, resource.inode)).lastrowid
+                 at + ttl_s, resource.inode, resource.real)).lastrowid
             reason = "acquired"
         reasons.append(reason)
         op.event("lease.claim", me, subject=resource.key,
@@ -2883,9 +3099,10 @@ def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusi
             item = lease_dict(op.conn, lease, op.liveness)
             (stale if item["liveness"] == "gone" else conflicts).append(item)
         if require_held:
-            covering = set(path_ancestors(resource.key)) if resource.kind == "path" \
-                else {resource.key}
-            if not any(l["session_id"] == me and l["key"] in covering for l in leases):
+            covering = set(path_ancestors(resource.key)) | set(path_ancestors(
+                resource.real)) if resource.kind == "path" else {resource.key}
+            if not any(l["session_id"] == me and (l["key"] in covering or
+                                                  l["real"] in covering) for l in leases):
                 missing.append(resource.shown)
         for window in window_blocking(op, resource, me, active_only=True):
             window.setdefault("blocks", [])
@@ -3334,24 +3551,6 @@ def _env_seconds(name, default):
     return seconds if seconds == seconds and 0 <= seconds < 1e9 else default
 
 
-def signal_text(conn, session_id):
-    """The one-line signal for a session's unread deliveries, or None."""
-    rows = conn.execute(
-        "SELECT COALESCE(m.sender_label, substr(m.sender, 1, 8)) AS who, COUNT(*) "
-        "FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s GROUP BY who ORDER BY COUNT(*) DESC"
-        % UNREAD_SQL, (session_id,)).fetchall()
-    total = sum(r[1] for r in rows)
-    if not total:
-        return None
-    senders = ", ".join("%d from %s" % (r[1], one_line(r[0], 40)) for r in rows[:5])
-    if len(rows) > 5:
-        senders += ", ..."
-    return one_line("agents-room: %d unread message%s (%s); call msg_recv with session_id "
-                    "%s" % (total, "" if total == 1 else "s", senders, session_id),
-                    SIGNAL_MAX_CHARS)
-
-
 def mark_offered(op, session_id, stop=False):
     """Signalling moves stored (and undeliverable) deliveries to offered and
     stamps when; it never moves a state backwards."""
@@ -3470,8 +3669,8 @@ def session_digest(op, cwd=None):
     if count:
         lines.append("%d unread message%s: call msg_recv." % (
             count, "" if count == 1 else "s"))
-    lines.append("Rooms: %s. Autonomy: %s." % (
-        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row))))
+    lines.append("Rooms: %s. Autonomy: %s.%s" % (
+        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row)), where_text(row)))
     others = []
     for room in rooms:
         for mate in conn.execute(
@@ -4827,14 +5026,21 @@ class McpServer:
         if arguments is None:
             arguments = {}
         self.wrote = True
+        self.ctx.signal = None
         try:
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
                                      "isError": True})
-        return _rpc_result(id_, {
+        answer = {
             "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
-            "structuredContent": result, "isError": False})
+            "structuredContent": result, "isError": False}
+        if self.ctx.signal:
+            # The signal rides beside the result, never inside it (clients
+            # validate structuredContent against the outputSchema).
+            answer["content"].append({"type": "text", "text": self.ctx.signal["text"]})
+            answer["_meta"] = {"agents-room/unread": self.ctx.signal["count"]}
+        return _rpc_result(id_, answer)
 
 
 class LineReader:
@@ -5711,7 +5917,8 @@ def _table(rows):
 def _render_session_table(sessions):
     if not sessions:
         return "nobody here"
-    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "ROOMS")]
+    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "BRANCH",
+             "ROOMS")]
     for s in sessions:
         level = "%d" % s["autonomy"] + (
             " (asked %d)" % s["autonomy_requested"]
@@ -5721,7 +5928,8 @@ def _render_session_table(sessions):
         rows.append((s["session_id"] + ("*" if s.get("you") else ""),
                      one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
                      s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
-                     ago(s["last_seen"]),
+                     ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
+                         " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
                      one_line(",".join(s["rooms"]), 200) or "(left)"))
     return _table(rows)
 
@@ -5786,8 +5994,11 @@ def _render_status(r):
     for s in r["sessions"]:
         work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
             w["summary"], 40) if w["summary"] else "") for w in s["work"])
-        lines.append(("   %s  %-8s autonomy %d  unread %d  %s" % (
-            _who_name(s), s["liveness"], s["autonomy"], s["unread"], work)).rstrip())
+        lines.append(("   %s  %-8s autonomy %d  unread %d%s  %s" % (
+            _who_name(s), s["liveness"], s["autonomy"], s["unread"],
+            "  on " + one_line(s["branch"], 40) + (" (%s)" % one_line(s["worktree"], 40)
+                                                  if s.get("worktree") else "")
+            if s.get("branch") else "", work)).rstrip())
     if r["leases"]:
         lines.append("== leases")
     lines += ["   " + _render_lease(l) for l in r["leases"]]
@@ -5907,7 +6118,10 @@ def _tool_arguments(tool_, sub):
                              metavar=name.upper().replace("_S", ""), help=help_text)
     if tool_.name == "room_join":
         sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
-                         "session's (default none: a CLI join ends at once)")
+                         "session's (default: the shell you typed the command in)")
+        sub.add_argument("--shell", choices=["sh", "fish"],
+                         help="print only the line that sets AGENTS_ROOM_SESSION, for "
+                              "eval \"$(... join --shell sh)\" (fish: ... | source)")
     if tool_.name == "lease_guard":
         sub.add_argument("--staged", action="store_true",
                          help="check the files staged in this git repository "
@@ -6055,6 +6269,10 @@ def run_tool_command(args):
     tool_ = args.command.tool
     values = cli_args_to_tool(tool_, args)
     pid = getattr(args, "pid", None)
+    if tool_.name == "room_join" and pid is None and not values.get("harness_key") and \
+            not harness_key_from(os.environ):
+        # A terminal session lives as long as the shell it was joined from.
+        pid = terminal_shell(os.getppid())
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
     store = Store()
     try:
@@ -6062,6 +6280,9 @@ def run_tool_command(args):
     finally:
         store.close()
     code = 1 if tool_.name in ("lease_claim", "window_activate") and not result["ok"] else 0
+    if getattr(args, "shell", None):
+        return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
+                "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
     if args.json:
         return json.dumps(result, indent=2, ensure_ascii=False), code
     text = RENDER[tool_.name](result)
@@ -6432,6 +6653,15 @@ def _run_guard(args, setting):
                        "AGENTS_ROOM_GUARD=warn (report only) or =off")
 
 
+def _looks_globbed(argv):
+    """Whether what follows --to names files here: an unquoted * expanded."""
+    if "--to" not in argv:
+        return False
+    after = argv[argv.index("--to") + 1:]
+    names = [a for a in after[:3] if not a.startswith("-")]
+    return len(names) >= 1 and all(os.path.exists(n) for n in names)
+
+
 def _quiet_stdout():
     """The reader went away (| head): not our failure; keep Python quiet."""
     try:
@@ -6461,6 +6691,11 @@ def main(argv=None):
         cmd = args.command
         text, code = cmd.run(args) if cmd.run else run_tool_command(args)
     except RoomError as error:
+        if name == "send" and _looks_globbed(argv) and ("unrecognized arguments" in
+                                                        error.message or isinstance(
+                                                            error, UnknownSession)):
+            error.hint = ("your shell expanded * into file names: quote it, "
+                          "--to '*'")
         if want_json:
             sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
         sys.stderr.write("error: %s\n" % clean(cli_words(error.message)))
