@@ -5117,8 +5117,9 @@ def _bench_interpreter(python, env):
         raise UsageError("bench --python %s: cannot run it: %s" % (python, error))
     words = out.stdout.split()
     if out.returncode != 0 or len(words) != 3:
-        raise UsageError("bench --python %s: cannot run it: %s" % (
-            python, one_line(out.stderr.strip() or "exit %d" % out.returncode, 300)))
+        raise UsageError("bench --python %s: cannot run this file with it: %s" % (
+            python, one_line(out.stderr.strip() or "exit %d, no Python version printed"
+                             % out.returncode, 300)))
     if words[2] != "True":
         raise UsageError("bench --python %s: Python %s; agents-room needs 3.9 or newer"
                          % (python, words[0]))
@@ -5375,8 +5376,10 @@ def _bench_mcp(b, store, ctx, env, workdir):
         row = b.add("MCP msg_send to 1 (%d calls)" % calls, times, limit=echo_p50,
                     goal="p50 <= 8x echo, p99 <= 1 ms")
         row["met"] = row["ratio"] <= 8 and row["p99"] <= 1
-        row["note"] = "p99 = %.1fx the echo's p50; the echo's own p99: %.3f ms" % (
-            row["p99"] / echo_p50, echo_row["p99"])
+        row["note"] = "p99 = %.1fx the echo's p50; the echo's own p99: %.3f ms%s" % (
+            row["p99"] / echo_p50, echo_row["p99"],
+            " (over 1 ms: the machine was busy, so the p99 goal says little in this run)"
+            if echo_row["p99"] > 1 else "")
         cases = [
             ("msg_send to 20", {"name": "msg_send", "arguments": {
                 "session_id": sid, "to": "*", "subject": "s"}}),
