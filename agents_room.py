@@ -85,6 +85,7 @@ ROOMS_MAX = 64
 SELECTORS_MAX = 100
 PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
+TOUCH_EVERY_S = 2                     # last_seen is written at most this often
 ID_MAX = (1 << 63) - 1                # SQLite's integer range: ids past it are errors
 LEASE_TARGETS_MAX = 100               # resources in one lease call
 LEASES_PER_SESSION_MAX = 1000
@@ -856,6 +857,11 @@ def _migrate_v4(conn):
     conn.execute("ALTER TABLE leases ADD COLUMN real TEXT")
     conn.execute("CREATE INDEX leases_inode ON leases(inode) WHERE inode IS NOT NULL")
     conn.execute("CREATE INDEX leases_real ON leases(kind, real)")
+    # Indexes no query reads: each cost every write a page (msg_send's COMMIT
+    # wrote about 17 pages; the audit log's three indexes were four of them).
+    conn.execute("DROP INDEX IF EXISTS events_session")
+    conn.execute("DROP INDEX IF EXISTS events_kind")
+    conn.execute("DROP INDEX IF EXISTS sessions_last_seen")
     conn.execute("UPDATE leases SET real = key")
     for lease in conn.execute("SELECT id, path FROM leases WHERE kind='path'").fetchall():
         resource = Resource.parse(lease[1], "/", kind="path")
@@ -1768,7 +1774,9 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
         if form == "present" and row["left_at"] is not None:
             raise RoomError("session %s has left; join again" % row["id"],
                             "room_join with the same harness key gives it back its id")
-    if row is not None and touch:
+    if row is not None and touch and op.at - row["last_seen"] >= TOUCH_EVERY_S:
+        # last_seen is read in seconds and hours (who, prune): a write per
+        # call would cost every call a page for nothing.
         conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (op.at, row["id"]))
     return row
 
@@ -5509,20 +5517,6 @@ except (OSError, py_compile.PyCompileError):
 print(sys.version.split()[0], sqlite3.sqlite_version, sys.version_info >= (3, 9))
 """
 
-_BENCH_PYTHON = []    # `bench --python PATH`, for the length of that run only
-
-
-def _bench_command_with_python(row):
-    """The bench command row with a run that hands --python to bench() (the
-    CLI's run_bench passes --quick only)."""
-    def run(args):
-        _BENCH_PYTHON[:] = [args.python] if getattr(args, "python", None) else []
-        try:
-            return row.run(args)
-        finally:
-            del _BENCH_PYTHON[:]
-    return Command(row.name, row.summary, row.description, row.example, row.arguments,
-                   run, row.hidden, row.raw, row.tool)
 
 
 def _bench_interpreter(python, env):
@@ -5608,7 +5602,6 @@ def bench(quick=False, progress=None, python=None):
     import shutil
     import tempfile
     progress = progress or (lambda row: None)
-    python = python or (_BENCH_PYTHON[0] if _BENCH_PYTHON else None)
     base = os.path.dirname(default_db_path())
     os.makedirs(base, mode=0o700, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="bench-", dir=base)
@@ -6681,7 +6674,6 @@ def _bench_arguments(sub):
     sub.add_argument("--python", metavar="PATH",
                      help="the interpreter every started process (hooks, CLI, MCP "
                           "server, load workers) runs with (default: this one)")
-    sub.set_defaults(command=_bench_command_with_python(COMMANDS["bench"]))
 
 
 @command("bench", "Measure hooks, MCP round trips, contention, scale, memory.",
@@ -6693,7 +6685,7 @@ def _bench_arguments(sub):
 def run_bench(args):
     def progress(row):
         sys.stderr.write("bench: %s: %.3f %s\n" % (row["name"], row["p50"], row["unit"]))
-    result = bench(args.quick, progress)
+    result = bench(args.quick, progress, args.python)
     return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
 
 
