@@ -377,7 +377,9 @@ def detect_lever(env, harness, key, cwd, harness_argv=None):
     # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
     # session id, which is this session's harness key.
     thread = env.get("CODEX_THREAD_ID") or (key if harness == "codex" else None)
-    if harness == "codex" and thread:
+    one_shot = bool(harness_argv) and "exec" in harness_argv[1:4]
+    if harness == "codex" and thread and not one_shot:
+        # (codex exec takes queued messages only as it exits: no lever there)
         program = _which("codex", env, cwd)
         if program:
             return "codex-queue", {"thread": thread, "program": program, "env": keep,
@@ -1706,6 +1708,7 @@ class Op:
         self.liveness = LazyScan(ctx)
         self.after = []           # run once the transaction committed
         self.readonly = False     # a plain read: the disk is full (see call_tool)
+        self._rows = {}
 
     @property
     def me(self):
@@ -1724,7 +1727,11 @@ class Op:
         event(self.conn, kind, session_id, room, subject, data, at=self.at)
 
     def session(self, session_id):
-        return session_row(self.conn, session_id)
+        """A session row, read once per operation (a send reads its recipients'
+        rows for the selector, the delivery and the answer)."""
+        if session_id not in self._rows:
+            self._rows[session_id] = session_row(self.conn, session_id)
+        return self._rows[session_id]
 
     def resources(self, path=None, resources=None):
         """The resources a lease call names (path and/or resources), parsed
@@ -2396,7 +2403,7 @@ def resolve_selectors(op, sender, to):
                 if tag in tags:
                     found.append(session_id)
         else:
-            row = session_row(conn, selector) if is_session_id(selector) else None
+            row = op.session(selector) if is_session_id(selector) else None
             if row is None:
                 error = unknown_session(conn, selector, op.store.path)
                 error.hint = ("selectors are *, a session id, file:<glob> or tag:<tag>"
@@ -2454,7 +2461,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
     conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
                      [(room, message_id) for room in rooms])
     for recipient in recipients:
-        row = session_row(conn, recipient)
+        row = op.session(recipient)
         wake = effective_autonomy(conn, row) == 2
         conn.execute(
             "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
@@ -2509,7 +2516,7 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
     message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to)
     result = {"message_id": message_id, "recipients": len(recipients),
               "recipient_ids": recipients}
-    labels = {r: (session_row(op.conn, r)["label"] or r[:8]) for r in recipients}
+    labels = {r: (op.session(r)["label"] or r[:8]) for r in recipients}
     result["recipient_labels"] = [labels[r] for r in recipients]
     if not recipients:
         selectors = [to] if isinstance(to, str) else to
@@ -4276,10 +4283,13 @@ def _claude_style_hooks(placement, harness, autonomy, start_extra=(), wake=False
             group["matcher"] = EDIT_TOOLS
         hooks[name] = [group]
     if wake and "Stop" in hooks:
-        hooks["Stop"][0]["hooks"].append({
-            "type": "command", "command": placement.command(hook_args(
-                harness, "Stop", None, ["--wait"])),
-            "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
+        # The waiter arms at every turn's end, and at the session's start so
+        # that an interactive session is woken before its first turn too.
+        for name in ("Stop", "SessionStart"):
+            hooks[name][0]["hooks"].append({
+                "type": "command", "command": placement.command(hook_args(
+                    harness, "Stop", None, ["--wait"])),
+                "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
     return hooks
 
 
@@ -5349,8 +5359,10 @@ def wait_for_wake(store, ctx, key, env):
             "session_id": session, "pid": pid, "armed_at": armed_at,
             "check_alive": checks % 30 == 0})
         if answer.get("text"):
+            # Exit 2 wakes the model with stderr; the decision on stdout keeps
+            # Claude Code from prefixing the hook's command line to it.
             sys.stderr.write(answer["text"] + "\n")
-            return "", 2
+            return json.dumps({"decision": "block", "reason": answer["text"]}), 2
         if answer["stop"]:
             return "", 0
     return "", 0
