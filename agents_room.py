@@ -1500,11 +1500,11 @@ class ProcessScan:
             return False
         return True
 
-    def liveness(self, harness_key, pid, pid_start):
+    def liveness(self, harness_key, pid, pid_start, ended=False):
         """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
-        decides when there is one (a child that inherited the harness key
-        must not keep a session alive after its harness ended); the key
-        decides otherwise."""
+        that runs decides; when it is gone the harness key decides, except for
+        a session whose harness said it ended (SessionEnd): a child that
+        inherited the key must not keep it alive."""
         if pid:
             if pid in self.own:
                 started = self.start_of(pid)
@@ -1512,10 +1512,12 @@ class ProcessScan:
                     return "unknown"
                 if pid_start is None or abs(started - pid_start) <= 2:
                     return "alive"
-                return "gone"               # the pid now names another process
-            return "unknown" if self.runs_elsewhere(pid) else "gone"
+            elif self.runs_elsewhere(pid):
+                return "unknown"            # EPERM is not absence
+            if ended or not harness_key:
+                return "gone"
         if harness_key:
-            return "alive" if harness_key in self.keys else "gone"
+            return "alive" if harness_key in self.keys and not ended else "gone"
         return "unknown"
 
 
@@ -1539,7 +1541,8 @@ class LazyScan:
             return "alive"
         if self._scan is None:
             self._scan = ProcessScan()
-        return self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"])
+        ended = "ended_at" in row.keys() and row["ended_at"] is not None
+        return self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"], ended)
 
 
 # ---- tool registry and the door --------------------------------------------
@@ -3588,6 +3591,12 @@ def signal_tool_event(op, harness_key, turn_start=False):
         return {"text": None}
     if turn_start:
         op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
+    ctx = op.ctx
+    if ctx.pid and (row["ended_at"] is not None or row["pid"] != ctx.pid):
+        # A resumed session runs again, in a new harness process (Hermes
+        # resumes without a session-start hook).
+        op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
+                        (ctx.pid, ctx.pid_start, row["id"]))
     if not unread_count(op.conn, row["id"]):
         # Under the write lock, so no send can commit between the count and
         # this: the next send raises the marker again after its commit.
@@ -5295,6 +5304,9 @@ def run_hook(argv, stdin_text, env=None):
             # Hermes shows nothing a SessionStart hook says: its first turn
             # carries the digest instead.
             parts.append(_hook_join(store, ctx, opts, key, harness))
+        if event_name == "UserPromptSubmit":
+            pid = harness_pid(os.getppid())
+            ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
         text = call_tool(store, ctx, "signal_tool_event", {
             "harness_key": key, "turn_start": event_name == "UserPromptSubmit" and
             harness != "hermes"})["text"]
@@ -5387,11 +5399,12 @@ def _quick_key(text):
 
 
 def nothing_to_say(argv, stdin_text):
-    """A PostToolUse/UserPromptSubmit hook for a session without a signal
-    marker has nothing to say: answer it without importing json or sqlite3 or
-    opening the store.  Anything unusual takes the full path."""
-    if not ("--event=PostToolUse" in argv or "--event=UserPromptSubmit" in argv) or \
-            '"is_first_turn": true' in stdin_text or '"is_first_turn":true' in stdin_text:
+    """A PostToolUse hook for a session without a signal marker has nothing
+    to say: answer it without importing json or sqlite3 or opening the store.
+    (UserPromptSubmit, once a turn, always takes the full path: it marks the
+    session busy, so no wake lever fires into a running turn.)  Anything
+    unusual takes the full path."""
+    if "--event=PostToolUse" not in argv:
         return False
     key = _quick_key(stdin_text)
     if key is None:
