@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick clean
+.PHONY: test interop bench bench-quick clean e2e e2e-hermes
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -18,6 +18,30 @@ interop:
 	"$(INTEROP_DIR)/venv/bin/python" .ci/interop.py --inspector "$(INTEROP_DIR)/npm/node_modules/.bin/mcp-inspector"
 	rm -rf "$(INTEROP_DIR)"
 
+# End to end: real Claude Code and Codex turns against a local mock model
+# (.ci/mock_model.py), offline but for the npm install.  E2E_ARGS="--only NAME"
+# picks cases (python3 .ci/e2e.py --list shows them); needs node, git, tmux.
+E2E_DIR ?= $(CURDIR)/.e2e
+E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
+E2E_ARGS ?=
+
+e2e:
+	rm -rf "$(E2E_DIR)"
+	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
+	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" $(E2E_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)"; exit $$status
+
+# Hermes end to end: hermes-agent[mcp] from PyPI into a throwaway venv, real
+# turns against the Chat Completions mock inside .ci/e2e_hermes.py.
+HERMES_PKG ?= hermes-agent[mcp]==0.19.0
+
+e2e-hermes:
+	rm -rf "$(E2E_DIR)-hermes"
+	$(PYTHON) -m venv "$(E2E_DIR)-hermes/venv"
+	"$(E2E_DIR)-hermes/venv/bin/pip" install --quiet --disable-pip-version-check "$(HERMES_PKG)"
+	$(PYTHON) .ci/e2e_hermes.py "$(E2E_DIR)-hermes/venv/bin/hermes"; \
+	status=$$?; rm -rf "$(E2E_DIR)-hermes"; exit $$status
+
 bench:
 	$(PYTHON) agents_room.py bench
 
@@ -25,4 +49,4 @@ bench-quick:
 	$(PYTHON) agents_room.py bench --quick
 
 clean:
-	rm -rf "$(INTEROP_DIR)" __pycache__
+	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" __pycache__

@@ -1,0 +1,919 @@
+#!/usr/bin/env python3
+"""End-to-end: real Claude Code and Codex turns, offline, against a local mock model.
+
+    make e2e                          # installs both harnesses, runs this, cleans up
+    python3 .ci/e2e.py [--only NAME[,NAME...]] [--list] [--keep] [--npm-bin DIR] [-v]
+
+Each case is SCENARIO/MODE, e.g. c-midturn-signal/codex-exec; --only matches any
+part of it ("c-midturn", "claude-tui", "d-hold-once/claude-p").  Modes:
+claude-p (claude -p), claude-tui (interactive claude in tmux), codex-exec
+(codex exec), codex-tui (interactive codex in tmux).
+
+Every harness run gets its own HOME, git repository (set up with
+`agents_room.py setup claude|codex --write`), CODEX_HOME and AGENTS_ROOM_DB, and
+talks only to .ci/mock_model.py on 127.0.0.1, which records each request body:
+the assertions are on what the model was shown.  A peer session (the CLI:
+join, send, sent) plays the other agent.  Prints a PASS/FAIL table; exits 1 on
+any FAIL.  Standard library only; needs node, npm-installed `claude` and
+`codex` on --npm-bin, git and tmux.
+
+Scenarios (setup --autonomy in brackets):
+  a-digest [0]            the SessionStart digest, with the session id, is in the first request
+  b-mcp-session [0]       room_join and msg_recv over MCP act on the digest's session; `who`
+                          shows no second (orphan) session
+  c-midturn-signal [0]    a message sent while the harness works shows up in a later request as
+                          the one-line signal, never with its subject or body
+  d-hold-once [1]         the end of a turn with unread mail is held once (the continuation
+                          carries the signal), not again next turn; d-hold-ui: the hold is not
+                          shown as an error and shows no hook command line
+  e1/e2-wake-* [2]        (TUIs) a send wakes an idle session before / after its first turn;
+                          the latency is reported
+  f-oneshot-exits [2]     claude -p / codex exec exit and print their result
+  g-resume-keeps-rooms    a shared room joined in-session survives SessionEnd + resume
+  h-sent-states [2]       the sender's delivery states: never undeliverable for a signalled
+                          message, read after msg_recv, and no stale wake afterwards
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from mock_model import Call, MockModel, Reply  # noqa: E402
+
+AR = os.path.join(ROOT, "agents_room.py")
+MODES = ("claude-p", "claude-tui", "codex-exec", "codex-tui")
+SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
+SHARED = "e2e-shared"
+SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
+SECRET_BODY = "E2E-SECRET-BODY"
+VERBOSE = False
+
+
+def log(text):
+    if VERBOSE:
+        sys.stderr.write("  . %s\n" % text)
+        sys.stderr.flush()
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def claude_mode(mode):
+    return mode.startswith("claude")
+
+
+def tui_mode(mode):
+    return mode.endswith("tui")
+
+
+# ---- the world of one case ---------------------------------------------------
+
+class Box:
+    """A temporary HOME, a git repository `proj`, a store, the harness configured
+    by agents_room.py setup, a peer session, and the shared mock."""
+
+    def __init__(self, suite, case, mode, autonomy=0):
+        self.suite, self.mode, self.autonomy = suite, mode, autonomy
+        self.name = re.sub(r"[^a-z0-9]+", "-", case.lower()).strip("-")
+        self.dir = os.path.join(suite.root, self.name)
+        self.home = os.path.join(self.dir, "home")
+        self.repo = os.path.join(self.dir, "proj")
+        self.db = os.path.join(self.dir, "store", "room.db")
+        self.codex_home = os.path.join(self.home, ".codex")
+        self.tmux = None
+        self.peer_sid = None
+        self.notes = []
+        self.mock = suite.mock
+        self.mock.reset()
+        for path in (self.home, self.repo, self.codex_home):
+            os.makedirs(path, exist_ok=True)
+        self.env = self._env()
+        git = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost"]
+        subprocess.run(git + ["init", "-q", self.repo], check=True)
+        with open(os.path.join(self.repo, "README"), "w") as handle:
+            handle.write("e2e\n")
+        subprocess.run(git + ["-C", self.repo, "add", "README"], check=True)
+        subprocess.run(git + ["-C", self.repo, "commit", "-qm", "init"], check=True)
+        if claude_mode(mode):
+            self._setup_claude()
+        else:
+            self._setup_codex()
+
+    def _env(self):
+        drop = ("CLAUDE", "CODEX_", "ANTHROPIC", "OPENAI", "AGENTS_ROOM", "TMUX")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+        env.update({
+            "HOME": self.home,
+            "PATH": self.suite.npm_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+            "AGENTS_ROOM_DB": self.db,
+            "AGENTS_ROOM_E2E_BOX": self.dir,      # marks every process of this case
+            "CODEX_HOME": self.codex_home,
+            "IS_SANDBOX": "1",
+            "ANTHROPIC_BASE_URL": self.mock.url,
+            "ANTHROPIC_API_KEY": "sk-ant-e2e-dummy-key-0000000000",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "TERM": "xterm-256color",
+            "LANG": env.get("LANG", "C.UTF-8"),
+        })
+        return env
+
+    def _setup_claude(self):
+        key = self.env["ANTHROPIC_API_KEY"]
+        state = {
+            "hasCompletedOnboarding": True, "bypassPermissionsModeAccepted": True,
+            "numStartups": 5, "autoUpdates": False, "theme": "dark",
+            "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+            "projects": {self.repo: {"hasTrustDialogAccepted": True,
+                                     "hasCompletedProjectOnboarding": True,
+                                     "enabledMcpjsonServers": ["agents-room"]}},
+        }
+        with open(os.path.join(self.home, ".claude.json"), "w") as handle:
+            json.dump(state, handle)
+        self.setup("claude")
+
+    def _setup_codex(self):
+        with open(os.path.join(self.codex_home, "config.toml"), "w") as handle:
+            handle.write(
+                'model = "mock-model"\nmodel_provider = "mock"\n'
+                'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n\n'
+                '[model_providers.mock]\nname = "Mock"\nbase_url = "%s/v1"\n'
+                'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n\n'
+                '[projects."%s"]\ntrust_level = "trusted"\n' % (self.mock.url, self.repo))
+        self.setup("codex")
+
+    def setup(self, harness):
+        argv = [sys.executable, AR, "setup", harness, "--write"]
+        if self.autonomy:
+            argv += ["--autonomy", str(self.autonomy)]
+        done = subprocess.run(argv, cwd=self.repo, env=self.env, capture_output=True,
+                              text=True, timeout=60)
+        if done.returncode != 0:
+            raise Failure("setup %s failed: %s" % (harness, done.stderr.strip()[-300:]))
+
+    # -- agents-room CLI, as the peer or as an observer
+    def ar(self, *args, check_rc=True):
+        done = subprocess.run([sys.executable, AR] + list(args), cwd=self.dir, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+        if check_rc and done.returncode != 0:
+            raise Failure("agents_room.py %s failed: %s" % (" ".join(args[:2]),
+                                                            done.stderr.strip()[-300:]))
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            return done.stdout
+
+    def peer(self):
+        if self.peer_sid is None:
+            joined = self.ar("join", "--room", "repo:proj", "--also", SHARED, "--label", "peer",
+                             "--harness-key", "e2e-peer", "--json")
+            self.peer_sid = joined["session_id"]
+        return self.peer_sid
+
+    def send(self, to):
+        return self.ar("send", "--session", self.peer(), "--to", to, "--subject",
+                       SECRET_SUBJECT, "--body", SECRET_BODY, "--json")
+
+    def states(self):
+        """The peer's view: [state] of every delivery it sent."""
+        sent = self.ar("sent", "--session", self.peer(), "--json")
+        return [d["state"] for m in sent.get("messages", []) for d in m.get("deliveries", [])]
+
+    def sessions(self, room=None):
+        """Sessions `who` lists (in a room), the peer left out."""
+        args = ["who", "--json"] + (["--room", room] if room else [])
+        found = self.ar(*args, check_rc=False)
+        if not isinstance(found, dict):
+            return []
+        return [s for s in found.get("sessions", []) if s["session_id"] != self.peer_sid
+                and s.get("label") != "peer"]
+
+    def harness_key(self, sid):
+        with sqlite3.connect("file:%s?mode=ro" % self.db, uri=True) as conn:
+            row = conn.execute("SELECT harness_key FROM sessions WHERE id=?", (sid,)).fetchone()
+        return row[0] if row else None
+
+    def wait_session(self, timeout):
+        """The harness's agents-room session (after SessionStart), or None."""
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.db):
+                found = self.sessions()
+                if found:
+                    return found[0]
+            time.sleep(0.5)
+        return None
+
+    # -- one-shot runs: claude -p / codex exec
+    def oneshot(self, prompt, resume=None, timeout=45, done=None, quiet=3.0):
+        """Run a turn to completion.  Returns dict(rc, out, err, elapsed, hung, id).
+        With done(): once done() holds and no request came for `quiet` s, a
+        process still running is killed and reported hung."""
+        if claude_mode(self.mode):
+            argv = ["claude", "-p", prompt, "--dangerously-skip-permissions",
+                    "--output-format", "json"] + (["--resume", resume] if resume else [])
+        elif resume:
+            argv = ["codex", "exec", "resume", "--dangerously-bypass-hook-trust", "--json",
+                    resume, prompt]
+        else:
+            argv = ["codex", "exec", "--dangerously-bypass-hook-trust", "--json", prompt]
+        log("run %s" % " ".join(argv[:4]))
+        out_path = os.path.join(self.dir, "run-%d.out" % time.time_ns())
+        with open(out_path, "w") as out, open(out_path + ".err", "w") as err:
+            proc = subprocess.Popen(argv, cwd=self.repo, env=self.env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+            start = time.time()
+            hung = False
+            while proc.poll() is None:
+                now = time.time()
+                if now - start > timeout:
+                    hung = True
+                    break
+                if done is not None and done():
+                    last = max([r.at for r in self.mock.model_calls(main_only=False)] or [start])
+                    if now - last > quiet:
+                        hung = True
+                        break
+                time.sleep(0.2)
+            elapsed = time.time() - start
+            if hung:
+                self.kill_group(proc)
+        with open(out_path) as handle:
+            out_text = handle.read()
+        with open(out_path + ".err") as handle:
+            err_text = handle.read()
+        return {"rc": proc.returncode, "out": out_text, "err": err_text, "elapsed": elapsed,
+                "hung": hung, "id": self._run_id(out_text)}
+
+    def _run_id(self, out):
+        for line in out.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict):
+                if item.get("type") == "result" and item.get("session_id"):
+                    return item["session_id"]
+                if item.get("type") == "thread.started":
+                    return item.get("thread_id")
+        return None
+
+    @staticmethod
+    def kill_group(proc):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=3)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    # -- interactive runs in tmux
+    def tui_start(self):
+        self.tmux = "e2e-%s" % self.name[-40:]
+        envfile = os.path.join(self.dir, "env.sh")
+        with open(envfile, "w") as handle:
+            for key, value in sorted(self.env.items()):
+                handle.write("export %s=%s\n" % (key, shlex.quote(value)))
+        program = ("claude --dangerously-skip-permissions" if claude_mode(self.mode)
+                   else "codex --dangerously-bypass-hook-trust")
+        command = "bash --norc --noprofile -c %s" % shlex.quote(
+            ". %s; cd %s && exec %s" % (shlex.quote(envfile), shlex.quote(self.repo), program))
+        self.suite.tmux("new-session", "-d", "-s", self.tmux, "-x", "160", "-y", "50",
+                        command)
+        ready = "❯" if claude_mode(self.mode) else "Ask Codex to do anything"
+        end = time.time() + 40
+        while time.time() < end:
+            screen = self.screen()
+            if ready in screen and "trust" not in screen.lower():
+                break
+            time.sleep(0.5)
+        else:
+            raise Failure("the TUI did not become ready in 40 s; screen:\n%s" % self.screen())
+        time.sleep(1.0)
+
+    def screen(self):
+        return self.suite.tmux("capture-pane", "-p", "-t", self.tmux, "-S", "-200")
+
+    def tui_send(self, text):
+        self.suite.tmux("send-keys", "-t", self.tmux, "-l", text)
+        time.sleep(0.4)
+        self.suite.tmux("send-keys", "-t", self.tmux, "Enter")
+
+    def wait_quiet(self, at_least, quiet=2.5, settle=8.0, timeout=40):
+        """Wait until >= at_least main requests were seen and none came for
+        `quiet` s; with fewer, give up once none came for `settle` s."""
+        start = time.time()
+        while time.time() < start + timeout:
+            calls = self.mock.model_calls()
+            last = calls[-1].at if calls else start
+            idle = time.time() - last
+            if (len(calls) >= at_least and idle > quiet) or (calls and idle > settle):
+                return calls
+            time.sleep(0.3)
+        return self.mock.model_calls()
+
+    def cleanup(self):
+        if self.tmux:
+            try:
+                with open(os.path.join(self.dir, "screen.txt"), "w") as handle:
+                    handle.write(self.screen())
+            except (OSError, Failure, subprocess.SubprocessError):
+                pass
+            self.suite.tmux("kill-session", "-t", self.tmux, check=False)
+            time.sleep(0.3)
+        kill_marked([self.dir, self.db])
+
+
+def kill_marked(markers):
+    """End the processes this suite started whose environment names one of
+    `markers` (a case's dir or store), by pid."""
+    wanted = [("AGENTS_ROOM_E2E_BOX=%s" % markers[0]).encode(),
+              ("AGENTS_ROOM_DB=%s" % markers[-1]).encode()]
+    me = os.getpid()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as handle:
+                    environ = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if any(item in wanted for item in environ):
+                found.append(int(entry))
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        if not found:
+            return
+        time.sleep(0.5)
+
+
+# ---- what the model was shown ---------------------------------------------------
+
+def signal_in(req):
+    return SIGNAL_RE.search(req.all_text())
+
+
+def new_text(req, before):
+    """Text in req that a previous request `before` did not have (the tail)."""
+    old = before.all_text() if before is not None else ""
+    text = req.all_text()
+    return text[len(old):] if text.startswith(old) else _diff_tail(old, text)
+
+
+def _diff_tail(old, text):
+    lines_old = set(old.splitlines())
+    return "\n".join(line for line in text.splitlines() if line not in lines_old)
+
+
+def signal_line(text):
+    lines = [line.strip() for line in text.splitlines() if SIGNAL_RE.search(line)]
+    return lines[0] if lines else ""
+
+
+def secrets_shown(calls):
+    return [r.index for r in calls if SECRET_SUBJECT in r.all_text() or SECRET_BODY in r.all_text()]
+
+
+def ar_call(mode, name, args):
+    if claude_mode(mode):
+        return Call("mcp__agents-room__" + name, args)
+    return Call(name, args, namespace="mcp__agents_room")
+
+
+def noop_call(mode):
+    if claude_mode(mode):
+        return Call("Bash", {"command": "true", "description": "no-op"})
+    return Call("exec_command", {"cmd": "true"})
+
+
+def result_texts(req):
+    return [text for _, text in req.tool_results()]
+
+
+def last_digest_rooms(req):
+    found = re.findall(r"Rooms: ([^\n]*?)\. Autonomy", req.all_text())
+    return found[-1] if found else None
+
+
+def thread_id(req):
+    return req.headers.get("thread-id") or req.headers.get("session-id")
+
+
+# ---- scenarios ----------------------------------------------------------------
+# Each returns a short detail string on success and raises Failure otherwise.
+
+def run_turn(box, prompt, expect, timeout=45):
+    """One user turn: a one-shot run, or a prompt typed into the TUI (started on
+    first use).  `expect`: main requests to wait for."""
+    if tui_mode(box.mode):
+        if box.tmux is None:
+            box.tui_start()
+        box.tui_send(prompt)
+        box.wait_quiet(expect, timeout=timeout)
+        return None
+    return box.oneshot(prompt, timeout=timeout)
+
+
+def s_digest(box):
+    state = {}
+
+    def script(req):
+        if "who" not in state:      # while the turn runs (a one-shot has ended after it)
+            state["who"] = [s["session_id"] for s in box.sessions()]
+        return Reply(text="done")
+    box.mock.script = script
+    run = run_turn(box, "hello", 1)
+    calls = box.mock.model_calls()
+    check(calls, "no model request at all%s" % _run_hint(run))
+    sid = calls[0].session_id()
+    check(sid, "the first request has no 'your session_id is <16 hex>' digest")
+    check(sid in state["who"], "digest session %s is not in `who` during the turn (%s)"
+          % (sid, state["who"]))
+    return "session %s in first request" % sid
+
+
+def s_mcp(box):
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        done = len(req.tool_results())
+        if sid and done == 0:
+            state["sid"] = sid
+            return Reply(calls=[ar_call(box.mode, "room_join", {})])
+        if sid and done == 1:
+            return Reply(calls=[ar_call(box.mode, "msg_recv", {"session_id": sid})])
+        if "who" not in state:      # while the turn runs (a one-shot has ended after it)
+            state["who"] = [s["session_id"] for s in box.sessions()]
+        return Reply(text="done")
+    box.mock.script = script
+    run = run_turn(box, "join the room", 3)
+    calls = box.mock.model_calls()
+    check(state.get("sid"), "no digest session id reached the model%s" % _run_hint(run))
+    sid = state["sid"]
+    check(len(calls) >= 3, "expected 3 requests (join, recv, done), saw %d" % len(calls))
+    results = result_texts(calls[-1])
+    check(len(results) >= 2, "tool results missing: %r" % results)
+    joined, received = results[0], results[1]
+    check('"messages"' in received and "error" not in received.lower()[:200],
+          "msg_recv on the digest's session failed: %s" % received[:200])
+    mine = state.get("who", [])
+    joined_sid = re.findall(r'"session_id":\s*"([0-9a-f]{16})"', joined)
+    check(joined_sid and joined_sid[0] == sid,
+          "room_join over MCP returned session %s, not the digest's %s (orphan session)"
+          % (joined_sid[:1], sid))
+    check(mine == [sid], "`who` lists %d harness sessions %s; expected only %s"
+          % (len(mine), mine, sid))
+    return "room_join -> %s, msg_recv ok, one session" % sid
+
+
+def s_midturn(box):
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and not req.tool_results():
+            if "sent" not in state:
+                state["sent"] = box.send(sid)
+            return Reply(calls=[noop_call(box.mode)])
+        return Reply(text="done")
+    box.mock.script = script
+    run = run_turn(box, "work on something", 2)
+    calls = box.mock.model_calls()
+    check("sent" in state, "no digest session id reached the model%s" % _run_hint(run))
+    check(state["sent"].get("recipients") == 1, "send reached %r" % state["sent"])
+    check(len(calls) >= 2, "no request after the tool call%s" % _run_hint(run))
+    check(not signal_in(calls[0]), "the signal was already in the first request")
+    tail = new_text(calls[1], calls[0])
+    match = SIGNAL_RE.search(tail)
+    check(match, "the request after the tool call has no 'agents-room: N unread "
+          "message' signal; new text: %r" % tail[-300:])
+    leaked = secrets_shown(calls)
+    check(not leaked, "subject/body rode the signal (requests %s)" % leaked)
+    return "signal: %s" % signal_line(tail)[:110]
+
+
+def s_hold_once(box, ui_rows=None):
+    state = {"turn": 1}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and "sent" not in state:
+            state["sent"] = box.send(sid)
+        return Reply(text="done-turn%d" % state["turn"])
+    box.mock.script = script
+    run = run_turn(box, "first task", 2)
+    first = box.mock.model_calls()
+    check("sent" in state, "no digest reached the model%s" % _run_hint(run))
+    if run is not None:
+        check(not run["hung"], "the first run did not end")
+    check(len(first) >= 2, "the end of the turn was not held: %d request(s) and no "
+          "continuation (delivery states %s)" % (len(first), box.states()))
+    hold = new_text(first[1], first[0])
+    check(SIGNAL_RE.search(hold), "the continuation does not carry the signal: %r"
+          % hold[-300:])
+    check(len(first) == 2, "the Stop was held %d times in one turn" % (len(first) - 1))
+    leaked = secrets_shown(first)
+    check(not leaked, "subject/body shown to the model (requests %s)" % leaked)
+    if ui_rows is not None:
+        ui_rows.append(_hold_ui(box, first, box.screen() if box.tmux else ""))
+    # second turn, delivery still unread: must not hold again
+    state["turn"] = 2
+    if tui_mode(box.mode):
+        box.tui_send("second task")
+        calls = box.wait_quiet(3)
+    else:
+        box.oneshot("second task", resume=run["id"], timeout=45)
+        calls = box.mock.model_calls()
+    second = calls[2:]
+    check(second, "the second turn made no request")
+    check(len(second) == 1, "the same delivery held a Stop again in the next turn "
+          "(%d requests in turn 2)" % len(second))
+    return "held once (continuation carried the signal), not again in turn 2"
+
+
+def _hold_ui(box, first, screen):
+    """How the one hold looked: to the user (TUI screen) and to the model."""
+    shown = new_text(first[1], first[0])
+    problems = []
+    if claude_mode(box.mode):
+        if "Stop hook error" in screen:
+            problems.append("the user sees 'Stop hook error: ...'")
+    if "agents_room" in shown or "--event=Stop" in shown:
+        problems.append("the model sees the hook command line")
+    line = [l for l in shown.splitlines() if SIGNAL_RE.search(l)]
+    detail = "model saw %r" % (line[0].strip()[:100] if line else shown[-100:])
+    return ("FAIL" if problems else "PASS", "; ".join(problems) or detail)
+
+
+def s_wake(box, before_first):
+    state = {"n": 0}
+
+    def script(req):
+        state["n"] += 1
+        return Reply(text="done-%d" % state["n"])
+    box.mock.script = script
+    box.tui_start()
+    if before_first:
+        session = box.wait_session(10)
+        if session is None and not claude_mode(box.mode):
+            # Codex 0.171 fires SessionStart at the first prompt and writes the thread's
+            # rollout only then (`codex queue` refuses the thread before): no wake can exist
+            raise Skip("Codex has no session before its first prompt (SessionStart fires "
+                       "at the first prompt; codex queue needs the rollout)")
+        check(session, "no agents-room session exists while the TUI sits before its "
+              "first prompt (no SessionStart yet), so nothing can wake it")
+    else:
+        box.tui_send("first task")
+        box.wait_quiet(1)
+        session = box.sessions()[0] if box.sessions() else None
+        check(session, "no agents-room session after the first turn")
+        time.sleep(2.0)       # let a turn-end waiter arm
+    before = len(box.mock.model_calls())
+    level = "" if session["autonomy"] == 2 else (
+        "; its autonomy is %s, not 2, after setup --autonomy 2" % session["autonomy"])
+    sent_at = time.time()
+    box.send(session["session_id"])
+    woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], 30)
+    states = box.states()
+    check(woke is not None, "no turn started within 30 s of the send (lever %s, "
+          "delivery states %s%s)" % (session.get("lever"), states, level))
+    check(not level, "woke, but" + level[1:])
+    latency = woke.at - sent_at
+    box.notes.append("wake latency %.1f s" % latency)
+    previous = box.mock.model_calls()[before - 1] if before else None
+    tail = new_text(woke, previous)
+    check(SIGNAL_RE.search(tail), "the woken turn does not carry the signal: %r"
+          % tail[-300:])
+    check(not secrets_shown([woke]), "subject/body rode the wake")
+    check("undeliverable" not in states, "delivery marked undeliverable although it "
+          "woke the session: %s" % states)
+    return "woke in %.1f s; states %s" % (latency, states)
+
+
+def s_p_exits(box):
+    box.mock.script = lambda req: Reply(text="final answer")
+    run = box.oneshot("hello", timeout=30)
+    check(not run["hung"], "did not exit within 30 s after its turn (killed); stdout %r"
+          % run["out"][-200:])
+    check(run["rc"] == 0, "exit %s: %s" % (run["rc"], run["err"][-200:]))
+    check("final answer" in run["out"], "result not printed: %r" % run["out"][-200:])
+    return "exit 0 in %.1f s, result printed" % run["elapsed"]
+
+
+def s_resume_rooms(box):
+    state = {"phase": 1}
+
+    def script(req):
+        sid = req.session_id()
+        if state["phase"] == 1:
+            if sid and not req.tool_results():
+                state["sid"] = sid
+                args = {"extra_rooms": [SHARED]}
+                if not claude_mode(box.mode):
+                    # Codex's serve has no harness key: name it, or the join is an orphan
+                    args["harness_key"] = thread_id(req)
+                return Reply(calls=[ar_call(box.mode, "room_join", args)])
+            if "members" not in state:
+                state["members"] = [s["session_id"] for s in box.sessions("shared:" + SHARED)]
+            return Reply(text="joined")
+        if "rooms2" not in state:
+            state["rooms2"] = last_digest_rooms(req)
+            state["sid2"] = re.findall(r"your session_id is ([0-9a-f]{16})", req.all_text())[-1:]
+            state["who"] = [s["session_id"] for s in box.sessions("shared:" + SHARED)]
+        return Reply(text="resumed")
+    box.mock.script = script
+    run = box.oneshot("join the shared room", timeout=45)
+    check(state.get("sid") and run["id"], "first run gave no session%s" % _run_hint(run))
+    sid = state["sid"]
+    members = state.get("members", [])
+    check(sid in members, "the session never got into shared:%s during its turn "
+          "(members %s)" % (SHARED, members))
+    after_end = [s["session_id"] for s in box.sessions("shared:" + SHARED)]
+    state["phase"] = 2
+    box.mock.reset(script)
+    run2 = box.oneshot("continue", resume=run["id"], timeout=45)
+    check("rooms2" in state, "the resumed run reached no model%s" % _run_hint(run2))
+    check(state["sid2"] == [sid], "resumed digest names session %s, not %s"
+          % (state["sid2"], sid))
+    check(sid in state["who"], "resumed session is not in shared:%s any more (who: %s; "
+          "right after SessionEnd: %s; resumed digest rooms: %s)"
+          % (SHARED, state["who"], after_end, state["rooms2"]))
+    return "still in shared:%s after SessionEnd + resume" % SHARED
+
+
+def s_sent_states(box):
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        results = req.tool_results()
+        if sid and not results:
+            if "sent" not in state:
+                state["sent"] = box.send(sid)
+                state["at_send"] = box.states()
+            return Reply(calls=[noop_call(box.mode)])
+        if sid and len(results) == 1:
+            state["signalled"] = bool(signal_in(req))
+            state["at_signal"] = box.states()
+            return Reply(calls=[ar_call(box.mode, "msg_recv", {"session_id": sid})])
+        if "at_recv" not in state:
+            state["at_recv"] = box.states()
+        return Reply(text="done")
+    box.mock.script = script
+    if tui_mode(box.mode):
+        run_turn(box, "work on something", 3)
+        box.wait_quiet(99, quiet=6.0, settle=6.0, timeout=20)   # a late wake would show
+    else:
+        run = box.oneshot("work on something", timeout=45, done=lambda: "at_recv" in state)
+        if run["id"] and "at_recv" in state:
+            # resume once: a wake queued for the finished run must not surface now
+            box.oneshot("next task", resume=run["id"], timeout=45,
+                        done=lambda: len(box.mock.model_calls()) > 3)
+    check("sent" in state, "no digest reached the model")
+    check(state.get("signalled"), "the signal never reached the model (states %s)"
+          % state.get("at_signal"))
+    seen = state["at_send"] + state["at_signal"] + state.get("at_recv", [])
+    check("undeliverable" not in seen, "a signalled delivery was reported undeliverable "
+          "(at send %s, when signalled %s, after recv %s)"
+          % (state["at_send"], state["at_signal"], state.get("at_recv")))
+    check(all(s in ("offered", "accepted") for s in state["at_signal"]),
+          "when the model was signalled the sender saw %s (want offered/accepted)"
+          % state["at_signal"])
+    check(state.get("at_recv") == ["read"], "after msg_recv the sender saw %s"
+          % state.get("at_recv"))
+    calls = box.mock.model_calls()
+    read_at = [i for i, r in enumerate(calls) if len(r.tool_results()) >= 2]
+    stale = [(r.index, signal_line(new_text(r, calls[i - 1])))
+             for i, r in enumerate(calls[1:], 1)
+             if read_at and i > read_at[0] and SIGNAL_RE.search(new_text(r, calls[i - 1]))]
+    check(not stale, "a signal/wake for the already-read message reached the model after "
+          "msg_recv (request %s%s: %r)" % (
+              stale[0][0] if stale else None,
+              "" if tui_mode(box.mode) else ", in the resumed run",
+              one_line(stale[0][1] if stale else "", 160)))
+    aborted = [r.index for r in calls if "<turn_aborted>" in r.all_text()]
+    check(not aborted, "the model was told a turn was interrupted (request %s): a wake was "
+          "dispatched into a run that was exiting" % aborted[:1])
+    return "send %s -> signalled %s -> recv %s" % (state["at_send"], state["at_signal"],
+                                                    state["at_recv"])
+
+
+def _run_hint(run):
+    if not run:
+        return ""
+    return " (exit %s%s; stderr %r)" % (run["rc"], ", hung" if run["hung"] else "",
+                                        run["err"].strip()[-200:])
+
+
+# name, autonomy, modes, function
+SCENARIOS = [
+    ("a-digest", 0, MODES, s_digest),
+    ("b-mcp-session", 0, MODES, s_mcp),
+    ("c-midturn-signal", 0, MODES, s_midturn),
+    ("d-hold-once", 1, MODES, s_hold_once),
+    ("e1-wake-before-first-turn", 2, ("claude-tui", "codex-tui"),
+     lambda box: s_wake(box, True)),
+    ("e2-wake-after-turn", 2, ("claude-tui", "codex-tui"), lambda box: s_wake(box, False)),
+    ("f-oneshot-exits-at-wake", 2, ("claude-p", "codex-exec"), s_p_exits),
+    ("g-resume-keeps-rooms", 0, ("claude-p", "codex-exec"), s_resume_rooms),
+    ("h-sent-states", 2, MODES, s_sent_states),
+]
+
+
+# ---- the suite ------------------------------------------------------------------
+
+class Suite:
+    def __init__(self, args):
+        self.npm_bin = os.path.abspath(args.npm_bin)
+        self.keep = args.keep
+        os.makedirs(args.workdir, exist_ok=True)
+        self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
+        self.socket = "agents-room-e2e-%d" % os.getpid()
+        self.mock = MockModel(log=log).start()
+        self.results = []
+
+    def tmux(self, *args, check=True):
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null"] + list(args),
+                              capture_output=True, text=True, timeout=30)
+        if check and done.returncode != 0:
+            raise Failure("tmux %s: %s" % (args[0], done.stderr.strip()))
+        return done.stdout
+
+    def run_case(self, scenario, mode):
+        name, autonomy, _, function = scenario
+        case = "%s/%s" % (name, mode)
+        started = time.time()
+        box = None
+        extra = []
+        try:
+            box = Box(self, case, mode, autonomy)
+            if function is s_hold_once:
+                detail = s_hold_once(box, extra)
+            else:
+                detail = function(box)
+            status = "PASS"
+        except Failure as error:
+            status, detail = "FAIL", str(error)
+        except Skip as error:
+            status, detail = "SKIP", str(error)
+        except Exception as error:  # a broken case is a failure, never a crash
+            status, detail = "FAIL", "error: %s: %s" % (type(error).__name__, error)
+        finally:
+            if box is not None:
+                try:
+                    self.mock.dump(os.path.join(box.dir, "requests.json"))
+                except OSError:
+                    pass
+                if box.notes and status != "PASS":
+                    detail += " [%s]" % "; ".join(box.notes)
+                box.cleanup()
+        elapsed = time.time() - started
+        self.results.append((case, status, elapsed, detail))
+        for ui_status, ui_detail in extra:
+            self.results.append(("d-hold-ui/%s" % mode, ui_status, 0.0, ui_detail))
+        print("%-4s %-38s %5.1fs  %s" % (status, case, elapsed, one_line(detail)), flush=True)
+        for ui_status, ui_detail in extra:
+            print("%-4s %-38s %5s   %s" % (ui_status, "d-hold-ui/%s" % mode, "", one_line(
+                ui_detail)), flush=True)
+
+    def close(self):
+        self.mock.stop()
+        self.tmux("kill-server", check=False)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def one_line(text, width=150):
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def cases(only):
+    wanted = [w.strip() for w in (only or "").split(",") if w.strip()]
+    for scenario in SCENARIOS:
+        for mode in scenario[2]:
+            case = "%s/%s" % (scenario[0], mode)
+            ui = "d-hold-ui/%s" % mode if scenario[3] is s_hold_once else ""
+            if not wanted or any(w in case or (ui and w in ui) for w in wanted):
+                yield scenario, mode
+
+
+def _sha(path):
+    import hashlib
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:12]
+
+
+def _version(npm_bin, tool):
+    try:
+        out = subprocess.run([os.path.join(npm_bin, tool), "--version"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    found = re.search(r"\d+\.\d+\.\d+", out)
+    return found.group(0) if found else "?"
+
+
+def preflight(npm_bin):
+    missing = [tool for tool in ("git", "tmux", "node") if shutil.which(tool) is None]
+    for tool in ("claude", "codex"):
+        if not os.path.exists(os.path.join(npm_bin, tool)):
+            missing.append("%s (in %s)" % (tool, npm_bin))
+    return missing
+
+
+def main():
+    global VERBOSE, AR
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="run the cases whose name contains one of these "
+                        "(comma-separated), e.g. c-midturn or claude-tui")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory "
+                        "(homes, stores, recorded requests.json per case)")
+    parser.add_argument("--npm-bin", default=os.path.join(ROOT, ".e2e", "npm",
+                                                           "node_modules", ".bin"))
+    parser.add_argument("--workdir", default=os.path.join(ROOT, ".e2e"))
+    parser.add_argument("--agents-room", default=AR, help="the agents_room.py under test "
+                        "(default: the one beside .ci/)")
+    parser.add_argument("--budget", type=float, default=480, help="seconds; cases not "
+                        "started by then are reported SKIP (default 480, so make e2e stays "
+                        "under 10 minutes)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    VERBOSE = args.verbose
+    AR = os.path.abspath(args.agents_room)
+    selected = list(cases(args.only))
+    if args.list:
+        for scenario, mode in selected:
+            print("%s/%s" % (scenario[0], mode))
+        return 0
+    if not selected:
+        print("no case matches %r" % args.only)
+        return 2
+    missing = preflight(os.path.abspath(args.npm_bin))
+    if missing:
+        print("e2e: missing %s (make e2e installs the harnesses)" % ", ".join(missing))
+        return 2
+    suite = Suite(args)
+    started = time.time()
+    print("e2e: %s (sha256 %s), claude %s, codex %s" % (AR, _sha(AR), _version(
+        suite.npm_bin, "claude"), _version(suite.npm_bin, "codex")), flush=True)
+    try:
+        for scenario, mode in selected:
+            if time.time() - started > args.budget:
+                case = "%s/%s" % (scenario[0], mode)
+                suite.results.append((case, "SKIP", 0.0, "time budget (%gs) spent" % args.budget))
+                print("SKIP %-38s        time budget spent" % case, flush=True)
+                continue
+            suite.run_case(scenario, mode)
+    finally:
+        suite.close()
+    results = suite.results
+    print("\n%-4s  %-38s %7s  %s" % ("", "case", "time", "why"))
+    for case, status, elapsed, detail in results:
+        print("%-4s  %-38s %6.1fs  %s" % (status, case, elapsed, one_line(detail, 200)))
+    failed = sum(1 for r in results if r[1] == "FAIL")
+    passed = sum(1 for r in results if r[1] == "PASS")
+    skipped = sum(1 for r in results if r[1] == "SKIP")
+    print("\n%.0f s%s" % (time.time() - started,
+                           "" if not args.keep else "; kept %s" % suite.root))
+    print("e2e: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
