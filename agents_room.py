@@ -30,10 +30,13 @@ Environment:
   AGENTS_ROOM_GUARD         warn: guard reports but never refuses; off: skip it
   AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S, AGENTS_ROOM_WAKE_TIMEOUT_S
                             signal windows and the process-lever timeout
+  AGENTS_ROOM_SHARED_STORE=1  accept a group-writable store owned by another
+                            user (levers still run only as their recipient)
 Test seams (documented so tests never patch private names):
   AGENTS_ROOM_PROCSCAN=proc|ps   force the process scanner
   AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
-  AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests)
+  AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests); only
+                                 with AGENTS_ROOM_TEST_SEAMS=1
 """
 
 __version__ = "0.1.0"

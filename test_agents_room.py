@@ -1638,13 +1638,12 @@ class ReadmeTest(RoomTest):
 
     def run_block(self, block, replace):
         home = os.path.join(self.tmp, "home")
-        if not os.path.exists(home):
-            os.makedirs(os.path.join(home, "agents-room"))
-            os.symlink(SCRIPT, os.path.join(home, "agents-room", "agents_room.py"))
+        os.makedirs(home, exist_ok=True)
         for old, new in replace.items():
             block = block.replace(old, new)
         done = subprocess.run(["bash", "-c", "set -e\n" + block], env=dict(
-            self.env, HOME=home), capture_output=True, text=True, timeout=120, cwd=self.tmp)
+            self.env, HOME=home, AR="python3 %s" % SCRIPT), capture_output=True, text=True,
+            timeout=120, cwd=self.tmp)
         self.assertEqual(done.returncode, 0, "%s\n%s\n%s" % (block, done.stdout, done.stderr))
         return done
 
@@ -1675,8 +1674,7 @@ class ReadmeTest(RoomTest):
         blocks = [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
         self.assertEqual(len(blocks), 4)
         home = os.path.join(self.tmp, "home")
-        os.makedirs(os.path.join(home, "agents-room"))
-        os.symlink(SCRIPT, os.path.join(home, "agents-room", "agents_room.py"))
+        os.makedirs(home)
         demo = os.path.join(self.tmp, "demo")
         outputs = []
         for index, block in enumerate(blocks):
@@ -1685,7 +1683,9 @@ class ReadmeTest(RoomTest):
                 "export -p > %s.env\npwd > %s.cwd\n" % (
                     terminal, terminal, terminal, block.replace("/tmp/demo", demo),
                     terminal, terminal)
-            done = subprocess.run(["bash", "-c", script], env=dict(self.env, HOME=home),
+            # AR names the copy, as the README asks the reader to set it.
+            done = subprocess.run(["bash", "-c", script], env=dict(
+                self.env, HOME=home, AR="python3 %s" % SCRIPT),
                                   capture_output=True, text=True, timeout=60, cwd=self.tmp)
             self.assertEqual(done.returncode, 0, "block %d:\n%s\n%s" % (
                 index, block, done.stderr))
