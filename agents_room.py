@@ -6642,9 +6642,9 @@ def run_watch(args):
         for field in ("recipients", "holders", "required", "lowered"):
             if isinstance(data.get(field), list):
                 data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
-        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str)
-                                                  else json.dumps(v, ensure_ascii=False),
-                                                  60))
+        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str) else ",".join(
+            v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
+            else json.dumps(v, ensure_ascii=False), 60))
                            for k, v in sorted(data.items()) if v not in (None, [], {}))
         who = (_who_name(item) + " ") if item["session_id"] else ""
         return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
@@ -6871,9 +6871,12 @@ def _looks_globbed(argv):
     """Whether what follows --to names files here: an unquoted * expanded."""
     if "--to" not in argv:
         return False
-    after = argv[argv.index("--to") + 1:]
-    names = [a for a in after[:3] if not a.startswith("-")]
-    return len(names) >= 1 and all(os.path.exists(n) for n in names)
+    names = []
+    for word in argv[argv.index("--to") + 1:]:
+        if word.startswith("-"):
+            break
+        names.append(word)
+    return bool(names) and all(os.path.exists(n) for n in names)
 
 
 def _quiet_stdout():

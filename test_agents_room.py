@@ -1430,6 +1430,185 @@ class MigrationTest(RoomTest):
                                        check=1)["ok"])
 
 
+class SeamsTest(RoomTest):
+    """Where real teams work: worktrees, same-named repositories, monorepos,
+    moved checkouts, terminals and clients without hooks."""
+
+    def git(self, *args, cwd):
+        done = subprocess.run(["git"] + list(args), cwd=cwd, capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout
+
+    def git_repo(self, name, remote=None):
+        path = os.path.join(self.tmp, name)
+        os.makedirs(path)
+        self.git("init", "-q", cwd=path)
+        self.git("-c", "user.email=d@e.invalid", "-c", "user.name=d", "commit", "-q",
+                 "--allow-empty", "-m", "init", cwd=path)
+        if remote:
+            self.git("remote", "add", "origin", remote, cwd=path)
+        return path
+
+    def test_worktrees_share_the_repository_room_and_its_files(self):
+        api = self.git_repo("api")
+        feature = os.path.join(self.tmp, "api-feature")
+        self.git("worktree", "add", "-q", "-b", "feature", feature, cwd=api)
+        for path in (api, feature):
+            os.makedirs(os.path.join(path, "src"), exist_ok=True)
+        main = self.join("--label", "main", cwd=api, key="wt-main", live=True)
+        side = self.join("--label", "side", cwd=feature, key="wt-side", live=True)
+        self.assertEqual(main["rooms"], ["repo:api"])
+        self.assertEqual(side["rooms"], ["repo:api"])
+        who = {s["label"]: s for s in self.cli_json("who", "--room", "api")["sessions"]}
+        self.assertEqual((who["side"]["worktree"], who["side"]["branch"]),
+                         ("api-feature", "feature"))
+        self.assertIn("feature", self.run_cli("who", "--room", "api", check=0).stdout)
+        # One file, two worktrees: one lease.
+        self.assertTrue(self.cli_json("claim", "--session", main["session_id"],
+                                      "src/users.go", cwd=api)["ok"])
+        refused = self.cli_json("claim", "--session", side["session_id"], "src/users.go",
+                                cwd=feature, check=1)
+        self.assertEqual(refused["holder"]["session_id"], main["session_id"])
+        # file: by the path under the repository's top level, from anywhere.
+        sent = self.cli_json("send", "--session", side["session_id"], "--to",
+                             "file:src/users.go", "--subject", "mine?", cwd=self.tmp)
+        self.assertEqual(sent["recipient_ids"], [main["session_id"]])
+
+    def test_a_same_named_other_repository_gets_its_own_room(self):
+        first = self.git_repo(os.path.join("one", "api"), "git@example.invalid:a/api.git")
+        second = self.git_repo(os.path.join("two", "api"), "git@example.invalid:b/api.git")
+        self.assertEqual(self.join(cwd=first)["rooms"], ["repo:api"])
+        other = self.join(cwd=second)
+        self.assertNotEqual(other["rooms"], ["repo:api"])
+        self.assertTrue(other["rooms"][0].startswith("repo:api~"))
+        self.assertIn("another repository", other["warning"])
+        # A clone of the first (same remote) is the same repository and room.
+        clone = self.git_repo(os.path.join("three", "api"), "https://example.invalid/a/api")
+        self.assertEqual(self.join(cwd=clone)["rooms"], ["repo:api"])
+
+    def test_monorepo_selector_forms_and_a_vendored_moved_checkout(self):
+        mono = self.git_repo("mono")
+        tools = os.path.join(mono, "tools")
+        os.makedirs(tools)
+        shutil.copy(SCRIPT, os.path.join(tools, "agents_room.py"))
+        service = os.path.join(mono, "services", "api")
+        os.makedirs(os.path.join(service, "src"))
+        holder = self.join("--label", "api", cwd=service, key="mono-api",
+                           live=True)["session_id"]
+        self.cli_json("claim", "--session", holder, "src/users.go", cwd=service)
+        sender = self.join("--label", "web", cwd=mono, key="mono-web", live=True)
+        for form in ("file:services/api/src/users.go", "file:src/users.go",
+                     "file:users.go"):
+            with self.subTest(form=form):
+                got = self.cli_json("send", "--session", sender["session_id"], "--to",
+                                    form, "--subject", "x")
+                self.assertEqual(got["recipient_ids"], [holder])
+        none = self.cli_json("send", "--session", sender["session_id"], "--to",
+                             "file:nothing.go", "--subject", "x")
+        self.assertIn("relative to the holder's directory or to its repository", 
+                      none["warning"])
+        # setup from a sub-project writes at the top level, naming the vendored
+        # copy relative to the project; a moved checkout keeps working.
+        vendored = [sys.executable, os.path.join(tools, "agents_room.py")]
+        done = subprocess.run(vendored + ["setup", "claude", "--write"], cwd=service,
+                              env=self.env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(mono, ".claude", "settings.json")) as handle:
+            start = json.load(handle)["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+        self.assertIn('"$CLAUDE_PROJECT_DIR"/tools', start)
+        self.assertTrue(start.startswith("python3 "))
+        with open(os.path.join(mono, ".mcp.json")) as handle:
+            server = json.load(handle)["mcpServers"]["agents-room"]
+        self.assertEqual(server["args"][2], "${CLAUDE_PROJECT_DIR}/tools/agents_room.py")
+        moved = os.path.join(self.tmp, "moved")
+        os.rename(mono, moved)
+        payload = json.dumps({"session_id": "moved-key", "cwd": moved})
+        run = subprocess.run(["sh", "-c", start], input=payload, capture_output=True,
+                             text=True, env=dict(self.env, CLAUDE_PROJECT_DIR=moved),
+                             cwd=moved, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("your session_id is", run.stdout)
+        # The file gone: one line saying what to run, and the harness not blocked.
+        os.remove(os.path.join(moved, "tools", "agents_room.py"))
+        run = subprocess.run(["sh", "-c", start], input=payload, capture_output=True,
+                             text=True, env=dict(self.env, CLAUDE_PROJECT_DIR=moved),
+                             cwd=moved, timeout=60)
+        self.assertEqual((run.returncode, run.stdout), (0, ""))
+        self.assertIn("run its setup again", run.stderr)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1)
+
+    def test_a_terminal_session_lives_with_its_shell(self):
+        script = ('eval "$(%s %s join --room t --label term --shell sh)"\n'
+                  'echo "$AGENTS_ROOM_SESSION"\n'
+                  'again=$(%s %s join --room t --json | %s -c "import json,sys; '
+                  'print(json.load(sys.stdin)[\'session_id\'])")\n'
+                  'echo "$again"\n' % (sys.executable, SCRIPT, sys.executable, SCRIPT,
+                                        sys.executable))
+        done = subprocess.run(["bash", "-c", script], env=self.env, capture_output=True,
+                              text=True, timeout=60, cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        first, again = done.stdout.split()
+        self.assertEqual(first, again)           # AGENTS_ROOM_SESSION: the same session
+        who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
+        self.assertEqual(list(who), [first])
+        self.assertEqual(who[first]["liveness"], "gone")     # its shell has exited
+
+    def test_an_unquoted_star_is_named(self):
+        me = self.join("--room", "s")["session_id"]
+        for name in ("Makefile", "README.md"):
+            open(os.path.join(self.tmp, name), "w").close()
+        done = self.run_cli("send", "--session", me, "--to", "Makefile", "README.md",
+                            "--subject", "x", check=2)
+        self.assertIn("quote it, --to '*'", done.stderr)
+        done = self.run_cli("send", "--session", me, "--to", "Makefile", "--subject", "x",
+                            check=1)
+        self.assertIn("quote it", done.stderr)
+
+    def test_truncation_says_what_is_left(self):
+        a = self.join("--room", "p", key="pa")["session_id"]
+        b = self.join("--room", "p", key="pb")["session_id"]
+        for i in range(7):
+            self.cli_json("send", "--session", a, "--to", b, "--subject", "m%d" % i)
+        got = self.run_cli("recv", "--session", b, "--limit", "5", check=0).stdout
+        self.assertIn("2 more unread", got)
+        page = self.run_cli("history", "--session", b, "--limit", "3", check=0).stdout
+        self.assertIn("history --before", page)
+
+    def test_watch_says_what_it_watches_filters_and_survives_a_closed_pipe(self):
+        a = self.join("--room", "w", "--label", "wa", key="wa")["session_id"]
+        b = self.join("--room", "w", "--label", "wb", key="wb")["session_id"]
+        self.cli_json("send", "--session", a, "--to", b, "--subject", "x")
+        self.cli_json("claim", "--session", a, "f.txt")
+        last = self.run_cli("watch", "--last", "10", "--type", "msg", check=0).stdout
+        self.assertIn("msg.send", last)
+        self.assertNotIn("lease.claim", last)
+        self.assertIn("recipients=wb", last)           # labels, not hex lists
+        self.assertRegex(last, r"\d\d:\d\d:\d\d\.\d{3}Z")
+        done = subprocess.run(["bash", "-c", "%s %s watch --since 1h | head -1" % (
+            sys.executable, SCRIPT)], env=self.env, capture_output=True, text=True,
+            timeout=30, cwd=self.tmp)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertIn("following", done.stderr)
+        self.assertIn("Ctrl-C", done.stderr)
+
+    def test_mcp_results_carry_the_signal_for_clients_without_hooks(self):
+        client = McpClient(self, env=self.env)
+        client.initialize()
+        me = client.ok("room_join", room="m", harness_key="mcp-me")["session_id"]
+        peer = self.join("--room", "m", key="mcp-peer")["session_id"]
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", "SECRET")
+        answer = client.call("room_who", session_id=me)
+        texts = [c["text"] for c in answer["content"]]
+        self.assertEqual(len(texts), 2)
+        self.assertIn("1 unread message", texts[1])
+        self.assertNotIn("SECRET", texts[1])
+        self.assertEqual(answer["_meta"]["agents-room/unread"], 1)
+        self.assertNotIn("unread", json.dumps(answer["structuredContent"]))
+        again = client.call("room_who", session_id=me)       # told once
+        self.assertEqual(len(again["content"]), 1)
+
+
 # ---- liveness and prune ---------------------------------------------------------
 
 
