@@ -39,7 +39,7 @@ Test seams (documented so tests never patch private names):
                                  with AGENTS_ROOM_TEST_SEAMS=1
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 import os
 import sys
@@ -266,8 +266,10 @@ def clean(text):
         return ""
     if _CONTROL is None:
         import re
-        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f"
-                              "\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]")
+        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
+                              "\u200b-\u200f\u2028-\u202e\u2060-\u2069\u3164"
+                              "\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
+                              "\U000e0100-\U000e01ef]")
     return _CONTROL.sub("", str(text))
 
 
@@ -1325,16 +1327,35 @@ SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "tim
 INTERACTIVE_SHELLS = {"bash", "zsh", "fish", "sh", "dash", "ksh", "tcsh", "csh"}
 
 
+def _has_tty(pid):
+    """Whether pid has a controlling terminal (a shell a person types in)."""
+    if scanner_kind() == "proc":
+        try:
+            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
+                return int(handle.read().rsplit(")", 1)[1].split()[4]) != 0
+        except (OSError, ValueError, IndexError):
+            return False
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "tty=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(out) and out not in ("?", "??", "-")
+
+
 def terminal_shell(start_pid):
-    """The shell a command was typed in: up through subshells ($(...) forks
-    one) to the outermost of an unbroken chain of shells; None when the
-    command was not started by a shell (a script, a harness)."""
+    """The shell a person typed a command in: up through subshells ($(...)
+    forks one) to the outermost of an unbroken chain of shells that have a
+    controlling terminal; None when the command was not typed in a terminal
+    (a script's or a harness's `sh -c` lives a moment, not a session)."""
     pid, found = start_pid, None
     for _ in range(16):
         if not pid or pid <= 1:
             break
         comm, parent = _proc_comm_ppid(pid)
-        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS:
+        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS \
+                or not _has_tty(pid):
             break
         found, pid = pid, parent
     return found
@@ -2474,7 +2495,11 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
             "wake_next_at) VALUES (?,?,?,?,?)",
             (recipient, message_id, "stored", at, at if wake else None))
         if row["harness_key"]:
-            # After commit: a hook that sees the marker must find the delivery.
+            # Before commit too (a process killed between commit and its
+            # after-work must not leave a delivery unsignalled; a marker left by
+            # a rollback costs one slow hook), and after commit, so a hook that
+            # cleared it meanwhile under the lock sees the delivery next time.
+            raise_marker(op.store.path, row["harness_key"])
             op.after.append(lambda key=row["harness_key"]: raise_marker(
                 op.store.path, key))
     op.event("msg.send", sender["id"], subject=message_id, data={
@@ -2766,7 +2791,23 @@ def overlapping_leases(conn, resource, at, exclude=None):
             % (",".join("?" * len(ancestors)), ",".join("?" * len(outer))),
             ancestors + [at, low, high, at] + outer + [at, real_low, real_high, at,
                                                        resource.inode, at]).fetchall()
+        rows = [r for r in rows if not _only_by_inode(r, resource, ancestors, outer)]
     return [r for r in rows if r["session_id"] != exclude]
+
+
+def _only_by_inode(lease, resource, ancestors, outer):
+    """A lease found only through its file's inode, whose file no longer has
+    that inode (deleted, or replaced by an atomic save): the number now names
+    another file, which is not this lease's."""
+    if lease["key"] in ancestors or lease["real"] in outer or \
+            lease["key"].startswith(resource.key.rstrip(os.sep) + os.sep) or \
+            (lease["real"] or "").startswith(resource.real.rstrip(os.sep) + os.sep):
+        return False
+    try:
+        info = os.stat(lease["real"])
+        return "%d:%d" % (info.st_dev, info.st_ino) != lease["inode"]
+    except (OSError, TypeError, ValueError):
+        return True
 
 
 def _window_rows(conn, resource, at, states=WINDOW_OPEN):
@@ -3843,7 +3884,10 @@ def wake_plan(op, limit=20):
                     row["ended_at"] is None and op.liveness(row) == "alive"):
             # Mid-turn, the turn's own hooks signal the message and its Stop
             # holds it (a lever fired now would start a stale turn later);
-            # Claude Code arms its wake when a turn ends.  Try again later.
+            # Claude Code arms its wake when a turn ends.  Try again later,
+            # without spending one of the lever's attempts.
+            conn.execute("UPDATE deliveries SET wake_attempts=wake_attempts-1, "
+                         "wake_next_at=? WHERE " + scope, [at + WAKE_RETRY_FIRST_S] + params)
             op.event("wake.later", session_id, data={"messages": message_ids,
                                                      "busy": busy})
             continue
@@ -4065,10 +4109,15 @@ def run_due_wakes(store, ctx):
 
 
 def after_tool_event(store, ctx):
+    """Runs after a call committed: nothing here may fail that call (a client
+    that saw an error would send again)."""
     try:
         run_due_wakes(store, ctx)
     except RoomError as error:
         sys.stderr.write("agents-room: wake: %s\n" % clean(error.message))
+    except Exception as error:          # noqa: the call itself succeeded
+        sys.stderr.write("agents-room: wake: %s: %s\n" % (type(error).__name__,
+                                                          clean(str(error))))
 
 
 AFTER_TOOL_EVENT.append(after_tool_event)
@@ -4204,13 +4253,15 @@ def project_root(cwd):
 
 def _launcher_code(missing_exit):
     """The -c program of the launcher: take the directory of agents_room.py
-    from argv, import it (so Python uses the bytecode cache), and when it is
+    from argv, import it (so Python uses the bytecode cache; the directory goes
+    last on the path, so a json.py beside the copy never shadows the standard
+    library), and when it is
     not there say what to run instead of failing with an import traceback
     (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
     say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
     stop = "sys.exit(%s)" % say if missing_exit else \
         "sys.exit(print(%s,file=sys.stderr))" % say
-    return ('import sys,os;d=sys.argv.pop(1);sys.path[:0]=[d];'
+    return ('import sys,os;d=sys.argv.pop(1);sys.path.append(d);'
             'os.path.isfile(d+"/agents_room.py")or %s;'
             'from agents_room import main;sys.exit(main())' % stop)
 
@@ -4254,8 +4305,8 @@ class Placement:
         if self.relative is None:
             self.directory, self.script = os.path.dirname(this_file()), this_file()
         else:
-            self.directory = "${%s}%s" % (project_var, "/" + self.relative
-                                          if self.relative else "")
+            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
+                                             if self.relative else "")
             self.script = self.directory + "/agents_room.py"
 
     def command(self, args, missing_exit=0):
@@ -4371,7 +4422,9 @@ def _read_text(path):
 def write_private(path, text, mode=None):
     """Write a file atomically through a temporary created exclusively (never
     following a link planted at a predictable name), keeping the old file's
-    mode."""
+    mode.  A configuration that is a symlink (dotfiles) is written where it
+    points, not replaced by a plain file."""
+    path = os.path.realpath(path)
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     if mode is None:

@@ -1520,7 +1520,10 @@ class SeamsTest(RoomTest):
         self.assertTrue(start.startswith("python3 "))
         with open(os.path.join(mono, ".mcp.json")) as handle:
             server = json.load(handle)["mcpServers"]["agents-room"]
-        self.assertEqual(server["args"][2], "${CLAUDE_PROJECT_DIR}/tools/agents_room.py")
+        self.assertEqual(server["args"][2], "${CLAUDE_PROJECT_DIR:-.}/tools/agents_room.py")
+        # A json.py beside the vendored copy never runs in a hook.
+        with open(os.path.join(tools, "json.py"), "w") as handle:
+            handle.write("open(%r, 'w').write('ran')\n" % os.path.join(self.tmp, "PWNED"))
         moved = os.path.join(self.tmp, "moved")
         os.rename(mono, moved)
         payload = json.dumps({"session_id": "moved-key", "cwd": moved})
@@ -1529,6 +1532,7 @@ class SeamsTest(RoomTest):
                              cwd=moved, timeout=60)
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertIn("your session_id is", run.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "PWNED")))
         # The file gone: one line saying what to run, and the harness not blocked.
         os.remove(os.path.join(moved, "tools", "agents_room.py"))
         run = subprocess.run(["sh", "-c", start], input=payload, capture_output=True,
@@ -1538,6 +1542,23 @@ class SeamsTest(RoomTest):
         self.assertIn("run its setup again", run.stderr)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1)
 
+    def test_setup_writes_through_a_symlinked_config(self):
+        home = os.path.join(self.tmp, "home")
+        dotfiles = os.path.join(self.tmp, "dotfiles")
+        os.makedirs(os.path.join(home, ".codex"))
+        os.makedirs(dotfiles)
+        with open(os.path.join(dotfiles, "config.toml"), "w") as handle:
+            handle.write('model = "o3"\n')
+        link = os.path.join(home, ".codex", "config.toml")
+        os.symlink(os.path.join(dotfiles, "config.toml"), link)
+        self.run_cli("setup", "codex", "--write", env={
+            "HOME": home, "CODEX_HOME": os.path.join(home, ".codex")}, check=0)
+        self.assertTrue(os.path.islink(link))
+        with open(os.path.join(dotfiles, "config.toml")) as handle:
+            text = handle.read()
+        self.assertIn('model = "o3"', text)
+        self.assertIn("[mcp_servers.agents-room]", text)
+
     def test_a_terminal_session_lives_with_its_shell(self):
         script = ('eval "$(%s %s join --room t --label term --shell sh)"\n'
                   'echo "$AGENTS_ROOM_SESSION"\n'
@@ -1545,14 +1566,26 @@ class SeamsTest(RoomTest):
                   'print(json.load(sys.stdin)[\'session_id\'])")\n'
                   'echo "$again"\n' % (sys.executable, SCRIPT, sys.executable, SCRIPT,
                                         sys.executable))
-        done = subprocess.run(["bash", "-c", script], env=self.env, capture_output=True,
-                              text=True, timeout=60, cwd=self.tmp)
+        # `script` gives the shell a controlling terminal, as a person's has.
+        with open(os.path.join(self.tmp, "term.sh"), "w") as handle:
+            handle.write(script)
+        done = subprocess.run(["script", "-qec", "bash %s" % os.path.join(
+            self.tmp, "term.sh"), "/dev/null"], env=self.env, capture_output=True,
+            text=True, timeout=60, cwd=self.tmp, stdin=subprocess.DEVNULL)
         self.assertEqual(done.returncode, 0, done.stderr)
         first, again = done.stdout.split()
         self.assertEqual(first, again)           # AGENTS_ROOM_SESSION: the same session
         who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
         self.assertEqual(list(who), [first])
         self.assertEqual(who[first]["liveness"], "gone")     # its shell has exited
+        # Without a terminal (a script's sh -c), no process is recorded: the
+        # session is unknown, never gone at once (its leases are not taken over).
+        piped = subprocess.run(["sh", "-c", "%s %s join --room t --label piped --json" % (
+            sys.executable, SCRIPT)], env=self.env, capture_output=True, text=True,
+            timeout=60, cwd=self.tmp, stdin=subprocess.DEVNULL)
+        sid = json.loads(piped.stdout)["session_id"]
+        who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
+        self.assertEqual(who[sid]["liveness"], "unknown")
 
     def test_an_unquoted_star_is_named(self):
         me = self.join("--room", "s")["session_id"]
@@ -1585,12 +1618,20 @@ class SeamsTest(RoomTest):
         self.assertNotIn("lease.claim", last)
         self.assertIn("recipients=wb", last)           # labels, not hex lists
         self.assertRegex(last, r"\d\d:\d\d:\d\d\.\d{3}Z")
-        done = subprocess.run(["bash", "-c", "%s %s watch --since 1h | head -1" % (
-            sys.executable, SCRIPT)], env=self.env, capture_output=True, text=True,
-            timeout=30, cwd=self.tmp)
-        self.assertNotIn("Traceback", done.stderr)
-        self.assertIn("following", done.stderr)
-        self.assertIn("Ctrl-C", done.stderr)
+        # | head: watch learns that its reader went away at its next write.
+        proc = subprocess.Popen(["bash", "-c", "%s %s watch --since 1h | head -1" % (
+            sys.executable, SCRIPT)], env=self.env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=self.tmp)
+        self.procs.append(proc)
+        deadline = time.time() + 30
+        while proc.poll() is None and time.time() < deadline:
+            self.cli_json("send", "--session", a, "--to", b, "--subject", "more")
+            time.sleep(0.3)
+        self.assertIsNotNone(proc.poll(), "watch did not end when its reader went away")
+        err = proc.stderr.read()
+        self.assertNotIn("Traceback", err)
+        self.assertIn("following", err)
+        self.assertIn("Ctrl-C", err)
 
     def test_mcp_results_carry_the_signal_for_clients_without_hooks(self):
         client = McpClient(self, env=self.env)
