@@ -6858,6 +6858,14 @@ def ui_lease_release(op, holder, resource):
     return {"ok": True, "released": lease["path"]}
 
 
+def _ui_same(given, secret):
+    """A constant-time comparison that takes whatever a client sent (str
+    compare_digest refuses non-ASCII with TypeError)."""
+    import hmac
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               secret.encode("utf-8"))
+
+
 class OperatorPage:
     """The state of one `ui` run: its secret, cookie, page tokens, the store
     connection requests share (one at a time), and the change counter the
@@ -6889,10 +6897,9 @@ class OperatorPage:
         return token
 
     def token_ok(self, token):
-        import hmac
         with self.lock:
             tokens = list(self.tokens)
-        return bool(token) and any(hmac.compare_digest(token, t) for t in tokens)
+        return bool(token) and any(_ui_same(token, t) for t in tokens)
 
     def call(self, name, args):
         ctx = Context(via="ui", pid=os.getpid(), pid_start=process_start(os.getpid()))
@@ -6944,7 +6951,6 @@ def _ui_handler(page):
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import urlsplit, parse_qs
     from http.cookies import SimpleCookie
-    import hmac
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "agents-room-ui"
@@ -6988,7 +6994,7 @@ def _ui_handler(page):
             url = urlsplit(self.path)
             secret = parse_qs(url.query).get("k", [None])[0]
             if secret is not None and not post and url.path == "/":
-                if not hmac.compare_digest(secret, page.secret):
+                if not _ui_same(secret, page.secret):
                     return self.refuse("wrong secret")
                 self.send(303, "", headers=[
                     ("Location", "/"),
@@ -7001,7 +7007,7 @@ def _ui_handler(page):
             except Exception:
                 pass
             morsel = cookie.get(page.cookie_name)
-            if morsel is None or not hmac.compare_digest(morsel.value, page.cookie_value):
+            if morsel is None or not _ui_same(morsel.value, page.cookie_value):
                 return self.refuse("open the URL `ui` printed (with its secret)")
             if post and not page.token_ok(self.headers.get("X-Room-Token", "")):
                 return self.refuse("missing or stale page token; reload the page")
@@ -7217,6 +7223,7 @@ table { border-collapse: collapse; width: 100%; font-size: .92em; }
 th, td { text-align: left; padding: .2em .4em; border-bottom: 1px solid var(--line);
   vertical-align: top; }
 td:first-child { overflow-wrap: anywhere; min-width: 8em; }
+td:last-child { white-space: nowrap; }
 .tablewrap { overflow-x: auto; }
 button { white-space: nowrap; }
 th { color: var(--muted); font-weight: 600; }
@@ -7483,6 +7490,9 @@ UI_JS = r"""
     Object.keys(d).sort().forEach((k) => {
       const v = d[k];
       if (v === null || v === "" || (Array.isArray(v) && !v.length)) return;
+      if (/_at$/.test(k) && typeof v === "number") {
+        parts.push(k + "=" + new Date(v * 1000).toISOString().slice(0, 19) + "Z"); return;
+      }
       parts.push(k + "=" + (typeof v === "string" ? named(v) :
         Array.isArray(v) ? v.map((x) => typeof x === "string" ? named(x) : JSON.stringify(x))
           .join(",") : JSON.stringify(v)));

@@ -3088,13 +3088,26 @@ class OperatorPageTest(RoomTest):
             response, body = self.request("GET", path, {"Cookie": cookie})
             self.assertEqual(response.status, 200)
         self.assertNotIn(b"innerHTML", body)
+        # Large rooms page: the newest `limit`, and older ones before the oldest.
+        store = agents_room.Store(self.db)
+        self.addCleanup(store.close)
+        page = agents_room.call_tool(store, agents_room.Context(), "ui_state", {"limit": 1})
+        self.assertEqual([m["subject"] for m in page["messages"]],
+                         ["re: need a phone field"])
+        self.assertTrue(page["more"])
+        older = agents_room.call_tool(store, agents_room.Context(), "ui_state", {
+            "limit": 1, "before": page["messages"][0]["message_id"]})
+        self.assertEqual([m["message_id"] for m in older["messages"]], [self.first])
+        self.assertFalse(older["more"])
 
     def test_refusals(self):
         cookie, token = self.login()
         send = {"to": "*", "subject": "x"}
         refused = [
             ("no secret, no cookie", "GET", "/api/state", {}, None),
+            ("the event stream without the cookie", "GET", "/api/stream", {}, None),
             ("wrong secret", "GET", "/?k=" + "x" * len(self.secret), {}, None),
+            ("a non-ASCII secret", "GET", "/?k=%C3%A9%00", {}, None),
             ("wrong cookie", "GET", "/api/state",
              {"Cookie": cookie.split("=")[0] + "=nope"}, None),
             ("wrong Host", "GET", "/api/state", {"Cookie": cookie,
@@ -3107,6 +3120,8 @@ class OperatorPageTest(RoomTest):
             ("POST without the page token", "POST", "/api/send", {"Cookie": cookie}, send),
             ("POST with a wrong page token", "POST", "/api/send",
              {"Cookie": cookie, "X-Room-Token": "forged"}, send),
+            ("POST with a non-ASCII page token", "POST", "/api/send",
+             {"Cookie": cookie, "X-Room-Token": "\u00e9"}, send),
             ("cross-origin POST", "POST", "/api/send",
              {"Cookie": cookie, "X-Room-Token": token, "Origin": "http://evil.example"},
              send),

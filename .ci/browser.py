@@ -211,6 +211,8 @@ def main(argv):
         old = join("k-old", "--room", "repo:shop", "--label", "old-worker")
         cli(env, "claim", "--session", api, "--purpose", "add phone field", "src/users.go")
         cli(env, "claim", "--session", old, "--purpose", "left behind", "db:schema")
+        cli(env, "work", "--session", api, "started", "--scope", "phone-field",
+            "--summary", "adding the column")
         first = cli(env, "send", "--session", api, "--to", "*", "--subject",
                     "need a phone field", "--body", "<img src=x onerror=alert(1)> in users")
         cli(env, "send", "--session", web, "--to", api, "--reply-to",
