@@ -6964,6 +6964,11 @@ def _ui_handler(page):
             if isinstance(body, str):
                 body = body.encode("utf-8")
             self.send_response(code)
+            if code >= 400:
+                # A refused request's body may be unread: never reuse the
+                # connection (its rest would parse as the next request).
+                self.close_connection = True
+                self.send_header("Connection", "close")
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
@@ -6974,8 +6979,7 @@ def _ui_handler(page):
             for name, value in headers:
                 self.send_header(name, value)
             self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+            self.wfile.write(body)
 
         def refuse(self, why):
             self.send(403, "refused: %s\n" % why)
@@ -7040,8 +7044,6 @@ def _ui_handler(page):
             else:
                 self.send(404, "not found\n")
 
-        do_HEAD = do_GET
-
         def do_POST(self):
             if not self.allowed(post=True):
                 return
@@ -7055,7 +7057,7 @@ def _ui_handler(page):
                 values = json.loads(self.rfile.read(length) or b"{}")
                 if not isinstance(values, dict):
                     raise ValueError
-            except ValueError:
+            except (ValueError, RecursionError):
                 return self.send(400, "not a JSON object\n")
             action = UI_ACTIONS.get(path)
             if action is None:
@@ -7065,6 +7067,8 @@ def _ui_handler(page):
             def act():
                 args = {k: values.get(k) for k in fields if values.get(k) not in
                         (None, "")}
+                if name == "msg_send":
+                    page.join()        # rooms that appeared since are the operator's too
                 args["session_id"] = page.operator or page.join()
                 try:
                     return page.call(name, args)
@@ -7072,8 +7076,6 @@ def _ui_handler(page):
                     page.operator = None                  # pruned meanwhile
                     args["session_id"] = page.join()
                     return page.call(name, args)
-            if name == "msg_send":
-                page.join()            # rooms that appeared since are the operator's too
             self.answer(act)
 
         def answer(self, work):
@@ -7481,6 +7483,7 @@ UI_JS = r"""
     $("body").focus();
   }
   function clearReply() {
+    if (replyTo) $("to").value = "*";
     replyTo = null; $("replying").textContent = ""; $("noreply").hidden = true;
   }
 

@@ -283,6 +283,36 @@ def main(argv):
                         " WHERE e.kind='window.cancel' AND e.subject=?", (window,)).fetchall()
         db.close()
         assert by == [("operator",)], "window.cancel not logged by the operator: %r" % by
+        # Reply in the thread, ack what the operator was sent, cap a room and
+        # release the gone holder's lease: each through the page.
+        browser.js("document.querySelector('[data-k=\"reply:2\"]').click();"
+                   "document.getElementById('body').value = 'operator agrees';"
+                   "document.getElementById('send').click(); true")
+        browser.wait("Array.from(document.querySelectorAll('article.thread')).some(a =>"
+                     " a.dataset.thread === '1' && a.innerText.includes('operator agrees'))",
+                     "the reply in thread #1")
+        terminal = browser.js("Array.from(document.querySelectorAll('[data-message]')).find("
+                              "m => m.innerText.includes('from the terminal'))"
+                              ".dataset.message")
+        browser.js("document.querySelector('[data-k=\"ack:%s\"]').click(); true" % terminal)
+        browser.wait("!document.querySelector('[data-k=\"ack:%s\"]')" % terminal, "the ack")
+        browser.js("document.querySelector('[data-k=\"cap:repo:shop\"]').value = '1';"
+                   "document.querySelector('[data-k=\"setcap:repo:shop\"]').click(); true")
+        browser.js("Array.from(document.querySelectorAll('button')).find("
+                   "b => b.textContent === 'release').click(); true")
+        browser.wait("!Array.from(document.querySelectorAll('button')).some("
+                     "b => b.textContent === 'release')", "the stale lease released")
+        db = sqlite3.connect(env["AGENTS_ROOM_DB"])
+        rows = db.execute("SELECT e.kind FROM events e JOIN sessions s ON s.id = e.session_id"
+                          " WHERE s.label='operator' ORDER BY e.id").fetchall()
+        cap = db.execute("SELECT cap FROM rooms WHERE name='repo:shop'").fetchone()[0]
+        reply = db.execute("SELECT reply_to FROM messages WHERE body='operator agrees'"
+                           ).fetchone()[0]
+        db.close()
+        kinds = [r[0] for r in rows]
+        for kind in ("msg.send", "msg.ack", "room.cap", "lease.release", "window.cancel"):
+            assert kind in kinds, "no %s by the operator: %r" % (kind, kinds)
+        assert (cap, reply) == (1, 2), (cap, reply)
         browser.screenshot(os.path.join(outdir, "ui-after.png"), 1280, False)
         print("browser test: ok")
         return 0
