@@ -3134,6 +3134,7 @@ class OperatorPageTest(RoomTest):
             with self.subTest(what):
                 response, _ = self.request(method, path, headers, body)
                 self.assertIn(response.status, (403, 421), what)
+                self.assertEqual(response.getheader("Connection"), "close")
                 self.assertIsNone(response.getheader("Access-Control-Allow-Origin"))
                 self.assertIsNone(response.getheader("Set-Cookie"))
         self.assertEqual(self.event_count("msg.send"), 2, "a refused POST sent nothing")
