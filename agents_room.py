@@ -6814,6 +6814,872 @@ def run_wake_run(args):
     return "", wake_run(args.payload)
 
 
+# ---- operator page (ui) -------------------------------------------------------
+# `ui` serves one live page of the store on 127.0.0.1 for as long as it runs.
+# The page is a front end like the CLI: it reads through internal operations
+# and acts through the same door (call_tool) as the operator's own session.
+# Security, because any web page the operator visits can reach 127.0.0.1:
+#  - a random secret in the printed URL, exchanged once for an HttpOnly,
+#    SameSite=Strict cookie (then a redirect drops it from the address bar);
+#  - the Host header must be exactly 127.0.0.1:PORT (DNS rebinding);
+#  - a cross-site Origin or Sec-Fetch-Site is refused, and no CORS headers;
+#  - every POST carries a per-page token in a header (CSRF);
+#  - a strict Content-Security-Policy: script and style only from this server,
+#    and the script renders every stored string with textContent.
+
+UI_POLL_S = 0.3             # change detection: PRAGMA data_version, MAX(events.id)
+UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
+UI_EVENTS = 300             # the newest events the timeline holds
+UI_TOKENS_MAX = 256         # per-page tokens remembered (oldest forgotten first)
+
+
+def _ui_deliveries(conn, message_ids):
+    found = {}
+    if not message_ids:
+        return found
+    marks = ",".join("?" * len(message_ids))
+    for d in conn.execute(
+            "SELECT d.message_id, d.session_id, s.label, d.state FROM deliveries d "
+            "JOIN sessions s ON s.id = d.session_id WHERE d.message_id IN (%s) "
+            "ORDER BY s.label, d.session_id" % marks, message_ids):
+        found.setdefault(d["message_id"], []).append(
+            {"session_id": d["session_id"], "label": d["label"], "state": d["state"]})
+    return found
+
+
+@tool("ui_state", "The operator page's snapshot", {
+    "before": S_MESSAGE_ID,
+    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}},
+    read_only=True, public=False, after=False)
+def ui_state(op, before=None, limit=UI_MESSAGES):
+    """Everything the page shows: room_status for the whole store, the newest
+    messages (older ones with before=) with each recipient's delivery state,
+    and the newest events."""
+    conn = op.conn
+    status = room_status(op)
+    rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
+                        (before or ID_MAX, limit + 1)).fetchall()
+    shown = rows[:limit]
+    deliveries = _ui_deliveries(conn, [m["id"] for m in shown])
+    messages = []
+    for row in reversed(shown):
+        item = message_dict(conn, row)
+        item["to"] = json.loads(row["selector"]) if row["selector"] else None
+        item["deliveries"] = deliveries.get(row["id"], [])
+        messages.append(item)
+    events = events_tail(op, limit=UI_EVENTS)["events"]
+    for item in events:
+        item.pop("ts", None)
+    return dict(status, messages=messages, more=len(rows) > limit, events=events)
+
+
+@tool("ui_window_cancel", "The operator cancels a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    caller="present", public=False, destructive=True)
+def ui_window_cancel(op, window_id):
+    """The operator ends someone's pending or active quiet window; the event
+    is the operator's and names the window's owner."""
+    window = _load_window(op.conn, window_id)
+    if window["state"] not in WINDOW_OPEN:
+        raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
+    op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
+                    (op.at, window_id))
+    op.event("window.cancel", op.me, subject=window_id, data={
+        "was": window["state"], "why": "operator", "owner": window["session_id"]})
+    return window_dict(op.conn, _load_window(op.conn, window_id))
+
+
+@tool("ui_lease_release", "The operator releases a stale lease", {
+    "session_id": S_SESSION, "holder": {"type": "string", "maxLength": 200},
+    "resource": {"type": "string", "maxLength": PATH_MAX_CHARS}},
+    ["session_id", "holder", "resource"], caller="present", public=False,
+    destructive=True)
+def ui_lease_release(op, holder, resource):
+    """The operator removes a lease whose holder is gone (never one of a
+    session that may be alive); the event is the operator's and names the
+    holder."""
+    lease = op.conn.execute("SELECT * FROM leases WHERE session_id=? AND path=?",
+                            (holder, resource)).fetchone()
+    if lease is None:
+        raise RoomError("no lease of %s on %s" % (holder, resource))
+    row = session_row(op.conn, holder)
+    liveness = op.liveness(row) if row else "gone"
+    if liveness != "gone":
+        raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
+            resource, liveness))
+    op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+    op.event("lease.release", op.me, subject=lease["key"], data={
+        "mode": lease["mode"], "why": "operator", "holder": holder,
+        "shown": lease["path"], "kind": lease["kind"]})
+    return {"ok": True, "released": lease["path"]}
+
+
+def _ui_same(given, secret):
+    """A constant-time comparison that takes whatever a client sent (str
+    compare_digest refuses non-ASCII with TypeError)."""
+    import hmac
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               secret.encode("utf-8"))
+
+
+class OperatorPage:
+    """The state of one `ui` run: its secret, cookie, page tokens, the store
+    connection requests share (one at a time), and the change counter the
+    event stream waits on."""
+
+    def __init__(self, port, label):
+        import secrets
+        import threading
+        self.port, self.label = port, label
+        self.secret = secrets.token_urlsafe(24)
+        self.cookie_value = secrets.token_urlsafe(24)
+        self.cookie_name = "agents_room_ui_%d" % port   # cookies ignore ports
+        self.tokens = []
+        self.host = "127.0.0.1:%d" % port
+        self.origin = "http://" + self.host
+        self.store = Store()
+        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.version = 0
+        self.stopping = False
+        self.operator = None
+        self.rooms = set()
+
+    def new_token(self):
+        import secrets
+        token = secrets.token_urlsafe(24)
+        with self.lock:
+            self.tokens = (self.tokens + [token])[-UI_TOKENS_MAX:]
+        return token
+
+    def token_ok(self, token):
+        with self.lock:
+            tokens = list(self.tokens)
+        return bool(token) and any(_ui_same(token, t) for t in tokens)
+
+    def call(self, name, args):
+        ctx = Context(via="ui", pid=os.getpid(), pid_start=process_start(os.getpid()))
+        with self.lock:
+            return call_tool(self.store, ctx, name, args)
+
+    def join(self):
+        """The operator's session, in every room of the store (joined again
+        when rooms appeared since): a human at the page."""
+        with self.lock:
+            rooms = [r[0] for r in self.store.conn.execute(
+                "SELECT DISTINCT room FROM memberships ORDER BY room")]
+        if not rooms:
+            raise RoomError("there is no room in this store yet",
+                            "the page can act once a session has joined a room")
+        if self.operator and set(rooms) <= self.rooms:
+            return self.operator            # no new room: no rejoin event per send
+        harness = "human" if "human" in HARNESSES else "generic"
+        result = self.call("room_join", {
+            "room": rooms[0], "extra_rooms": rooms[1:ROOMS_MAX], "label": self.label,
+            "harness": harness, "autonomy": 0,
+            "harness_key": "agents-room-ui:%s@%s" % (self.label, host_name())})
+        self.operator, self.rooms = result["session_id"], set(result["rooms"])
+        return self.operator
+
+    def watch(self):
+        """Poll for changes (another connection's commit moves data_version;
+        events.id covers a reset connection) and wake the event streams."""
+        store = Store()
+        last = None
+        try:
+            while not self.stopping:
+                try:
+                    seen = (store.conn.execute("PRAGMA data_version").fetchone()[0],
+                            store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
+                except sqlite3.Error:
+                    seen = last
+                if seen != last:
+                    last = seen
+                    with self.changed:
+                        self.version += 1
+                        self.changed.notify_all()
+                time.sleep(UI_POLL_S)
+        finally:
+            store.close()
+
+
+def _ui_handler(page):
+    from http.server import BaseHTTPRequestHandler
+    from urllib.parse import urlsplit, parse_qs
+    from http.cookies import SimpleCookie
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "agents-room-ui"
+        sys_version = ""
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, form, *args):
+            pass                        # requests are not news; errors are answered
+
+        def send(self, code, body=b"", kind="text/plain; charset=utf-8", headers=()):
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            self.send_response(code)
+            if code >= 400:
+                # A refused request's body may be unread: never reuse the
+                # connection (its rest would parse as the next request).
+                self.close_connection = True
+                self.send_header("Connection", "close")
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Content-Security-Policy", UI_CSP)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def refuse(self, why):
+            self.send(403, "refused: %s\n" % why)
+            return False
+
+        def allowed(self, post):
+            """The checks every request passes, in order; False once refused."""
+            if self.headers.get("Host", "") != page.host:
+                return self.refuse("wrong Host header")
+            origin = self.headers.get("Origin")
+            if origin is not None and origin != page.origin:
+                return self.refuse("cross-origin request")
+            if self.headers.get("Sec-Fetch-Site", "same-origin") not in (
+                    "same-origin", "none"):
+                return self.refuse("cross-site request")
+            url = urlsplit(self.path)
+            secret = parse_qs(url.query).get("k", [None])[0]
+            if secret is not None and not post and url.path == "/":
+                if not _ui_same(secret, page.secret):
+                    return self.refuse("wrong secret")
+                self.send(303, "", headers=[
+                    ("Location", "/"),
+                    ("Set-Cookie", "%s=%s; HttpOnly; SameSite=Strict; Path=/" % (
+                        page.cookie_name, page.cookie_value))])
+                return False
+            cookie = SimpleCookie()
+            try:
+                cookie.load(self.headers.get("Cookie", ""))
+            except Exception:
+                pass
+            morsel = cookie.get(page.cookie_name)
+            if morsel is None or not _ui_same(morsel.value, page.cookie_value):
+                return self.refuse("open the URL `ui` printed (with its secret)")
+            if post and not page.token_ok(self.headers.get("X-Room-Token", "")):
+                return self.refuse("missing or stale page token; reload the page")
+            return True
+
+        def do_GET(self):
+            if not self.allowed(post=False):
+                return
+            url = urlsplit(self.path)
+            if url.path == "/":
+                self.send(200, UI_HTML.replace("{token}", page.new_token()), "text/html; charset=utf-8")
+            elif url.path == "/app.js":
+                self.send(200, UI_JS, "text/javascript; charset=utf-8")
+            elif url.path == "/app.css":
+                self.send(200, UI_CSS, "text/css; charset=utf-8")
+            elif url.path == "/api/state":
+                query = parse_qs(url.query)
+                args = {}
+                try:
+                    if query.get("before"):
+                        args["before"] = int(query["before"][0])
+                except ValueError:
+                    return self.answer_error(UsageError("before must be a message id"))
+                # Read as no one: a read that touched the operator's last_seen
+                # would be a change, and every page would read again.
+                self.answer(lambda: dict(page.call("ui_state", args),
+                                         operator=page.operator))
+            elif url.path == "/api/stream":
+                self.stream()
+            else:
+                self.send(404, "not found\n")
+
+        def do_POST(self):
+            if not self.allowed(post=True):
+                return
+            path = urlsplit(self.path).path
+            if not self.headers.get("Content-Type", "").startswith("application/json"):
+                return self.send(415, "send JSON\n")
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                if length > 2 * BODY_MAX_BYTES:
+                    return self.send(413, "too large\n")
+                values = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(values, dict):
+                    raise ValueError
+            except (ValueError, RecursionError):
+                return self.send(400, "not a JSON object\n")
+            action = UI_ACTIONS.get(path)
+            if action is None:
+                return self.send(404, "not found\n")
+            name, fields = action
+
+            def act():
+                args = {k: values.get(k) for k in fields if values.get(k) not in
+                        (None, "")}
+                if name == "msg_send":
+                    page.join()        # rooms that appeared since are the operator's too
+                args["session_id"] = page.operator or page.join()
+                try:
+                    return page.call(name, args)
+                except UnknownSession:
+                    page.operator = None                  # pruned meanwhile
+                    args["session_id"] = page.join()
+                    return page.call(name, args)
+            self.answer(act)
+
+        def answer(self, work):
+            try:
+                result = work()
+            except RoomError as error:
+                return self.answer_error(error)
+            self.send(200, json.dumps(result, ensure_ascii=False),
+                      "application/json; charset=utf-8")
+
+        def answer_error(self, error):
+            self.send(400, json.dumps(error.as_dict(), ensure_ascii=False),
+                      "application/json; charset=utf-8")
+
+        def stream(self):
+            """Server-Sent Events: one `change` event whenever the store
+            changed (and once at the start); a comment every 15 s keeps
+            proxies and the browser from giving up."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", UI_CSP)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            seen = -1
+            try:
+                while not page.stopping:
+                    with page.changed:
+                        if page.version == seen:
+                            page.changed.wait(15)
+                        version = page.version
+                    if version != seen:
+                        seen = version
+                        self.wfile.write(b"event: change\ndata: %d\n\n" % version)
+                    else:
+                        self.wfile.write(b": still here\n\n")
+                    self.wfile.flush()
+            except (OSError, ValueError):
+                pass
+    return Handler
+
+
+# What the page may ask the door to do, as the operator: path -> (tool, fields).
+UI_ACTIONS = {
+    "/api/send": ("msg_send", ("to", "subject", "body", "reply_to")),
+    "/api/ack": ("msg_ack", ("message_id",)),
+    "/api/cap": ("room_set_autonomy_cap", ("room", "autonomy")),
+    "/api/window-cancel": ("ui_window_cancel", ("window_id",)),
+    "/api/lease-release": ("ui_lease_release", ("holder", "resource")),
+}
+
+UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+          "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+# The page itself: no external asset, so it works offline and the CSP can be
+# strict.  Only {token} is filled in on the server; every stored string reaches
+# the page as JSON and is rendered with textContent by the script.
+UI_HTML = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="room-token" content="{token}">
+<title>agents-room</title>
+<link rel="stylesheet" href="/app.css">
+<script src="/app.js" defer></script>
+</head>
+<body>
+<header>
+  <h1>agents-room</h1>
+  <span id="store" class="muted"></span>
+  <span id="me" class="muted"></span>
+  <span id="conn" class="pill" role="status" aria-live="polite">connecting</span>
+</header>
+<main>
+  <section id="rooms-pane" aria-labelledby="rooms-title">
+    <h2 id="rooms-title">Rooms</h2>
+    <div id="rooms"></div>
+  </section>
+  <section id="talk-pane" aria-labelledby="talk-title">
+    <h2 id="talk-title">Conversation</h2>
+    <div id="paging"></div>
+    <div id="threads" tabindex="0" aria-label="messages"></div>
+    <form id="compose" autocomplete="off">
+      <div class="row">
+        <label>To <input id="to" name="to" value="*" required
+          title="* (everyone), a session id, file:&lt;glob&gt; or tag:&lt;tag&gt;; comma-separated"></label>
+        <label>Subject <input id="subject" name="subject" maxlength="1000"></label>
+      </div>
+      <label class="block">Body <textarea id="body" name="body" rows="3"></textarea></label>
+      <div class="row">
+        <span id="replying" class="muted"></span>
+        <button type="button" id="noreply" hidden>not a reply</button>
+        <span class="grow"></span>
+        <span id="sendstatus" class="muted" role="status" aria-live="polite"></span>
+        <button type="submit" id="send">Send</button>
+      </div>
+    </form>
+  </section>
+  <section id="events-pane" aria-labelledby="events-title">
+    <h2 id="events-title">Events</h2>
+    <label>Filter <input id="filter" type="search" placeholder="kind, label, room, text"></label>
+    <ol id="events" tabindex="0" aria-label="events"></ol>
+  </section>
+</main>
+</body>
+</html>
+"""
+
+UI_CSS = """
+:root { --bg: #fafafa; --fg: #1b1b1f; --muted: #5c5f66; --card: #fff; --line: #d8dbe0;
+  --accent: #0b5cad; --ok: #1a7f37; --warn: #9a6700; --bad: #b42318; --chip: #eef1f5;
+  color-scheme: light dark; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg: #111318; --fg: #e6e8eb; --muted: #a0a6b0; --card: #1a1d24; --line: #30343c;
+    --accent: #6cb6ff; --ok: #57c46b; --warn: #e0b441; --bad: #ff7b72; --chip: #262a33; }
+}
+* { box-sizing: border-box; }
+html { scrollbar-gutter: stable; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+header { display: flex; gap: 1em; align-items: baseline; flex-wrap: wrap;
+  padding: .6em 1em; border-bottom: 1px solid var(--line); background: var(--card); }
+h1 { font-size: 1.15em; margin: 0; }
+h2 { font-size: 1em; margin: 0 0 .5em; text-transform: uppercase; letter-spacing: .04em;
+  color: var(--muted); }
+h3 { font-size: 1em; margin: 0 0 .4em; overflow-wrap: anywhere; }
+h4 { font-size: .9em; margin: .7em 0 .3em; color: var(--muted); }
+main { display: grid; gap: 1em; padding: 1em;
+  grid-template-columns: minmax(0, 5fr) minmax(0, 6fr);
+  grid-template-areas: "rooms talk" "events events"; }
+#rooms-pane { grid-area: rooms; } #talk-pane { grid-area: talk; }
+#events-pane { grid-area: events; }
+@media (max-width: 900px) {
+  main { grid-template-columns: minmax(0, 1fr); grid-template-areas: "rooms" "talk" "events"; }
+}
+section { min-width: 0; }
+.card, article, form#compose { background: var(--card); border: 1px solid var(--line);
+  border-radius: 6px; padding: .7em .8em; margin-bottom: .8em; }
+.muted { color: var(--muted); }
+.pill { border: 1px solid var(--line); border-radius: 999px; padding: 0 .6em; font-size: .85em; }
+.pill.live { color: var(--ok); border-color: var(--ok); }
+.pill.bad { color: var(--bad); border-color: var(--bad); }
+table { border-collapse: collapse; width: 100%; font-size: .92em; }
+th, td { text-align: left; padding: .2em .4em; border-bottom: 1px solid var(--line);
+  vertical-align: top; }
+td:first-child { overflow-wrap: anywhere; min-width: 8em; }
+td:last-child { white-space: nowrap; }
+.tablewrap { overflow-x: auto; }
+button { white-space: nowrap; }
+th { color: var(--muted); font-weight: 600; }
+.alive { color: var(--ok); } .gone { color: var(--bad); } .unknown { color: var(--warn); }
+.chip { display: inline-block; background: var(--chip); border-radius: 4px;
+  padding: 0 .4em; margin: .15em .3em 0 0; font-size: .85em; }
+.chip.acked, .chip.read { color: var(--ok); }
+.chip.expired, .chip.undeliverable { color: var(--bad); }
+#threads { max-height: 62vh; overflow-y: auto; scrollbar-gutter: stable; min-height: 8em;
+  padding-right: .2em; }
+.msg { border-left: 3px solid var(--line); padding: .3em .6em; margin: .4em 0; }
+.msg.reply { margin-left: 1.2em; }
+.msg .head { font-size: .85em; color: var(--muted); display: flex; gap: .6em; flex-wrap: wrap; }
+.msg .subject { font-weight: 600; overflow-wrap: anywhere; }
+.msg .text { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2em 0; }
+.msg.mine { border-left-color: var(--accent); }
+.actions { display: flex; gap: .4em; flex-wrap: wrap; margin-top: .3em; align-items: center; }
+button, input, select, textarea { font: inherit; color: inherit; background: var(--bg);
+  border: 1px solid var(--line); border-radius: 4px; padding: .25em .5em; }
+button { cursor: pointer; background: var(--chip); }
+button:hover { border-color: var(--accent); }
+button.danger { color: var(--bad); }
+:focus-visible { outline: 2px solid var(--accent); outline-offset: 1px; }
+#compose .row { display: flex; gap: .6em; flex-wrap: wrap; align-items: center; margin: .3em 0; }
+#compose label { display: flex; gap: .4em; align-items: center; flex: 1 1 14em; }
+#compose label input { flex: 1; min-width: 0; }
+#compose label.block { display: block; }
+#compose textarea { width: 100%; display: block; margin-top: .2em; resize: vertical; }
+.grow { flex: 1; }
+#events { list-style: none; padding: 0; margin: .5em 0 0; font: 12px/1.5 ui-monospace,
+  SFMono-Regular, Menlo, Consolas, monospace; max-height: 40vh; overflow-y: auto;
+  background: var(--card); border: 1px solid var(--line); border-radius: 6px; }
+#events li { padding: .1em .6em; border-bottom: 1px solid var(--line); overflow-wrap: anywhere; }
+#events .kind { display: inline-block; min-width: 12em; color: var(--accent); }
+#events-pane input { width: 22em; max-width: 100%; }
+.empty { color: var(--muted); font-style: italic; }
+"""
+
+UI_JS = r"""
+"use strict";
+(function () {
+  const token = document.querySelector('meta[name="room-token"]').content;
+  const AUTONOMY = ["notify", "hold", "wake"];
+  let state = null, before = null, loading = false, again = false, replyTo = null;
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function button(text, key, onclick, cls) {
+    const b = el("button", cls, text);
+    b.type = "button"; b.dataset.k = key; b.addEventListener("click", onclick);
+    return b;
+  }
+  function ago(iso) {
+    if (!iso) return "-";
+    const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
+    const a = Math.abs(s);
+    const t = a < 60 ? a + "s" : a < 3600 ? Math.floor(a / 60) + "m" :
+      a < 86400 ? Math.floor(a / 3600) + "h" : Math.floor(a / 86400) + "d";
+    return s >= 0 ? t + " ago" : "in " + t;
+  }
+  function who(sid, label) { return label || (sid ? sid.slice(0, 8) : "-"); }
+  function named(value) {
+    const found = state && state.sessions.find((s) => s.session_id === value);
+    return found ? who(found.session_id, found.label) : value;
+  }
+  function conn(text, cls) { const c = $("conn"); c.textContent = text; c.className = "pill " + (cls || ""); }
+
+  async function post(path, body) {
+    const r = await fetch(path, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Room-Token": token },
+      body: JSON.stringify(body) });
+    const text = await r.text();
+    let data = null;
+    try { data = JSON.parse(text); } catch (e) { data = null; }
+    if (!r.ok) {
+      const e = data && data.error;
+      throw new Error(e ? e.message + (e.hint ? " (" + e.hint + ")" : "") : text);
+    }
+    return data;
+  }
+  async function act(path, body, question) {
+    if (question && !window.confirm(question)) return;
+    try { await post(path, body); load(); }
+    catch (e) { window.alert(e.message); }
+  }
+
+  async function load() {
+    if (loading) { again = true; return; }
+    loading = true;
+    try {
+      const r = await fetch("/api/state" + (before ? "?before=" + before : ""),
+                            { credentials: "same-origin" });
+      if (r.ok) { state = await r.json(); render(); conn("live", "live"); }
+      else conn("error " + r.status, "bad");
+    } catch (e) { conn("offline", "bad"); }
+    loading = false;
+    if (again) { again = false; load(); }
+  }
+
+  function render() {
+    const focused = document.activeElement && document.activeElement.dataset ?
+      document.activeElement.dataset.k : null;
+    const box = $("threads");
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 30;
+    $("store").textContent = state.store || "";
+    const me = state.sessions.find((s) => s.session_id === state.operator);
+    $("me").textContent = me ? "you: " + who(me.session_id, me.label) : "";
+    renderRooms(); renderThreads(); renderEvents();
+    if (atBottom) box.scrollTop = box.scrollHeight;
+    if (focused) {
+      const again = document.querySelector('[data-k="' + CSS.escape(focused) + '"]');
+      if (again) again.focus();
+    }
+  }
+
+  function table(headers, rows) {
+    const wrap = el("div", "tablewrap"), t = wrap.appendChild(el("table")), head = el("tr");
+    headers.forEach((h) => head.appendChild(el("th", null, h)));
+    t.appendChild(el("thead")).appendChild(head);
+    const body = t.appendChild(el("tbody"));
+    rows.forEach((cells) => {
+      const tr = body.appendChild(el("tr"));
+      cells.forEach((c) => {
+        const td = tr.appendChild(el("td"));
+        if (c instanceof Node) td.appendChild(c); else td.textContent = c === null ? "-" : String(c);
+      });
+    });
+    return wrap;
+  }
+  function span(cls, text) { return el("span", cls, text); }
+
+  function renderRooms() {
+    const root = $("rooms");
+    const out = document.createDocumentFragment();
+    if (!state.rooms.length) out.appendChild(el("p", "empty", "No rooms yet."));
+    state.rooms.forEach((room) => {
+      const card = el("div", "card");
+      card.dataset.room = room.room;
+      card.appendChild(el("h3", null, room.room));
+      const capRow = el("div", "actions");
+      const label = el("label", null, "autonomy cap ");
+      const select = el("select");
+      select.dataset.k = "cap:" + room.room;
+      AUTONOMY.forEach((name, i) => {
+        const o = el("option", null, name); o.value = String(i);
+        if (i === room.cap) o.selected = true; select.appendChild(o);
+      });
+      label.appendChild(select); capRow.appendChild(label);
+      capRow.appendChild(button("set cap", "setcap:" + room.room, () => act("/api/cap",
+        { room: room.room, autonomy: Number(select.value) },
+        "Set the autonomy cap of " + room.room + " to " + AUTONOMY[Number(select.value)] + "?")));
+      card.appendChild(capRow);
+      const members = state.sessions.filter((s) => s.rooms.indexOf(room.room) >= 0);
+      card.appendChild(el("h4", null, "Sessions (" + members.length + ")"));
+      card.appendChild(table(["label", "harness", "where", "liveness", "autonomy", "work", "seen"],
+        members.map((s) => [
+          who(s.session_id, s.label) + (s.session_id === state.operator ? " (you)" : ""),
+          s.harness,
+          [s.branch ? "branch " + s.branch : "", s.worktree ? "worktree " + s.worktree : ""]
+            .filter(Boolean).join(", ") || "-",
+          span(s.liveness, s.liveness + (s.left ? " (left)" : "")),
+          AUTONOMY[s.autonomy_requested] + (s.autonomy !== s.autonomy_requested ?
+            " \u2192 " + AUTONOMY[s.autonomy] : ""),
+          s.work && s.work.length ? s.work.map((w) => w.state + " " + w.scope +
+            (w.summary ? ": " + w.summary : "")).join("; ") : "-",
+          ago(s.last_seen)])));
+      const ids = new Set(room.sessions);
+      const leases = state.leases.filter((l) => ids.has(l.session_id));
+      card.appendChild(el("h4", null, "Leases (" + leases.length + ")"));
+      if (leases.length) card.appendChild(table(["resource", "holder", "mode", "purpose", "expires", ""],
+        leases.map((l) => [l.resource, span(l.liveness, who(l.session_id, l.label) + " (" + l.liveness + ")"),
+          l.mode, l.purpose || "-", ago(l.expires_at),
+          l.liveness === "gone" ? button("release", "rel:" + l.session_id + ":" + l.resource,
+            () => act("/api/lease-release", { holder: l.session_id, resource: l.resource },
+              "Release the lease on " + l.resource + " of " + who(l.session_id, l.label) +
+              " (gone)?"), "danger") : ""])));
+      const windows = state.windows.filter((w) => ids.has(w.session_id));
+      card.appendChild(el("h4", null, "Quiet windows (" + windows.length + ")"));
+      if (windows.length) card.appendChild(table(["#", "holder", "state", "purpose", "resources", "expires", ""],
+        windows.map((w) => [String(w.window_id), who(w.session_id, w.label), w.state,
+          w.purpose || "-", w.resources.join(", "), ago(w.expires_at),
+          button("cancel", "win:" + w.window_id, () => act("/api/window-cancel",
+            { window_id: w.window_id }, "Cancel quiet window #" + w.window_id + " of " +
+            who(w.session_id, w.label) + "?"), "danger")])));
+      out.appendChild(card);
+    });
+    root.replaceChildren(out);
+  }
+
+  function renderThreads() {
+    const byId = new Map(state.messages.map((m) => [m.message_id, m]));
+    const rootOf = (m) => { let r = m, n = 0;
+      while (r.reply_to && byId.has(r.reply_to) && n++ < 1000) r = byId.get(r.reply_to);
+      return r.message_id; };
+    const threads = new Map();
+    state.messages.forEach((m) => {
+      const r = rootOf(m);
+      if (!threads.has(r)) threads.set(r, []);
+      threads.get(r).push(m);
+    });
+    const ordered = Array.from(threads.values()).sort((a, b) =>
+      a[a.length - 1].message_id - b[b.length - 1].message_id);
+    const out = document.createDocumentFragment();
+    if (!ordered.length) out.appendChild(el("p", "empty", "No messages."));
+    ordered.forEach((items) => {
+      const art = el("article", "thread");
+      art.dataset.thread = String(items[0].message_id);
+      items.forEach((m) => art.appendChild(renderMessage(m)));
+      out.appendChild(art);
+    });
+    $("threads").replaceChildren(out);
+    const paging = document.createDocumentFragment();
+    if (state.more) paging.appendChild(button("older messages", "older", () => {
+      before = state.messages.length ? state.messages[0].message_id : null; load(); }));
+    if (before) paging.appendChild(button("newest", "newest", () => { before = null; load(); }));
+    $("paging").replaceChildren(paging);
+  }
+
+  function renderMessage(m) {
+    const box = el("div", "msg" + (m.reply_to ? " reply" : "") +
+      (m.sender === state.operator ? " mine" : ""));
+    box.dataset.message = String(m.message_id);
+    const head = box.appendChild(el("div", "head"));
+    head.appendChild(span(null, "#" + m.message_id));
+    head.appendChild(span(null, "from " + who(m.sender, m.sender_label)));
+    if (m.to) head.appendChild(span(null, "to " + (Array.isArray(m.to) ? m.to : [m.to])
+      .map(named).join(", ")));
+    if (m.reply_to) head.appendChild(span(null, "re #" + m.reply_to));
+    head.appendChild(span(null, ago(m.created_at)));
+    if (m.subject) box.appendChild(el("div", "subject", m.subject));
+    if (m.body) box.appendChild(el("div", "text", m.body));
+    const chips = box.appendChild(el("div", "deliveries"));
+    m.deliveries.forEach((d) => chips.appendChild(el("span", "chip " + d.state,
+      who(d.session_id, d.label) + ": " + d.state)));
+    const actions = box.appendChild(el("div", "actions"));
+    actions.appendChild(button("reply", "reply:" + m.message_id, () => startReply(m)));
+    const mine = m.deliveries.find((d) => d.session_id === state.operator);
+    if (mine && mine.state !== "acked" && mine.state !== "expired")
+      actions.appendChild(button("ack", "ack:" + m.message_id,
+        () => act("/api/ack", { message_id: m.message_id })));
+    return box;
+  }
+
+  function startReply(m) {
+    replyTo = m.message_id;
+    $("to").value = m.sender === state.operator ? "*" : m.sender;
+    if (m.subject && !$("subject").value) $("subject").value = /^re:/i.test(m.subject) ? m.subject : "re: " + m.subject;
+    $("replying").textContent = "replying to #" + m.message_id + " from " + who(m.sender, m.sender_label);
+    $("noreply").hidden = false;
+    $("body").focus();
+  }
+  function clearReply() {
+    if (replyTo) $("to").value = "*";
+    replyTo = null; $("replying").textContent = ""; $("noreply").hidden = true;
+  }
+
+  function eventText(e) {
+    const d = e.data || {};
+    const parts = [];
+    Object.keys(d).sort().forEach((k) => {
+      const v = d[k];
+      if (v === null || v === "" || (Array.isArray(v) && !v.length)) return;
+      if (/_at$/.test(k) && typeof v === "number") {
+        parts.push(k + "=" + new Date(v * 1000).toISOString().slice(0, 19) + "Z"); return;
+      }
+      parts.push(k + "=" + (typeof v === "string" ? named(v) :
+        Array.isArray(v) ? v.map((x) => typeof x === "string" ? named(x) : JSON.stringify(x))
+          .join(",") : JSON.stringify(v)));
+    });
+    return [e.room || "", e.subject === null ? "" : String(e.subject), parts.join(" ")]
+      .filter(Boolean).join("  ");
+  }
+  function renderEvents() {
+    const words = $("filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const list = $("events");
+    const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 30;
+    const out = document.createDocumentFragment();
+    state.events.forEach((e) => {
+      const text = eventText(e);
+      const hay = (e.kind + " " + (e.label || "") + " " + (e.session_id || "") + " " + text).toLowerCase();
+      if (words.some((w) => hay.indexOf(w) < 0)) return;
+      const li = el("li");
+      li.appendChild(span("muted", e.at.slice(11, 19) + " "));
+      li.appendChild(span("kind", e.kind));
+      li.appendChild(span(null, " " + (e.session_id ? who(e.session_id, e.label) : "") + "  " + text));
+      out.appendChild(li);
+    });
+    list.replaceChildren(out);
+    if (atBottom) list.scrollTop = list.scrollHeight;
+  }
+
+  $("compose").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const to = $("to").value.split(",").map((s) => s.trim()).filter(Boolean);
+    const body = { to: to.length === 1 ? to[0] : to, subject: $("subject").value,
+                   body: $("body").value };
+    if (replyTo) body.reply_to = replyTo;
+    $("send").disabled = true;
+    $("sendstatus").textContent = "sending\u2026";
+    try {
+      const r = await post("/api/send", body);
+      $("sendstatus").textContent = "sent #" + r.message_id + " to " + r.recipients +
+        (r.warning ? " \u2014 " + r.warning : "");
+      $("subject").value = ""; $("body").value = ""; clearReply();
+      load();
+    } catch (e) { $("sendstatus").textContent = "not sent: " + e.message; }
+    $("send").disabled = false;
+  });
+  $("noreply").addEventListener("click", clearReply);
+  $("filter").addEventListener("input", () => { if (state) renderEvents(); });
+
+  function listen() {
+    const source = new EventSource("/api/stream");
+    source.addEventListener("change", () => load());
+    source.onopen = () => conn("live", "live");
+    source.onerror = () => conn("reconnecting", "bad");
+  }
+  listen();
+  load();
+  // Liveness and relative times move without a write: refresh now and then.
+  setInterval(load, 10000);
+})();
+"""
+
+
+def _ui_arguments(sub):
+    sub.add_argument("--port", type=parse_int, default=0,
+                     help="the port on 127.0.0.1 (default: a free one)")
+    sub.add_argument("--open", action="store_true", help="open the page in a browser")
+    sub.add_argument("--label", help="the operator's label (default: your user name)")
+
+
+@command("ui", "Serve a live page of the rooms on 127.0.0.1.",
+         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: rooms, sessions,\n"
+         "leases, quiet windows, the conversation in threads with delivery states and\n"
+         "the event log, updated as they change.  Prints one URL with a secret; the\n"
+         "page acts as the operator's own session (send, reply, ack, set a room's\n"
+         "cap, cancel a quiet window, release a gone holder's lease).",
+         "ui --open --label alice", _ui_arguments)
+def run_ui(args):
+    """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
+    import getpass
+    import signal
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    label = args.label
+    if not label:
+        try:
+            label = getpass.getuser()
+        except Exception:
+            label = "operator"
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), None)
+    except OSError as error:
+        raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
+            args.port, error.strerror or error), "pick another --port, or none")
+    server.daemon_threads = True
+    page = OperatorPage(server.server_address[1], label)
+    server.RequestHandlerClass = _ui_handler(page)
+    try:
+        page.join()
+    except RoomError:
+        pass                    # no room yet: the page joins at its first action
+    watcher = threading.Thread(target=page.watch, daemon=True)
+    watcher.start()
+    url = "%s/?k=%s" % (page.origin, page.secret)
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+    sys.stderr.write("agents-room ui: serving %s as %s on 127.0.0.1:%d; Ctrl-C stops\n"
+                     % (page.store.path, label, page.port))
+    sys.stderr.flush()
+    if args.open:
+        import webbrowser
+        webbrowser.open(url)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        page.stopping = True
+        with page.changed:
+            page.changed.notify_all()
+        server.server_close()
+    return "", 0
+
+
 def parse_since(text):
     """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
     text = text.strip()

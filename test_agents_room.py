@@ -3226,6 +3226,208 @@ class SetupTest(RoomTest):
         self.assertTrue(any("store permissions" in c for c in warned), warned)
 
 
+class OperatorPageTest(RoomTest):
+    """`ui` as a real process on a free port: the JSON endpoints the page uses,
+    each refusal (secret, Host, page token, Origin), a send through the page
+    that a session receives, and the event stream after a CLI send."""
+
+    def setUp(self):
+        super().setUp()
+        self.api = self.join("--room", "repo:shop", "--label", "api", key="ui-api",
+                             live=True)["session_id"]
+        self.web = self.join("--room", "repo:shop", "--label", "web", key="ui-web",
+                             live=True)["session_id"]
+        self.cli_json("claim", "--session", self.api, "--purpose", "phone field",
+                      "src/users.go")
+        self.first = self.cli_json("send", "--session", self.api, "--to", "*",
+                                   "--subject", "need a phone field",
+                                   "--body", "<b>text</b>")["message_id"]
+        self.cli_json("send", "--session", self.web, "--to", self.api, "--reply-to",
+                      self.first, "--subject", "re: need a phone field")
+        self.proc = self.start_program("ui", "--label", "boss")
+        url = readline_within(self.proc.stdout, PIPE_TIMEOUT_S).strip()
+        self.assertRegex(url, r"^http://127\.0\.0\.1:\d+/\?k=[\w-]{20,}$")
+        self.url = url
+        self.port = int(url.split(":")[2].split("/")[0])
+        self.secret = url.split("?k=")[1]
+        self.host = "127.0.0.1:%d" % self.port
+
+    def request(self, method, path, headers=None, body=None, timeout=20):
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        self.addCleanup(conn.close)
+        headers = dict(headers or {})
+        headers.setdefault("Host", self.host)
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response, (response.read() if path != "/api/stream" else b"")
+
+    def login(self):
+        """The secret for the cookie, then the page for its token."""
+        response, _ = self.request("GET", "/?k=" + self.secret)
+        self.assertEqual(response.status, 303)
+        self.assertEqual(response.getheader("Location"), "/")
+        cookie = response.getheader("Set-Cookie")
+        self.assertIn("HttpOnly", cookie)
+        self.assertIn("SameSite=Strict", cookie)
+        cookie = cookie.split(";")[0]
+        response, page = self.request("GET", "/", {"Cookie": cookie})
+        self.assertEqual(response.status, 200)
+        csp = response.getheader("Content-Security-Policy")
+        self.assertIn("default-src 'none'", csp)
+        self.assertIn("script-src 'self'", csp)
+        self.assertIsNone(response.getheader("Access-Control-Allow-Origin"))
+        token = page.decode().split('name="room-token" content="')[1].split('"')[0]
+        return cookie, token
+
+    def state(self, cookie):
+        response, body = self.request("GET", "/api/state", {"Cookie": cookie})
+        self.assertEqual(response.status, 200, body)
+        return json.loads(body)
+
+    def test_state_shows_rooms_sessions_leases_and_threads(self):
+        cookie, _ = self.login()
+        state = self.state(cookie)
+        self.assertEqual([r["room"] for r in state["rooms"]], ["repo:shop"])
+        labels = {s["label"]: s for s in state["sessions"]}
+        self.assertEqual(set(labels), {"api", "web", "boss"})
+        self.assertEqual(labels["boss"]["session_id"], state["operator"])
+        self.assertEqual(labels["boss"]["liveness"], "alive")
+        self.assertEqual([l["label"] for l in state["leases"]], ["api"])
+        first, reply = state["messages"]
+        self.assertEqual(first["body"], "<b>text</b>")          # text, for textContent
+        self.assertEqual(reply["reply_to"], first["message_id"])
+        self.assertEqual({d["label"]: d["state"] for d in first["deliveries"]},
+                         {"web": "stored"})
+        self.assertFalse(state["more"])
+        self.assertIn("msg.send", [e["kind"] for e in state["events"]])
+        for path in ("/app.js", "/app.css"):
+            response, body = self.request("GET", path, {"Cookie": cookie})
+            self.assertEqual(response.status, 200)
+        self.assertNotIn(b"innerHTML", body)
+        # Large rooms page: the newest `limit`, and older ones before the oldest.
+        store = agents_room.Store(self.db)
+        self.addCleanup(store.close)
+        page = agents_room.call_tool(store, agents_room.Context(), "ui_state", {"limit": 1})
+        self.assertEqual([m["subject"] for m in page["messages"]],
+                         ["re: need a phone field"])
+        self.assertTrue(page["more"])
+        older = agents_room.call_tool(store, agents_room.Context(), "ui_state", {
+            "limit": 1, "before": page["messages"][0]["message_id"]})
+        self.assertEqual([m["message_id"] for m in older["messages"]], [self.first])
+        self.assertFalse(older["more"])
+
+    def test_refusals(self):
+        cookie, token = self.login()
+        send = {"to": "*", "subject": "x"}
+        refused = [
+            ("no secret, no cookie", "GET", "/api/state", {}, None),
+            ("the event stream without the cookie", "GET", "/api/stream", {}, None),
+            ("wrong secret", "GET", "/?k=" + "x" * len(self.secret), {}, None),
+            ("a non-ASCII secret", "GET", "/?k=%C3%A9%00", {}, None),
+            ("wrong cookie", "GET", "/api/state",
+             {"Cookie": cookie.split("=")[0] + "=nope"}, None),
+            ("wrong Host", "GET", "/api/state", {"Cookie": cookie,
+                                                 "Host": "evil.example:%d" % self.port},
+             None),
+            ("localhost is not the printed host", "GET", "/api/state",
+             {"Cookie": cookie, "Host": "localhost:%d" % self.port}, None),
+            ("cross-origin read", "GET", "/api/state",
+             {"Cookie": cookie, "Origin": "http://evil.example"}, None),
+            ("POST without the page token", "POST", "/api/send", {"Cookie": cookie}, send),
+            ("POST with a wrong page token", "POST", "/api/send",
+             {"Cookie": cookie, "X-Room-Token": "forged"}, send),
+            ("POST with a non-ASCII page token", "POST", "/api/send",
+             {"Cookie": cookie, "X-Room-Token": "\u00e9"}, send),
+            ("cross-origin POST", "POST", "/api/send",
+             {"Cookie": cookie, "X-Room-Token": token, "Origin": "http://evil.example"},
+             send),
+            ("cross-site fetch", "POST", "/api/send",
+             {"Cookie": cookie, "X-Room-Token": token, "Sec-Fetch-Site": "cross-site"},
+             send),
+            ("POST without the cookie", "POST", "/api/send", {"X-Room-Token": token}, send),
+        ]
+        for what, method, path, headers, body in refused:
+            with self.subTest(what):
+                response, _ = self.request(method, path, headers, body)
+                self.assertIn(response.status, (403, 421), what)
+                self.assertEqual(response.getheader("Connection"), "close")
+                self.assertIsNone(response.getheader("Access-Control-Allow-Origin"))
+                self.assertIsNone(response.getheader("Set-Cookie"))
+        self.assertEqual(self.event_count("msg.send"), 2, "a refused POST sent nothing")
+        response, _ = self.request("POST", "/api/send", {
+            "Cookie": cookie, "X-Room-Token": token, "Origin": "http://" + self.host},
+            {"to": "*", "subject": "same origin is fine"})
+        self.assertEqual(response.status, 200)
+
+    def test_send_from_the_page_arrives_and_acts_are_the_operators(self):
+        cookie, token = self.login()
+        auth = {"Cookie": cookie, "X-Room-Token": token}
+        response, body = self.request("POST", "/api/send", auth, {
+            "to": self.web, "subject": "from the page", "body": "hello",
+            "reply_to": self.first})
+        self.assertEqual(response.status, 200, body)
+        self.assertEqual(json.loads(body)["recipients"], 1)
+        got = self.cli_json("recv", "--session", self.web)["messages"]
+        mine = [m for m in got if m["subject"] == "from the page"]
+        self.assertEqual(len(mine), 1, got)
+        self.assertEqual((mine[0]["sender_label"], mine[0]["reply_to"]),
+                         ("boss", self.first))
+        # An error is an answer, not a crash.
+        response, body = self.request("POST", "/api/send", auth, {"to": "*"})
+        self.assertEqual(response.status, 400)
+        self.assertIn("subject or a body", json.loads(body)["error"]["message"])
+        # The cap, as the operator's event.
+        response, body = self.request("POST", "/api/cap", auth,
+                                      {"room": "repo:shop", "autonomy": 1})
+        self.assertEqual(response.status, 200, body)
+        state = self.state(cookie)
+        self.assertEqual(state["rooms"][0]["cap"], 1)
+        cap = [e for e in state["events"] if e["kind"] == "room.cap"]
+        self.assertEqual(cap[-1]["label"], "boss")
+        # A live holder's lease is not the operator's to release.
+        response, body = self.request("POST", "/api/lease-release", auth, {
+            "holder": self.api, "resource": state["leases"][0]["resource"]})
+        self.assertEqual(response.status, 400)
+        self.assertIn("not gone", body.decode())
+        # Anyone's quiet window is.
+        window = self.cli_json("window", "request", "--session", self.web, "db:main",
+                               "--purpose", "migrate")["window_id"]
+        response, body = self.request("POST", "/api/window-cancel", auth,
+                                      {"window_id": window})
+        self.assertEqual(response.status, 200, body)
+        self.assertEqual(json.loads(body)["state"], "cancelled")
+        self.assertEqual(self.event_count("window.cancel", state["operator"]), 1)
+
+    def test_event_stream_tells_of_a_cli_send(self):
+        cookie, _ = self.login()
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/api/stream", headers={"Host": self.host, "Cookie": cookie})
+        response = conn.getresponse()
+        self.assertEqual(response.status, 200)
+        self.assertEqual(response.getheader("Content-Type"), "text/event-stream")
+
+        def next_change():
+            while True:
+                line = response.fp.readline()
+                self.assertTrue(line, "the stream ended")
+                if line.startswith(b"data: "):
+                    return int(line[6:])
+        start = next_change()                       # the first, at once
+        time.sleep(0.5)
+        self.cli_json("send", "--session", self.api, "--to", "*", "--subject", "news")
+        sent = time.time()
+        self.assertGreater(next_change(), start)
+        self.assertLess(time.time() - sent, 1.5)
+        subjects = [m["subject"] for m in self.state(cookie)["messages"]]
+        self.assertEqual(subjects[-1], "news")
+
+
 class SignalScenarioTest(SignalBase):
     """Real processes: the rewake waiter is a long-lived hook process, and the
     hooks run exactly as `setup` writes them, with wake levers between them."""
