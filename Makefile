@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick clean e2e e2e-hermes
+.PHONY: test interop bench bench-quick clean e2e e2e-hermes browser
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -42,6 +42,13 @@ e2e-hermes:
 	$(PYTHON) .ci/e2e_hermes.py "$(E2E_DIR)-hermes/venv/bin/hermes"; \
 	status=$$?; rm -rf "$(E2E_DIR)-hermes"; exit $$status
 
+# The operator page in Debian's chromium, headless, driven over the DevTools
+# protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.
+BROWSER_OUT ?= $(CURDIR)/.browser-shots
+
+browser:
+	$(PYTHON) .ci/browser.py "$(BROWSER_OUT)"
+
 bench:
 	$(PYTHON) agents_room.py bench
 
@@ -49,4 +56,4 @@ bench-quick:
 	$(PYTHON) agents_room.py bench --quick
 
 clean:
-	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" __pycache__
+	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" "$(BROWSER_OUT)" __pycache__

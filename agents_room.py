@@ -16,6 +16,7 @@ Subcommands (``python3 agents_room.py <command> --help`` shows an example each):
   serve                                      MCP server over stdio
   hook setup doctor                          harness hooks and wake levers
   watch version bench prune                  follow, identify, measure, clean up
+  ui                                         the operator's live page (127.0.0.1)
 
 Python 3.9 or newer.  Tests: ``python3 test_agents_room.py`` (or ``make test``).
 
@@ -70,7 +71,7 @@ MIN_SQLITE = (3, 31, 0)
 
 HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
                     "CODEX_THREAD_ID", "HERMES_SESSION_ID")
-HARNESSES = ("claude-code", "codex", "hermes", "generic")
+HARNESSES = ("claude-code", "codex", "hermes", "human", "generic")
 
 AUTONOMY_NAMES = ("notify", "hold", "wake")
 ROOM_PREFIXES = ("repo:", "shared:")
