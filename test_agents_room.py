@@ -1887,10 +1887,23 @@ class ReadmeTest(RoomTest):
                  "window.activate", "work.started", "work.completed", "window.release"]
         self.assertEqual([k for k in kinds if k in order], order)
 
+    def test_monorepo_walk_through_runs_as_written(self):
+        blocks = self.readme_blocks("## A monorepo", "## Concepts")
+        self.assertEqual(len(blocks), 1)
+        done = self.run_block(blocks[0], {"/tmp/mono-demo-feature": os.path.join(
+            self.tmp, "mono-demo-feature"), "/tmp/mono-demo": os.path.join(
+            self.tmp, "mono-demo"), "/tmp/mono-moved": os.path.join(self.tmp, "mono-moved"),
+            "cd /tmp &&": "cd %s &&" % self.tmp})
+        self.assertIn("message #1 -> 1 recipient: api", done.stdout)
+        self.assertIn("feature (mono-demo-feature)", done.stdout)
+        self.assertEqual(done.stdout.count("repo:mono-demo"), 3)
+        self.assertIn("refused: the same file", done.stdout)
+        self.assertIn("ok   Claude Code hook command runs", done.stdout)
+
     def test_walk_through_runs_as_written(self):
         with open(os.path.join(HERE, "README.md")) as handle:
             text = handle.read()
-        section = text[text.index("## A walk-through"):text.index("## Concepts")]
+        section = text[text.index("## A walk-through"):text.index("## A monorepo")]
         blocks = [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
         self.assertEqual(len(blocks), 4)
         home = os.path.join(self.tmp, "home")
