@@ -2750,6 +2750,8 @@ def window_dict(conn, window, liveness=None):
                 (window["id"],))],
             "required": required, "acked": sorted(acked),
             "missing_acks": [r for r in required if r not in acked],
+            "missing_labels": [(session_row(conn, r) or {"label": None})["label"] or r
+                               for r in required if r not in acked],
             "created_at": iso(window["created_at"]),
             "ack_deadline": iso(window["ack_deadline"]),
             "expires_at": iso(window["expires_at"]),
@@ -6238,8 +6240,9 @@ def _render_window(w):
         one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
         w["expires_at"])
     if w["state"] == "pending" and w["missing_acks"]:
-        text += "\n    waiting for acks from %s (by %s)" % (", ".join(w["missing_acks"]),
-                                                         w["ack_deadline"])
+        text += "\n    waiting for acks from %s (by %s)" % (", ".join(
+            one_line(l, 30) for l in w.get("missing_labels", w["missing_acks"])),
+            w["ack_deadline"])
     if w.get("reason") and not w.get("ok", True):
         text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
     return text
