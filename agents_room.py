@@ -102,6 +102,7 @@ BUSY_TIMEOUT_MS = 60000
 
 IMPORTANCE = ("low", "normal", "high", "urgent")
 WAIT_MAX_S = 24 * 3600                # recv --wait / ask wait at most this
+RECV_WAIT_MAX_S = 300                 # msg_recv's wait_s over MCP
 
 WORK_STATES = ("started", "waiting", "blocked", "completed", "handoff", "failed")
 WINDOW_OPEN = ("pending", "active")
@@ -924,6 +925,11 @@ def _migrate_v4(conn):
                      "INSERT INTO messages_fts (messages_fts, rowid, subject, body) VALUES "
                      "('delete', old.id, old.subject, old.body); END")
         conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+    conn.execute("CREATE TABLE tasks (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                 "room TEXT NOT NULL, title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, "
+                 "created_by TEXT NOT NULL, claimed_by TEXT, claimed_at REAL, note TEXT, "
+                 "created_at REAL NOT NULL, updated_at REAL NOT NULL)")
+    conn.execute("CREATE INDEX tasks_room ON tasks(room, state, id)")
 
 
 def fts_available(conn):
@@ -943,7 +949,7 @@ MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4]
 OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
               "deliveries", "leases", "reads", "events", "work", "windows",
               "window_resources", "messages_fts", "messages_fts_data", "messages_fts_idx",
-              "messages_fts_docsize", "messages_fts_config"}
+              "messages_fts_docsize", "messages_fts_config", "tasks"}
 
 
 def default_db_path():
@@ -1917,9 +1923,10 @@ def call_tool(store, ctx, name, args, public_only=False):
 
 
 # Schema fragments shared by the tools.
-S_SESSION = {"type": "string", "maxLength": 200,
-             "description": "your session id: the 16-hex id room_join returned"}
-S_SESSION_OPT = dict(S_SESSION, description="your session id (optional here)")
+# session_id is described once, in the server's instructions: a description
+# on each of thirty tools would cost every model's context thirty times.
+S_SESSION = {"type": "string", "maxLength": 200}
+S_SESSION_OPT = S_SESSION
 S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
           "description": "a file path; relative paths resolve against your session's cwd"}
 S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
@@ -2651,7 +2658,9 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
 
 
 @tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT,
-                                      "peek": {"type": "boolean"}, "thread": S_MESSAGE_ID},
+                                      "peek": {"type": "boolean"}, "thread": S_MESSAGE_ID,
+                                      "wait_s": {"type": "integer", "minimum": 0,
+                                                 "maximum": RECV_WAIT_MAX_S}},
       ["session_id"],
       output=out_schema(["messages"], messages={"type": "array", "items": S_MESSAGE},
                         inbox={"type": "object", "properties": {
@@ -2662,12 +2671,15 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
                             "required": ["rooms", "deliveries_total", "read_total",
                                          "last_created_at"]},
                         more={"type": "integer"}, warning={"type": "string"}),
-      cli="recv", example="recv --session $ID", degrades=True)
-def msg_recv(op, limit=50, peek=False, thread=None):
+      cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
+      degrades=True)
+def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     """Fetch your unread messages (of one thread, if given), oldest first, and
-    mark them read (peek: mark nothing). Call it when a signal says something
-    waits. Messages with ack_required want msg_ack. When empty, an inbox block
+    mark them read (peek: mark nothing). wait_s: wait up to that long for one.
+    Messages with ack_required want msg_ack. When empty, an inbox block
     (rooms, deliveries, read, newest) tells 'caught up' from 'wrong room'."""
+    # wait_s is the front end's: the MCP server parks the request and the
+    # CLI polls (see McpServer.poll_waits, receive_waiting); here it is 0.
     conn, me = op.conn, op.me
     messages = within_budget(conn.execute(
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
@@ -3577,6 +3589,121 @@ def window_status(op, window_id=None):
         return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
     return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
         "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
+
+
+# ---- operations: task board ------------------------------------------------
+# A room's shared to-do list.  A claim is atomic (the door's BEGIN IMMEDIATE);
+# a task whose claimant is gone -- by the liveness who and leases use, never
+# unknown -- may be claimed by another, as a stale lease may be taken over.
+
+TASK_ACTIONS = ("add", "list", "claim", "done", "fail", "release")
+TASK_STATES = ("open", "claimed", "done", "failed")
+S_TASK = {"type": "object", "properties": {
+    "task_id": {"type": "integer"}, "room": {"type": "string"},
+    "title": {"type": "string"}, "state": {"type": "string", "enum": list(TASK_STATES)},
+    "claimed_by": {"type": ["string", "null"]}},
+    "required": ["task_id", "room", "title", "state", "claimed_by"]}
+
+
+def task_dict(op, row):
+    claimant = op.session(row["claimed_by"]) if row["claimed_by"] else None
+    return {"task_id": row["id"], "room": row["room"], "title": row["title"],
+            "body": row["body"], "state": row["state"], "created_by": row["created_by"],
+            "claimed_by": row["claimed_by"],
+            "claimant_label": claimant["label"] if claimant else None,
+            "claimant_liveness": op.liveness(claimant) if claimant and
+            row["state"] == "claimed" else None,
+            "note": row["note"], "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}
+
+
+@tool("task", "The room's task board", {
+    "session_id": S_SESSION, "action": {"type": "string", "enum": list(TASK_ACTIONS)},
+    "task_id": S_MESSAGE_ID, "title": {"type": "string", "minLength": 1, "maxLength": 500},
+    "body": {"type": "string", "maxLength": 100000}, "room": S_ROOM,
+    "note": {"type": "string", "maxLength": 10000}, "limit": S_LIMIT},
+    ["session_id", "action"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, reason={"type": "string"},
+                      task=S_TASK, tasks={"type": "array", "items": S_TASK}),
+    cli="task", positional=("action", "task_id"), caller="present",
+    example='task --session $ID add --title "add the phone field"')
+def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
+         limit=50):
+    """A room's task board. add (title, body?, room?: default your repository
+    room); list (your rooms, or room; open and claimed first); claim (task_id,
+    or the oldest open one; a task whose claimant is gone may be claimed);
+    done / fail (note?) and release: yours only."""
+    conn, me = op.conn, op.me
+    if action == "add":
+        if not title:
+            raise UsageError("task add needs a title")
+        full = room_for(op, room, "task")
+        if full not in rooms_of(conn, me):
+            raise RoomError("you are not in %s" % full, "join it first")
+        new = conn.execute(
+            "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
+            "updated_at) VALUES (?,?,?,'open',?,?,?)",
+            (full, title, body, me, op.at, op.at)).lastrowid
+        op.event("task.add", me, room=full, subject=new, data={"title": title})
+        return {"ok": True, "task": task_dict(op, conn.execute(
+            "SELECT * FROM tasks WHERE id=?", (new,)).fetchone())}
+    rooms = [room_for(op, room, "task")] if room else rooms_of(conn, me)
+    marks = ",".join("?" * len(rooms)) or "''"
+    if action == "list":
+        rows = conn.execute(
+            "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
+            "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
+        return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
+    if task_id is None:
+        if action != "claim":
+            raise UsageError("task %s needs task_id" % action)
+        row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
+                           "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
+        if row is None:
+            return {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
+    else:
+        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if row is None or row["room"] not in rooms_of(conn, me):
+            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
+    mine = row["claimed_by"] == me and row["state"] == "claimed"
+    if action == "claim":
+        if row["state"] in ("done", "failed"):
+            return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
+                    "task": task_dict(op, row)}
+        taken_from = None
+        if row["state"] == "claimed" and not mine:
+            holder = op.session(row["claimed_by"])
+            if holder is not None and op.liveness(holder) != "gone":
+                return {"ok": False, "task": task_dict(op, row), "reason":
+                        "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
+                                                         40), op.liveness(holder))}
+            taken_from = row["claimed_by"]
+        conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
+                     "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
+        op.event("task.claim", me, room=row["room"], subject=row["id"],
+                 data={"taken_from": taken_from} if taken_from else None)
+        reason = "taken over from a gone claimant" if taken_from else (
+            "renewed" if mine else "claimed")
+    else:
+        if not mine:
+            raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
+                            "claim it first")
+        state = {"done": "done", "fail": "failed", "release": "open"}[action]
+        conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
+                     "updated_at=? WHERE id=?", (state, None if state == "open" else me,
+                                                 note, op.at, row["id"]))
+        op.event("task." + action, me, room=row["room"], subject=row["id"])
+        reason = state
+    return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
+
+
+def _render_task(t):
+    return "#%d  %-7s %s  (%s)%s%s" % (
+        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
+        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
+                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
+        "  - " + one_line(t["note"], 80) if t.get("note") else "")
 
 
 # ---- operations: status ---------------------------------------------------
@@ -5120,8 +5247,9 @@ INSTRUCTIONS = """agents-room connects you with agent sessions in other reposito
 3. Before editing a file others may touch, lease_claim it; release it after.
 4. note_read files you rely on; drift_check them before writing: CRITICAL
    means another session changed it while holding a lease - re-read first.
-5. msg_send to '*', a session id, file:<glob> or tag:<tag>; room_who shows who
-   is here and alive; room_history shows what was decided in a room."""
+5. msg_send to '*', a session id, file:<glob>, tag:<tag> or label:<label>;
+   answer with reply_to. room_who shows who is here and alive; room_history
+   shows what was decided in a room (query searches it)."""
 
 
 def _rpc_error(id_, code, message, data=None):
@@ -5208,6 +5336,10 @@ class McpServer:
     def __init__(self, store, ctx, log=None):
         self.store, self.ctx = store, ctx
         self.protocol = None
+        self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
+        self.in_batch = False
+        self.called = False       # a tools/call since the parked waits were checked
+        self.data_version = None
         self.wrote = False        # a tools/call since the last idle checkpoint
         self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
 
@@ -5247,7 +5379,11 @@ class McpServer:
                                                   "Internal error: the batch's answers "
                                                   "are too large; send this again alone"))
                     continue
-                answer = self.handle_message(item)
+                self.in_batch = True       # a batch is answered as one: never parked
+                try:
+                    answer = self.handle_message(item)
+                finally:
+                    self.in_batch = False
                 if answer is not None:
                     size += len(json.dumps(answer, ensure_ascii=False))
                     answers.append(answer)
@@ -5305,6 +5441,32 @@ class McpServer:
         id_ = message.get("id")
         return id_ if self._valid_id(id_) else None
 
+    def poll_waits(self, force=False):
+        """Answers for parked msg_recv calls whose mail came (the store
+        changed: PRAGMA data_version moves when another connection commits)
+        or whose wait is over.  Cheap when nothing changed."""
+        if not self.waits:
+            return []
+        version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
+        changed, self.data_version = force or version != self.data_version, version
+        answers, at = [], time.time()
+        for wait in list(self.waits):
+            id_, arguments, deadline, result = wait
+            if changed:
+                self.ctx.signal = None
+                try:
+                    result = call_tool(self.store, self.ctx, "msg_recv", arguments,
+                                       public_only=True)
+                except RoomError as error:
+                    self.waits.remove(wait)
+                    answers.append(_rpc_result(id_, {"content": [
+                        {"type": "text", "text": error.text()}], "isError": True}))
+                    continue
+            if result["messages"] or at >= deadline:
+                self.waits.remove(wait)
+                answers.append(self.answer(id_, result))
+        return answers
+
     def initialize(self, params):
         asked = params.get("protocolVersion")
         self.protocol = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
@@ -5328,13 +5490,23 @@ class McpServer:
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
-        self.wrote = True
+        self.wrote = self.called = True
         self.ctx.signal = None
         try:
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
                                      "isError": True})
+        if name == "msg_recv" and arguments.get("wait_s") and not result["messages"] \
+                and not self.in_batch:
+            # Parked, not slept on: the loop goes on answering other requests
+            # and poll_waits answers this one when mail comes or time is up.
+            self.waits.append([id_, dict(arguments, wait_s=None),
+                               time.time() + arguments["wait_s"], result])
+            return None
+        return self.answer(id_, result)
+
+    def answer(self, id_, result):
         answer = {
             "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
             "structuredContent": result, "isError": False}
@@ -5364,11 +5536,14 @@ class LineReader:
         self.stopped = False
         self.eof = False
 
-    def readline(self, idle=None, idle_s=1.0):
+    def readline(self, idle=None, idle_s=1.0, poll=None):
         """The next line (bytes), None for an overlong one, b"" at EOF or stop.
-        idle() is called once whenever input pauses for idle_s."""
+        idle() is called once whenever input pauses for idle_s; poll(), while
+        it asks for it, every few hundredths to a second (backing off): it
+        returns the seconds until it wants to run again, or None."""
         import select
         idled = False
+        poll_s = poll() if poll else None
         while True:
             newline = self.buffer.find(b"\n", self.start)
             if newline >= 0:
@@ -5387,10 +5562,15 @@ class LineReader:
                 self.buffer = bytearray()
             self.start = len(self.buffer)
             wait = None if idle is None or idled else idle_s
+            if poll_s is not None:
+                wait = poll_s if wait is None else min(wait, poll_s)
             ready, _, _ = select.select([self.fd, self.wake_fd], [], [], wait)
             if not ready:
-                idled = True
-                idle()
+                if poll_s is not None:
+                    poll_s = poll()
+                if wait == idle_s and not idled:
+                    idled = True
+                    idle()
                 continue
             if self.wake_fd in ready:
                 os.read(self.wake_fd, 512)
@@ -5430,6 +5610,26 @@ def serve(store_path=None):
     server = McpServer(store, ctx)
     stdout = sys.stdout.buffer
 
+    def emit(answer):
+        stdout.write(json.dumps(answer, ensure_ascii=False).encode(
+            "utf-8", "backslashreplace") + b"\n")
+        stdout.flush()
+
+    delay = [0.05]
+
+    def poll():
+        """Parked waits: answer those that are due; the next poll backs off
+        from 50 ms to 1 s while nothing changes."""
+        if not server.waits:
+            return None
+        answers = server.poll_waits()
+        for answer in answers:
+            emit(answer)
+        delay[0] = 0.05 if answers else min(delay[0] * 2, 1.0)
+        if not server.waits:
+            return None
+        return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
+
     def idle():
         if server.wrote:
             server.wrote = False
@@ -5439,7 +5639,7 @@ def serve(store_path=None):
                 pass          # busy or locked: the next pause, or SQLite, does it
     try:
         while not reader.stopped:
-            line = reader.readline(idle)
+            line = reader.readline(idle, poll=poll)
             if line == b"" or reader.stopped:
                 break
             if line is None:
@@ -5448,9 +5648,12 @@ def serve(store_path=None):
             else:
                 answer = server.handle_line(line)
             if answer is not None:
-                stdout.write(json.dumps(answer, ensure_ascii=False).encode(
-                    "utf-8", "backslashreplace") + b"\n")
-                stdout.flush()
+                emit(answer)
+            if server.waits and server.called:
+                # This server's own writes do not move data_version for it.
+                server.called = False
+                for answer in server.poll_waits(force=True):
+                    emit(answer)
     except BrokenPipeError:
         pass
     finally:
@@ -6547,6 +6750,9 @@ RENDER = {
     "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
     or "no open quiet windows",
     "room_status": _render_status,
+    "task": lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
+    if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
+        r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200),
 }
 
 
@@ -6595,6 +6801,8 @@ def _tool_arguments(tool_, sub):
             nargs = "+" if "array" in kinds else None
             if tool_.name == "lease_guard":
                 nargs = "*"          # guard --staged names none
+            elif name not in tool_.required and nargs is None:
+                nargs = "?"          # task add (a task id only for some actions)
             sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
                              metavar="RESOURCE" if "array" in kinds else name.upper())
         elif kinds == ["boolean"]:
@@ -6623,9 +6831,8 @@ def _tool_arguments(tool_, sub):
 
 def _wait_arguments(sub):
     sub.add_argument("--wait", action="store_true",
-                     help="block until a message arrives (exit 2 when --timeout passes)")
-    sub.add_argument("--timeout", type=parse_duration, default=600, metavar="DURATION",
-                     help="how long --wait waits (default 10m)")
+                     help="block until a message arrives (exit 2 when --timeout, "
+                          "default 10m, passes)")
 
 
 def wait_for_unread(store, session_id, timeout, thread=None):
@@ -6776,7 +6983,7 @@ def cli_words(text):
     import re
     words = dict(CLI_WORDS)
     for tool_ in TOOLS.values():
-        if tool_.public and tool_.cli:
+        if tool_.public and tool_.cli and tool_.cli != tool_.name:
             words[tool_.name] = "'%s'" % tool_.cli
     pattern = re.compile(r"\b(%s)\b" % "|".join(sorted(map(re.escape, words), key=len,
                                                        reverse=True)))
@@ -6816,13 +7023,16 @@ def run_tool_command(args):
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
     store = Store()
     try:
-        if getattr(args, "wait", False):
-            return receive_waiting(store, ctx, values, args.timeout, lambda r: json.dumps(
+        timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
+        if getattr(args, "wait", False) or timeout is not None:
+            return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
+                                   lambda r: json.dumps(
                 r, indent=2, ensure_ascii=False) if args.json else RENDER[tool_.name](r))
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
-    code = 1 if tool_.name in ("lease_claim", "window_activate") and not result["ok"] else 0
+    code = 1 if tool_.name in ("lease_claim", "window_activate", "task") and \
+        not result["ok"] else 0
     if getattr(args, "shell", None):
         return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
                 "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
@@ -7091,6 +7301,7 @@ def _mail_arguments(sub, ask=False):
                          help="who to ask, as for send (repeatable)")
         sub.add_argument("--timeout", type=parse_duration, default=600,
                          metavar="DURATION", help="how long to wait (default 10m)")
+        sub.set_defaults(wait_s=None)
     else:
         sub.add_argument("reply_to", type=parse_int, metavar="MESSAGE_ID",
                          help="the message you answer; the reply goes to its sender")

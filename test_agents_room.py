@@ -1835,7 +1835,7 @@ class McpTest(RoomTest):
         self.assertEqual(sorted(t["name"] for t in tools), sorted([
             "room_join", "room_leave", "room_leave_room", "room_who",
             "room_set_autonomy_cap", "msg_send", "msg_recv", "msg_ack", "msg_unread",
-            "msg_sent", "room_history", "msg_get", "msg_thread", "lease_claim", "lease_renew", "lease_release",
+            "msg_sent", "room_history", "msg_get", "msg_thread", "task", "lease_claim", "lease_renew", "lease_release",
             "lease_check", "lease_list", "note_read", "drift_check", "lease_guard",
             "work_set", "window_request", "window_ack", "window_activate", "window_release",
             "window_cancel", "window_status", "room_status"]))
@@ -1885,6 +1885,8 @@ class McpTest(RoomTest):
             ("msg_send", {"session_id": sid, "to": "tag:none", "subject": "nobody"}),
             ("msg_get", {"session_id": sid, "message_id": 1}),
             ("msg_thread", {"session_id": sid, "message_id": 1}),
+            ("task", {"session_id": sid, "action": "add", "title": "t"}),
+            ("task", {"session_id": sid, "action": "claim"}),
             ("msg_unread", {"session_id": sid}),
             ("msg_recv", {"session_id": sid}),
             ("msg_sent", {"session_id": sid}),
@@ -2539,8 +2541,7 @@ class MailboxTest(SignalBase):
                             check=2)
         self.assertEqual(done.stdout, "")
         self.assertEqual(len(done.stderr.strip().splitlines()), 1)
-        waiter = self.start_program("recv", "--session", self.api, "--wait", "--timeout",
-                                    "20")
+        waiter = self.start_program("recv", "--session", self.api, "--timeout", "20s")
         time.sleep(0.5)
         self.send(self.web, "--to", self.api, "--subject", "wake up")
         out, err = waiter.communicate(timeout=30)
@@ -2556,6 +2557,40 @@ class MailboxTest(SignalBase):
         out, err = asker.communicate(timeout=30)
         self.assertEqual(asker.returncode, 0, err)
         self.assertEqual([m["subject"] for m in json.loads(out)["messages"]], ["yes"])
+
+    def test_task_board(self):
+        live = self.join("--also", "storefront", "--label", "live", key="k-live",
+                         live=True)["session_id"]
+        added = self.cli_json("task", "--session", self.web, "add", "--title", "phone field",
+                              "--room", "storefront")["task"]
+        self.cli_json("task", "--session", self.web, "add", "--title", "later",
+                      "--room", "storefront")
+        self.run_cli("task", "--session", self.outsider, "add", "--title", "x", "--room",
+                     "storefront", check=1)
+        got = self.cli_json("task", "--session", live, "claim")
+        self.assertEqual((got["reason"], got["task"]["task_id"], got["task"]["claimed_by"]),
+                         ("claimed", added["task_id"], live))
+        refused = self.cli_json("task", "--session", self.api, "claim", added["task_id"],
+                                check=1)
+        self.assertFalse(refused["ok"])
+        self.assertIn("claimed by live (alive)", refused["reason"])
+        self.run_cli("task", "--session", self.api, "done", added["task_id"], check=1)
+        # The api session's key is carried by no process: gone, so its claim
+        # may be taken over.
+        second = self.cli_json("task", "--session", self.api, "claim")["task"]
+        taken = self.cli_json("task", "--session", live, "claim", second["task_id"])
+        self.assertEqual(taken["reason"], "taken over from a gone claimant")
+        done = self.cli_json("task", "--session", live, "done", added["task_id"], "--note",
+                             "in v2")["task"]
+        self.assertEqual((done["state"], done["note"]), ("done", "in v2"))
+        self.cli_json("task", "--session", live, "release", second["task_id"])
+        listed = self.cli_json("task", "--session", self.web, "list")["tasks"]
+        self.assertEqual([(t["title"], t["state"]) for t in listed],
+                         [("later", "open"), ("phone field", "done")])
+        self.assertIn("#%d  done" % added["task_id"], self.run_cli(
+            "task", "--session", self.web, "list", check=0).stdout)
+        self.assertEqual(self.event_count("task.claim"), 3)
+        self.run_cli("task", "--session", self.web, "juggle", check=2)
 
     def test_over_mcp(self):
         client = McpClient(self, env={"AGENTS_ROOM_HARNESS_KEY": "k-mcp"})
@@ -2592,6 +2627,31 @@ class MailboxTest(SignalBase):
         self.assertEqual(owed["acks_owed"], 1)
         self.assertTrue(ok("msg_recv", session_id=me)["messages"])
         self.assertEqual(ok("msg_unread", session_id=me)["count"], 0)
+        # wait_s parks the call; the server answers other requests meanwhile.
+        client.send_raw((json.dumps({"jsonrpc": "2.0", "id": "w1", "method": "tools/call",
+                                     "params": {"name": "msg_recv", "arguments": {
+                                         "session_id": me, "wait_s": 30}}}) + "\n").encode())
+        started = time.time()
+        self.assertEqual(client.request("ping", id_="p1"), {"jsonrpc": "2.0", "id": "p1",
+                                                            "result": {}})
+        self.assertEqual(ok("msg_unread", session_id=me)["count"], 0)
+        self.send(self.api, "--to", me, "--subject", "late news")
+        woken = client.read()
+        self.assertEqual(woken["id"], "w1")
+        self.assertEqual([m["subject"] for m in woken["result"]["structuredContent"][
+            "messages"]], ["late news"])
+        self.assertLess(time.time() - started, 20)
+        quiet = client.request("tools/call", {"name": "msg_recv", "arguments": {
+            "session_id": me, "wait_s": 1}})
+        self.assertEqual(quiet["result"]["structuredContent"]["messages"], [])
+        self.assertTrue(client.call("msg_recv", session_id=me, wait_s=301)["isError"])
+        task = ok("task", session_id=me, action="add", title="t", room="storefront")["task"]
+        self.assertTrue(ok("task", session_id=me, action="claim", task_id=task["task_id"])[
+            "ok"])
+        self.assertFalse(self.cli_json("task", "--session", self.api, "claim",
+                                       task["task_id"], check=1)["ok"])    # alive
+        self.assertEqual(ok("task", session_id=me, action="list")["tasks"][0]["state"],
+                         "claimed")
         refused = client.call("msg_get", session_id=me, message_id=999)
         self.assertTrue(refused["isError"])
         self.assertTrue(client.call("msg_send", session_id=me, subject="no to")["isError"])
@@ -2828,7 +2888,8 @@ class HostileInputTest(RoomTest):
         """(arguments, why) pairs: one bad value at a time, everything else good."""
         good = {"session_id": self.sid, "path": "ok.txt", "to": "*", "subject": "s",
                 "message_id": 1, "room": "hostile", "autonomy": 0, "state": "started",
-                "scope": "x", "resources": ["db:x"], "purpose": "p", "window_id": 1}
+                "scope": "x", "resources": ["db:x"], "purpose": "p", "window_id": 1,
+                "action": "list"}
         base = {k: good[k] for k in tool["inputSchema"]["required"]}
         cases = [(dict(base, unexpected=1), "unknown field")]
         for name, schema in tool["inputSchema"]["properties"].items():
