@@ -2165,11 +2165,11 @@ def _string_list(value, what, limit):
     idempotent=True)
 def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
               autonomy=None, harness=None, harness_key=None, cwd=None):
-    """Join your repository room and any shared rooms; returns your session_id,
-    which every other tool takes. Call it once at the start and keep the id.
+    """Join your repository room and any shared rooms; returns the session_id
+    every other tool takes: call it once at the start and keep the id.
     Rejoining with the same harness key returns the same session and adds the
-    rooms named; label and tags change only when given; autonomy is kept unless
-    raised (lowering is refused with a warning: only a room cap lowers it)."""
+    rooms named; label and tags change only when given; autonomy is kept
+    unless raised (only a room cap lowers it)."""
     ctx, conn, at = op.ctx, op.conn, op.at
     level = parse_autonomy(autonomy)
     cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
@@ -3087,8 +3087,7 @@ S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
                "minItems": 1, "maxItems": LEASE_TARGETS_MAX,
                "description": "several resources at once, all or nothing: paths or "
                               "kind:name (db:main, service:api, branch:x, port:5432)"}
-S_RESOURCE = dict(S_PATH, description="one resource: a path (relative to your cwd) or "
-                  "kind:name such as db:main")
+S_RESOURCE = dict(S_PATH, description="a path or kind:name (db:main)")
 S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
 S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository root"}
 
@@ -3110,13 +3109,12 @@ S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository r
     example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
 def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
                 purpose=None, broad=False):
-    """Claim a lease before editing files (or using a database, service, branch
-    or port) others may touch. path is one resource; resources a list taken all
-    or nothing. A directory lease covers everything under it. exclusive
-    (default) admits one holder; shared admits several and blocks exclusive
-    claims. Claiming again renews your own lease. A lease whose holder is gone
-    is taken over (taken_over says so). A conflict is a normal answer: ok
-    false, holder (the first conflicting lease), holders, reason."""
+    """Claim a lease before editing files (or using a database, service,
+    branch or port) others may touch: path, or resources (all or nothing). A
+    directory lease covers what is under it. exclusive (default): one holder;
+    shared: several, blocking exclusive claims. Claiming again renews. A gone
+    holder's lease is taken over (taken_over). A conflict is a normal answer:
+    ok false, holder, holders, reason."""
     conn, me, at = op.conn, op.me, op.at
     targets = op.resources(path, resources)
     if mode == "exclusive":
@@ -3321,12 +3319,11 @@ def lease_list(op):
     idempotent=True)
 def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
                 ignorecase=False):
-    """The question a script or a git hook asks before touching resources: is
-    any of them under a live lease of another live session or in an active
-    quiet window of another session (or, with require_held, not covered by a
-    lease of yours; a lease on a directory covers what is under it, not the
-    reverse)? safe is false when so; conflicts, windows and missing say why.
-    Leases of sessions that are gone are listed as stale and do not block."""
+    """May a script or git hook touch these resources? safe is false when
+    one is leased by another live session or in another session's active
+    quiet window (or, with require_held, not covered by a lease of yours);
+    conflicts, windows and missing say why. Gone holders' leases are listed as
+    stale and do not block."""
     me = op.me
     if me is None and require_held:
         raise UsageError("require_held needs your session (--session or "
@@ -3445,11 +3442,10 @@ def _own_window(op, window_id, allowed, verb):
 def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
                    ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
     """Ask for quiet on resources before an operation that must not be
-    disturbed. The holders of overlapping leases and the required sessions get
-    a message (so they are signalled). While pending, the window blocks new
-    overlapping leases of others and their renewal; window_activate succeeds
-    once every required session acked before the deadline and every
-    overlapping lease is released. It ends when you leave."""
+    disturbed. Holders of overlapping leases and required sessions get a
+    message. While pending it blocks others' new overlapping leases and
+    renewals; window_activate succeeds once every required session acked in
+    time and every overlapping lease is released. It ends when you leave."""
     conn, row, at = op.conn, op.caller, op.at
     targets = op.resources(None, resources)
     _refuse_broad(targets, broad, "a quiet window")
@@ -3696,14 +3692,6 @@ def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
         reason = state
     return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
         "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
-
-
-def _render_task(t):
-    return "#%d  %-7s %s  (%s)%s%s" % (
-        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
-        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
-                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
-        "  - " + one_line(t["note"], 80) if t.get("note") else "")
 
 
 # ---- operations: status ---------------------------------------------------
@@ -6706,6 +6694,14 @@ def _render_send(r):
     if r.get("recipient_labels"):
         text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
     return text
+
+
+def _render_task(t):
+    return "#%d  %-7s %s  (%s)%s%s" % (
+        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
+        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
+                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
+        "  - " + one_line(t["note"], 80) if t.get("note") else "")
 
 
 RENDER = {
