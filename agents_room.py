@@ -7308,8 +7308,13 @@ def _mail_arguments(sub, ask=False):
 
 def _send_from_cli(args):
     store, ctx = Store(), Context(via="cli")
-    values = cli_args_to_tool(TOOLS["msg_send"], args)
-    return store, ctx, values, call_tool(store, ctx, "msg_send", values, public_only=True)
+    try:
+        values = cli_args_to_tool(TOOLS["msg_send"], args)
+        return store, ctx, values, call_tool(store, ctx, "msg_send", values,
+                                             public_only=True)
+    except BaseException:
+        store.close()
+        raise
 
 
 @command("reply", "Reply to a message.",
@@ -7331,6 +7336,10 @@ def run_reply(args):
 def run_ask(args):
     store, ctx, values, sent = _send_from_cli(args)
     try:
+        if not sent["recipients"]:
+            # Nobody could answer: waiting would only run out the timeout.
+            raise RoomError("message #%d reached nobody" % sent["message_id"],
+                            sent.get("warning"))
         return receive_waiting(
             store, ctx, {"session_id": values["session_id"], "thread": sent["message_id"]},
             args.timeout, lambda r: json.dumps(r, indent=2, ensure_ascii=False)

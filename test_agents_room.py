@@ -2557,6 +2557,9 @@ class MailboxTest(SignalBase):
         out, err = asker.communicate(timeout=30)
         self.assertEqual(asker.returncode, 0, err)
         self.assertEqual([m["subject"] for m in json.loads(out)["messages"]], ["yes"])
+        nobody = self.run_cli("ask", "--session", self.web, "--to", "label:nobody",
+                              "--subject", "anyone?", check=1)
+        self.assertIn("reached nobody", nobody.stderr)
 
     def test_task_board(self):
         live = self.join("--also", "storefront", "--label", "live", key="k-live",
