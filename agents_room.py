@@ -104,6 +104,10 @@ RETENTION_BATCH = 200                 # rows removed per tool event, at most
 RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
 
+IMPORTANCE = ("low", "normal", "high", "urgent")
+WAIT_MAX_S = 24 * 3600                # recv --wait / ask wait at most this
+RECV_WAIT_MAX_S = 300                 # msg_recv's wait_s over MCP
+
 WORK_STATES = ("started", "waiting", "blocked", "completed", "handoff", "failed")
 WINDOW_OPEN = ("pending", "active")
 WINDOW_TTL_S = 30 * 60
@@ -244,6 +248,24 @@ def parse_duration(text):
         raise UsageError("not a duration: %r" % text[:40],
                          "use seconds, or a number with s, m, h or d (15m, 2h)")
     return int(value)
+
+
+def parse_iso(text):
+    """An ISO-8601 UTC time ('2026-11-29T16:05:00Z', fractions ignored) ->
+    seconds since the epoch."""
+    import calendar
+    for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return calendar.timegm(time.strptime(text.strip().rstrip("Z").split(".")[0],
+                                                 form))
+        except ValueError:
+            continue
+    raise UsageError("not a time: %r" % text[:40], "use ISO-8601 UTC or a duration (10m)")
+
+
+def looks_iso(text):
+    text = str(text).strip()
+    return text[:1].isdigit() and ("T" in text or "-" in text[1:])
 
 
 def parse_int(text):
@@ -884,12 +906,56 @@ def _migrate_v4(conn):
             "d.session_id = s.id WHERE s.harness_key IS NOT NULL AND d.state IN %s"
             % UNREAD_SQL).fetchall():
         raise_marker(path, key)    # hooks from now on look for it before the store
+    # Mail: threads (a message's root), importance, acks a sender asked for.
+    conn.execute("ALTER TABLE messages ADD COLUMN thread_id INTEGER")
+    conn.execute("ALTER TABLE messages ADD COLUMN importance TEXT NOT NULL "
+                 "DEFAULT 'normal'")
+    conn.execute("ALTER TABLE messages ADD COLUMN ack_required INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE messages ADD COLUMN ack_by REAL")
+    for message_id, parent in conn.execute(
+            "SELECT id, reply_to FROM messages ORDER BY id").fetchall():
+        root = parent and conn.execute("SELECT thread_id FROM messages WHERE id=?",
+                                       (parent,)).fetchone()
+        conn.execute("UPDATE messages SET thread_id=? WHERE id=?",
+                     (root[0] if root else message_id, message_id))
+    conn.execute("CREATE INDEX messages_thread ON messages(thread_id, id)")
+    if fts_available(conn):
+        # External content: the index holds no copy of the text; triggers keep
+        # it in step with every insert and delete (retention included).
+        conn.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(subject, body, "
+                     "content='messages', content_rowid='id')")
+        conn.execute("CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN "
+                     "INSERT INTO messages_fts (rowid, subject, body) VALUES "
+                     "(new.id, new.subject, new.body); END")
+        conn.execute("CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN "
+                     "INSERT INTO messages_fts (messages_fts, rowid, subject, body) VALUES "
+                     "('delete', old.id, old.subject, old.body); END")
+        conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+    conn.execute("CREATE TABLE tasks (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                 "room TEXT NOT NULL, title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, "
+                 "created_by TEXT NOT NULL, claimed_by TEXT, claimed_at REAL, note TEXT, "
+                 "created_at REAL NOT NULL, updated_at REAL NOT NULL)")
+    conn.execute("CREATE INDEX tasks_room ON tasks(room, state, id)")
+
+
+def fts_available(conn):
+    """Whether this sqlite3 has FTS5 (a try, not a version check).  The seam
+    AGENTS_ROOM_NO_FTS=1 says no, so tests reach the LIKE fallback."""
+    if os.environ.get("AGENTS_ROOM_NO_FTS") == "1":
+        return False
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.fts_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.fts_probe")
+        return True
+    except sqlite3.Error:
+        return False
 
 
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4]
 OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
               "deliveries", "leases", "reads", "events", "work", "windows",
-              "window_resources"}
+              "window_resources", "messages_fts", "messages_fts_data", "messages_fts_idx",
+              "messages_fts_docsize", "messages_fts_config", "tasks"}
 
 
 def default_db_path():
@@ -1154,6 +1220,10 @@ def unread_count(conn, session_id):
 
 def signal_text(conn, session_id):
     """The one-line signal for a session's unread deliveries, or None."""
+    urgent = conn.execute(
+        "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s AND m.importance='urgent'"
+        % UNREAD_SQL, (session_id,)).fetchone()[0]
     rows = conn.execute(
         "SELECT COALESCE(m.sender_label, substr(m.sender, 1, 8)) AS who, COUNT(*) "
         "FROM deliveries d JOIN messages m ON m.id = d.message_id "
@@ -1165,9 +1235,10 @@ def signal_text(conn, session_id):
     senders = ", ".join("%d from %s" % (r[1], one_line(r[0], 40)) for r in rows[:5])
     if len(rows) > 5:
         senders += ", ..."
-    return one_line("agents-room: %d unread message%s (%s); call msg_recv with session_id "
-                    "%s" % (total, "" if total == 1 else "s", senders, session_id),
-                    SIGNAL_MAX_CHARS)
+    return one_line("agents-room: %d unread message%s%s (%s); call msg_recv with "
+                    "session_id %s" % (total, "" if total == 1 else "s",
+                                       ", %d urgent" % urgent if urgent else "", senders,
+                                       session_id), SIGNAL_MAX_CHARS)
 
 
 def sweep_windows(conn, at):
@@ -1598,9 +1669,12 @@ class Tool:
         # Answered from a plain read when the disk is full (op.readonly): a
         # read-only tool, or one that says how it degrades (msg_recv).
         self.degrades = degrades or read_only
-        self.annotations = {"title": title, "readOnlyHint": read_only,
-                            "destructiveHint": destructive,
-                            "idempotentHint": idempotent, "openWorldHint": False}
+        # Hints at their defaults are left out (the title is the tool's own),
+        # except readOnly and destructive, which clients ask for by name.
+        self.annotations = {"readOnlyHint": read_only, "destructiveHint": destructive,
+                            "openWorldHint": False}
+        if idempotent:
+            self.annotations["idempotentHint"] = True
 
     @property
     def description(self):
@@ -1874,9 +1948,10 @@ def call_tool(store, ctx, name, args, public_only=False):
 
 
 # Schema fragments shared by the tools.
-S_SESSION = {"type": "string", "maxLength": 200,
-             "description": "your session id: the 16-hex id room_join returned"}
-S_SESSION_OPT = dict(S_SESSION, description="your session id (optional here)")
+# session_id is described once, in the server's instructions: a description
+# on each of thirty tools would cost every model's context thirty times.
+S_SESSION = {"type": "string", "maxLength": 200}
+S_SESSION_OPT = S_SESSION
 S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
           "description": "a file path; relative paths resolve against your session's cwd"}
 S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
@@ -2115,11 +2190,11 @@ def _string_list(value, what, limit):
     idempotent=True)
 def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
               autonomy=None, harness=None, harness_key=None, cwd=None):
-    """Join your repository room and any shared rooms; returns your session_id,
-    which every other tool takes. Call it once at the start and keep the id.
+    """Join your repository room and any shared rooms; returns the session_id
+    every other tool takes: call it once at the start and keep the id.
     Rejoining with the same harness key returns the same session and adds the
-    rooms named; label and tags change only when given; autonomy is kept unless
-    raised (lowering is refused with a warning: only a room cap lowers it)."""
+    rooms named; label and tags change only when given; autonomy is kept
+    unless raised (only a room cap lowers it)."""
     ctx, conn, at = op.ctx, op.conn, op.at
     level = parse_autonomy(autonomy)
     cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
@@ -2395,7 +2470,7 @@ def resolve_selectors(op, sender, to):
     selectors = [to] if isinstance(to, str) else list(to)
     if not selectors:
         raise UsageError("to needs at least one selector: *, a session id, "
-                         "file:<glob> or tag:<tag>")
+                         "file:<glob>, tag:<tag> or label:<label>")
     if len(selectors) > SELECTORS_MAX:
         raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
     mates = set(_roommates(conn, sender["id"]))
@@ -2422,6 +2497,11 @@ def resolve_selectors(op, sender, to):
                         glob.startswith(form.rstrip(os.sep) + os.sep)
                         for form in forms[:-1]):
                     found.append(lease["session_id"])
+        elif selector.startswith("label:"):
+            label = selector[6:]
+            if not label:
+                raise UsageError("label: needs a label, e.g. label:api")
+            found.extend(sid for sid in sorted(mates) if op.session(sid)["label"] == label)
         elif selector.startswith("tag:"):
             tag = selector[4:]
             if not tag:
@@ -2434,7 +2514,8 @@ def resolve_selectors(op, sender, to):
             row = op.session(selector) if is_session_id(selector) else None
             if row is None:
                 error = unknown_session(conn, selector, op.store.path)
-                error.hint = ("selectors are *, a session id, file:<glob> or tag:<tag>"
+                error.hint = ("selectors are *, a session id, file:<glob>, tag:<tag> "
+                              "or label:<label>"
                               + ("; " + error.hint if error.hint else ""))
                 raise error
             if row["id"] == sender["id"]:
@@ -2464,27 +2545,55 @@ def within_budget(rows):
 
 
 def message_dict(conn, row):
-    return {
+    item = {
         "message_id": row["id"], "sender": row["sender"],
         "sender_label": row["sender_label"], "subject": row["subject"],
         "body": row["body"], "reply_to": row["reply_to"],
+        "thread_id": row["thread_id"] or row["id"], "importance": row["importance"],
         "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
         "rooms": [r[0] for r in conn.execute(
             "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
             (row["id"],))],
     }
+    if row["ack_required"]:
+        item["ack_required"] = True
+        item["ack_by"] = iso(row["ack_by"]) if row["ack_by"] else None
+    return item
 
 
-def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector):
+def visible_message(op, message_id):
+    """The message row if the caller may see it (sent it, was sent it, or it
+    was sent in a room the caller is in); an error naming why not otherwise."""
+    row = op.conn.execute(
+        "SELECT m.* FROM messages m WHERE m.id=? AND (m.sender=? OR EXISTS (SELECT 1 "
+        "FROM deliveries d WHERE d.message_id=m.id AND d.session_id=?) OR EXISTS ("
+        "SELECT 1 FROM message_rooms r JOIN memberships s ON s.room=r.room WHERE "
+        "r.message_id=m.id AND s.session_id=?))",
+        (message_id, op.me, op.me, op.me)).fetchone()
+    if row is None:
+        raise RoomError("no message %d that you can see" % message_id,
+                        "you see messages you sent or were sent, and those of your rooms")
+    return row
+
+
+def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
+                 importance="normal", ack_by=None, ack_required=False):
     """Store one message in the sender's rooms with a delivery per recipient
     (wake-level recipients get their wake scheduled) and its event, all in the
-    caller's transaction.  msg_send, work handoffs and window notices use it."""
+    caller's transaction.  msg_send, work handoffs and window notices use it.
+    A reply joins its parent's thread; any other message is its own root."""
     conn, at = op.conn, op.at
+    thread = conn.execute("SELECT COALESCE(thread_id, id) FROM messages WHERE id=?",
+                          (reply_to,)).fetchone() if reply_to else None
     message_id = conn.execute(
         "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
-        " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+        " created_at, expires_at, thread_id, importance, ack_required, ack_by) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (sender["id"], sender["label"], json.dumps(selector), subject, body, reply_to,
-         at, at + ttl)).lastrowid
+         at, at + ttl, thread[0] if thread else None, importance,
+         1 if ack_required or ack_by else 0, ack_by)).lastrowid
+    if not thread:
+        conn.execute("UPDATE messages SET thread_id=id WHERE id=?", (message_id,))
     rooms = rooms_of(conn, sender["id"])
     conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
                      [(room, message_id) for room in rooms])
@@ -2512,14 +2621,16 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
     "session_id": S_SESSION,
     "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
            "minItems": 1, "maxItems": SELECTORS_MAX, "description":
-           "* (everyone sharing a room with you), a session id, file:<glob> (holders "
-           "of matching leases) or tag:<tag>; or a list of these"},
+           "*, a session id, file:<glob>, tag:<tag>, label:<label>, or a list"},
     "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
     "body": {"type": "string"},
-    "reply_to": dict(S_MESSAGE_ID, description="a message id"),
-    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S,
-              "description": "seconds until unread deliveries expire (default 7 days)"},
-}, ["session_id", "to"],
+    "reply_to": S_MESSAGE_ID,
+    "importance": {"type": "string", "enum": list(IMPORTANCE)},
+    "ack_required": {"type": "boolean"},
+    "ack_by": {"type": ["string", "integer"], "maxLength": 40, "minimum": 1,
+               "description": "ISO time or seconds from now"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S},
+}, ["session_id"],
     output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
                       recipients={"type": "integer"},
                       recipient_ids={"type": "array", "items": {"type": "string"}},
@@ -2527,12 +2638,13 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector)
                       warning={"type": "string"}),
     cli="send", flags={"ttl_s": "--ttl"}, caller="present",
     example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
-def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
-    """Send a message to the sessions a selector picks among those sharing a
-    room with you: '*', a session id, 'file:<glob>' (sessions holding a lease on
-    a matching path) or 'tag:<tag>', or a list of them. Needs a subject or a
-    body. Returns the message_id and how many recipients got it; zero recipients
-    is not an error but comes with a warning."""
+def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
+             importance="normal", ack_required=False, ack_by=None):
+    """Send to the sessions sharing a room with you that `to` picks: '*', a
+    session id, 'file:<glob>' (lease holders), 'tag:<tag>', 'label:<label>'.
+    A reply (reply_to) without `to` goes to the parent's sender. Urgent holds
+    the recipient's turn end once; ack_by (ISO time or seconds) asks for an
+    ack. Zero recipients is a warning, not an error. ttl_s: default 7 days."""
     if not subject and not body:
         raise UsageError("a message needs a subject or a body")
     if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
@@ -2540,12 +2652,23 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
             body.encode("utf-8", "surrogatepass")), "send a path to a file instead")
     ttl = MESSAGE_TTL_S if ttl_s is None else ttl_s
     sender = op.caller
-    if reply_to is not None and not op.conn.execute(
-            "SELECT 1 FROM messages WHERE id=?", (reply_to,)).fetchone():
+    parent = op.conn.execute("SELECT sender FROM messages WHERE id=?",
+                             (reply_to,)).fetchone() if reply_to is not None else None
+    if reply_to is not None and parent is None:
         raise RoomError("reply_to names no message: %s" % reply_to,
                         "message ids come from msg_recv or room_history")
+    if to is None:
+        if parent is None:
+            raise UsageError("msg_send needs to (or reply_to: a reply goes to the "
+                             "parent's sender)")
+        to = parent[0]
+    if isinstance(ack_by, int) or (ack_by is not None and not looks_iso(ack_by)):
+        ack_by = op.at + (ack_by if isinstance(ack_by, int) else parse_duration(ack_by))
+    elif ack_by is not None:
+        ack_by = parse_iso(ack_by)
     recipients = resolve_selectors(op, sender, to)
-    message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to)
+    message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to,
+                              importance, ack_by, ack_required)
     result = {"message_id": message_id, "recipients": len(recipients),
               "recipient_ids": recipients}
     labels = {r: (op.session(r)["label"] or r[:8]) for r in recipients}
@@ -2563,7 +2686,10 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
     return result
 
 
-@tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT},
+@tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT,
+                                      "peek": {"type": "boolean"}, "thread": S_MESSAGE_ID,
+                                      "wait_s": {"type": "integer", "minimum": 0,
+                                                 "maximum": RECV_WAIT_MAX_S}},
       ["session_id"],
       output=out_schema(["messages"], messages={"type": "array", "items": S_MESSAGE},
                         inbox={"type": "object", "properties": {
@@ -2574,18 +2700,24 @@ def msg_send(op, to, subject=None, body=None, reply_to=None, ttl_s=None):
                             "required": ["rooms", "deliveries_total", "read_total",
                                          "last_created_at"]},
                         more={"type": "integer"}, warning={"type": "string"}),
-      cli="recv", example="recv --session $ID", degrades=True)
-def msg_recv(op, limit=50):
-    """Fetch your unread messages, oldest first, and mark them read. Call it
-    when a signal says something is waiting. An empty answer carries an inbox
-    block (your rooms, deliveries ever, how many read, the newest one's time) so
-    'caught up' and 'wrong room' look different."""
+      cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
+      degrades=True)
+def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
+    """Fetch your unread messages (of one thread, if given), oldest first, and
+    mark them read (peek: mark nothing). wait_s: wait up to that long for one.
+    Messages with ack_required want msg_ack. When empty, an inbox block
+    (rooms, deliveries, read, newest) tells 'caught up' from 'wrong room'."""
+    # wait_s is the front end's: the MCP server parks the request and the
+    # CLI polls (see McpServer.poll_waits, receive_waiting); here it is 0.
     conn, me = op.conn, op.me
     messages = within_budget(conn.execute(
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?"
-        % UNREAD_SQL, (me, limit)).fetchall())
+        "WHERE d.session_id=? AND d.state IN %s AND (? IS NULL OR m.thread_id=?) "
+        "ORDER BY d.message_id LIMIT ?" % UNREAD_SQL,
+        (me, thread, thread, limit)).fetchall())
     result = [message_dict(conn, m) for m in messages]
+    if messages and peek:
+        return {"messages": result, "peek": True}
     if messages and op.readonly:
         return {"messages": result, "warning": "the store's disk is full: these "
                 "messages were not marked read and will come again"}
@@ -2613,6 +2745,44 @@ def msg_recv(op, limit=50):
         "rooms": rooms_of(conn, me), "deliveries_total": total,
         "read_total": read_total,
         "last_created_at": iso(created[0]) if created else None}}
+
+
+@tool("msg_get", "One message by id", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
+      ["session_id", "message_id"], output=out_schema(["message"], message=S_MESSAGE),
+      cli="show", positional=("message_id",), example="show --session $ID 42",
+      read_only=True, idempotent=True)
+def msg_get(op, message_id):
+    """One message you can see (yours, sent to you, or in one of your rooms),
+    changing nothing: not even marking it read."""
+    return {"message": message_dict(op.conn, visible_message(op, message_id))}
+
+
+def thread_of(op, message_id):
+    """The whole thread of a message the caller can see, oldest first: the
+    messages of it the caller can see."""
+    root = visible_message(op, message_id)["thread_id"] or message_id
+    rows = op.conn.execute("SELECT id FROM messages WHERE thread_id=? ORDER BY id",
+                           (root,)).fetchall()
+    shown = []
+    for row in rows:
+        try:
+            shown.append(visible_message(op, row[0]))
+        except RoomError:
+            continue
+    return root, within_budget(shown)
+
+
+@tool("msg_thread", "A whole thread", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
+      ["session_id", "message_id"],
+      output=out_schema(["thread_id", "messages"], thread_id={"type": "integer"},
+                        messages={"type": "array", "items": S_MESSAGE}),
+      cli="thread", positional=("message_id",), example="thread --session $ID 42",
+      read_only=True, idempotent=True)
+def msg_thread(op, message_id):
+    """The thread a message belongs to (its root and every reply), oldest
+    first. Marks nothing read."""
+    root, rows = thread_of(op, message_id)
+    return {"thread_id": root, "messages": [message_dict(op.conn, m) for m in rows]}
 
 
 @tool("msg_ack", "Acknowledge a message", {
@@ -2668,12 +2838,12 @@ def msg_unread(op):
       cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
 def msg_sent(op, limit=20):
     """Your newest sent messages (shown oldest first) with each recipient's
-    delivery state: stored, offered, accepted, undeliverable, read, acked or
-    expired; plus counts: sent, pending (not yet read), left (recipient has
-    left). Answers 'why did they not hear me'."""
+    delivery state (stored, offered, accepted, undeliverable, read, acked,
+    expired) and counts: sent, pending (unread), left, acks owed and overdue.
+    Answers 'why did they not hear me'."""
     conn = op.conn
     messages = conn.execute(
-        "SELECT id, subject, created_at FROM messages WHERE sender=? "
+        "SELECT id, subject, created_at, ack_required, ack_by FROM messages WHERE sender=? "
         "ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
     result = []
     for message in reversed(messages):
@@ -2700,31 +2870,90 @@ def msg_sent(op, limit=20):
                            and d["left_at"] is None),
             "left": sum(1 for d in deliveries if d["left_at"] is not None),
         }, **counts))
+        if message["ack_required"]:
+            owed = sum(1 for d in deliveries if d["state"] not in ("acked", "expired")
+                       and d["left_at"] is None)
+            result[-1].update(ack_by=iso(message["ack_by"]), acks_owed=owed,
+                              acks_overdue=owed if message["ack_by"] and
+                              message["ack_by"] < op.at else 0)
     return {"messages": result}
+
+
+def acks_owed(conn, session_id, at):
+    """(owed, overdue): acks session_id owes for messages that asked for one."""
+    return conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(m.ack_by < ?), 0) FROM deliveries d JOIN messages m "
+        "ON m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
+        "d.state NOT IN ('acked', 'expired')", (at, session_id)).fetchone()
+
+
+def search_messages(op, rooms, query, before, limit):
+    """Messages of rooms whose subject or body hold every word of query,
+    newest first: FTS5 where the store has its index, else LIKE."""
+    words = query.split()
+    if not words:
+        raise UsageError("query needs a word")
+    marks = ",".join("?" * len(rooms)) or "''"
+    fts = os.environ.get("AGENTS_ROOM_NO_FTS") != "1" and op.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name='messages_fts'").fetchone()
+    if fts:
+        match = " ".join('"%s"' % w.replace('"', '""') for w in words)
+        where, params = "m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts " \
+            "MATCH ?)", [match]
+    else:
+        where = " AND ".join(
+            "(m.subject LIKE ? ESCAPE '\\' OR m.body LIKE ? ESCAPE '\\')" for _ in words)
+        params = []
+        for w in words:
+            like = "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace(
+                "_", "\\_") + "%"
+            params += [like, like]
+    return op.conn.execute(
+        "SELECT m.* FROM messages m WHERE m.id < ? AND %s AND EXISTS (SELECT 1 FROM "
+        "message_rooms r WHERE r.message_id = m.id AND r.room IN (%s)) "
+        "ORDER BY m.id DESC LIMIT ?" % (where, marks),
+        [before or ID_MAX] + params + rooms + [limit + 1]).fetchall()
 
 
 @tool("room_history", "A room's history", {
     "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
-    "before": dict(S_MESSAGE_ID,
-                   description="page back: only messages older than this message id")},
+    "before": S_MESSAGE_ID, "query": {"type": "string", "maxLength": 1000},
+    "thread": S_MESSAGE_ID},
     output=out_schema(["room", "messages"], room={"type": "string"},
                       messages={"type": "array", "items": S_MESSAGE},
                       more={"type": "integer"}),
     cli="history", example="history --room shared:storefront", read_only=True,
     idempotent=True)
-def room_history(op, room=None, limit=50, before=None):
-    """The newest messages sent in a room (shown oldest first), complete even
-    for sessions that joined later. Read-only: marks nothing read. The room
-    defaults to session_id's repository room; page back with before=<the
-    oldest message_id you have>."""
-    full = room_for(op, room, "history")
-    rows = op.conn.execute(
-        "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
-        "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
-        (full, before or ID_MAX, limit + 1)).fetchall()
-    shown = within_budget(rows[:limit])
-    result = {"room": full, "messages": [message_dict(op.conn, m)
-                                         for m in reversed(shown)]}
+def room_history(op, room=None, limit=50, before=None, query=None, thread=None):
+    """A room's newest messages (shown oldest first), complete even for
+    sessions that joined later; marks nothing read. Room: default your
+    repository room. before=<message_id> pages back. query: words searched in
+    subject and body of your rooms (or room), newest first. thread=<id>: that
+    message's thread."""
+    if thread is not None:
+        if op.me is None:
+            raise UsageError("thread needs session_id")
+        root, rows = thread_of(op, thread)
+        return {"room": "thread #%d" % root, "messages": [message_dict(op.conn, m)
+                                                          for m in rows]}
+    if query is not None:
+        if room or op.me is None:
+            rooms = [room_for(op, room, "history")]
+        else:
+            rooms = rooms_of(op.conn, op.me)
+        rows = search_messages(op, rooms, query, before, limit)
+        shown = within_budget(rows[:limit])
+        result = {"room": ", ".join(rooms), "query": query,
+                  "messages": [message_dict(op.conn, m) for m in shown]}
+    else:
+        full = room_for(op, room, "history")
+        rows = op.conn.execute(
+            "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
+            "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
+            (full, before or ID_MAX, limit + 1)).fetchall()
+        shown = within_budget(rows[:limit])
+        result = {"room": full, "messages": [message_dict(op.conn, m)
+                                             for m in reversed(shown)]}
     if len(rows) > len(shown):
         result["more"] = 1          # at least one older message: page with before
     return result
@@ -2905,8 +3134,7 @@ S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
                "minItems": 1, "maxItems": LEASE_TARGETS_MAX,
                "description": "several resources at once, all or nothing: paths or "
                               "kind:name (db:main, service:api, branch:x, port:5432)"}
-S_RESOURCE = dict(S_PATH, description="one resource: a path (relative to your cwd) or "
-                  "kind:name such as db:main")
+S_RESOURCE = dict(S_PATH, description="a path or kind:name (db:main)")
 S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
 S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository root"}
 
@@ -2928,13 +3156,12 @@ S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository r
     example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
 def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
                 purpose=None, broad=False):
-    """Claim a lease before editing files (or using a database, service, branch
-    or port) others may touch. path is one resource; resources a list taken all
-    or nothing. A directory lease covers everything under it. exclusive
-    (default) admits one holder; shared admits several and blocks exclusive
-    claims. Claiming again renews your own lease. A lease whose holder is gone
-    is taken over (taken_over says so). A conflict is a normal answer: ok
-    false, holder (the first conflicting lease), holders, reason."""
+    """Claim a lease before editing files (or using a database, service,
+    branch or port) others may touch: path, or resources (all or nothing). A
+    directory lease covers what is under it. exclusive (default): one holder;
+    shared: several, blocking exclusive claims. Claiming again renews. A gone
+    holder's lease is taken over (taken_over). A conflict is a normal answer:
+    ok false, holder, holders, reason."""
     conn, me, at = op.conn, op.me, op.at
     targets = op.resources(path, resources)
     if mode == "exclusive":
@@ -3139,12 +3366,11 @@ def lease_list(op):
     idempotent=True)
 def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
                 ignorecase=False):
-    """The question a script or a git hook asks before touching resources: is
-    any of them under a live lease of another live session or in an active
-    quiet window of another session (or, with require_held, not covered by a
-    lease of yours; a lease on a directory covers what is under it, not the
-    reverse)? safe is false when so; conflicts, windows and missing say why.
-    Leases of sessions that are gone are listed as stale and do not block."""
+    """May a script or git hook touch these resources? safe is false when
+    one is leased by another live session or in another session's active
+    quiet window (or, with require_held, not covered by a lease of yours);
+    conflicts, windows and missing say why. Gone holders' leases are listed as
+    stale and do not block."""
     me = op.me
     if me is None and require_held:
         raise UsageError("require_held needs your session (--session or "
@@ -3263,11 +3489,10 @@ def _own_window(op, window_id, allowed, verb):
 def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
                    ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
     """Ask for quiet on resources before an operation that must not be
-    disturbed. The holders of overlapping leases and the required sessions get
-    a message (so they are signalled). While pending, the window blocks new
-    overlapping leases of others and their renewal; window_activate succeeds
-    once every required session acked before the deadline and every
-    overlapping lease is released. It ends when you leave."""
+    disturbed. Holders of overlapping leases and required sessions get a
+    message. While pending it blocks others' new overlapping leases and
+    renewals; window_activate succeeds once every required session acked in
+    time and every overlapping lease is released. It ends when you leave."""
     conn, row, at = op.conn, op.caller, op.at
     targets = op.resources(None, resources)
     _refuse_broad(targets, broad, "a quiet window")
@@ -3409,6 +3634,113 @@ def window_status(op, window_id=None):
         "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
 
 
+# ---- operations: task board ------------------------------------------------
+# A room's shared to-do list.  A claim is atomic (the door's BEGIN IMMEDIATE);
+# a task whose claimant is gone -- by the liveness who and leases use, never
+# unknown -- may be claimed by another, as a stale lease may be taken over.
+
+TASK_ACTIONS = ("add", "list", "claim", "done", "fail", "release")
+TASK_STATES = ("open", "claimed", "done", "failed")
+S_TASK = {"type": "object", "properties": {
+    "task_id": {"type": "integer"}, "room": {"type": "string"},
+    "title": {"type": "string"}, "state": {"type": "string", "enum": list(TASK_STATES)},
+    "claimed_by": {"type": ["string", "null"]}},
+    "required": ["task_id", "room", "title", "state", "claimed_by"]}
+
+
+def task_dict(op, row):
+    claimant = op.session(row["claimed_by"]) if row["claimed_by"] else None
+    return {"task_id": row["id"], "room": row["room"], "title": row["title"],
+            "body": row["body"], "state": row["state"], "created_by": row["created_by"],
+            "claimed_by": row["claimed_by"],
+            "claimant_label": claimant["label"] if claimant else None,
+            "claimant_liveness": op.liveness(claimant) if claimant and
+            row["state"] == "claimed" else None,
+            "note": row["note"], "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}
+
+
+@tool("task", "The room's task board", {
+    "session_id": S_SESSION, "action": {"type": "string", "enum": list(TASK_ACTIONS)},
+    "task_id": S_MESSAGE_ID, "title": {"type": "string", "minLength": 1, "maxLength": 500},
+    "body": {"type": "string", "maxLength": 100000}, "room": S_ROOM,
+    "note": {"type": "string", "maxLength": 10000}, "limit": S_LIMIT},
+    ["session_id", "action"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, reason={"type": "string"},
+                      task=S_TASK, tasks={"type": "array", "items": S_TASK}),
+    cli="task", positional=("action", "task_id"), caller="present",
+    example='task --session $ID add --title "add the phone field"')
+def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
+         limit=50):
+    """A room's task board. add (title, body?, room?: default your repository
+    room); list (your rooms, or room; open and claimed first); claim (task_id,
+    or the oldest open one; a task whose claimant is gone may be claimed);
+    done / fail (note?) and release: yours only."""
+    conn, me = op.conn, op.me
+    if action == "add":
+        if not title:
+            raise UsageError("task add needs a title")
+        full = room_for(op, room, "task")
+        if full not in rooms_of(conn, me):
+            raise RoomError("you are not in %s" % full, "join it first")
+        new = conn.execute(
+            "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
+            "updated_at) VALUES (?,?,?,'open',?,?,?)",
+            (full, title, body, me, op.at, op.at)).lastrowid
+        op.event("task.add", me, room=full, subject=new, data={"title": title})
+        return {"ok": True, "task": task_dict(op, conn.execute(
+            "SELECT * FROM tasks WHERE id=?", (new,)).fetchone())}
+    rooms = [room_for(op, room, "task")] if room else rooms_of(conn, me)
+    marks = ",".join("?" * len(rooms)) or "''"
+    if action == "list":
+        rows = conn.execute(
+            "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
+            "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
+        return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
+    if task_id is None:
+        if action != "claim":
+            raise UsageError("task %s needs task_id" % action)
+        row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
+                           "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
+        if row is None:
+            return {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
+    else:
+        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if row is None or row["room"] not in rooms_of(conn, me):
+            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
+    mine = row["claimed_by"] == me and row["state"] == "claimed"
+    if action == "claim":
+        if row["state"] in ("done", "failed"):
+            return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
+                    "task": task_dict(op, row)}
+        taken_from = None
+        if row["state"] == "claimed" and not mine:
+            holder = op.session(row["claimed_by"])
+            if holder is not None and op.liveness(holder) != "gone":
+                return {"ok": False, "task": task_dict(op, row), "reason":
+                        "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
+                                                         40), op.liveness(holder))}
+            taken_from = row["claimed_by"]
+        conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
+                     "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
+        op.event("task.claim", me, room=row["room"], subject=row["id"],
+                 data={"taken_from": taken_from} if taken_from else None)
+        reason = "taken over from a gone claimant" if taken_from else (
+            "renewed" if mine else "claimed")
+    else:
+        if not mine:
+            raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
+                            "claim it first")
+        state = {"done": "done", "fail": "failed", "release": "open"}[action]
+        conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
+                     "updated_at=? WHERE id=?", (state, None if state == "open" else me,
+                                                 note, op.at, row["id"]))
+        op.event("task." + action, me, room=row["room"], subject=row["id"])
+        reason = state
+    return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
+
+
 # ---- operations: status ---------------------------------------------------
 
 STATUS_SCHEMA_VERSION = 1
@@ -3443,6 +3775,7 @@ def room_status(op, room=None):
     for sid in ids:
         item = session_dict(conn, session_row(conn, sid), op.liveness, at)
         item["unread"] = unread_count(conn, sid)
+        item["acks_owed"], item["acks_overdue"] = acks_owed(conn, sid, at)
         sessions.append(item)
     sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
     leases = [lease_dict(conn, lease, op.liveness) for lease in conn.execute(
@@ -3670,17 +4003,20 @@ def signal_tool_event(op, harness_key, turn_start=False):
     "urgent_only": {"type": "boolean"}}, ["harness_key"], caller="key", public=False)
 def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
     """Stop: the reason to block, or None: at hold or wake, when some unread
-    delivery has not held a Stop yet, or held one longer ago than the window.
+    delivery (not a low one) has not held a Stop yet, or held one longer ago
+    than the window; at notify, an urgent delivery that never held one (once).
     Never when the harness says this Stop was already blocked once this turn."""
     row = op.caller
     if row is None or row["left_at"] is not None:
         return {"text": None}
     window = _env_seconds("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
-    due = 0 if stop_hook_active or effective_autonomy(op.conn, row) < 1 else \
-        op.conn.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
-            "(stop_held_at IS NULL OR stop_held_at <= ?)" % UNREAD_SQL,
-            (row["id"], op.at - window)).fetchone()[0]
+    notify = urgent_only or effective_autonomy(op.conn, row) < 1
+    due = 0 if stop_hook_active else op.conn.execute(
+        "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s AND m.importance != 'low' AND %s"
+        % (UNREAD_SQL, "m.importance = 'urgent' AND d.stop_held_at IS NULL" if notify
+           else "(d.stop_held_at IS NULL OR d.stop_held_at <= ?)"),
+        (row["id"],) if notify else (row["id"], op.at - window)).fetchone()[0]
     if not due:
         # The turn ends here: wakes put off while it ran are due now.
         op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
@@ -4958,8 +5294,9 @@ INSTRUCTIONS = """agents-room connects you with agent sessions in other reposito
 3. Before editing a file others may touch, lease_claim it; release it after.
 4. note_read files you rely on; drift_check them before writing: CRITICAL
    means another session changed it while holding a lease - re-read first.
-5. msg_send to '*', a session id, file:<glob> or tag:<tag>; room_who shows who
-   is here and alive; room_history shows what was decided in a room."""
+5. msg_send to '*', a session id, file:<glob>, tag:<tag> or label:<label>;
+   answer with reply_to. room_who shows who is here and alive; room_history
+   shows what was decided in a room (query searches it)."""
 
 
 def _rpc_error(id_, code, message, data=None):
@@ -4983,6 +5320,61 @@ def _too_deep(value, depth=0):
     return False
 
 
+def shared_defs(schema):
+    """An outputSchema as tools/list sends it: without descriptions (the tool's
+    description says what matters), and each object schema it repeats given
+    once under $defs and referred to (a nullable copy as anyOf the reference
+    and null).  Every model reads tools/list on every turn: what it costs
+    shrinks, what a client validates does not."""
+    def bare(node):
+        if isinstance(node, dict):
+            return {k: bare(v) for k, v in node.items() if k != "description"}
+        return [bare(v) for v in node] if isinstance(node, list) else node
+
+    def key(node):
+        if isinstance(node, dict) and node.get("properties"):
+            kinds = node.get("type")
+            nullable = isinstance(kinds, list) and sorted(kinds) == ["null", "object"]
+            return json.dumps(dict(node, type="object"), sort_keys=True), nullable
+        return None, False
+
+    counts = {}
+
+    def count(node):
+        if isinstance(node, dict):
+            found = key(node)[0]
+            if found:
+                counts[found] = counts.get(found, 0) + 1
+            for value in node.values():
+                count(value)
+        elif isinstance(node, list):
+            for value in node:
+                count(value)
+    schema = bare(schema)
+    for value in schema.get("properties", {}).values():
+        count(value)
+    names, defs = {}, {}
+
+    def swap(node):
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        found, nullable = key(node)
+        if found and counts.get(found, 0) > 1:
+            if found not in names:
+                names[found] = "o%d" % len(names)
+                defs[names[found]] = json.loads(found)
+            ref = {"$ref": "#/$defs/" + names[found]}
+            return {"anyOf": [ref, {"type": "null"}]} if nullable else ref
+        return {k: swap(v) for k, v in node.items()}
+    result = dict(schema, properties={k: swap(v) for k, v in
+                                      schema.get("properties", {}).items()})
+    if defs:
+        result["$defs"] = defs
+    return result
+
+
 class McpServer:
     """Newline-delimited JSON-RPC 2.0 over stdio: one line in, at most one line
     out.  No input can end the loop: every line gets its answer (or, for a
@@ -4991,6 +5383,10 @@ class McpServer:
     def __init__(self, store, ctx, log=None):
         self.store, self.ctx = store, ctx
         self.protocol = None
+        self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
+        self.in_batch = False
+        self.called = False       # a tools/call since the parked waits were checked
+        self.data_version = None
         self.wrote = False        # a tools/call since the last idle checkpoint
         self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
 
@@ -5030,7 +5426,11 @@ class McpServer:
                                                   "Internal error: the batch's answers "
                                                   "are too large; send this again alone"))
                     continue
-                answer = self.handle_message(item)
+                self.in_batch = True       # a batch is answered as one: never parked
+                try:
+                    answer = self.handle_message(item)
+                finally:
+                    self.in_batch = False
                 if answer is not None:
                     size += len(json.dumps(answer, ensure_ascii=False))
                     answers.append(answer)
@@ -5088,6 +5488,32 @@ class McpServer:
         id_ = message.get("id")
         return id_ if self._valid_id(id_) else None
 
+    def poll_waits(self, force=False):
+        """Answers for parked msg_recv calls whose mail came (the store
+        changed: PRAGMA data_version moves when another connection commits)
+        or whose wait is over.  Cheap when nothing changed."""
+        if not self.waits:
+            return []
+        version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
+        changed, self.data_version = force or version != self.data_version, version
+        answers, at = [], time.time()
+        for wait in list(self.waits):
+            id_, arguments, deadline, result = wait
+            if changed:
+                self.ctx.signal = None
+                try:
+                    result = call_tool(self.store, self.ctx, "msg_recv", arguments,
+                                       public_only=True)
+                except RoomError as error:
+                    self.waits.remove(wait)
+                    answers.append(_rpc_result(id_, {"content": [
+                        {"type": "text", "text": error.text()}], "isError": True}))
+                    continue
+            if result["messages"] or at >= deadline:
+                self.waits.remove(wait)
+                answers.append(self.answer(id_, result))
+        return answers
+
     def initialize(self, params):
         asked = params.get("protocolVersion")
         self.protocol = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
@@ -5101,7 +5527,7 @@ class McpServer:
     def describe(tool_):
         return {"name": tool_.name, "title": tool_.title,
                 "description": tool_.description, "inputSchema": tool_.input_schema(),
-                "outputSchema": tool_.output, "annotations": tool_.annotations}
+                "outputSchema": shared_defs(tool_.output), "annotations": tool_.annotations}
 
     def call(self, id_, params):
         name = params.get("name")
@@ -5111,13 +5537,23 @@ class McpServer:
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
-        self.wrote = True
+        self.wrote = self.called = True
         self.ctx.signal = None
         try:
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
                                      "isError": True})
+        if name == "msg_recv" and arguments.get("wait_s") and not result["messages"] \
+                and not self.in_batch:
+            # Parked, not slept on: the loop goes on answering other requests
+            # and poll_waits answers this one when mail comes or time is up.
+            self.waits.append([id_, dict(arguments, wait_s=None),
+                               time.time() + arguments["wait_s"], result])
+            return None
+        return self.answer(id_, result)
+
+    def answer(self, id_, result):
         answer = {
             "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
             "structuredContent": result, "isError": False}
@@ -5147,11 +5583,14 @@ class LineReader:
         self.stopped = False
         self.eof = False
 
-    def readline(self, idle=None, idle_s=1.0):
+    def readline(self, idle=None, idle_s=1.0, poll=None):
         """The next line (bytes), None for an overlong one, b"" at EOF or stop.
-        idle() is called once whenever input pauses for idle_s."""
+        idle() is called once whenever input pauses for idle_s; poll(), while
+        it asks for it, every few hundredths to a second (backing off): it
+        returns the seconds until it wants to run again, or None."""
         import select
         idled = False
+        poll_s = poll() if poll else None
         while True:
             newline = self.buffer.find(b"\n", self.start)
             if newline >= 0:
@@ -5170,10 +5609,15 @@ class LineReader:
                 self.buffer = bytearray()
             self.start = len(self.buffer)
             wait = None if idle is None or idled else idle_s
+            if poll_s is not None:
+                wait = poll_s if wait is None else min(wait, poll_s)
             ready, _, _ = select.select([self.fd, self.wake_fd], [], [], wait)
             if not ready:
-                idled = True
-                idle()
+                if poll_s is not None:
+                    poll_s = poll()
+                if wait == idle_s and not idled:
+                    idled = True
+                    idle()
                 continue
             if self.wake_fd in ready:
                 os.read(self.wake_fd, 512)
@@ -5213,6 +5657,26 @@ def serve(store_path=None):
     server = McpServer(store, ctx)
     stdout = sys.stdout.buffer
 
+    def emit(answer):
+        stdout.write(json.dumps(answer, ensure_ascii=False).encode(
+            "utf-8", "backslashreplace") + b"\n")
+        stdout.flush()
+
+    delay = [0.05]
+
+    def poll():
+        """Parked waits: answer those that are due; the next poll backs off
+        from 50 ms to 1 s while nothing changes."""
+        if not server.waits:
+            return None
+        answers = server.poll_waits()
+        for answer in answers:
+            emit(answer)
+        delay[0] = 0.05 if answers else min(delay[0] * 2, 1.0)
+        if not server.waits:
+            return None
+        return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
+
     def idle():
         if server.wrote:
             server.wrote = False
@@ -5222,7 +5686,7 @@ def serve(store_path=None):
                 pass          # busy or locked: the next pause, or SQLite, does it
     try:
         while not reader.stopped:
-            line = reader.readline(idle)
+            line = reader.readline(idle, poll=poll)
             if line == b"" or reader.stopped:
                 break
             if line is None:
@@ -5231,9 +5695,12 @@ def serve(store_path=None):
             else:
                 answer = server.handle_line(line)
             if answer is not None:
-                stdout.write(json.dumps(answer, ensure_ascii=False).encode(
-                    "utf-8", "backslashreplace") + b"\n")
-                stdout.flush()
+                emit(answer)
+            if server.waits and server.called:
+                # This server's own writes do not move data_version for it.
+                server.called = False
+                for answer in server.poll_waits(force=True):
+                    emit(answer)
     except BrokenPipeError:
         pass
     finally:
@@ -6167,6 +6634,10 @@ def _render_messages(messages, empty):
             {"label": m["sender_label"], "session_id": m["sender"]}))
         if m.get("reply_to"):
             head += "  (reply to #%d)" % m["reply_to"]
+        if m.get("importance") not in (None, "normal"):
+            head += "  [%s]" % m["importance"]
+        if m.get("ack_required"):
+            head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
         lines.append(head)
         if m.get("subject"):
             lines.append("    subject: " + one_line(m["subject"], 200))
@@ -6213,9 +6684,10 @@ def _render_sent(result):
         return "nothing sent yet"
     lines = []
     for m in result["messages"]:
-        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left" % (
+        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left%s" % (
             m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
-            m["sent"], m["pending"], m["left"]))
+            m["sent"], m["pending"], m["left"], ", %d acks owed (%d overdue)" % (
+                m["acks_owed"], m["acks_overdue"]) if "acks_owed" in m else ""))
         for d in m["deliveries"]:
             lines.append("    %-13s %s%s%s" % (
                 d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
@@ -6284,6 +6756,14 @@ def _render_send(r):
     return text
 
 
+def _render_task(t):
+    return "#%d  %-7s %s  (%s)%s%s" % (
+        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
+        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
+                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
+        "  - " + one_line(t["note"], 80) if t.get("note") else "")
+
+
 RENDER = {
     "room_join": lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
     % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
@@ -6298,6 +6778,8 @@ RENDER = {
     "msg_send": _render_send,
     "msg_recv": _render_recv,
     "msg_ack": lambda r: "acked #%d" % r["message_id"],
+    "msg_get": lambda r: _render_messages([r["message"]], ""),
+    "msg_thread": lambda r: _render_messages(r["messages"], "(no messages)"),
     "msg_unread": lambda r: "%d" % r["count"],
     "msg_sent": _render_sent,
     "room_history": lambda r: "%s\n%s%s" % (r["room"], _render_messages(
@@ -6324,6 +6806,9 @@ RENDER = {
     "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
     or "no open quiet windows",
     "room_status": _render_status,
+    "task": lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
+    if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
+        r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200),
 }
 
 
@@ -6372,6 +6857,8 @@ def _tool_arguments(tool_, sub):
             nargs = "+" if "array" in kinds else None
             if tool_.name == "lease_guard":
                 nargs = "*"          # guard --staged names none
+            elif name not in tool_.required and nargs is None:
+                nargs = "?"          # task add (a task id only for some actions)
             sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
                              metavar="RESOURCE" if "array" in kinds else name.upper())
         elif kinds == ["boolean"]:
@@ -6390,10 +6877,58 @@ def _tool_arguments(tool_, sub):
         sub.add_argument("--shell", choices=["sh", "fish"],
                          help="print only the line that sets AGENTS_ROOM_SESSION, for "
                               "eval \"$(... join --shell sh)\" (fish: ... | source)")
+    if tool_.name == "msg_recv":
+        _wait_arguments(sub)
     if tool_.name == "lease_guard":
         sub.add_argument("--staged", action="store_true",
                          help="check the files staged in this git repository "
                               "against exclusive leases of other live sessions")
+
+
+def _wait_arguments(sub):
+    sub.add_argument("--wait", action="store_true",
+                     help="block until a message arrives (exit 2 when --timeout, "
+                          "default 10m, passes)")
+
+
+def wait_for_unread(store, session_id, timeout, thread=None):
+    """Block until session_id has an unread delivery (in thread, if given) or
+    timeout passes; True if one came.  Cheap: PRAGMA data_version changes only
+    when another connection commits, so the store is read again only then,
+    polled with a backoff up to a second (no busy loop, no daemon)."""
+    deadline = time.time() + min(timeout, WAIT_MAX_S)
+    delay, version = 0.05, None
+    while True:
+        seen = store.conn.execute("PRAGMA data_version").fetchone()[0]
+        if seen != version:
+            version, delay = seen, 0.05
+            if store.conn.execute(
+                    "SELECT 1 FROM deliveries d JOIN messages m ON m.id = d.message_id "
+                    "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ? AND "
+                    "(? IS NULL OR m.thread_id=?) LIMIT 1" % UNREAD_SQL,
+                    (session_id, now(), thread, thread)).fetchone():
+                return True
+        left = deadline - time.time()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 1.0)
+
+
+def receive_waiting(store, ctx, values, timeout, render):
+    """recv --wait and ask: msg_recv until something comes or timeout passes:
+    (text, 0), or ('', 2) with one line on stderr."""
+    deadline = time.time() + timeout
+    while True:
+        result = call_tool(store, ctx, "msg_recv", values, public_only=True)
+        if result["messages"]:
+            return render(result), 0
+        left = deadline - time.time()
+        if left <= 0 or not wait_for_unread(store, values["session_id"], left,
+                                            values.get("thread")):
+            sys.stderr.write("agents-room: nothing arrived within %s\n"
+                             % duration_text(timeout))
+            return "", 2
 
 
 def _tool_command(tool_):
@@ -6504,7 +7039,7 @@ def cli_words(text):
     import re
     words = dict(CLI_WORDS)
     for tool_ in TOOLS.values():
-        if tool_.public and tool_.cli:
+        if tool_.public and tool_.cli and tool_.cli != tool_.name:
             words[tool_.name] = "'%s'" % tool_.cli
     pattern = re.compile(r"\b(%s)\b" % "|".join(sorted(map(re.escape, words), key=len,
                                                        reverse=True)))
@@ -6544,10 +7079,16 @@ def run_tool_command(args):
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
     store = Store()
     try:
+        timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
+        if getattr(args, "wait", False) or timeout is not None:
+            return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
+                                   lambda r: json.dumps(
+                r, indent=2, ensure_ascii=False) if args.json else RENDER[tool_.name](r))
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
-    code = 1 if tool_.name in ("lease_claim", "window_activate") and not result["ok"] else 0
+    code = 1 if tool_.name in ("lease_claim", "window_activate", "task") and \
+        not result["ok"] else 0
     if getattr(args, "shell", None):
         return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
                 "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
@@ -6806,6 +7347,65 @@ def run_prune(args):
         lines.append("removed %d audit events and %d messages past retention" % (
             result["events_removed"], result["messages_removed"]))
     return "\n".join(lines) or "nothing to prune", 0
+
+
+def _mail_arguments(sub, ask=False):
+    sub.add_argument("--session", dest="session_id", metavar="ID",
+                     help="your session id (default $AGENTS_ROOM_SESSION)")
+    if ask:
+        sub.add_argument("--to", action="append", metavar="SELECTOR", required=True,
+                         help="who to ask, as for send (repeatable)")
+        sub.add_argument("--timeout", type=parse_duration, default=600,
+                         metavar="DURATION", help="how long to wait (default 10m)")
+        sub.set_defaults(wait_s=None)
+    else:
+        sub.add_argument("reply_to", type=parse_int, metavar="MESSAGE_ID",
+                         help="the message you answer; the reply goes to its sender")
+    sub.add_argument("--subject")
+    sub.add_argument("--body", help="the body ('-' reads stdin)")
+    sub.add_argument("--importance", choices=IMPORTANCE)
+
+
+def _send_from_cli(args):
+    store, ctx = Store(), Context(via="cli")
+    try:
+        values = cli_args_to_tool(TOOLS["msg_send"], args)
+        return store, ctx, values, call_tool(store, ctx, "msg_send", values,
+                                             public_only=True)
+    except BaseException:
+        store.close()
+        raise
+
+
+@command("reply", "Reply to a message.",
+         "Send a reply to a message's sender, in its thread (send --reply-to N).",
+         'reply --session $ID 42 --subject "done" --body "phone is in v2"',
+         _mail_arguments)
+def run_reply(args):
+    store, ctx, values, result = _send_from_cli(args)
+    store.close()
+    return (json.dumps(result, indent=2, ensure_ascii=False) if args.json
+            else _render_send(result)), 0
+
+
+@command("ask", "Send and wait for the first reply.",
+         "Send a message, then wait for the first reply in its thread and print it\n"
+         "(marked read).  Exit 2, with one line on stderr, when --timeout passes.",
+         'ask --session $ID --to label:api --subject "phone field?" --timeout 5m',
+         lambda sub: _mail_arguments(sub, ask=True))
+def run_ask(args):
+    store, ctx, values, sent = _send_from_cli(args)
+    try:
+        if not sent["recipients"]:
+            # Nobody could answer: waiting would only run out the timeout.
+            raise RoomError("message #%d reached nobody" % sent["message_id"],
+                            sent.get("warning"))
+        return receive_waiting(
+            store, ctx, {"session_id": values["session_id"], "thread": sent["message_id"]},
+            args.timeout, lambda r: json.dumps(r, indent=2, ensure_ascii=False)
+            if args.json else _render_messages(r["messages"], ""))
+    finally:
+        store.close()
 
 
 def _wake_run_arguments(sub):
@@ -7686,17 +8286,7 @@ def run_ui(args):
 
 def parse_since(text):
     """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
-    text = text.strip()
-    if text[:1].isdigit() and ("T" in text or "-" in text[1:]):
-        import calendar
-        for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M",
-                     "%Y-%m-%d"):
-            try:
-                return calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], form))
-            except ValueError:
-                continue
-        raise UsageError("not a time: %r" % text, "use ISO-8601 UTC or a duration (10m)")
-    return now() - parse_duration(text)
+    return parse_iso(text) if looks_iso(text) else now() - parse_duration(text)
 
 
 def staged_paths(cwd):
