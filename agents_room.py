@@ -3798,7 +3798,11 @@ def room_status(op, room=None):
                 (name,))],
             "recent": [{"message_id": m["id"], "subject": m["subject"],
                         "sender_label": m["sender_label"],
-                        "created_at": iso(m["created_at"])} for m in reversed(recent)]})
+                        "created_at": iso(m["created_at"])} for m in reversed(recent)],
+            "tasks": [{"task_id": t["id"], "title": t["title"], "state": t["state"],
+                       "claimed_by": t["claimed_by"]} for t in conn.execute(
+                "SELECT * FROM tasks WHERE room=? AND state IN ('open', 'claimed') "
+                "ORDER BY id LIMIT 50", (name,))]})
     return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
             "store": op.store.path, "rooms": room_items, "sessions": sessions,
             "leases": leases, "windows": windows}
@@ -4089,6 +4093,12 @@ def session_digest(op, cwd=None):
             if entry not in others:
                 others.append(entry)
     lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
+    open_tasks = conn.execute(
+        "SELECT COUNT(*) FROM tasks WHERE state='open' AND room IN (%s)" % ",".join(
+            "?" * len(rooms)), rooms).fetchone()[0] if rooms else 0
+    if open_tasks:
+        lines.append("%d open task%s in your rooms: task list." % (
+            open_tasks, "" if open_tasks == 1 else "s"))
     return {"text": "\n".join(lines)}
 
 
@@ -6726,6 +6736,9 @@ def _render_status(r):
         count = len(room["sessions"])
         lines.append("== %s (cap %s, %d session%s)" % (
             one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
+        for t in room.get("tasks", []):
+            lines.append("   task #%d %s: %s" % (t["task_id"], t["state"],
+                                                one_line(t["title"], 70)))
         for m in room["recent"]:
             lines.append("   #%d %s: %s" % (m["message_id"], one_line(
                 m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))

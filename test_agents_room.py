@@ -1913,6 +1913,23 @@ class ReadmeTest(RoomTest):
         self.assertIn("refused: the same file", done.stdout)
         self.assertIn("ok   Claude Code hook command runs", done.stdout)
 
+    def test_mail_walk_through_runs_as_written(self):
+        blocks = self.readme_blocks("## Mail: peek", "## Leases on anything")
+        self.assertEqual(len(blocks), 1)
+        done = self.run_block(blocks[0], {})
+        self.assertIn("[urgent]", done.stdout)
+        self.assertIn("(reply to #1)", done.stdout)
+        self.assertIn("yes, optional", done.stdout)             # ask got its reply
+        self.assertIn("done    add the phone field", done.stdout)
+        # Open tasks show in status and in a starting session's digest.
+        web = self.cli_json("join", env={"AGENTS_ROOM_HARNESS_KEY": "web"})["session_id"]
+        self.cli_json("task", "--session", web, "add", "--title", "the next one",
+                      "--room", "storefront")
+        self.assertIn("task #2 open: the next one", self.run_cli("status", check=0).stdout)
+        digest = self.run_cli("hook", "--event=SessionStart", input=json.dumps(
+            {"session_id": "api", "cwd": self.tmp}), check=0).stdout
+        self.assertIn("1 open task in your rooms", digest)
+
     def test_walk_through_runs_as_written(self):
         with open(os.path.join(HERE, "README.md")) as handle:
             text = handle.read()

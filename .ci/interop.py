@@ -89,8 +89,14 @@ async def sdk_client(workdir, env):
             await call("msg_unread", session_id=sid)
             got = await call("msg_recv", session_id=sid)
             await call("msg_ack", session_id=sid, message_id=got["messages"][0]["message_id"])
+            await call("msg_get", session_id=sid, message_id=got["messages"][0]["message_id"])
+            await call("msg_thread", session_id=sid,
+                       message_id=got["messages"][0]["message_id"])
             await call("msg_sent", session_id=sid)
             await call("room_history", session_id=sid, room="interop")
+            await call("room_history", session_id=sid, query="hello")
+            task = await call("task", session_id=sid, action="add", title="interop task")
+            await call("task", session_id=sid, action="list")
             await call("lease_release", session_id=sid, path="file.txt")
             await call("work_set", session_id=sid, state="started", scope="interop")
             window = await call("window_request", session_id=sid, resources=["db:main"],
