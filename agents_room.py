@@ -97,6 +97,7 @@ SWEEP_BATCH = 500                     # expired leases removed per call, at most
 HASH_MAX_BYTES = 256 * 1024 * 1024    # note_read / drift_check hash at most this
 SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
 ANSWER_MAX_BYTES = 4 * 1024 * 1024    # message text in one recv/history answer
+SESSION_STORED_MAX = 256 * 1024 * 1024  # characters of message text a session keeps
 PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
 MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its TTL
@@ -880,6 +881,10 @@ def _migrate_v4(conn):
     conn.execute("UPDATE sessions SET uid=?, host=?", (os.getuid(), host_name()))
     conn.execute("CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL")
     conn.execute("ALTER TABLE sessions ADD COLUMN turn_started REAL")
+    conn.execute("ALTER TABLE sessions ADD COLUMN stored_chars INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE sessions SET stored_chars = (SELECT COALESCE(SUM(LENGTH("
+                 "COALESCE(subject, '')) + LENGTH(COALESCE(body, ''))), 0) FROM messages "
+                 "WHERE sender = sessions.id)")
     conn.execute("ALTER TABLE sessions ADD COLUMN worktree TEXT")
     conn.execute("ALTER TABLE sessions ADD COLUMN branch TEXT")
     conn.execute("ALTER TABLE rooms ADD COLUMN repo TEXT")
@@ -1274,9 +1279,13 @@ def retention(conn, at, batch=RETENTION_BATCH):
         "SELECT id, at FROM events WHERE id < (SELECT MIN(id) FROM events) + ?",
         (batch,)) if r[1] < events_cutoff]
     conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in old_events])
-    old_messages = [r[0] for r in conn.execute(
-        "SELECT id FROM messages WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
-        (messages_cutoff, batch))]
+    old_messages = conn.execute(
+        "SELECT id, sender, LENGTH(COALESCE(subject, '')) + LENGTH(COALESCE(body, '')) "
+        "FROM messages WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
+        (messages_cutoff, batch)).fetchall()
+    conn.executemany("UPDATE sessions SET stored_chars = MAX(0, stored_chars - ?) "
+                     "WHERE id=?", [(r[2], r[1]) for r in old_messages])
+    old_messages = [r[0] for r in old_messages]
     conn.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in old_messages])
     return len(old_events), len(old_messages)
 
@@ -2583,6 +2592,19 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
     caller's transaction.  msg_send, work handoffs and window notices use it.
     A reply joins its parent's thread; any other message is its own root."""
     conn, at = op.conn, op.at
+    size = len(subject or "") + len(body or "")
+    limit = _retention_s("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
+    stored = conn.execute("SELECT stored_chars FROM sessions WHERE id=?",
+                          (sender["id"],)).fetchone()[0]
+    if stored + size > limit:
+        # One session cannot fill the disk for everyone: what it stored goes
+        # when retention removes its messages (90 days after they expire).
+        raise RoomError("session %s has stored %d characters of messages; at most %d "
+                        "per session" % (sender["id"], stored, limit),
+                        "send a path to a file instead of large bodies; prune removes "
+                        "messages 90 days after they expire")
+    conn.execute("UPDATE sessions SET stored_chars = stored_chars + ? WHERE id=?",
+                 (size, sender["id"]))
     thread = conn.execute("SELECT COALESCE(thread_id, id) FROM messages WHERE id=?",
                           (reply_to,)).fetchone() if reply_to else None
     message_id = conn.execute(

@@ -1572,6 +1572,24 @@ class SeamsTest(RoomTest):
         self.assertIn('model = "o3"', text)
         self.assertIn("[mcp_servers.agents-room]", text)
 
+    def test_a_session_cannot_fill_the_disk(self):
+        small = {"AGENTS_ROOM_SESSION_STORED_MAX": "1000"}
+        a = self.join("--room", "q", key="qa")["session_id"]
+        b = self.join("--room", "q", key="qb")["session_id"]
+        self.cli_json("send", "--session", a, "--to", b, "--body", "x" * 600, env=small)
+        done = self.run_cli("send", "--session", a, "--to", b, "--body", "y" * 600,
+                            env=small, check=1)
+        self.assertIn("at most 1000 per session", done.stderr)
+        self.assertEqual(self.cli_json("recv", "--session", b)["messages"][0]["body"],
+                         "x" * 600)                          # reads still work
+        # Retention removes the old message, and with it what it counted.
+        conn = sqlite3.connect(self.db)
+        conn.execute("UPDATE messages SET expires_at = expires_at - ?", (200 * 86400,))
+        conn.commit()
+        conn.close()
+        self.cli_json("prune")
+        self.cli_json("send", "--session", a, "--to", b, "--body", "y" * 600, env=small)
+
     def test_a_terminal_session_lives_with_its_shell(self):
         script = ('eval "$(%s %s join --room t --label term --shell sh)"\n'
                   'echo "$AGENTS_ROOM_SESSION"\n'
