@@ -5699,13 +5699,13 @@ def serve(store_path=None):
 
     def poll():
         """Parked waits: answer those that are due; the next poll backs off
-        from 50 ms to 1 s while nothing changes."""
+        from 50 to 250 ms while nothing changes."""
         if not server.waits:
             return None
         answers = server.poll_waits()
         for answer in answers:
             emit(answer)
-        delay[0] = 0.05 if answers else min(delay[0] * 2, 1.0)
+        delay[0] = 0.05 if answers else min(delay[0] * 2, 0.25)
         if not server.waits:
             return None
         return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
@@ -6573,7 +6573,7 @@ def _bench_wait(b, store, ctx, env, workdir):
         proc.wait(30)
     b.add("recv --wait: a send printed after", times, goal="<= 1 s",
           goal_value=_percentile(times, 0.99) <= 1.0,
-          note="polls PRAGMA data_version with backoff (50 ms to 1 s)")
+          note="polls PRAGMA data_version with backoff (50 to 250 ms)")
 
 
 def _bench_liveness(b, store, ctx):
@@ -6979,7 +6979,8 @@ def wait_for_unread(store, session_id, timeout, thread=None):
     """Block until session_id has an unread delivery (in thread, if given) or
     timeout passes; True if one came.  Cheap: PRAGMA data_version changes only
     when another connection commits, so the store is read again only then,
-    polled with a backoff up to a second (no busy loop, no daemon)."""
+    polled with a backoff up to a quarter second (a PRAGMA: no busy loop, no
+    daemon), so a message is seen well within a second."""
     deadline = time.time() + min(timeout, WAIT_MAX_S)
     delay, version = 0.05, None
     while True:
@@ -6996,7 +6997,7 @@ def wait_for_unread(store, session_id, timeout, thread=None):
         if left <= 0:
             return False
         time.sleep(min(delay, left))
-        delay = min(delay * 2, 1.0)
+        delay = min(delay * 2, 0.25)
 
 
 def receive_waiting(store, ctx, values, timeout, render):
