@@ -929,13 +929,17 @@ def _migrate_v4(conn):
         # it in step with every insert and delete (retention included).
         conn.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(subject, body, "
                      "content='messages', content_rowid='id')")
-        conn.execute("CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN "
-                     "INSERT INTO messages_fts (rowid, subject, body) VALUES "
-                     "(new.id, new.subject, new.body); END")
-        conn.execute("CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN "
+        # Messages are indexed when a search runs (search_messages catches the
+        # index up), not on every send: a send stays a few pages.  A removed
+        # message leaves the index only if it was in it.
+        conn.execute("CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages WHEN "
+                     "old.id <= (SELECT CAST(value AS INTEGER) FROM meta WHERE "
+                     "key='fts_indexed_to') BEGIN "
                      "INSERT INTO messages_fts (messages_fts, rowid, subject, body) VALUES "
                      "('delete', old.id, old.subject, old.body); END")
         conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_indexed_to', "
+                     "(SELECT COALESCE(MAX(id), 0) FROM messages))")
     conn.execute("CREATE TABLE tasks (id INTEGER PRIMARY KEY AUTOINCREMENT, "
                  "room TEXT NOT NULL, title TEXT NOT NULL, body TEXT, state TEXT NOT NULL, "
                  "created_by TEXT NOT NULL, claimed_by TEXT, claimed_at REAL, note TEXT, "
@@ -2594,8 +2598,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
     conn, at = op.conn, op.at
     size = len(subject or "") + len(body or "")
     limit = _retention_s("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
-    stored = conn.execute("SELECT stored_chars FROM sessions WHERE id=?",
-                          (sender["id"],)).fetchone()[0]
+    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
     if stored + size > limit:
         # One session cannot fill the disk for everyone: what it stored goes
         # when retention removes its messages (90 days after they expire).
@@ -2607,15 +2610,17 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
                  (size, sender["id"]))
     thread = conn.execute("SELECT COALESCE(thread_id, id) FROM messages WHERE id=?",
                           (reply_to,)).fetchone() if reply_to else None
-    message_id = conn.execute(
-        "INSERT INTO messages (sender, sender_label, selector, subject, body, reply_to,"
+    # The id is taken here (under the write lock, so it is the next one) so a
+    # root message names its own thread in the same INSERT.
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='messages'").fetchone()
+    message_id = (seq[0] if seq else 0) + 1
+    conn.execute(
+        "INSERT INTO messages (id, sender, sender_label, selector, subject, body, reply_to,"
         " created_at, expires_at, thread_id, importance, ack_required, ack_by) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (sender["id"], sender["label"], json.dumps(selector), subject, body, reply_to,
-         at, at + ttl, thread[0] if thread else None, importance,
-         1 if ack_required or ack_by else 0, ack_by)).lastrowid
-    if not thread:
-        conn.execute("UPDATE messages SET thread_id=id WHERE id=?", (message_id,))
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (message_id, sender["id"], sender["label"], json.dumps(selector), subject, body,
+         reply_to, at, at + ttl, thread[0] if thread else message_id, importance,
+         1 if ack_required or ack_by else 0, ack_by))
     rooms = rooms_of(conn, sender["id"])
     conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
                      [(room, message_id) for room in rooms])
@@ -2918,6 +2923,18 @@ def search_messages(op, rooms, query, before, limit):
     marks = ",".join("?" * len(rooms)) or "''"
     fts = os.environ.get("AGENTS_ROOM_NO_FTS") != "1" and op.conn.execute(
         "SELECT 1 FROM sqlite_master WHERE name='messages_fts'").fetchone()
+    if fts and not op.readonly:
+        # Catch the index up with what was sent since the last search.
+        done = int(op.conn.execute("SELECT value FROM meta WHERE key='fts_indexed_to'"
+                                   ).fetchone()[0])
+        newest = op.conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+        if newest > done:
+            op.conn.execute("INSERT INTO messages_fts (rowid, subject, body) SELECT id, "
+                            "subject, body FROM messages WHERE id > ?", (done,))
+            op.conn.execute("UPDATE meta SET value=? WHERE key='fts_indexed_to'",
+                            (str(newest),))
+    elif fts:
+        fts = None                      # a full disk: no catching up, LIKE instead
     if fts:
         match = " ".join('"%s"' % w.replace('"', '""') for w in words)
         where, params = "m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts " \
