@@ -5511,6 +5511,9 @@ class McpServer:
                 return None
             return _rpc_error(id_, -32602, "Invalid params: params must be an object")
         if not has_id:
+            if message["method"] == "notifications/cancelled":
+                # A cancelled parked wait is dropped unanswered, as MCP asks.
+                self.waits = [w for w in self.waits if w[0] != params.get("requestId")]
             return None             # notifications (initialized, cancelled, ...)
         method = message["method"]
         try:

@@ -2915,6 +2915,13 @@ class MailboxTest(SignalBase):
         quiet = client.request("tools/call", {"name": "msg_recv", "arguments": {
             "session_id": me, "wait_s": 1}})
         self.assertEqual(quiet["result"]["structuredContent"]["messages"], [])
+        # A cancelled wait is dropped unanswered; the next answer is the ping's.
+        client.send_raw((json.dumps({"jsonrpc": "2.0", "id": "w2", "method": "tools/call",
+                                     "params": {"name": "msg_recv", "arguments": {
+                                         "session_id": me, "wait_s": 2}}}) + "\n").encode())
+        client.notify("notifications/cancelled", {"requestId": "w2"})
+        time.sleep(2.5)
+        self.assertEqual(client.request("ping", id_="p2")["id"], "p2")
         self.assertTrue(client.call("msg_recv", session_id=me, wait_s=301)["isError"])
         task = ok("task", session_id=me, action="add", title="t", room="storefront")["task"]
         self.assertTrue(ok("task", session_id=me, action="claim", task_id=task["task_id"])[
