@@ -211,6 +211,17 @@ def now():
     return time.time() + shift
 
 
+def env_number(name, default):
+    """A number from the environment (a window, a bound, a timeout), or the
+    default when it is unset, not a number, negative or absurd."""
+    value = os.environ.get(name)
+    try:
+        number = float(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+    return number if number == number and 0 <= number < 1e15 else default
+
+
 def iso(ts):
     """ISO-8601 UTC with milliseconds, or None."""
     if ts is None:
@@ -1274,8 +1285,8 @@ def retention(conn, at, batch=RETENTION_BATCH):
     `at` is the real clock: a call with a clock far ahead never erases history.
     Returns (events, messages) removed."""
     at = real_time(at)
-    events_cutoff = at - _retention_s("AGENTS_ROOM_EVENT_RETENTION_S", EVENT_RETENTION_S)
-    messages_cutoff = at - _retention_s("AGENTS_ROOM_MESSAGE_RETENTION_S",
+    events_cutoff = at - env_number("AGENTS_ROOM_EVENT_RETENTION_S", EVENT_RETENTION_S)
+    messages_cutoff = at - env_number("AGENTS_ROOM_MESSAGE_RETENTION_S",
                                         MESSAGE_RETENTION_S)
     # The oldest rows by id, then their times: bounded even when none is old
     # (a WHERE on the unindexed time would read the whole log to find nothing).
@@ -1292,14 +1303,6 @@ def retention(conn, at, batch=RETENTION_BATCH):
     old_messages = [r[0] for r in old_messages]
     conn.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in old_messages])
     return len(old_events), len(old_messages)
-
-
-def _retention_s(name, default):
-    try:
-        value = float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-    return value if value == value and value >= 0 else default
 
 
 def sweep(conn, at):
@@ -2597,7 +2600,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
     A reply joins its parent's thread; any other message is its own root."""
     conn, at = op.conn, op.at
     size = len(subject or "") + len(body or "")
-    limit = _retention_s("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
+    limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
     stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
     if stored + size > limit:
         # One session cannot fill the disk for everyone: what it stored goes
@@ -3984,15 +3987,6 @@ TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
 S_KEY = {"type": "string", "maxLength": 200}
 
 
-def _env_seconds(name, default):
-    value = os.environ.get(name)
-    try:
-        seconds = float(value) if value not in (None, "") else default
-    except ValueError:
-        return default
-    return seconds if seconds == seconds and 0 <= seconds < 1e9 else default
-
-
 def mark_offered(op, session_id, stop=False):
     """Signalling moves stored (and undeliverable) deliveries to offered and
     stamps when; it never moves a state backwards."""
@@ -4029,7 +4023,7 @@ def signal_tool_event(op, harness_key, turn_start=False):
         except OSError:
             pass
         return {"text": None}
-    window = _env_seconds("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
+    window = env_number("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
     due = op.conn.execute(
         "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
         "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
@@ -4053,7 +4047,7 @@ def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
     row = op.caller
     if row is None or row["left_at"] is not None:
         return {"text": None}
-    window = _env_seconds("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
+    window = env_number("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
     notify = urgent_only or effective_autonomy(op.conn, row) < 1
     due = 0 if stop_hook_active else op.conn.execute(
         "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
@@ -4522,7 +4516,7 @@ def _spawn_wake(store, ctx, job):
     payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
                           "lever": job["lever"], "argv": lever_argv(job),
                           "alive": job["alive"],
-                          "timeout": _env_seconds("AGENTS_ROOM_WAKE_TIMEOUT_S",
+                          "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
                                                   WAKE_TIMEOUT_S)})
     env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
     cwd = data.get("cwd")
@@ -5935,8 +5929,8 @@ def wait_for_wake(store, ctx, key, env):
         return "", 0
     pid = os.getpid()
     armed_at = now()
-    lifetime = _env_seconds("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
-    poll = _env_seconds("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
+    lifetime = env_number("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
+    poll = env_number("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
     # At SessionStart the join runs beside this hook (a harness starts a
     # group's hooks together): give it a moment to create the session.
     for _ in range(int(WAITER_JOIN_WAIT_S / 0.1)):
@@ -7269,6 +7263,18 @@ def run_doctor(args):
     return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
 
 
+def stop_on_signals():
+    """A command that runs until stopped (watch, ui) ends with exit 0 on
+    SIGTERM too, and on SIGINT even where a shell started it with SIGINT
+    ignored (a background job): both raise KeyboardInterrupt."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _watch_arguments(sub):
     sub.add_argument("--room", help="only events of this room's sessions")
     sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
@@ -7293,14 +7299,7 @@ def _watch_arguments(sub):
          "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
 def run_watch(args):
     """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    # SIGTERM too, and SIGINT even where a shell started us with it ignored (a
-    # background job): either way watch ends with exit 0.
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    stop_on_signals()
     me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
     if args.to_me and not me:
         raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
@@ -8338,14 +8337,9 @@ def _ui_arguments(sub):
 def run_ui(args):
     """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
     import getpass
-    import signal
     import threading
     from http.server import ThreadingHTTPServer
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    stop_on_signals()
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
     label = args.label
