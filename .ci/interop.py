@@ -121,6 +121,9 @@ async def sdk_client(workdir, env):
 
 
 def fastmcp_cli(workdir, env, fastmcp):
+    # These clients start the server with a filtered environment (no
+    # AGENTS_ROOM_DB): HOME points the default store into the work directory.
+    env = dict(env, HOME=workdir)
     command = "%s %s serve" % (sys.executable, SCRIPT)
     listed = subprocess.run([fastmcp, "list", "--command", command, "--json"], env=env,
                             cwd=workdir, capture_output=True, text=True, timeout=120)
@@ -136,6 +139,7 @@ def fastmcp_cli(workdir, env, fastmcp):
 
 
 def inspector_cli(workdir, env, inspector):
+    env = dict(env, HOME=workdir)
     base = [inspector, "--cli", sys.executable, SCRIPT, "serve"]
     listed = subprocess.run(base + ["--method", "tools/list"], env=env, cwd=workdir,
                             capture_output=True, text=True, timeout=120)
