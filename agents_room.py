@@ -527,14 +527,16 @@ class RepoInfo:
         head = _read_small(os.path.join(gitdir, "HEAD")).strip()
         info.branch = head[16:] if head.startswith("ref: refs/heads/") else (
             head[:12] or None)
-        remote = None
+        remotes, section = {}, None
         for line in _read_small(os.path.join(common, "config")).splitlines():
             line = line.strip()
-            if line.startswith("[remote "):
-                remote = remote or "want"
-            elif remote == "want" and line.startswith("url") and "=" in line:
-                remote = _normal_remote(line.split("=", 1)[1].strip())
-        info.identity = remote if remote and remote != "want" else "local:" + common
+            if line.startswith("["):
+                section = line[9:-2] if line.startswith('[remote "') else None
+            elif section is not None and line.startswith("url") and "=" in line:
+                remotes.setdefault(section, _normal_remote(line.split("=", 1)[1].strip()))
+        # origin if there is one, else the first remote, else this git directory.
+        remote = remotes.get("origin") or next(iter(remotes.values()), None)
+        info.identity = remote or "local:" + common
         info.ident_hash = __import__("hashlib").sha256(
             info.identity.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         return info
@@ -3885,13 +3887,15 @@ def note_read(op, path):
     return {"path": resource.shown, "hash": digest, "read_at": iso(op.at)}
 
 
-def lease_holders_between(conn, key, session_id, start, end):
+def lease_holders_between(conn, key, session_id, start, end, real=None):
     """Other sessions' leases on the file (by its key) that were live at some
     time in [start, end], from the event log: each claim or renewal lives until
     its expiry or the holder's next release, whichever comes first."""
     horizon = start - LEASE_TTL_MAX_S
     found = []
-    covering = path_ancestors(key)      # a lease on a directory covers the file
+    # A lease on a directory covers the file: above it in the repository (by
+    # key) or above the repository itself (by real path).
+    covering = list(dict.fromkeys(path_ancestors(key) + path_ancestors(real or key)))
     marks = ",".join("?" * len(covering))
     for claim in conn.execute(
             "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
@@ -3941,7 +3945,8 @@ def drift_check(op, path):
         return result
     result["changed"] = True
     what = "deleted" if current is None else "changed"
-    holders = lease_holders_between(conn, resource.key, op.me, base["read_at"], op.at)
+    holders = lease_holders_between(conn, resource.key, op.me, base["read_at"], op.at,
+                                    resource.real)
     if not holders:
         result["severity"] = "MINOR"
         result["message"] = "%s since you read it at %s; nobody else leased it" % (

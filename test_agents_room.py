@@ -1334,6 +1334,25 @@ class DoorTest(RoomTest):
                              "--subject", "yours?")
         self.assertEqual(sent["recipient_ids"], [holder])
 
+    def test_a_lease_above_a_repository_covers_its_files(self):
+        outer = os.path.join(self.tmp, "outer")
+        repo = os.path.join(outer, "api")
+        os.makedirs(os.path.join(repo, ".git"))
+        target = os.path.join(repo, "f.txt")
+        with open(target, "w") as handle:
+            handle.write("v1")
+        holder = self.join("--room", "o", "--label", "ops", key="o1", live=True)["session_id"]
+        reader = self.join("--room", "o", "--label", "dev", key="o2", live=True,
+                           cwd=repo)["session_id"]
+        self.cli_json("note-read", "--session", reader, target)
+        self.cli_json("claim", "--session", holder, outer, "--broad")
+        self.assertFalse(self.cli_json("claim", "--session", reader, target, check=1)["ok"])
+        with open(target, "w") as handle:
+            handle.write("v2")
+        drift = self.cli_json("drift", "--session", reader, target)
+        self.assertEqual((drift["severity"], drift["holder"]["session_id"]),
+                         ("CRITICAL", holder))
+
     def test_every_change_writes_its_event(self):
         """(command -> event kinds it must write), for every change."""
         self.repo("w")
