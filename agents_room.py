@@ -4872,32 +4872,48 @@ def merge_codex_toml(text):
     lines = text.splitlines()
     out, skipping = [], False
     for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("["):
-            skipping = stripped in ("[mcp_servers.agents-room]",
-                                    '[mcp_servers."agents-room"]')
+        header = line.split("#", 1)[0].strip()
+        if header.startswith("["):
+            skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
+                                                   '[mcp_servers."agents-room"]')
         if not skipping:
             out.append(line)
     # Hooks are on by default in current Codex; `hooks` is the canonical key
     # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
     out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
     section, has_hooks = None, False
-    for l in out:
-        if l.strip().startswith("["):
-            section = l.strip()
-        elif section == "[features]" and l.split("=")[0].strip() == "hooks":
+    headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
+    for index, (l, header) in enumerate(zip(out, headers)):
+        if header.startswith("["):
+            section = header
+        elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
+                section is None and l.split("=")[0].strip().replace(" ", "") ==
+                "features.hooks"):
             has_hooks = True
+            out[index] = l.split("=")[0] + "= true"
     if not has_hooks:
-        if "[features]" in (l.strip() for l in out):
-            index = [l.strip() for l in out].index("[features]")
-            out.insert(index + 1, "hooks = true")
+        if "[features]" in headers:
+            out.insert(headers.index("[features]") + 1, "hooks = true")
+        elif any(h.startswith("features.") for h in headers):
+            out.insert(next(i for i, h in enumerate(headers) if h.startswith("features.")),
+                       "features.hooks = true")
         else:
             out += ["", "[features]", "hooks = true"]
     while out and not out[-1].strip():
         out.pop()
     while out and not out[0].strip():
         out.pop(0)
-    return "\n".join(out) + ("\n\n" if out else "") + _toml_block()
+    merged = "\n".join(out) + ("\n\n" if out else "") + _toml_block()
+    try:
+        import tomllib                  # 3.11+: check what is written
+    except ImportError:
+        return merged
+    try:
+        tomllib.loads(merged)
+    except tomllib.TOMLDecodeError as error:
+        raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
+                        "table by hand (setup codex without --write prints it)" % error)
+    return merged
 
 
 def _yaml_entries(placement, autonomy):
@@ -4923,22 +4939,36 @@ def merge_hermes_yaml(text, placement, autonomy):
     line-based writer for the block-style subset Hermes' own config uses; a
     flow-style section ({...} on one line) is refused rather than guessed."""
     mcp, hooks = _yaml_entries(placement, autonomy)
+    newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines()
+
+    def by_hand(why):
+        return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
+                         "hermes without --write prints them)" % why)
 
     def section(name):
         for index, line in enumerate(lines):
-            if line.startswith(name + ":"):
-                rest = line[len(name) + 1:].strip()
-                if rest and not rest.startswith("#"):
-                    raise RoomError("%s: in config.yaml is not a block mapping; add the "
-                                    "agents-room entries by hand" % name)
-                end = index + 1
-                while end < len(lines) and (not lines[end].strip() or
-                                            lines[end].startswith((" ", "\t"))):
-                    end += 1
-                while end > index + 1 and not lines[end - 1].strip():
-                    end -= 1
-                return index, end
+            for spelled in (name, '"%s"' % name, "'%s'" % name):
+                if line.startswith(spelled + ":"):
+                    break
+            else:
+                continue
+            rest = line[len(spelled) + 1:].strip()
+            if rest and not rest.startswith("#"):
+                raise by_hand("has %s: in flow style" % name)
+            end = index + 1
+            while end < len(lines) and (not lines[end].strip() or
+                                        lines[end].startswith((" ", "\t"))):
+                end += 1
+            while end > index + 1 and not lines[end - 1].strip():
+                end -= 1
+            for child in lines[index + 1:end]:
+                if child.strip() and not child.strip().startswith("#"):
+                    indent = len(child) - len(child.lstrip(" "))
+                    if "\t" in child[:indent + 1] or indent != 2:
+                        raise by_hand("indents %s: other than by two spaces" % name)
+                    break
+            return index, end
         lines.extend(["", name + ":"])
         return len(lines) - 1, len(lines)
 
@@ -4958,8 +4988,8 @@ def merge_hermes_yaml(text, placement, autonomy):
     events, order, current = {}, [], None
     for line in body:
         if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
-                not line.strip().startswith("#"):
-            current = line.strip().rstrip(":")
+                not line.strip().startswith(("#", "-")):
+            current = line.strip().rstrip(":").strip("'\"")
             order.append(current)
             events[current] = [line]
         elif current is None:
@@ -4984,7 +5014,15 @@ def merge_hermes_yaml(text, placement, autonomy):
             l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
             l.split(":", 1)[1])}) for l in i if "command:" in l)]
         if name in hooks:
-            items.append(hooks.pop(name))
+            ours = hooks.pop(name)
+            theirs = [l for i in items for l in i if l.strip().startswith("- ")]
+            if theirs:
+                # Our item at the indentation their items use (YAML requires
+                # one indentation per sequence).
+                shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
+                ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
+                        for l in ours]
+            items.append(ours)
         rebuilt.append(block[0])
         for i in items:
             rebuilt.extend(i)
@@ -4995,7 +5033,7 @@ def merge_hermes_yaml(text, placement, autonomy):
     if not any(l.startswith("hooks_auto_accept:") for l in lines):
         lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
                   "hooks_auto_accept: true"]
-    return "\n".join(lines).strip("\n") + "\n"
+    return newline.join(lines).strip("\r\n") + newline
 
 
 def _yaml_scalar(text):
@@ -5087,8 +5125,14 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     else:
         hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
         config_path = os.path.join(hermes_home, "config.yaml")
-        content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
-        files.append({"path": config_path, "content": content})
+        try:
+            content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
+            files.append({"path": config_path, "content": content})
+        except RoomError as error:
+            # A config this writer does not understand is left alone: the
+            # entries are printed for a person to add.
+            files.append({"path": config_path, "content": merge_hermes_yaml(
+                "", Placement(None), level), "action": "merge by hand: " + error.message})
         notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
                      "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
         notes.append("Hermes shows the model agents-room's context once per user turn "
@@ -5098,6 +5142,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     if write:
         precompile()
         for item in files:
+            if item.get("action"):
+                continue                        # merge by hand
             if _read_text(item["path"]) == item["content"]:
                 item["action"] = "unchanged"
                 continue
@@ -7245,7 +7291,7 @@ def run_setup(args):
     lines = []
     for item in result["files"]:
         lines.append("== %s (%s)" % (item["path"], item["action"]))
-        if not args.write:
+        if not args.write or item["action"].startswith("merge by hand"):
             lines.append(item["content"].rstrip("\n"))
     lines += ["note: " + note for note in result["notes"]]
     return "\n".join(lines), 0

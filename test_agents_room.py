@@ -3601,6 +3601,40 @@ class SetupTest(RoomTest):
         again = self.run_cli("setup", "hermes", "--write", env=env, check=0)
         self.assertIn("(unchanged)", again.stdout)
 
+    def test_setup_merges_the_configs_people_write(self):
+        home = os.path.join(self.tmp, "home")
+        codex, hermes = os.path.join(home, ".codex"), os.path.join(home, ".hermes")
+        os.makedirs(codex)
+        os.makedirs(hermes)
+        env = {"HOME": home, "CODEX_HOME": codex, "HERMES_HOME": hermes}
+        for toml in ('[features] # ours\nhooks = false\n', 'features.hooks = false\n'):
+            with self.subTest(toml=toml):
+                with open(os.path.join(codex, "config.toml"), "w") as handle:
+                    handle.write(toml)
+                self.run_cli("setup", "codex", "--write", env=env, check=0)
+                text = read_bytes(os.path.join(codex, "config.toml")).decode()
+                self.assertEqual(text.count("features"), 1, text)
+                self.assertIn("hooks = true", text)
+                try:
+                    import tomllib
+                except ImportError:
+                    continue
+                tomllib.loads(text)
+        config = os.path.join(hermes, "config.yaml")
+        with open(config, "w") as handle:            # a sequence not indented under its key
+            handle.write("hooks:\n  pre_llm_call:\n  - command: mine\n    timeout: 5\n")
+        self.run_cli("setup", "hermes", "--write", env=env, check=0)
+        text = read_bytes(config).decode()
+        # Ours joins their sequence at their indentation (one per sequence).
+        self.assertIn("  pre_llm_call:\n  - command: mine\n    timeout: 5\n  - command: \"",
+                      text)
+        with open(config, "w") as handle:            # four-space indentation: not guessed
+            handle.write("hooks:\n    pre_llm_call:\n      - command: x\n")
+        done = self.run_cli("setup", "hermes", "--write", env=env, check=0)
+        self.assertIn("merge by hand", done.stdout)
+        self.assertEqual(read_bytes(config).decode(),
+                         "hooks:\n    pre_llm_call:\n      - command: x\n")
+
     def test_doctor_reports_each_line(self):
         home = os.path.join(self.tmp, "home")
         os.makedirs(home)
