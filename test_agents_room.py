@@ -1324,12 +1324,7 @@ class DoorTest(RoomTest):
                            cwd=real)["session_id"]
         self.cli_json("note-read", "--session", reader, target)
         self.cli_json("claim", "--session", holder, os.path.join(self.tmp, "link", "f.txt"))
-        self.assertFalse(self.cli_json("claim", "--session", reader, target, check=1)["ok"])
-        with open(target, "w") as handle:
-            handle.write("v2")
-        drift = self.cli_json("drift", "--session", reader, target)
-        self.assertEqual((drift["severity"], drift["holder"]["session_id"]),
-                         ("CRITICAL", holder))
+        self.assert_contended_and_critical(reader, target, holder)
         sent = self.cli_json("send", "--session", reader, "--to", "file:" + target,
                              "--subject", "yours?")
         self.assertEqual(sent["recipient_ids"], [holder])
@@ -1346,6 +1341,11 @@ class DoorTest(RoomTest):
                            cwd=repo)["session_id"]
         self.cli_json("note-read", "--session", reader, target)
         self.cli_json("claim", "--session", holder, outer, "--broad")
+        self.assert_contended_and_critical(reader, target, holder)
+
+    def assert_contended_and_critical(self, reader, target, holder):
+        """target is held through holder's lease: reader cannot claim it, and
+        once it changes, reader's drift is CRITICAL naming holder."""
         self.assertFalse(self.cli_json("claim", "--session", reader, target, check=1)["ok"])
         with open(target, "w") as handle:
             handle.write("v2")
