@@ -4633,12 +4633,6 @@ def hook_output(harness, event_name, text, hold=False):
                                               "additionalContext": text}})
 
 
-def project_root(cwd):
-    """Where a harness's project configuration lives: the git top level of cwd
-    (a worktree's own top level), else None."""
-    return repo_root(cwd)
-
-
 def _launcher_code(missing_exit):
     """The -c program of the launcher: take the directory of agents_room.py
     from argv, import it (so Python uses the bytecode cache; the directory goes
@@ -5070,7 +5064,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
             row["title"], "hold the end of a turn" if row["max_autonomy"] == 0 else
             "start a turn", autonomy_name(row["max_autonomy"])))
         level = row["max_autonomy"]
-    root = project_root(cwd)
+    root = repo_root(cwd)
     if harness == "claude":
         if scope == "project" and root is None:
             raise RoomError("%s is not inside a git repository" % cwd,
@@ -5258,7 +5252,7 @@ def doctor(env=None, cwd=None, home=None):
     env = os.environ if env is None else env
     cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
-    root = project_root(cwd) or cwd
+    root = repo_root(cwd) or cwd
     checks = []
     path = default_db_path()
     checks.append(("ok", "store: %s" % path, ""))

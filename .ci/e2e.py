@@ -447,13 +447,19 @@ def run_turn(box, prompt, expect, timeout=45):
     return box.oneshot(prompt, timeout=timeout)
 
 
+def done_noting_who(box, state):
+    """End the scripted turn with "done", noting who is in the room first:
+    while the turn runs (a one-shot harness has ended after it)."""
+    if "who" not in state:
+        state["who"] = [s["session_id"] for s in box.sessions()]
+    return Reply(text="done")
+
+
 def s_digest(box):
     state = {}
 
     def script(req):
-        if "who" not in state:      # while the turn runs (a one-shot has ended after it)
-            state["who"] = [s["session_id"] for s in box.sessions()]
-        return Reply(text="done")
+        return done_noting_who(box, state)
     box.mock.script = script
     run = run_turn(box, "hello", 1)
     calls = box.mock.model_calls()
@@ -476,9 +482,7 @@ def s_mcp(box):
             return Reply(calls=[ar_call(box.mode, "room_join", {})])
         if sid and done == 1:
             return Reply(calls=[ar_call(box.mode, "msg_recv", {"session_id": sid})])
-        if "who" not in state:      # while the turn runs (a one-shot has ended after it)
-            state["who"] = [s["session_id"] for s in box.sessions()]
-        return Reply(text="done")
+        return done_noting_who(box, state)
     box.mock.script = script
     run = run_turn(box, "join the room", 3)
     calls = box.mock.model_calls()
