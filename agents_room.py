@@ -66,7 +66,7 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants ------------------------------------------------------------
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIN_SQLITE = (3, 31, 0)
 
 HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
@@ -331,7 +331,10 @@ def signal_marker(store_path, harness_key):
     messages": writers create it after committing a delivery, and a hook
     removes it (under the store's write lock) when it finds nothing unread.
     A hook with nothing to say checks it with one stat and never opens the
-    store (hook_main)."""
+    store (hook_main).  None for a store on a server: a message from another
+    host raises no file here, so hooks there always ask the store."""
+    if is_postgres_url(store_path):
+        return None
     safe = harness_key if 0 < len(harness_key) <= 128 and all(
         c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
         else "h-" + __import__("hashlib").sha256(harness_key.encode(
@@ -341,6 +344,8 @@ def signal_marker(store_path, harness_key):
 
 def raise_marker(store_path, harness_key):
     path = signal_marker(store_path, harness_key)
+    if path is None:
+        return
     try:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0),
                          0o600))
@@ -973,7 +978,14 @@ def fts_available(conn):
         return False
 
 
-MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4]
+def _migrate_v5(conn):
+    """Liveness verdicts: a session's own host records what it found (and
+    when), which is all another host can go by when the store is shared."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN verdict TEXT")
+    conn.execute("ALTER TABLE sessions ADD COLUMN verdict_at REAL")
+
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5]
 OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
               "deliveries", "leases", "reads", "events", "work", "windows",
               "window_resources", "messages_fts", "messages_fts_data", "messages_fts_idx",
@@ -982,6 +994,8 @@ OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_r
 
 def default_db_path():
     configured = os.environ.get("AGENTS_ROOM_DB")
+    if is_postgres_url(configured):
+        return configured
     if configured:
         return os.path.abspath(os.path.expanduser(configured))
     return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
@@ -1042,7 +1056,18 @@ def _check_owner(path, what):
     return True
 
 
-class Store:
+def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
+    """The store AGENTS_ROOM_DB (or path) names: a SQLite file, or a
+    PostgreSQL database for a postgresql:// URL.  Both offer the same
+    interface: write() and read() transactions, conn, change_mark(),
+    wait_change() and close()."""
+    path = path or default_db_path()
+    if is_postgres_url(path):
+        return PgStore(path, busy_ms)
+    return SqliteStore(path, busy_ms)
+
+
+class SqliteStore:
     """One connection to the SQLite store, with the transaction helper.
 
     Every read-check-write runs in BEGIN IMMEDIATE: the write lock is taken
@@ -1052,8 +1077,10 @@ class Store:
     time bound, and give up quietly).
     """
 
+    kind = "sqlite"
+
     def __init__(self, path=None, busy_ms=BUSY_TIMEOUT_MS):
-        self.path = path or default_db_path()
+        self.path = self.shown = path or default_db_path()
         self.busy_ms = busy_ms
         self.conn = None
         self._open()
@@ -1169,6 +1196,24 @@ class Store:
 
     def read(self):
         return _Transaction(self, "BEGIN")
+
+    def schema_version(self):
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def journal(self):
+        return self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def engine(self):
+        return "SQLite %s" % sqlite3.sqlite_version
+
+    def change_mark(self):
+        """A value that moves when another connection commits."""
+        return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def wait_change(self, timeout):
+        """Wait up to timeout seconds for a change: SQLite has no way to be
+        told, so callers poll change_mark() after this sleep."""
+        time.sleep(max(timeout, 0))
 
 
 class _Transaction:
@@ -1342,6 +1387,915 @@ def sweep(conn, at):
         event(conn, "lease.expire", lease["session_id"], subject=lease["key"],
               data={"mode": lease["mode"], "expires_at": lease["expires_at"],
                     "shown": lease["path"], "kind": lease["kind"]}, at=at)
+
+
+# ---- store: PostgreSQL ------------------------------------------------------
+#
+# AGENTS_ROOM_DB=postgresql://user[:password]@host[:port]/dbname[?sslmode=...]
+# puts the room on PostgreSQL.  The client below speaks the wire protocol (v3)
+# itself, as the MCP loop speaks JSON-RPC: no driver to install.  PgConnection
+# offers what the operations use of a sqlite3 connection (execute, executemany,
+# rows by index and by name, rowcount, lastrowid), and PG_DIALECT is the one
+# table of what differs: the operations' SQL is written once, in SQLite's
+# dialect, and rewritten here on its first use.
+
+PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
+PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
+PG_CONNECT_TIMEOUT_S = 10
+VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
+
+
+def is_postgres_url(path):
+    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+def redact_url(url):
+    """The URL without its password, for messages."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+class PgError(Exception):
+    """An error the server sent (SQLSTATE and message) or a lost connection
+    (sqlstate '08000'; `sent` says whether a statement may have reached the
+    server)."""
+
+    def __init__(self, message, sqlstate="08000", detail=None, hint=None, sent=False):
+        super().__init__(message)
+        self.sqlstate, self.detail, self.hint, self.sent = sqlstate, detail, hint, sent
+
+    @property
+    def lost(self):
+        return self.sqlstate.startswith("08")
+
+
+def _pgpass(host, port, database, user):
+    """The password ~/.pgpass (or PGPASSFILE) gives, as libpq reads it: the
+    first matching line, `*` a wildcard, `\\:` an escaped colon; a file others
+    can read is ignored."""
+    path = os.environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
+    try:
+        if os.stat(path).st_mode & 0o077:
+            return None
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    want = (host, str(port), database, user)
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields, field, escaped = [], "", False
+        for char in line:
+            if escaped:
+                field, escaped = field + char, False
+            elif char == "\\":
+                escaped = True
+            elif char == ":" and len(fields) < 4:
+                fields.append(field)
+                field = ""
+            else:
+                field += char
+        fields.append(field)
+        if len(fields) == 5 and all(f == "*" or f == w for f, w in zip(fields, want)):
+            return fields[4]
+    return None
+
+
+class PgRow(tuple):
+    """A row read by index or by column name, as sqlite3.Row is."""
+
+    def __new__(cls, values, names):
+        row = tuple.__new__(cls, values)
+        row._names = names
+        return row
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self):
+        return list(self._names)
+
+
+class PgCursor:
+    def __init__(self, rows, rowcount, lastrowid=None):
+        self._rows, self.rowcount, self.lastrowid = rows, rowcount, lastrowid
+
+    def fetchone(self):
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self):
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+
+def _decode_int(text):
+    return int(text)
+
+
+def _decode_numeric(text):
+    return float(text) if ("." in text or "e" in text.lower() or text in (
+        "NaN", "Infinity", "-Infinity")) else int(text)
+
+
+# Result columns come as text; these type oids are turned back into Python
+# values the way sqlite3 gives them (a boolean as 0 or 1).
+PG_DECODERS = {16: lambda t: 1 if t == "t" else 0, 20: _decode_int, 21: _decode_int,
+               23: _decode_int, 26: _decode_int, 700: float, 701: float,
+               1700: _decode_numeric, 17: lambda t: bytes.fromhex(t[2:])}
+
+
+def _pg_param(value):
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"1" if value else b"0"
+    if isinstance(value, float):
+        return repr(value).encode()
+    if isinstance(value, bytes):
+        return b"\\x" + value.hex().encode()
+    return str(value).encode("utf-8")
+
+
+class PgConnection:
+    """One connection to a PostgreSQL server over the v3 wire protocol:
+    startup, authentication (trust, cleartext, md5, SCRAM-SHA-256), TLS by
+    sslmode, and the extended query protocol with bound parameters (values
+    never enter the SQL text).  Statements are prepared once per connection."""
+
+    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S):
+        self.url = url
+        self.sock = None
+        self.statements = {}            # sql -> (name, column names, decoders)
+        self.notified = False
+        self.dirty = False              # rows changed in the open transaction
+        self.in_transaction = False
+        self.params = {}
+        self._buffer = b""
+        self._connect(timeout)
+
+    # -- connecting --
+    def _settings(self):
+        from urllib.parse import urlsplit, parse_qsl, unquote
+        parts = urlsplit(self.url)
+        query = dict(parse_qsl(parts.query))
+        env = os.environ
+        host = query.get("host") or (unquote(parts.hostname or "") if parts.hostname
+                                     else None) or env.get("PGHOST") or "localhost"
+        if "@" in parts.netloc and parts.netloc.rsplit("@", 1)[1].startswith("%2F"):
+            host = unquote(parts.netloc.rsplit("@", 1)[1].split(":")[0])
+        elif parts.netloc.startswith("%2F"):
+            host = unquote(parts.netloc.split(":")[0])
+        try:
+            port = int(query.get("port") or parts.port or env.get("PGPORT") or 5432)
+        except ValueError:
+            raise StoreError("the port in AGENTS_ROOM_DB is not a number: %s"
+                             % redact_url(self.url))
+        import getpass
+        user = unquote(parts.username or "") or query.get("user") or env.get(
+            "PGUSER") or getpass.getuser()
+        database = unquote(parts.path.lstrip("/")) or query.get("dbname") or env.get(
+            "PGDATABASE") or user
+        password = unquote(parts.password) if parts.password is not None else \
+            query.get("password") or env.get("PGPASSWORD")
+        if password is None:
+            password = _pgpass("localhost" if host.startswith("/") else host, port,
+                               database, user)
+        sslmode = query.get("sslmode") or env.get("PGSSLMODE") or "prefer"
+        if sslmode not in ("disable", "allow", "prefer", "require", "verify-ca",
+                           "verify-full"):
+            raise StoreError("sslmode=%s is not one of disable, allow, prefer, require, "
+                             "verify-ca, verify-full" % sslmode)
+        return {"host": host, "port": port, "user": user, "database": database,
+                "password": password, "sslmode": sslmode,
+                "sslrootcert": query.get("sslrootcert") or env.get("PGSSLROOTCERT"),
+                "options": query.get("options") or env.get("PGOPTIONS"),
+                "timeout": float(query.get("connect_timeout") or 0) or None}
+
+    def _connect(self, timeout):
+        import socket
+        settings = self._settings()
+        self.settings = settings
+        host, port = settings["host"], settings["port"]
+        where = host if host.startswith("/") else "%s:%d" % (host, port)
+        try:
+            if host.startswith("/"):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(settings["timeout"] or timeout)
+                sock.connect(os.path.join(host, ".s.PGSQL.%d" % port))
+            else:
+                sock = socket.create_connection((host, port),
+                                                settings["timeout"] or timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as error:
+            raise PgError("cannot reach PostgreSQL at %s: %s"
+                          % (where, error.strerror or error), "08001")
+        self.sock = sock
+        try:
+            if settings["sslmode"] not in ("disable", "allow") and \
+                    not host.startswith("/"):
+                self._start_tls(settings, host)
+            startup = {"user": settings["user"], "database": settings["database"],
+                       "application_name": "agents-room", "client_encoding": "UTF8"}
+            if settings["options"]:
+                startup["options"] = settings["options"]
+            body = b"".join(k.encode() + b"\0" + str(v).encode() + b"\0"
+                            for k, v in startup.items()) + b"\0"
+            self._send_raw(_pg_int(len(body) + 8) + _pg_int(196608) + body)
+            self._authenticate(settings)
+            self.sock.settimeout(None)
+        except OSError as error:
+            self.close()
+            raise PgError("connection to PostgreSQL at %s failed: %s"
+                          % (where, error.strerror or error), "08006")
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_tls(self, settings, host):
+        self._send_raw(_pg_int(8) + _pg_int(80877103))        # SSLRequest
+        answer = self._recv_exact(1)
+        if answer != b"S":
+            if settings["sslmode"] in ("require", "verify-ca", "verify-full"):
+                raise PgError("the server at %s does not offer TLS, and sslmode=%s "
+                              "requires it" % (host, settings["sslmode"]), "08004")
+            return
+        import ssl           # only here: importing ssl costs a start-up milliseconds
+        mode = settings["sslmode"]
+        if mode in ("verify-ca", "verify-full"):
+            context = ssl.create_default_context(cafile=settings["sslrootcert"] if (
+                settings["sslrootcert"] and settings["sslrootcert"] != "system") else None)
+            context.check_hostname = mode == "verify-full"
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        try:
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
+        except ssl.SSLError as error:
+            raise PgError("TLS with the server at %s failed: %s" % (host, error.reason
+                                                                      or error), "08006")
+
+    def _authenticate(self, settings):
+        password = settings["password"]
+        scram = None
+        while True:
+            kind, body = self._read_message()
+            if kind == b"R":
+                code = _pg_uint(body[:4])
+                if code == 0:
+                    continue
+                if code in (3, 5, 10) and password is None:
+                    raise PgError("PostgreSQL asks %s for a password and none was given"
+                                  % settings["user"], "28P01", hint=(
+                                      "put it in the URL, PGPASSWORD or ~/.pgpass"))
+                if code == 3:                                     # cleartext
+                    self._send(b"p", password.encode("utf-8") + b"\0")
+                elif code == 5:                                   # md5
+                    import hashlib
+                    inner = hashlib.md5((password + settings["user"]).encode(
+                        "utf-8")).hexdigest()
+                    outer = hashlib.md5(inner.encode() + body[4:8]).hexdigest()
+                    self._send(b"p", b"md5" + outer.encode() + b"\0")
+                elif code == 10:                                  # SASL
+                    mechanisms = body[4:].split(b"\0")
+                    if b"SCRAM-SHA-256" not in mechanisms:
+                        raise PgError("the server offers only %s; this client speaks "
+                                      "SCRAM-SHA-256" % b", ".join(
+                                          m for m in mechanisms if m).decode(), "28000")
+                    scram = _Scram(password)
+                    first = scram.first()
+                    self._send(b"p", b"SCRAM-SHA-256\0" + _pg_int(len(first)) + first)
+                elif code == 11:
+                    self._send(b"p", scram.final(body[4:]))
+                elif code == 12:
+                    scram.verify(body[4:])
+                else:
+                    raise PgError("the server asks for authentication method %d, which "
+                                  "this client does not speak" % code, "28000")
+            elif kind == b"S":
+                name, value = body.rstrip(b"\0").split(b"\0", 1)
+                self.params[name.decode()] = value.decode()
+            elif kind == b"Z":
+                return
+            elif kind == b"E":
+                raise self._error(body)
+
+    # -- the wire --
+    def _send_raw(self, data):
+        self.sock.sendall(data)
+
+    def _send(self, kind, body):
+        self._send_raw(kind + _pg_int(len(body) + 4) + body)
+
+    def _recv_exact(self, count):
+        while len(self._buffer) < count:
+            chunk = self.sock.recv(max(65536, count - len(self._buffer)))
+            if not chunk:
+                raise OSError("the server closed the connection")
+            self._buffer += chunk
+        data, self._buffer = self._buffer[:count], self._buffer[count:]
+        return data
+
+    def _read_message(self):
+        head = self._recv_exact(5)
+        body = self._recv_exact(_pg_uint(head[1:5]) - 4)
+        kind = head[:1]
+        if kind == b"A":                       # NotificationResponse, at any time
+            self.notified = True
+            return self._read_message()
+        if kind == b"N":                       # NoticeResponse: not an answer
+            return self._read_message()
+        return kind, body
+
+    def _error(self, body):
+        fields = {}
+        for part in body.split(b"\0"):
+            if part:
+                fields[part[:1]] = part[1:].decode("utf-8", "replace")
+        return PgError(fields.get(b"M", "error"), fields.get(b"C", "XX000"),
+                       fields.get(b"D"), fields.get(b"H"))
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self._send(b"X", b"")
+            except OSError:
+                pass
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+    # -- queries --
+    def simple(self, sql):
+        """A statement without parameters (transaction control, LISTEN, DDL),
+        by the simple query protocol: one round trip for several."""
+        self._guard()
+        try:
+            self._send(b"Q", sql.encode("utf-8") + b"\0")
+            error = None
+            while True:
+                kind, body = self._read_message()
+                if kind == b"E":
+                    error = self._error(body)
+                elif kind == b"Z":
+                    self.in_transaction = body != b"I"
+                    if error:
+                        raise error
+                    return
+        except OSError as error:
+            raise self._lost(error, True)
+
+    def execute(self, sql, params=()):
+        self._guard()
+        prepared = self.statements.get(sql)
+        text = None
+        if prepared is None:
+            text, returning = pg_translate(sql)
+        try:
+            if prepared is None:
+                name = b"s%d" % len(self.statements) if len(
+                    self.statements) < PG_STATEMENTS_MAX else b""
+                encoded = text.encode("utf-8")
+                self._send_raw(b"".join((
+                    _pg_msg(b"P", name + b"\0" + encoded + b"\0" + _pg_short(0)),
+                    _pg_msg(b"D", b"S" + name + b"\0"),
+                    self._bind(name, params), _pg_msg(b"E", b"\0" + _pg_int(0)),
+                    _pg_msg(b"S", b""))))
+            else:
+                name = prepared[0]
+                self._send_raw(self._bind(name, params) +
+                               _pg_msg(b"E", b"\0" + _pg_int(0)) + _pg_msg(b"S", b""))
+            rows, count, error = [], -1, None
+            columns = prepared[1:3] if prepared else (None, None)
+            while True:
+                kind, body = self._read_message()
+                if kind == b"D":
+                    rows.append(self._row(body, columns))
+                elif kind == b"T":
+                    columns = _pg_columns(body)
+                elif kind == b"n":
+                    columns = ({}, ())
+                elif kind == b"C":
+                    tag = body.rstrip(b"\0").split()
+                    count = int(tag[-1]) if tag and tag[-1].isdigit() and tag[0] in (
+                        b"INSERT", b"UPDATE", b"DELETE") else -1
+                elif kind == b"E":
+                    error = self._error(body)
+                elif kind == b"Z":
+                    self.in_transaction = body != b"I"
+                    break
+        except OSError as error:
+            raise self._lost(error, not sql.lstrip()[:6].upper() == "SELECT")
+        if error:
+            raise error
+        if prepared is None:
+            prepared = (name,) + columns + (returning,)
+            if name:
+                self.statements[sql] = prepared
+        if count > 0:
+            self.dirty = True
+        return PgCursor(rows, count, rows[-1][0] if prepared[3] and rows else None)
+
+    def executemany(self, sql, seq):
+        for params in seq:
+            self.execute(sql, params)
+
+    def _bind(self, name, params):
+        parts = [b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
+        for value in params:
+            data = _pg_param(value)
+            if data is None:
+                parts.append(_pg_int(-1))
+            else:
+                parts.append(_pg_int(len(data)))
+                parts.append(data)
+        parts.append(_pg_short(0))
+        return _pg_msg(b"B", b"".join(parts))
+
+    def _row(self, body, columns):
+        names, decoders = columns
+        count = _pg_uint(body[:2]) >> 0
+        values, at = [], 2
+        for index in range(count):
+            size = int.from_bytes(body[at:at + 4], "big", signed=True)
+            at += 4
+            if size < 0:
+                values.append(None)
+                continue
+            text = body[at:at + size].decode("utf-8")
+            at += size
+            decode = decoders[index]
+            values.append(decode(text) if decode else text)
+        return PgRow(values, names)
+
+    def _guard(self):
+        if self.sock is None:
+            raise PgError("the connection to PostgreSQL is closed", "08003")
+
+    def _lost(self, error, sent):
+        self.close()
+        return PgError("the connection to PostgreSQL was lost: %s"
+                       % (getattr(error, "strerror", None) or error), "08006", sent=sent)
+
+    def wait_notify(self, timeout):
+        """Wait up to timeout seconds for a NOTIFY on the channel this
+        connection listens to; True if one came (or had come)."""
+        import select
+        if self.notified:
+            self.notified = False
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            pending = self._buffer or (hasattr(self.sock, "pending") and self.sock.pending())
+            if not pending:
+                ready, _, _ = select.select([self.sock], [], [], max(left, 0))
+                if not ready:
+                    return False
+            try:
+                self.sock.settimeout(max(left, 0.05))
+                head = self._recv_exact(5)
+                self._recv_exact(_pg_uint(head[1:5]) - 4)
+            except OSError as error:
+                raise self._lost(error, False)
+            finally:
+                if self.sock is not None:
+                    self.sock.settimeout(None)
+            if head[:1] == b"A":
+                self.notified = False
+                return True
+
+
+def _pg_int(value):
+    return value.to_bytes(4, "big", signed=True)
+
+
+def _pg_short(value):
+    return value.to_bytes(2, "big")
+
+
+def _pg_uint(data):
+    return int.from_bytes(data, "big")
+
+
+def _pg_msg(kind, body):
+    return kind + _pg_int(len(body) + 4) + body
+
+
+def _pg_columns(body):
+    count = _pg_uint(body[:2])
+    names, decoders, at = {}, [], 2
+    for index in range(count):
+        end = body.index(b"\0", at)
+        names.setdefault(body[at:end].decode("utf-8"), index)
+        at = end + 1
+        oid = _pg_uint(body[at + 6:at + 10])
+        decoders.append(PG_DECODERS.get(oid))
+        at += 18
+    return names, tuple(decoders)
+
+
+class _Scram:
+    """SCRAM-SHA-256 (RFC 5802/7677) as PostgreSQL speaks it: no channel
+    binding, the user name taken from the startup message."""
+
+    def __init__(self, password):
+        import base64
+        self.password = password.encode("utf-8")
+        self.nonce = base64.b64encode(os.urandom(18)).decode()
+        self.first_bare = "n=,r=" + self.nonce
+
+    def first(self):
+        return ("n,," + self.first_bare).encode()
+
+    def final(self, server_first):
+        import base64
+        import hashlib
+        import hmac
+        text = server_first.decode()
+        fields = dict(item.split("=", 1) for item in text.split(","))
+        if not fields.get("r", "").startswith(self.nonce):
+            raise PgError("the server's SCRAM nonce does not extend ours", "28000")
+        salted = hashlib.pbkdf2_hmac("sha256", self.password,
+                                     base64.b64decode(fields["s"]), int(fields["i"]))
+        client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+        stored = hashlib.sha256(client_key).digest()
+        without_proof = "c=biws,r=" + fields["r"]
+        self.auth = ",".join((self.first_bare, text, without_proof)).encode()
+        signature = hmac.new(stored, self.auth, "sha256").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        self.server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+        return (without_proof + ",p=" + base64.b64encode(proof).decode()).encode()
+
+    def verify(self, server_final):
+        import base64
+        import hmac
+        fields = dict(item.split("=", 1) for item in server_final.decode().split(","))
+        expected = hmac.new(self.server_key, self.auth, "sha256").digest()
+        if base64.b64decode(fields.get("v", "")) != expected:
+            raise PgError("the server's SCRAM signature is wrong: it does not know "
+                          "the password", "28000")
+
+
+# The schema on PostgreSQL: the SQLite schema at the version PostgreSQL
+# stores start from, in PostgreSQL's types.  Text compares byte by byte
+# (COLLATE "C"), as SQLite's does: lease lookups read ranges of keys.
+PG_SCHEMA_V5 = """
+CREATE TABLE meta (key TXT PRIMARY KEY, value TXT);
+CREATE TABLE sessions (
+    id TXT PRIMARY KEY, harness TXT NOT NULL, harness_key TXT, cwd TXT NOT NULL,
+    pid BIGINT, pid_start BIGINT, label TXT, tags TXT NOT NULL DEFAULT '[]',
+    autonomy BIGINT NOT NULL DEFAULT 0, lever TXT, lever_data TXT, waiter_pid BIGINT,
+    waiter_start BIGINT, waiter_until FLOAT8, created_at FLOAT8 NOT NULL,
+    last_seen FLOAT8 NOT NULL, left_at FLOAT8, uid BIGINT, host TXT, ended_at FLOAT8,
+    turn_started FLOAT8, stored_chars BIGINT NOT NULL DEFAULT 0, worktree TXT,
+    branch TXT, verdict TXT, verdict_at FLOAT8);
+CREATE UNIQUE INDEX sessions_harness_key ON sessions(harness_key)
+    WHERE harness_key IS NOT NULL;
+CREATE INDEX sessions_label ON sessions(lower(label));
+CREATE INDEX sessions_pid ON sessions(pid) WHERE pid IS NOT NULL;
+CREATE TABLE rooms (name TXT PRIMARY KEY, cap BIGINT NOT NULL DEFAULT 2,
+    created_at FLOAT8 NOT NULL, repo TXT);
+CREATE TABLE memberships (
+    session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    room TXT NOT NULL REFERENCES rooms(name), joined_at FLOAT8 NOT NULL,
+    PRIMARY KEY (session_id, room));
+CREATE INDEX memberships_room ON memberships(room, session_id);
+CREATE TABLE messages (
+    id BIGSERIAL PRIMARY KEY, sender TXT NOT NULL, sender_label TXT,
+    selector TXT NOT NULL, subject TXT, body TXT, reply_to BIGINT,
+    created_at FLOAT8 NOT NULL, expires_at FLOAT8 NOT NULL, thread_id BIGINT,
+    importance TXT NOT NULL DEFAULT 'normal', ack_required BIGINT NOT NULL DEFAULT 0,
+    ack_by FLOAT8);
+CREATE INDEX messages_sender ON messages(sender, id);
+CREATE INDEX messages_expires ON messages(expires_at);
+CREATE INDEX messages_thread ON messages(thread_id, id);
+CREATE TABLE message_rooms (
+    room TXT NOT NULL,
+    message_id BIGINT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    PRIMARY KEY (room, message_id));
+CREATE INDEX message_rooms_message ON message_rooms(message_id);
+CREATE TABLE deliveries (
+    session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    message_id BIGINT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    state TXT NOT NULL, updated_at FLOAT8 NOT NULL, offered_at FLOAT8,
+    stop_held_at FLOAT8, read_at FLOAT8, wake_attempts BIGINT NOT NULL DEFAULT 0,
+    wake_next_at FLOAT8, wake_failed TXT, PRIMARY KEY (session_id, message_id));
+CREATE INDEX deliveries_message ON deliveries(message_id);
+CREATE INDEX deliveries_state ON deliveries(session_id, state);
+CREATE INDEX deliveries_wake ON deliveries(wake_next_at) WHERE wake_next_at IS NOT NULL;
+CREATE TABLE leases (
+    id BIGSERIAL PRIMARY KEY,
+    session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    path TXT NOT NULL, mode TXT NOT NULL, acquired_at FLOAT8 NOT NULL,
+    expires_at FLOAT8 NOT NULL, kind TXT NOT NULL DEFAULT 'path', key TXT, purpose TXT,
+    inode TXT, real TXT, UNIQUE (session_id, path));
+CREATE INDEX leases_path ON leases(path);
+CREATE INDEX leases_expires ON leases(expires_at);
+CREATE INDEX leases_key ON leases(kind, key);
+CREATE INDEX leases_inode ON leases(inode) WHERE inode IS NOT NULL;
+CREATE INDEX leases_real ON leases(kind, real);
+CREATE TABLE reads (
+    session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    path TXT NOT NULL, hash TXT, read_at FLOAT8 NOT NULL, PRIMARY KEY (session_id, path));
+CREATE TABLE events (id BIGSERIAL PRIMARY KEY, at FLOAT8 NOT NULL, kind TXT NOT NULL,
+    session_id TXT, room TXT, subject TXT, data TXT);
+CREATE INDEX events_subject ON events(subject, at);
+CREATE TABLE work (
+    session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    scope TXT NOT NULL, state TXT NOT NULL, summary TXT, updated_at FLOAT8 NOT NULL,
+    PRIMARY KEY (session_id, scope));
+CREATE TABLE windows (
+    id BIGSERIAL PRIMARY KEY, session_id TXT NOT NULL, purpose TXT, state TXT NOT NULL,
+    required TXT NOT NULL, acked TXT NOT NULL, created_at FLOAT8 NOT NULL,
+    ack_deadline FLOAT8 NOT NULL, expires_at FLOAT8 NOT NULL, activated_at FLOAT8,
+    ended_at FLOAT8);
+CREATE INDEX windows_open ON windows(state, expires_at);
+CREATE TABLE window_resources (
+    window_id BIGINT NOT NULL REFERENCES windows(id) ON DELETE CASCADE,
+    kind TXT NOT NULL, key TXT NOT NULL, shown TXT NOT NULL);
+CREATE INDEX window_resources_key ON window_resources(kind, key);
+CREATE INDEX window_resources_window ON window_resources(window_id);
+CREATE TABLE tasks (id BIGSERIAL PRIMARY KEY, room TXT NOT NULL, title TXT NOT NULL,
+    body TXT, state TXT NOT NULL, created_by TXT NOT NULL, claimed_by TXT,
+    claimed_at FLOAT8, note TXT, created_at FLOAT8 NOT NULL, updated_at FLOAT8 NOT NULL);
+CREATE INDEX tasks_room ON tasks(room, state, id);
+""".replace("TXT", 'TEXT COLLATE "C"')
+PG_FIRST_VERSION = 5                  # PostgreSQL stores begin at schema 5
+PG_TABLES = ("meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
+             "deliveries", "leases", "reads", "events", "work", "windows",
+             "window_resources", "tasks")
+
+# What differs between the dialects, in one place.  The operations write their
+# SQL once, in SQLite's dialect; on PostgreSQL each statement is rewritten on
+# its first use (and then prepared): whole statements first, by their exact
+# text, then the rules, then `?` becomes `$n`.
+PG_DIALECT = {
+    # A message's id is taken before its INSERT (its thread names it).
+    "SELECT seq FROM sqlite_sequence WHERE name='messages'":
+        "SELECT nextval('messages_id_seq') - 1",
+    # Full-text search: no FTS5 table; the search reads with ILIKE.
+    "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
+}
+PG_UPSERT_KEYS = {"meta": "key", "work": "session_id, scope", "reads": "session_id, path",
+                  "sessions": "id", "rooms": "name"}
+PG_RETURNING_TABLES = ("leases", "windows", "tasks")   # callers read lastrowid
+_PG_TRANSLATED = {}
+
+
+def pg_translate(sql):
+    """(PostgreSQL text, whether it returns the new row's id) for one
+    statement written for SQLite.  Cached: each text is rewritten once."""
+    done = _PG_TRANSLATED.get(sql)
+    if done is not None:
+        return done
+    import re
+    text = PG_DIALECT.get(sql, sql)
+    upsert = re.match(r"\s*INSERT OR (IGNORE|REPLACE) INTO (\w+)\s*\(([^)]*)\)", text)
+    if upsert:
+        verb, table, columns = upsert.groups()
+        text = "INSERT INTO" + text[upsert.end(1) + len(" INTO"):]
+        if verb == "IGNORE":
+            text += " ON CONFLICT DO NOTHING"
+        else:
+            keys = PG_UPSERT_KEYS[table]
+            rest = [c.strip() for c in columns.split(",")
+                    if c.strip() not in [k.strip() for k in keys.split(",")]]
+            text += " ON CONFLICT (%s) DO %s" % (keys, "UPDATE SET " + ", ".join(
+                "%s=EXCLUDED.%s" % (c, c) for c in rest) if rest else "NOTHING")
+    text = re.sub(r"\bMAX\((\d+), ", r"GREATEST(\1, ", text)
+    # A parameter tested only for NULL has no type PostgreSQL can infer.
+    text = re.sub(r"(?<![\w.=])\? IS (NOT )?NULL", r"CAST(? AS TEXT) IS \1NULL", text)
+    text = re.sub(r"([\w.]+) = \? COLLATE NOCASE", r"lower(\1) = lower(?)", text)
+    text = re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
+    returning = bool(re.match(r"\s*INSERT INTO (%s)\b" % "|".join(PG_RETURNING_TABLES),
+                              text)) and "RETURNING" not in text.upper()
+    if returning:
+        text += " RETURNING id"
+    pieces = re.split(r"('(?:[^']|'')*')", text)      # never inside a literal
+    count = 0
+    for index in range(0, len(pieces), 2):
+        out = []
+        for char in pieces[index]:
+            if char == "?":
+                count += 1
+                out.append("$%d" % count)
+            else:
+                out.append(char)
+        pieces[index] = "".join(out)
+    done = _PG_TRANSLATED[sql] = ("".join(pieces), returning)
+    return done
+
+
+def explain_pg(error, url):
+    """A PgError as a StoreError naming the server (never the password), the
+    SQLSTATE and a remedy."""
+    where = redact_url(url)
+    state = error.sqlstate
+    text = "%s (SQLSTATE %s)" % (error, state)
+    if state == "28P01" or (state == "28000" and "password" in str(error)):
+        return StoreError("PostgreSQL refused the password: %s" % text,
+                          error.hint or "check the password in AGENTS_ROOM_DB, PGPASSWORD "
+                          "or ~/.pgpass for %s" % where)
+    if state.startswith("28"):
+        return StoreError("PostgreSQL refused the connection: %s" % text,
+                          "check pg_hba.conf and the user in %s" % where)
+    if state == "3D000":
+        return StoreError("PostgreSQL has no such database: %s" % text,
+                          "create it (createdb -O <user> <name>) or fix %s" % where)
+    if state == "42501":
+        return StoreError("PostgreSQL denied permission: %s" % text,
+                          "grant the user rights on the database and its schema (see "
+                          "'Beyond one machine' in the README)")
+    if state in ("22003", "22P03"):
+        return UsageError("a number is too large for the store: %s" % error)
+    if state in ("22021", "22P05"):
+        return UsageError("text the store cannot hold (a NUL character?): %s" % error)
+    if state == "53100":
+        return StoreError("PostgreSQL is out of disk: %s" % text, "free space on the "
+                          "server; the change was rolled back", code="disk_full")
+    if error.lost:
+        return StoreError("PostgreSQL at %s: %s" % (where, text),
+                          "check that the server runs and is reachable"
+                          + ("; the write may or may not have been applied: look before "
+                             "repeating it" if error.sent else ""), code="unavailable")
+    return StoreError("PostgreSQL error: %s" % text)
+
+
+class PgStore:
+    """The room on PostgreSQL: the Store interface (write, read, close, the
+    change mark) over one PgConnection.  Writers are serialised by a
+    transaction-scoped advisory lock taken first in every write transaction:
+    the same meaning as SQLite's BEGIN IMMEDIATE, so every read-check-write
+    in the operations keeps it."""
+
+    kind = "postgresql"
+
+    def __init__(self, url, busy_ms=BUSY_TIMEOUT_MS):
+        self.path = url
+        self.shown = redact_url(url)
+        self.busy_ms = busy_ms
+        self.conn = None
+        self._listening = False
+        self._mark = 0
+        try:
+            self.conn = PgConnection(url)
+            self.conn.simple("SET lock_timeout = %d" % int(busy_ms))
+            self._open()
+        except PgError as error:
+            self.close()
+            raise explain_pg(error, url)
+
+    def _open(self):
+        conn = self.conn
+        version = self.schema_version()
+        if version is None or version < SCHEMA_VERSION:
+            conn.simple("BEGIN")
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+                version = self.schema_version()     # another process may have made it
+                if version is None:
+                    tables = [r[0] for r in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = "
+                        "current_schema()").fetchall()]
+                    if tables:
+                        raise StoreError(
+                            "the schema of %s holds another program's tables (%s), not an "
+                            "agents-room store" % (self.shown, ", ".join(sorted(tables)[:5])),
+                            "use an empty database, or give the room a schema of its own "
+                            "(?options=-csearch_path%3Droom); nothing was written")
+                    if conn.execute("SELECT current_schema()").fetchone()[0] is None:
+                        raise StoreError("%s has no schema to create the room in"
+                                         % self.shown, "create one: CREATE SCHEMA room "
+                                         "and add ?options=-csearch_path%3Droom")
+                    conn.simple(PG_SCHEMA_V5)
+                    conn.execute("INSERT INTO meta (key, value) VALUES "
+                                 "('schema_version', ?)", (PG_FIRST_VERSION,))
+                    version = PG_FIRST_VERSION
+                for step in range(version, SCHEMA_VERSION):
+                    PG_MIGRATIONS[step](conn)
+                if version < SCHEMA_VERSION:
+                    conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                                 (SCHEMA_VERSION,))
+                    event(conn, "store.migrate", data={"from": version,
+                                                       "to": SCHEMA_VERSION})
+                conn.simple("COMMIT")
+            except BaseException:
+                if conn.sock is not None:
+                    conn.simple("ROLLBACK")
+                raise
+            version = SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            self.close()
+            raise StoreError(
+                "the store %s has schema version %d, written by a newer agents-room; "
+                "this one (%s) knows up to %d" % (self.shown, version, __version__,
+                                                  SCHEMA_VERSION),
+                "upgrade agents_room.py, or set AGENTS_ROOM_DB to another store; "
+                "the store was not modified")
+
+    def schema_version(self):
+        if self.conn.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
+            return None
+        row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'"
+                                ).fetchone()
+        return int(row[0]) if row else None
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def journal(self):
+        return "wal"              # PostgreSQL writes ahead; nothing to switch
+
+    def engine(self):
+        return "PostgreSQL %s at %s" % (self.conn.params.get("server_version", "?"),
+                                        self.shown)
+
+    def write(self):
+        return _PgTransaction(self, True)
+
+    def read(self):
+        return _PgTransaction(self, False)
+
+    def change_mark(self):
+        """A value that moves when another connection commits a change: a
+        count of the NOTIFYs received on this connection's LISTEN."""
+        if not self._listening:
+            self.conn.simple("LISTEN " + PG_CHANNEL)
+            self._listening = True
+        if self.conn.notified or self.conn.wait_notify(0):
+            self.conn.notified = False
+            self._mark += 1
+        return self._mark
+
+    def wait_change(self, timeout):
+        """Wait up to timeout seconds for a change (a NOTIFY)."""
+        if not self._listening:
+            self.change_mark()
+        if timeout > 0 and self.conn.wait_notify(timeout):
+            self.conn.notified = True
+
+
+class _PgTransaction:
+    def __init__(self, store, write):
+        self.store, self.write = store, write
+
+    def __enter__(self):
+        conn = self.store.conn
+        try:
+            if conn.sock is None:
+                self.store.conn = conn = PgConnection(self.store.path)
+                self.store._listening = False
+            conn.dirty = False
+            if self.write:
+                conn.simple("BEGIN; SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+            else:
+                conn.simple("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except PgError as error:
+            raise explain_pg(error, self.store.path)
+        return conn
+
+    def __exit__(self, kind, value, traceback):
+        conn = self.store.conn
+        if kind is None:
+            try:
+                conn.simple(("NOTIFY %s; COMMIT" % PG_CHANNEL) if conn.dirty else "COMMIT")
+                return False
+            except PgError as error:
+                if conn.sock is not None and conn.in_transaction:
+                    try:
+                        conn.simple("ROLLBACK")
+                    except PgError:
+                        pass
+                error.sent = True
+                raise explain_pg(error, self.store.path)
+        if conn.sock is not None:
+            try:
+                conn.simple("ROLLBACK")
+            except PgError:
+                pass
+        if isinstance(value, PgError):
+            raise explain_pg(value, self.store.path)
+        return False
+
+
+# PG_MIGRATIONS[n] takes a PostgreSQL store from schema n to n + 1; they begin
+# at PG_FIRST_VERSION (the SQLite steps before it were never PostgreSQL's).
+PG_MIGRATIONS = {}
 
 
 # ---- liveness (process scan) ---------------------------------------------
@@ -1955,6 +2909,8 @@ def call_tool(store, ctx, name, args, public_only=False):
                 op.readonly = True
                 op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
                 result = tool_.fn(op, **args)
+    except PgError as error:
+        raise explain_pg(error, store.path)
     except sqlite3.Error as error:
         raise explain_sqlite(error, store.path)
     except RecursionError:
@@ -2914,7 +3870,7 @@ def msg_sent(op, limit=20):
 def acks_owed(conn, session_id, at):
     """(owed, overdue): acks session_id owes for messages that asked for one."""
     return conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(m.ack_by < ?), 0) FROM deliveries d JOIN messages m "
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN m.ack_by < ? THEN 1 ELSE 0 END), 0) FROM deliveries d JOIN messages m "
         "ON m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
         "d.state NOT IN ('acked', 'expired')", (at, session_id)).fetchone()
 
@@ -4024,7 +4980,7 @@ def signal_tool_event(op, harness_key, turn_start=False):
         # Under the write lock, so no send can commit between the count and
         # this: the next send raises the marker again after its commit.
         try:
-            os.unlink(signal_marker(op.store.path, harness_key))
+            os.unlink(signal_marker(op.store.path, harness_key) or "")
         except OSError:
             pass
         return {"text": None}
@@ -4345,8 +5301,8 @@ def store_info(op, harness_key=None):
     session = None
     if op.caller is not None:
         session = session_dict(op.conn, op.caller, op.liveness, op.at)
-    return {"journal": op.conn.execute("PRAGMA journal_mode").fetchone()[0],
-            "schema": op.conn.execute("PRAGMA user_version").fetchone()[0],
+    return {"journal": op.store.journal(), "schema": op.store.schema_version(),
+            "engine": op.store.engine(),
             "sessions": op.conn.execute("SELECT COUNT(*) FROM sessions WHERE left_at "
                                         "IS NULL").fetchone()[0],
             "session": session}
@@ -4393,7 +5349,7 @@ def follow_events(room=None, since=None, poll_s=0.5, store=None):
     (epoch seconds; default: from now on), only of `room`'s sessions when given.
     Polls the store with an indexed read of new event ids: no write, no busy
     loop."""
-    store = store or Store()
+    store = store or open_store()
     try:
         conn = store.conn
         if since is not None:
@@ -4425,7 +5381,16 @@ def version_info():
         digest = hashlib.sha256(handle.read()).hexdigest()
     path = default_db_path()
     schema = None
-    if os.path.exists(path):
+    if is_postgres_url(path):
+        try:
+            store = PgStore.__new__(PgStore)      # look, never create or migrate
+            store.conn = PgConnection(path)
+            schema = store.schema_version()
+            store.close()
+        except PgError:
+            schema = None
+        path = redact_url(path)
+    elif os.path.exists(path):
         try:
             conn = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True)
             schema = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -4558,7 +5523,7 @@ def wake_run(payload):
     # known to start when the recipient's harness is running.
     outcome = "failed" if not ok else (
         "accepted" if job["lever"] != "codex-queue" or job.get("alive") else "offered")
-    store = Store()
+    store = open_store()
     try:
         call_tool(store, Context(via="cli"), "wake_record", {
             "session_id": job["session_id"], "messages": job["messages"],
@@ -5255,9 +6220,12 @@ def doctor(env=None, cwd=None, home=None):
     root = repo_root(cwd) or cwd
     checks = []
     path = default_db_path()
-    checks.append(("ok", "store: %s" % path, ""))
-    if os.path.exists(path):
-        mode, dir_mode = stat_mode(path), stat_mode(os.path.dirname(path))
+    checks.append(("ok", "store: %s" % (redact_url(path) if is_postgres_url(path)
+                                        else path), ""))
+    server = is_postgres_url(path)
+    if server or os.path.exists(path):
+        mode, dir_mode = (0, 0) if server else (stat_mode(path),
+                                                stat_mode(os.path.dirname(path)))
         if mode & 0o077 or dir_mode & 0o077:
             checks.append(("warn", "store permissions: file %03o, directory %03o" % (
                 mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
@@ -5266,7 +6234,7 @@ def doctor(env=None, cwd=None, home=None):
             checks.append(("ok", "store permissions: file %03o, directory %03o"
                            % (mode, dir_mode), ""))
         try:
-            store = Store(path)
+            store = open_store(path)
             try:
                 info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
                                  "store_info", {"harness_key": harness_key_from(env)})
@@ -5276,9 +6244,8 @@ def doctor(env=None, cwd=None, home=None):
                            "journal mode: %s" % info["journal"],
                            "" if info["journal"] == "wal" else
                            "the store should be in WAL mode"))
-            checks.append(("ok", "schema version %d, %d present sessions, SQLite %s"
-                           % (info["schema"], info["sessions"], sqlite3.sqlite_version),
-                           ""))
+            checks.append(("ok", "schema version %d, %d present sessions, %s"
+                           % (info["schema"], info["sessions"], info["engine"]), ""))
         except RoomError as error:
             info = None
             checks.append(("fail", "store: %s" % error.message, error.hint or ""))
@@ -5586,7 +6553,7 @@ class McpServer:
         or whose wait is over.  Cheap when nothing changed."""
         if not self.waits:
             return []
-        version = self.store.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = self.store.change_mark()
         changed, self.data_version = force or version != self.data_version, version
         answers, at = [], time.time()
         for wait in list(self.waits):
@@ -5736,12 +6703,13 @@ def serve(store_path=None):
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    store = Store(store_path)
+    store = open_store(store_path)
     # A WAL checkpoint fsyncs; left to SQLite it lands on whichever call crosses
     # 1,000 pages (the p99 of msg_send, measured: 4.7 ms with, 0.5 ms without).
     # The server checkpoints when its input pauses instead, with a larger
     # automatic threshold kept as the backstop for a server that is never idle.
-    store.conn.execute("PRAGMA wal_autocheckpoint=10000")
+    if store.kind == "sqlite":
+        store.conn.execute("PRAGMA wal_autocheckpoint=10000")
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
@@ -5770,7 +6738,7 @@ def serve(store_path=None):
         return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
 
     def idle():
-        if server.wrote:
+        if server.wrote and store.kind == "sqlite":
             server.wrote = False
             try:
                 store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -5896,7 +6864,7 @@ def run_hook(argv, stdin_text, env=None):
     harness = hook_harness(opts, env)
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else _getcwd()
     ctx = Context(via="hook", cwd=cwd, env=env)
-    store = Store(busy_ms=HOOK_BUSY_MS)
+    store = open_store(busy_ms=HOOK_BUSY_MS)
     try:
         if event_name == "SessionStart":
             digest = _hook_join(store, ctx, opts, key, harness)
@@ -6034,7 +7002,8 @@ def nothing_to_say(argv, stdin_text):
     if key is None:
         return False
     try:
-        return not os.path.exists(signal_marker(default_db_path(), key))
+        marker = signal_marker(default_db_path(), key)
+        return marker is not None and not os.path.exists(marker)
     except (OSError, ValueError):
         return False
 
@@ -6121,7 +7090,7 @@ BENCH_WORKER = """
 import os, sys, time
 sys.path.insert(0, %r)
 import agents_room as ar
-store = ar.Store()
+store = ar.open_store()
 ctx = ar.Context(cwd=os.getcwd())
 role, index, until = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 sid = ar.call_tool(store, ctx, "room_join", {"room": "bench-load",
@@ -6264,7 +7233,7 @@ def bench(quick=False, progress=None, python=None):
         precompile()
         python, version, sqlite_version = _bench_interpreter(python, env)
         b = _Bench(quick, progress, python)
-        store = Store(path)
+        store = open_store(path)
         ctx = Context(cwd=workdir)
         _bench_site(b, env)
         _bench_processes(b, store, ctx, env, workdir)
@@ -6559,7 +7528,7 @@ def _bench_scale(b, store, ctx):
     sizes = (1000, 100000) if b.quick else (1000, 1000000)
     # The measured session calls as a harness would: its key in the environment.
     ctx = Context(cwd=ctx.cwd, env=dict(ctx.env, AGENTS_ROOM_HARNESS_KEY="scale-me"))
-    stores = [Store(os.path.join(os.path.dirname(store.path), "scale-%d.db" % size))
+    stores = [open_store(os.path.join(os.path.dirname(store.path), "scale-%d.db" % size))
               for size in sizes]
     try:
         calls = []
@@ -7043,19 +8012,19 @@ def wait_for_unread(store, session_id, timeout, thread=None):
     deadline = time.time() + min(timeout, WAIT_MAX_S)
     delay, version = 0.05, None
     while True:
-        seen = store.conn.execute("PRAGMA data_version").fetchone()[0]
+        seen = store.change_mark()
         if seen != version:
             version, delay = seen, 0.05
             if store.conn.execute(
                     "SELECT 1 FROM deliveries d JOIN messages m ON m.id = d.message_id "
                     "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ? AND "
-                    "(? IS NULL OR m.thread_id=?) LIMIT 1" % UNREAD_SQL,
+                    "(CAST(? AS BIGINT) IS NULL OR m.thread_id=?) LIMIT 1" % UNREAD_SQL,
                     (session_id, now(), thread, thread)).fetchone():
                 return True
         left = deadline - time.time()
         if left <= 0:
             return False
-        time.sleep(min(delay, left))
+        store.wait_change(min(delay, left))
         delay = min(delay * 2, 0.25)
 
 
@@ -7221,7 +8190,7 @@ def run_tool_command(args):
         # A terminal session lives as long as the shell it was joined from.
         pid = terminal_shell(os.getppid())
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
-    store = Store()
+    store = open_store()
     try:
         timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
         if getattr(args, "wait", False) or timeout is not None:
@@ -7348,7 +8317,7 @@ def run_watch(args):
     me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
     if args.to_me and not me:
         raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
-    store = Store()
+    store = open_store()
     since = parse_since(args.since) if args.since else None
     last = None
     if args.last is not None:
@@ -7359,7 +8328,7 @@ def run_watch(args):
         sender = args.sender if is_session_id(args.sender) else args.sender.lower()
     if last is None and not args.json:
         sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
-            store.path, " (room %s)" % args.room if args.room else ""))
+            store.shown, " (room %s)" % args.room if args.room else ""))
         sys.stderr.flush()
 
     def wanted(item):
@@ -7477,7 +8446,7 @@ def _prune_arguments(sub):
          "removes audit events older than 30 days and messages 90 days past expiry.",
          "prune --older-than 24h --dry-run", _prune_arguments)
 def run_prune(args):
-    store = Store()
+    store = open_store()
     try:
         result = call_tool(store, Context(via="cli"), "prune", {
             "quiet_s": args.older_than, "dry_run": args.dry_run})
@@ -7516,7 +8485,7 @@ def _mail_arguments(sub, ask=False):
 
 
 def _send_from_cli(args):
-    store, ctx = Store(), Context(via="cli")
+    store, ctx = open_store(), Context(via="cli")
     try:
         values = cli_args_to_tool(TOOLS["msg_send"], args)
         return store, ctx, values, call_tool(store, ctx, "msg_send", values,
@@ -7690,7 +8659,7 @@ class OperatorPage:
         self.tokens = []
         self.host = "127.0.0.1:%d" % port
         self.origin = "http://" + self.host
-        self.store = Store()
+        self.store = open_store()
         self.lock = threading.Lock()
         self.changed = threading.Condition()
         self.version = 0
@@ -7737,21 +8706,21 @@ class OperatorPage:
     def watch(self):
         """Poll for changes (another connection's commit moves data_version;
         events.id covers a reset connection) and wake the event streams."""
-        store = Store()
+        store = open_store()
         last = None
         try:
             while not self.stopping:
                 try:
-                    seen = (store.conn.execute("PRAGMA data_version").fetchone()[0],
+                    seen = (store.change_mark(),
                             store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
-                except sqlite3.Error:
+                except (sqlite3.Error, PgError):
                     seen = last
                 if seen != last:
                     last = seen
                     with self.changed:
                         self.version += 1
                         self.changed.notify_all()
-                time.sleep(UI_POLL_S)
+                store.wait_change(UI_POLL_S)
         finally:
             store.close()
 
@@ -8411,7 +9380,7 @@ def run_ui(args):
     sys.stdout.write(url + "\n")
     sys.stdout.flush()
     sys.stderr.write("agents-room ui: serving %s as %s on 127.0.0.1:%d; Ctrl-C stops\n"
-                     % (page.store.path, label, page.port))
+                     % (page.store.shown, label, page.port))
     sys.stderr.flush()
     if args.open:
         import webbrowser
@@ -8483,7 +9452,7 @@ def _run_guard(args, setting):
     if not resources:
         return "agents-room guard: nothing to check", 0
     session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
-    store = Store()
+    store = open_store()
     result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": []}
     try:
         if not session:

@@ -21,12 +21,16 @@ Standard library only.  Run: python3 test_agents_room.py  (ends with
 'N passed, N failed').
 """
 
+import atexit
+import glob
 import importlib.util
 import io
 import json
 import os
 import py_compile
+import pwd
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -39,6 +43,7 @@ import threading
 import time
 import traceback
 import unittest
+from urllib.parse import quote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "agents_room.py")
@@ -96,6 +101,395 @@ def clean_env(**extra):
     env["AGENTS_ROOM_TEST_SEAMS"] = "1"     # the suite asks for the clock seam
     env.update(extra)
     return env
+
+
+# ---- the PostgreSQL under test ---------------------------------------------------
+#
+# The store tests run twice: on SQLite, and on PostgreSQL (the Pg* classes at
+# the end).  One switch, AGENTS_ROOM_TEST_PG: unset starts a throwaway cluster
+# when PostgreSQL is installed (initdb, pg_ctl; as root they run as the
+# `postgres` user), `off` skips them, a postgresql:// URL uses that server
+# (its user needs CREATE on the database).  Each test gets a schema of its own.
+# `python3 -c 'import test_agents_room as t, sys; sys.exit(t.pg_cli(sys.argv))'
+# start DIR` leaves a throwaway cluster running (the benchmark's, in CI).
+
+ROLES = ("ar_owner", "ar_md5", "ar_clear", "ar_trust", "ar_noaccess", "ar_tls")
+PG_STATE = "throwaway_pg.json"
+
+
+class PgUnavailable(Exception):
+    """PostgreSQL cannot be started here; str(exc) is the reason."""
+
+
+def find_postgres_bindir():
+    """A directory holding initdb, pg_ctl and postgres, or None."""
+    found = [os.environ.get("PG_BINDIR")]
+    exe = shutil.which("pg_ctl")
+    if exe:  # /usr/local/bin/pg_ctl may be a symlink: use the real directory
+        found.append(os.path.dirname(os.path.realpath(exe)))
+    debian = glob.glob("/usr/lib/postgresql/*/bin")
+    found += sorted(debian, key=lambda d: [int(p) for p in d.split("/")[-2].split(".")
+                                           if p.isdigit()], reverse=True)
+    found.append("/usr/local/pgsql/bin")
+    for d in found:
+        if d and all(os.access(os.path.join(d, n), os.X_OK)
+                     for n in ("initdb", "pg_ctl", "postgres")):
+            return d
+    return None
+
+
+def _conf_str(s):
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _searchable_by(path, uid, gids):
+    """The first ancestor of path that user uid cannot search, or None."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        st = os.stat(d)
+        bit = 0o100 if st.st_uid == uid else 0o010 if st.st_gid in gids else 0o001
+        if not st.st_mode & bit:
+            return d
+        if d == "/":
+            return None
+        d = os.path.dirname(d)
+
+
+class ThrowawayPostgres:
+    host = "127.0.0.1"
+    database = "agents_room"
+
+    def __init__(self, base_dir=None):
+        self.base_dir = os.path.abspath(base_dir) if base_dir else None
+        self._auto_dir = base_dir is None
+        self.port = self.socket_dir = self.ca_file = self.bindir = None
+        self.data_dir = self.log_file = self.start_seconds = None
+        self.passwords = {}
+        self._ids = None          # (uid, gid) of the server user when we are root
+        self._started = False
+
+    # -- helpers --------------------------------------------------------------
+    def _run(self, args, as_server=True, stdin=None, timeout=120):
+        kw = {}
+        if as_server and self._ids:
+            kw = dict(user=self._ids[0], group=self._ids[1], extra_groups=[])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        try:
+            return subprocess.run(args, input=stdin, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True,
+                                  cwd=self.base_dir, env=env, timeout=timeout, **kw)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise PgUnavailable("%s failed: %s" % (os.path.basename(args[0]), e))
+
+    def _check(self, args, what, **kw):
+        r = self._run(args, **kw)
+        if r.returncode != 0:
+            raise PgUnavailable("%s failed (exit %d): %s" % (what, r.returncode, r.stdout.strip()[-2000:]))
+        return r
+
+    def _give(self, path, mode):
+        os.chmod(path, mode)
+        if self._ids:
+            os.chown(path, *self._ids)
+
+    def _log_tail(self, n=25):
+        try:
+            with open(self.log_file, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def _write_state(self):
+        keys = ("port", "socket_dir", "ca_file", "passwords", "bindir", "data_dir", "log_file")
+        state = {k: getattr(self, k) for k in keys}
+        path = os.path.join(self.base_dir, PG_STATE)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(state, f)
+
+    def _load_state(self):
+        with open(os.path.join(self.base_dir, PG_STATE)) as f:
+            for k, v in json.load(f).items():
+                setattr(self, k, v)
+
+    # -- API ------------------------------------------------------------------
+    def url(self, user="ar_owner", sslmode=None, database="agents_room", password=True):
+        """password=True: the role's own; a string: that one; False/None: none."""
+        pw = self.passwords.get(user) if password is True else password or None
+        auth = quote(user, safe="") + (":" + quote(pw, safe="") if pw else "")
+        u = "postgresql://%s@%s:%s/%s" % (auth, self.host, self.port, quote(database, safe=""))
+        if sslmode:
+            u += "?sslmode=" + sslmode
+            if sslmode.startswith("verify") and self.ca_file:
+                u += "&sslrootcert=" + quote(self.ca_file, safe="/")
+        return u
+
+    def start(self):
+        if self._started:
+            return
+        self.bindir = find_postgres_bindir()
+        if not self.bindir:
+            raise PgUnavailable("no PostgreSQL binaries (initdb, pg_ctl, postgres) found; "
+                              "install postgresql or set PG_BINDIR")
+        psql = os.path.join(self.bindir, "psql")
+        if not os.access(psql, os.X_OK):
+            psql = shutil.which("psql")
+            if not psql:
+                raise PgUnavailable("psql not found")
+        if os.geteuid() == 0:
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                raise PgUnavailable("running as root and there is no 'postgres' system user "
+                                  "(initdb refuses to run as root)") from None
+            self._ids = (pw.pw_uid, pw.pw_gid)
+        if self.base_dir and os.path.exists(self.base_dir) and os.listdir(self.base_dir):
+            raise PgUnavailable("%s exists and is not empty" % self.base_dir)
+        t0 = time.monotonic()
+        created = False
+        try:
+            if self.base_dir:
+                os.makedirs(self.base_dir, mode=0o700, exist_ok=True)
+            else:
+                self.base_dir = tempfile.mkdtemp(prefix="tpg-")
+            created = True
+            self._give(self.base_dir, 0o700)
+            if self._ids:
+                bad = _searchable_by(self.base_dir, self._ids[0],
+                                     os.getgrouplist("postgres", self._ids[1]))
+                if bad:
+                    raise PgUnavailable("the postgres user cannot search %s; use a base_dir "
+                                      "under /tmp" % bad)
+            self._start(psql)
+        except BaseException as e:
+            if created:
+                self.stop()
+                if self._auto_dir:
+                    self.base_dir = None
+            if isinstance(e, Exception) and not isinstance(e, PgUnavailable):
+                raise PgUnavailable("starting PostgreSQL failed: %r" % e) from e
+            raise
+        self._started = True
+        self.start_seconds = round(time.monotonic() - t0, 3)
+        atexit.register(self.stop)
+
+    def _start(self, psql):
+        b = self.base_dir
+        self.data_dir, self.log_file = os.path.join(b, "data"), os.path.join(b, "log")
+        self.socket_dir = os.path.join(b, "s")
+        if len(self.socket_dir + "/.s.PGSQL.65535") > 107:  # sun_path limit
+            self.socket_dir = tempfile.mkdtemp(prefix="tpg-sock-")
+        else:
+            os.mkdir(self.socket_dir)
+        self._give(self.socket_dir, 0o700)
+        self._write_state()  # so `stop DIR` can clean up even if we die midway
+
+        self.passwords = {r: secrets.token_urlsafe(18) for r in ("postgres",) + ROLES}
+        pwfile = os.path.join(b, "pwfile")
+        with open(pwfile, "w") as f:
+            f.write(self.passwords["postgres"] + "\n")
+        self._give(pwfile, 0o600)
+        self._check([os.path.join(self.bindir, "initdb"), "-D", self.data_dir, "-U", "postgres",
+                     "--pwfile", pwfile, "-E", "UTF8", "--no-locale", "-A", "trust",
+                     "--no-sync"], "initdb")
+        os.unlink(pwfile)
+
+        ssl = "ssl = off\n"
+        openssl = shutil.which("openssl")
+        if openssl:
+            crt, key = os.path.join(b, "server.crt"), os.path.join(b, "server.key")
+            self._check([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650",
+                         "-subj", "/CN=localhost", "-addext",
+                         "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                         "-keyout", key, "-out", crt], "openssl", as_server=False)
+            self._give(key, 0o600)
+            self._give(crt, 0o644)
+            self.ca_file = crt
+            ssl = "ssl = on\nssl_cert_file = %s\nssl_key_file = %s\n" % (
+                _conf_str(crt), _conf_str(key))
+
+        net = "host all %s 127.0.0.1/32 %s\n"
+        hba = ("local all all trust\nhostnossl all ar_tls 127.0.0.1/32 reject\n"
+               + (net.replace("host ", "hostssl ") % ("ar_tls", "scram-sha-256") if openssl else "")
+               + net % ("ar_trust", "trust") + net % ("ar_clear", "password")
+               + net % ("ar_md5", "md5") + net % ("all", "scram-sha-256"))
+        with open(os.path.join(self.data_dir, "pg_hba.conf"), "w") as f:
+            f.write(hba)
+        conf_path = os.path.join(self.data_dir, "postgresql.conf")
+        with open(conf_path) as f:
+            base_conf = f.read()
+
+        pg_ctl = os.path.join(self.bindir, "pg_ctl")
+        for attempt in range(5):  # a free port can be taken before we bind it
+            self.port = _free_port()
+            if os.path.exists(self.log_file):
+                os.unlink(self.log_file)
+            with open(conf_path, "w") as f:
+                f.write(base_conf + "\n# throwaway_pg\n" + ssl + (
+                    "listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = %s\n"
+                    "max_connections = 200\nfsync = off\nfull_page_writes = off\n"
+                    "synchronous_commit = off\npassword_encryption = 'scram-sha-256'\n"
+                    "log_connections = on\nlog_line_prefix = '%%m [%%p] %%e %%q%%u@%%d '\n"
+                    % (self.port, _conf_str(self.socket_dir))))
+            r = self._run([pg_ctl, "-D", self.data_dir, "-l", self.log_file, "-w", "-t", "60",
+                           "start"])
+            if r.returncode == 0:
+                break
+            tail = self._log_tail()
+            if "could not bind" not in tail or attempt == 4:
+                raise PgUnavailable("pg_ctl start failed: %s\n--- log tail ---\n%s"
+                                  % (r.stdout.strip(), tail))
+
+        p = self.passwords
+        sql = ("CREATE ROLE ar_owner LOGIN PASSWORD '%s';\n"
+               "CREATE DATABASE agents_room OWNER ar_owner;\n"
+               "SET password_encryption = 'md5';\n"
+               "CREATE ROLE ar_md5 LOGIN PASSWORD '%s';\n"
+               "RESET password_encryption;\n" % (p["ar_owner"], p["ar_md5"])
+               + "".join("CREATE ROLE %s LOGIN PASSWORD '%s';\n" % (r, p[r])
+                         for r in ("ar_clear", "ar_trust", "ar_noaccess", "ar_tls"))
+               + "GRANT ar_owner TO ar_md5, ar_clear, ar_trust, ar_tls;\n")
+        self._check([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", self.socket_dir,
+                     "-p", str(self.port), "-U", "postgres", "-d", "postgres"],
+                    "creating roles", as_server=False, stdin=sql)
+        self._write_state()
+
+    def stop(self):
+        """Immediate shutdown, then remove the directory.  Safe to call twice."""
+        atexit.unregister(self.stop)
+        self._started = False
+        if not self.base_dir or not os.path.isdir(self.base_dir):
+            return
+        pidfile = os.path.join(self.data_dir or "", "postmaster.pid")
+        if self.data_dir and os.path.exists(pidfile):
+            if self._ids is None and os.geteuid() == 0:
+                pw = pwd.getpwnam("postgres")
+                self._ids = (pw.pw_uid, pw.pw_gid)
+            r = self._run([os.path.join(self.bindir, "pg_ctl"), "-D", self.data_dir,
+                           "-m", "immediate", "-w", "-t", "30", "stop"])
+            if r.returncode != 0 and os.path.exists(pidfile):
+                self._kill_postmaster(pidfile)
+        if self.socket_dir and not self.socket_dir.startswith(self.base_dir + os.sep):
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    @staticmethod
+    def _kill_postmaster(pidfile):
+        try:
+            with open(pidfile) as f:
+                pid = int(f.readline())
+            os.kill(pid, signal.SIGQUIT)  # the postmaster's immediate shutdown
+            for _ in range(100):
+                time.sleep(0.1)
+                os.kill(pid, 0)
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def pg_cli(argv):
+    if len(argv) != 3 or argv[1] not in ("start", "stop"):
+        print("usage: %s start|stop DIR" % argv[0], file=sys.stderr)
+        return 2
+    pg = ThrowawayPostgres(argv[2])
+    if argv[1] == "start":
+        try:
+            pg.start()
+        except PgUnavailable as e:
+            print("throwaway_pg: %s" % e, file=sys.stderr)
+            return 1
+        atexit.unregister(pg.stop)  # leave it running
+        print(json.dumps({"url": pg.url(), "port": pg.port, "ca_file": pg.ca_file,
+                          "passwords": pg.passwords, "socket_dir": pg.socket_dir,
+                          "log_file": pg.log_file, "start_seconds": pg.start_seconds}))
+        return 0
+    if not os.path.exists(pg.base_dir):
+        return 0
+    if not os.path.exists(os.path.join(pg.base_dir, PG_STATE)):
+        print("throwaway_pg: %s is not a throwaway_pg directory" % pg.base_dir, file=sys.stderr)
+        return 1
+    pg._load_state()
+    pg.bindir = pg.bindir or find_postgres_bindir()
+    pg.stop()
+    return 0
+
+
+class PostgresUnderTest:
+    def __init__(self):
+        self.cluster = self.base = self.reason = None
+        self.version = None
+        self.count = 0
+
+    def base_url(self):
+        if self.base is None and self.reason is None:
+            wanted = os.environ.get("AGENTS_ROOM_TEST_PG", "")
+            if wanted == "off":
+                self.reason = "AGENTS_ROOM_TEST_PG=off"
+            elif wanted:
+                self.base = wanted
+            else:
+                cluster = ThrowawayPostgres()
+                try:
+                    cluster.start()
+                    self.cluster, self.base = cluster, cluster.url()
+                except PgUnavailable as error:
+                    self.reason = str(error).splitlines()[0]
+            if self.base:
+                try:
+                    conn = agents_room.PgConnection(self.base)
+                    self.version = conn.params.get("server_version")
+                    conn.close()
+                except agents_room.PgError as error:
+                    self.base, self.reason = None, "cannot connect: %s" % error
+        if self.base is None:
+            raise unittest.SkipTest("PostgreSQL: " + self.reason)
+        return self.base
+
+    def schema_url(self, test):
+        """A URL whose search_path is a fresh schema, dropped after the test."""
+        base = self.base_url()
+        self.count += 1
+        schema = "t%d_%d" % (os.getpid(), self.count)
+        conn = agents_room.PgConnection(base)
+        conn.simple("CREATE SCHEMA %s" % schema)
+        conn.close()
+
+        def drop():
+            conn = agents_room.PgConnection(base)
+            conn.simple("DROP SCHEMA %s CASCADE" % schema)
+            conn.close()
+        test.addCleanup(drop)
+        return base + ("&" if "?" in base else "?") + "options=-csearch_path%3D" + schema
+
+    def stop(self):
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+PG_UNDER_TEST = PostgresUnderTest()
+
+
+class PgTestConnection:
+    """What tests use of a sqlite3 connection, on PostgreSQL (autocommit)."""
+
+    def __init__(self, url):
+        self.conn = agents_room.PgConnection(url)
+
+    def execute(self, sql, params=()):
+        return self.conn.execute(sql, params)
+
+    def commit(self):
+        pass
+
+    def close(self):
+        self.conn.close()
 
 
 # ---- the in-process layer ------------------------------------------------------
@@ -303,14 +697,27 @@ class RoomTest(unittest.TestCase):
     (or the call passes process=True): then it runs PROGRAM as a real process."""
 
     process = False
+    store = "sqlite"          # the Pg* classes at the end say "postgresql"
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="agents-room-test-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.db = os.path.join(self.tmp, "store", "room.db")
+        self.db = os.path.join(self.tmp, "store", "room.db") if self.store == "sqlite" \
+            else PG_UNDER_TEST.schema_url(self)
         self.env = clean_env(AGENTS_ROOM_DB=self.db)
         self.procs = []
         self.addCleanup(self._reap)
+
+    def connect(self):
+        """The store under test, for a test's own SQL: a sqlite3 connection,
+        or on PostgreSQL one with the same execute, commit and close."""
+        if self.store == "sqlite":
+            return sqlite3.connect(self.db)
+        return PgTestConnection(self.db)
+
+    def sqlite_only(self, why):
+        if self.store != "sqlite":
+            self.skipTest("SQLite only: " + why)
 
     def _reap(self):
         for proc in self.procs:
@@ -390,7 +797,7 @@ class RoomTest(unittest.TestCase):
             time.sleep(interval)
 
     def event_count(self, kind, session_id=None):
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         try:
             if session_id is None:
                 row = conn.execute("SELECT COUNT(*) FROM events WHERE kind=?", (kind,))
@@ -415,7 +822,7 @@ class StoreTest(RoomTest):
         self.join("--label", "a")
         self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(self.db)).st_mode), 0o700)
         self.assertEqual(stat.S_IMODE(os.stat(self.db).st_mode), 0o600)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         self.assertEqual(conn.execute("PRAGMA journal_mode").fetchone()[0], "wal")
         self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
                          agents_room.SCHEMA_VERSION)
@@ -425,7 +832,7 @@ class StoreTest(RoomTest):
         me = self.join("--label", "a")["session_id"]
         self.run_cli("claim", "--session", me, "f.txt", check=0)
         self.run_cli("release", "--session", me, "f.txt", check=0)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
         conn.close()
         for kind in ("session.join", "room.join", "lease.claim", "lease.release"):
@@ -433,7 +840,7 @@ class StoreTest(RoomTest):
 
     def test_newer_store_is_refused_untouched(self):
         self.join()
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("PRAGMA user_version=99")
         conn.close()
         before = read_bytes(self.db)
@@ -936,7 +1343,7 @@ class ResourceLeaseTest(RoomTest):
                              check=1)
         self.assertEqual([h["resource"] for h in refused["holders"]], ["db:main"])
         self.assertEqual(self.cli_json("leases", "--session", self.b)["leases"], before)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         claims = conn.execute("SELECT COUNT(*) FROM events WHERE kind='lease.claim' AND "
                               "session_id=?", (self.b,)).fetchone()[0]
         conn.close()
@@ -1136,7 +1543,7 @@ class WorkAndWindowTest(RoomTest):
                           "m42" if state == "completed" else "review")
         who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
         self.assertEqual(who["ops"]["work"], [])
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind LIKE "
                                             "'work.%' ORDER BY id")]
         conn.close()
@@ -1285,7 +1692,7 @@ class WorkAndWindowTest(RoomTest):
         import hashlib
         self.assertEqual(info["sha256"], hashlib.sha256(read_bytes(SCRIPT)).hexdigest())
         self.assertEqual((info["store"], info["store_schema_version"]),
-                         (self.db, agents_room.SCHEMA_VERSION))
+                         (agents_room.redact_url(self.db), agents_room.SCHEMA_VERSION))
 
 
 class DoorTest(RoomTest):
@@ -1394,7 +1801,7 @@ class DoorTest(RoomTest):
             with self.subTest(command=argv[0]):
                 before = self.event_count_all()
                 self.run_cli(*argv, env=env, check=None)
-                conn = sqlite3.connect(self.db)
+                conn = self.connect()
                 written = {r[0] for r in conn.execute(
                     "SELECT kind FROM events WHERE id > ?", (before,))}
                 conn.close()
@@ -1406,13 +1813,13 @@ class DoorTest(RoomTest):
             handle.write("x")
         before = self.event_count_all()
         self.cli_json("note-read", "--session", b, file_path)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         self.assertEqual([r[0] for r in conn.execute(
             "SELECT kind FROM events WHERE id > ?", (before,))], ["read.note"])
         conn.close()
 
     def event_count_all(self):
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         try:
             return conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
         finally:
@@ -1423,7 +1830,7 @@ class MigrationTest(RoomTest):
 
     def test_previous_schema_is_migrated_and_data_kept(self):
         os.makedirs(os.path.dirname(self.db))
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         for statement in agents_room.SCHEMA_V1.split(";"):
             if statement.strip():
                 conn.execute(statement)
@@ -1446,7 +1853,7 @@ class MigrationTest(RoomTest):
         conn.close()
         leases = self.cli_json("leases", "--session", "00112233445566ff")["leases"]
         self.assertEqual([(l["path"], l["kind"]) for l in leases], [("/tmp/legacy.txt", "path")])
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
                          agents_room.SCHEMA_VERSION)
         conn.close()
@@ -1602,7 +2009,7 @@ class SeamsTest(RoomTest):
         self.assertEqual(self.cli_json("recv", "--session", b)["messages"][0]["body"],
                          "x" * 600)                          # reads still work
         # Retention removes the old message, and with it what it counted.
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("UPDATE messages SET expires_at = expires_at - ?", (200 * 86400,))
         conn.commit()
         conn.close()
@@ -1744,7 +2151,7 @@ class LivenessTest(RoomTest):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         self.procs.append(proc)
         me = self.join("--label", "p", "--pid", str(proc.pid))["session_id"]
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("UPDATE sessions SET pid_start = pid_start - 1000 WHERE id=?", (me,))
         conn.commit()
         conn.close()
@@ -2508,7 +2915,7 @@ class HookTest(SignalBase):
         done = subprocess.run([sys.executable, "-c", script], env=self.env, cwd=self.tmp,
                               capture_output=True, text=True, timeout=30)
         harness = int(done.stdout.strip().splitlines()[-1])
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         pid = conn.execute("SELECT pid FROM sessions WHERE harness_key='harness-k'"
                            ).fetchone()[0]
         conn.close()
@@ -2649,7 +3056,7 @@ WORKER_PRELUDE = """
 import os, random, sys, time
 sys.path.insert(0, %r)
 import agents_room as ar
-store = ar.Store()
+store = ar.open_store()
 ctx = ar.Context(cwd=os.getcwd())
 
 
@@ -2793,7 +3200,7 @@ class MailboxTest(SignalBase):
         self.assertIn("need a phone field", self.run_cli(
             "history", "--session", self.web, "--query", "users", env=env, check=0).stdout)
         # Retention deletes messages: the index follows.
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("DELETE FROM messages WHERE id=2")
         conn.commit()
         conn.close()
@@ -2802,7 +3209,8 @@ class MailboxTest(SignalBase):
         self.assertEqual([m["message_id"] for m in found["messages"]], [1])
 
     def test_search_with_fts5(self):
-        conn = sqlite3.connect(self.db)
+        self.sqlite_only("FTS5 is SQLite's; PostgreSQL searches with ILIKE")
+        conn = self.connect()
         self.assertTrue(conn.execute("SELECT 1 FROM sqlite_master WHERE "
                                      "name='messages_fts'").fetchone())
         conn.close()
@@ -2982,7 +3390,7 @@ class ConcurrencyTest(RoomTest):
         return outputs
 
     def events(self, *kinds):
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         marks = ",".join("?" * len(kinds))
         rows = conn.execute("SELECT id, kind, session_id, subject, data FROM events WHERE "
                             "kind IN (%s) ORDER BY id" % marks, kinds).fetchall()
@@ -3063,7 +3471,7 @@ for i in range(500):
 """, 8)
         self.finish(senders)
         seen = [list(map(int, out.split())) for out in self.finish(receivers)]
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         sent_ids = {r[0] for r in conn.execute("SELECT id FROM messages WHERE subject LIKE 'm %'")}
         states = dict(conn.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"))
         conn.close()
@@ -3144,9 +3552,10 @@ while True:
             time.sleep(0.15 + rng.random() * 0.25)
             proc.kill()
             proc.wait()
-        conn = sqlite3.connect(self.db)
-        self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
-        self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+        conn = self.connect()
+        if self.store == "sqlite":          # PostgreSQL checks its constraints as it goes
+            self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+            self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
         sends = conn.execute("SELECT subject, data FROM events WHERE kind='msg.send'").fetchall()
         self.assertGreater(len(sends), 20)
         for message_id, data in sends:
@@ -3375,7 +3784,7 @@ class RetentionTest(RoomTest):
         for i in range(5):
             self.cli_json("send", "--session", a, "--to", b, "--subject", "old %d" % i,
                           "--ttl", "60")
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         events_before = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         # 31 days pass (the rows are moved back in time, since the clock a
         # sweep trusts for retention is the real one): one tool event removes
@@ -3389,7 +3798,7 @@ class RetentionTest(RoomTest):
         conn.commit()
         conn.close()
         self.cli_json("unread", "--session", b)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         events_after = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         stale = conn.execute("SELECT COUNT(*) FROM events WHERE at < ?",
                              (time.time() - 86400,)).fetchone()[0]
@@ -3402,7 +3811,7 @@ class RetentionTest(RoomTest):
         later = {}
         out = self.cli_json("prune", env=later)
         self.assertEqual(out["messages_removed"], 5)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         for table in ("messages", "deliveries", "message_rooms"):
             self.assertEqual(conn.execute("SELECT COUNT(*) FROM %s" % table).fetchone()[0],
                              0, table)
@@ -3411,17 +3820,14 @@ class RetentionTest(RoomTest):
                                                              check=0).stdout)
 
     def test_retention_work_per_call_is_bounded(self):
-        store = agents_room.Store(self.db)
+        store = agents_room.open_store(self.db)
         self.addCleanup(store.close)
-        conn = store.conn
-        conn.execute("BEGIN")
-        conn.executemany("INSERT INTO events (at, kind) VALUES (?, 'filler')",
-                         [(1.0,)] * 1000)
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        removed = agents_room.retention(conn, agents_room.now())
-        conn.execute("COMMIT")
-        left = conn.execute("SELECT COUNT(*) FROM events WHERE kind='filler'").fetchone()[0]
+        with store.write() as conn:
+            conn.executemany("INSERT INTO events (at, kind) VALUES (?, 'filler')",
+                             [(1.0,)] * 1000)
+        with store.write() as conn:
+            removed = agents_room.retention(conn, agents_room.now())
+        left = store.conn.execute("SELECT COUNT(*) FROM events WHERE kind='filler'").fetchone()[0]
         self.assertTrue(0 < removed[0] <= agents_room.RETENTION_BATCH, removed)
         self.assertEqual(left, 1000 - removed[0])    # a batch, not the whole backlog
 
@@ -3429,7 +3835,7 @@ class RetentionTest(RoomTest):
 class QueryPlanTest(RoomTest):
 
     def test_no_tool_query_scans_messages_deliveries_or_events(self):
-        store = agents_room.Store(self.db)
+        store = agents_room.open_store(self.db)
         self.addCleanup(store.close)
         statements = []
         store.conn.set_trace_callback(statements.append)
@@ -3735,7 +4141,7 @@ class OperatorPageTest(RoomTest):
             self.assertEqual(response.status, 200)
         self.assertNotIn(b"innerHTML", body)
         # Large rooms page: the newest `limit`, and older ones before the oldest.
-        store = agents_room.Store(self.db)
+        store = agents_room.open_store(self.db)
         self.addCleanup(store.close)
         page = agents_room.call_tool(store, agents_room.Context(), "ui_state", {"limit": 1})
         self.assertEqual([m["subject"] for m in page["messages"]],
@@ -4050,7 +4456,7 @@ class TrustTest(RoomTest):
         woke = self.cli_json("join", "--room", "r", "--autonomy", "2",
                              env={"AGENTS_ROOM_WAKE_CMD": lever})["session_id"]
         # The row as that user's own join into a shared store records it.
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("UPDATE sessions SET uid=? WHERE id=?", (uid, woke))
         conn.commit()
         conn.close()
@@ -4202,7 +4608,7 @@ class TrustTest(RoomTest):
         self.assertEqual(len(path), 4096)
         self.cli_json("claim", "--session", peer, path, cwd=repo)
         # A label as the store holds it (an older version or another tool wrote it).
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         conn.execute("UPDATE sessions SET label=? WHERE id=?",
                      ("\u202epeer\u200b\u2066\x1b[2J\x07", peer))
         conn.commit()
@@ -4356,13 +4762,13 @@ class TrustTest(RoomTest):
             self.assertEqual(self.cli_json("unread", "--session", b)["count"], 1)
         finally:
             self.env = saved
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         events_before = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         conn.close()
         far = {"AGENTS_ROOM_TIME_OFFSET": decade}
         self.cli_json("unread", "--session", b, env=far)
         self.cli_json("prune", env=far)
-        conn = sqlite3.connect(self.db)
+        conn = self.connect()
         mark = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
         events_after = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         joins = conn.execute("SELECT COUNT(*) FROM events WHERE kind='session.join'"
@@ -4468,7 +4874,7 @@ class TrustTest(RoomTest):
         self.cli_json("send", "--session", a, "--to", b, "--subject", "while full")
         self.cli_json("claim", "--session", b, "f.txt")
         # Keep the store open here, so its -shm exists and only growth fails.
-        keep = sqlite3.connect(self.db)
+        keep = self.connect()
         keep.execute("SELECT COUNT(*) FROM sessions").fetchone()
         self.addCleanup(keep.close)
 
@@ -4713,7 +5119,27 @@ def _summary(result):
         ", %d skipped" % skipped if skipped else "")
 
 
+# The store and operation tests again, on PostgreSQL.
+PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
+              DoorTest, MailboxTest, ConcurrencyTest, McpTest, HookTest, WakeTest,
+              SignalScenarioTest, RetentionTest)
+for _base in PG_CLASSES:
+    globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
+        "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})
+del _base
+
+
+def _pg_line():
+    if PG_UNDER_TEST.base:
+        return "PostgreSQL %s: %d tests ran on it" % (PG_UNDER_TEST.version,
+                                                    PG_UNDER_TEST.count)
+    if PG_UNDER_TEST.reason:
+        return "PostgreSQL tests skipped: %s" % PG_UNDER_TEST.reason
+    return "PostgreSQL tests not selected"
+
+
 if __name__ == "__main__":
     program = unittest.main(exit=False, verbosity=int(os.environ.get("VERBOSE", "1")))
-    print(_summary(program.result))
+    PG_UNDER_TEST.stop()
+    print(_summary(program.result) + "; " + _pg_line())
     sys.exit(0 if program.result.wasSuccessful() else 1)
