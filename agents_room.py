@@ -38,6 +38,8 @@ Test seams (documented so tests never patch private names):
   AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
   AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests); only
                                  with AGENTS_ROOM_TEST_SEAMS=1
+  AGENTS_ROOM_TEST_HOST=NAME     this process's host name (a second host on one
+                                 machine); only with AGENTS_ROOM_TEST_SEAMS=1
 """
 
 __version__ = "0.2.0"
@@ -323,6 +325,12 @@ def new_session_id():
 
 
 def host_name():
+    """This host's name, as sessions record it.  The seam AGENTS_ROOM_TEST_HOST
+    (with AGENTS_ROOM_TEST_SEAMS=1) names another, so a test can be a second
+    host against the same PostgreSQL database."""
+    if os.environ.get("AGENTS_ROOM_TEST_SEAMS") == "1" and \
+            os.environ.get("AGENTS_ROOM_TEST_HOST"):
+        return os.environ["AGENTS_ROOM_TEST_HOST"]
     return os.uname().nodename
 
 
@@ -1206,6 +1214,12 @@ class SqliteStore:
     def engine(self):
         return "SQLite %s" % sqlite3.sqlite_version
 
+    def connection(self):
+        return self.conn
+
+    def after_copy(self, conn):
+        """Nothing to do: AUTOINCREMENT follows the highest id inserted."""
+
     def change_mark(self):
         """A value that moves when another connection commits."""
         return self.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -1403,20 +1417,29 @@ PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_CONNECT_TIMEOUT_S = 10
 VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
+VERDICT_REFRESH_S = 60               # a verdict is written again after this
 
 
 def is_postgres_url(path):
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
-def redact_url(url):
-    """The URL without its password, for messages."""
-    from urllib.parse import urlsplit
-    parts = urlsplit(url)
-    if parts.password is None:
+def redact_url(url, mask="***"):
+    """The URL with its password (in the user part or the query) replaced by
+    mask, for messages; with mask None, without it (for config files)."""
+    from urllib.parse import urlsplit, parse_qsl, urlencode
+    if not is_postgres_url(url):
         return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(":" + parts.password + "@", "@" if mask is None else
+                                ":%s@" % mask, 1)
+    query = parts.query
+    if "password=" in query:
+        query = urlencode([(k, v) for k, v in parse_qsl(query) if k != "password"] +
+                          ([] if mask is None else [("password", mask)]), safe="/*")
+    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 class PgError(Exception):
@@ -2126,11 +2149,16 @@ def explain_pg(error, url):
     if state == "53100":
         return StoreError("PostgreSQL is out of disk: %s" % text, "free space on the "
                           "server; the change was rolled back", code="disk_full")
+    if state == "55P03":
+        return StoreError("the store %s stayed locked: %s" % (where, text),
+                          "another process holds a long write transaction; retry",
+                          code="locked")
     if error.lost:
         return StoreError("PostgreSQL at %s: %s" % (where, text),
-                          "check that the server runs and is reachable"
-                          + ("; the write may or may not have been applied: look before "
-                             "repeating it" if error.sent else ""), code="unavailable")
+                          "check that the server runs and is reachable; " + (
+                              "the change may or may not have been committed: look before "
+                              "repeating it" if error.sent else "a change in progress was "
+                              "not applied (the server rolls it back)"), code="unavailable")
     return StoreError("PostgreSQL error: %s" % text)
 
 
@@ -2218,6 +2246,19 @@ class PgStore:
             self.conn.close()
             self.conn = None
 
+    def after_copy(self, conn):
+        """Rows came with their ids: the sequences continue after them."""
+        for table in ("messages", "leases", "events", "windows", "tasks"):
+            conn.execute("SELECT setval('%s_id_seq', COALESCE((SELECT MAX(id) FROM %s), "
+                         "0) + 1, false)" % (table, table))
+
+    def connection(self):
+        """The connection, made again if the last one was lost."""
+        if self.conn is None or self.conn.sock is None:
+            self.conn = PgConnection(self.path)
+            self._listening = False
+        return self.conn
+
     def journal(self):
         return "wal"              # PostgreSQL writes ahead; nothing to switch
 
@@ -2255,19 +2296,25 @@ class _PgTransaction:
         self.store, self.write = store, write
 
     def __enter__(self):
-        conn = self.store.conn
-        try:
-            if conn.sock is None:
-                self.store.conn = conn = PgConnection(self.store.path)
-                self.store._listening = False
-            conn.dirty = False
-            if self.write:
-                conn.simple("BEGIN; SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
-            else:
-                conn.simple("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        except PgError as error:
-            raise explain_pg(error, self.store.path)
-        return conn
+        begin = "BEGIN; SELECT pg_advisory_xact_lock(hashtext(current_schema()))" \
+            if self.write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        for attempt in (1, 2):
+            conn = self.store.conn
+            try:
+                if conn is None or conn.sock is None:
+                    self.store.conn = conn = PgConnection(self.store.path)
+                    self.store._listening = False
+                conn.dirty = False
+                conn.simple(begin)
+                return conn
+            except PgError as error:
+                # A connection that died while idle (a server restart, a
+                # network blip): nothing of this transaction reached the
+                # server, so connecting again replays nothing.
+                if not error.lost or attempt == 2:
+                    raise explain_pg(error, self.store.path)
+                if conn is not None:
+                    conn.close()
 
     def __exit__(self, kind, value, traceback):
         conn = self.store.conn
@@ -2291,6 +2338,83 @@ class _PgTransaction:
         if isinstance(value, PgError):
             raise explain_pg(value, self.store.path)
         return False
+
+
+def _table_columns(store, table):
+    if store.kind == "sqlite":
+        return [r[1] for r in store.conn.execute("PRAGMA table_info(%s)" % table)]
+    return [r[0] for r in store.conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+        "current_schema() AND table_name = ? ORDER BY ordinal_position", (table,))]
+
+
+COPY_BATCH = 200                      # rows per INSERT while copying a room
+COPY_META_SKIP = ("schema_version", "fts_indexed_to")   # each store's own
+
+
+def copy_store(source_path, target_path, progress=None):
+    """Copy a room, everything in it, from one store to another (SQLite to
+    PostgreSQL and back) and verify the row counts; the target must be empty.
+    Returns [(table, rows in source, rows in target)]."""
+    if not is_postgres_url(source_path) and not os.path.exists(source_path):
+        raise UsageError("no store at %s" % source_path)
+    source = open_store(source_path)
+    try:
+        target = open_store(target_path)
+    except BaseException:
+        source.close()
+        raise
+    counts = []
+    try:
+        with source.read() as src, target.write() as dst:
+            if dst.execute("SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) "
+                           "FROM messages) + (SELECT COUNT(*) FROM events WHERE kind <> "
+                           "'store.migrate')").fetchone()[0]:
+                raise UsageError("%s already holds a room; copy into an empty store"
+                                 % target.shown, "give it a new database, schema or file")
+            dst.execute("DELETE FROM events")        # its creation: the log comes along
+            for table in PG_TABLES:
+                columns = [c for c in _table_columns(source, table)
+                           if c in set(_table_columns(target, table))]
+                names = ", ".join(columns)
+                where = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP) \
+                    if table == "meta" else ""
+                if table == "meta":
+                    dst.execute("DELETE FROM meta WHERE key NOT IN ('%s')"
+                                % "', '".join(COPY_META_SKIP))
+                row_marks = "(%s)" % ", ".join("?" * len(columns))
+                batch = []
+
+                def flush():
+                    dst.execute("INSERT INTO %s (%s) VALUES %s" % (
+                        table, names, ", ".join([row_marks] * len(batch))),
+                        [value for row in batch for value in row])
+                    del batch[:]
+                for row in src.execute("SELECT %s FROM %s%s" % (names, table, where)):
+                    batch.append(tuple(row))
+                    if len(batch) == COPY_BATCH:
+                        flush()
+                if batch:
+                    flush()
+                if progress:
+                    progress(table)
+            target.after_copy(dst)
+            for table in PG_TABLES:
+                skip = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP) \
+                    if table == "meta" else ""
+                counts.append((table, src.execute("SELECT COUNT(*) FROM %s%s" % (
+                    table, skip)).fetchone()[0], dst.execute(
+                    "SELECT COUNT(*) FROM %s%s" % (table, skip)).fetchone()[0]))
+            wrong = [c for c in counts if c[1] != c[2]]
+            if wrong:
+                raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(
+                    "%s %d rows, copied %d" % c for c in wrong))
+            event(dst, "store.copy", data={"from": source.shown, "rows": sum(
+                c[1] for c in counts)})
+    finally:
+        source.close()
+        target.close()
+    return counts
 
 
 # PG_MIGRATIONS[n] takes a PostgreSQL store from schema n to n + 1; they begin
@@ -2602,15 +2726,41 @@ class LazyScan:
         self.key = harness_key_from(ctx.env) if ctx is not None else None
         self.pid = ctx.pid if ctx is not None else None
         self.pid_start = ctx.pid_start if ctx is not None else None
+        self.host = host_name()
+        self.judged = {}          # session id -> verdict, for this host's sessions
 
     def __call__(self, row):
+        keys = row.keys()
+        if "host" in keys and row["host"] not in (None, self.host):
+            # Another host's session: its processes are not ours to see.  What
+            # its own host last recorded, while that is recent; else unknown,
+            # never gone on a guess.
+            at = row["verdict_at"] if "verdict_at" in keys else None
+            if at is None or real_time() - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
+                                                           VERDICT_STALE_S):
+                return "unknown"
+            return row["verdict"] or "unknown"
         if (self.key and row["harness_key"] == self.key) or (
                 self.pid and row["pid"] == self.pid and row["pid_start"] == self.pid_start):
-            return "alive"
-        if self._scan is None:
-            self._scan = ProcessScan()
-        ended = "ended_at" in row.keys() and row["ended_at"] is not None
-        return self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"], ended)
+            verdict = "alive"
+        else:
+            if self._scan is None:
+                self._scan = ProcessScan()
+            ended = "ended_at" in keys and row["ended_at"] is not None
+            verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"],
+                                          ended)
+        if "verdict" in keys and (row["verdict"] != verdict or row["verdict_at"] is None
+                                  or real_time() - row["verdict_at"] > VERDICT_REFRESH_S):
+            self.judged[row["id"]] = verdict
+        return verdict
+
+    def record(self, conn):
+        """Write the verdicts this scan reached that changed or grew old: the
+        record another host reads (SPEC: liveness across hosts)."""
+        at = real_time()
+        conn.executemany("UPDATE sessions SET verdict=?, verdict_at=? WHERE id=?",
+                         [(v, at, i) for i, v in sorted(self.judged.items())])
+        self.judged.clear()
 
 
 # ---- tool registry and the door --------------------------------------------
@@ -2851,14 +3001,16 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
     elif form != "none" and (session_id is not None or form in ("required", "present")):
         row = session_row(conn, session_id) if is_session_id(session_id) else None
         if row is None:
-            raise unknown_session(conn, session_id, op.store.path)
+            raise unknown_session(conn, session_id, op.store.shown)
         if form == "present" and row["left_at"] is not None:
             raise RoomError("session %s has left; join again" % row["id"],
                             "room_join with the same harness key gives it back its id")
     if row is not None and touch and op.at - row["last_seen"] >= TOUCH_EVERY_S:
         # last_seen is read in seconds and hours (who, prune): a write per
         # call would cost every call a page for nothing.
-        conn.execute("UPDATE sessions SET last_seen=? WHERE id=?", (op.at, row["id"]))
+        # Its own call proves it alive, the verdict other hosts go by.
+        conn.execute("UPDATE sessions SET last_seen=?, verdict='alive', verdict_at=? "
+                     "WHERE id=?", (op.at, real_time(op.at), row["id"]))
     return row
 
 
@@ -2882,12 +3034,28 @@ def call_tool(store, ctx, name, args, public_only=False):
     args = {k: v for k, v in args.items() if v is not None}
     session_id = args.pop("session_id", None)
     harness_key = args.get("harness_key") if tool_.caller == "key" else None
+    for attempt in (1, 2):
+        try:
+            result = _through_door(store, ctx, tool_, name, args, session_id, harness_key)
+            break
+        except StoreError as error:
+            # A connection to a server lost in the middle of a read: read
+            # again, once.  A write is reported, never replayed.
+            if error.code != "unavailable" or not tool_.read_only or attempt == 2:
+                raise
+    if tool_.after:
+        for work in AFTER_TOOL_EVENT:
+            work(store, ctx)
+    return result
+
+
+def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
     try:
         prepared = None
         if tool_.prepare is not None:
             # Work that must not hold the write lock (hashing a file) runs
             # first, against the caller as it is now.
-            op = Op(store, store.conn, ctx, now())
+            op = Op(store, store.connection(), ctx, now())
             op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
             prepared = tool_.prepare(op, **args)
         try:
@@ -2896,6 +3064,7 @@ def call_tool(store, ctx, name, args, public_only=False):
                 sweep(conn, op.at)
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
+                op.liveness.record(conn)
                 if ctx.via == "mcp" and op.caller is not None and tool_.public and \
                         name not in ("msg_recv", "msg_unread"):
                     ctx.signal = untold_signal(op)
@@ -2915,9 +3084,6 @@ def call_tool(store, ctx, name, args, public_only=False):
         raise explain_sqlite(error, store.path)
     except RecursionError:
         raise UsageError("arguments nested too deeply")
-    if tool_.after:
-        for work in AFTER_TOOL_EVENT:
-            work(store, ctx)
     return result
 
 
@@ -3487,7 +3653,7 @@ def resolve_selectors(op, sender, to):
         else:
             row = op.session(selector) if is_session_id(selector) else None
             if row is None:
-                error = unknown_session(conn, selector, op.store.path)
+                error = unknown_session(conn, selector, op.store.shown)
                 error.hint = ("selectors are *, a session id, file:<glob>, tag:<tag> "
                               "or label:<label>"
                               + ("; " + error.hint if error.hint else ""))
@@ -5882,7 +6048,8 @@ def _yaml_entries(placement, autonomy):
     mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
            "    args: [%s]" % ", ".join(json.dumps(a) for a in
                                         ["-I", "-S", this_file(), "serve"]),
-           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(default_db_path())]
+           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(
+               redact_url(default_db_path(), None))]     # a password stays in ~/.pgpass
     hooks = {}
     for event_name, ours in HARNESS_ROWS["hermes"]["events"].items():
         hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
@@ -8411,6 +8578,32 @@ def run_install_guard(args):
     result = install_guard()
     return (json.dumps(result) if args.json else
             "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
+
+
+def _store_arguments(sub):
+    sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
+    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path or a "
+                     "postgresql:// URL")
+    sub.add_argument("target", metavar="TO", help="an empty store (created if need be)")
+
+
+@command("store", "Copy a room between stores (SQLite and PostgreSQL).",
+         "store copy FROM TO copies a room with everything in it (sessions, rooms,\n"
+         "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
+         "audit log) from one store to another, in one transaction on each, and\n"
+         "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
+         "URL; TO must hold no room yet.  Stop the agents using FROM first: what\n"
+         "they write during the copy stays behind.",
+         "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
+         _store_arguments)
+def run_store(args):
+    counts = copy_store(os.path.expanduser(args.source), os.path.expanduser(args.target))
+    if args.json:
+        return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
+                                      for t, a, b in counts]}, indent=2), 0
+    lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
+    return "\n".join(["copied %s -> %s (row counts verified)" % (
+        redact_url(args.source), redact_url(args.target))] + lines), 0
 
 
 def _bench_arguments(sub):

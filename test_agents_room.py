@@ -943,7 +943,7 @@ class SessionTest(RoomTest):
             (me[:6], "did you mean %s (label api)" % me),
             ("api", "did you mean %s (label api)" % me),
             ("0123456789abcdef", "may have left, or belong to another store (this store "
-                                 "is %s)" % self.db),
+                                 "is %s)" % agents_room.redact_url(self.db)),
             ("not an id!", "not a session id"),
         ]
         for value, expected in cases:
