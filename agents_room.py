@@ -3437,6 +3437,7 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
         conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
                      (lever, json.dumps(lever_data), session_id))
     row = session_row(conn, session_id)
+    op.liveness(row)              # its host's verdict, recorded for other hosts
     result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
               "autonomy": effective_autonomy(conn, row),
               "autonomy_requested": row["autonomy"], "label": row["label"],
@@ -6603,8 +6604,8 @@ class McpServer:
     out.  No input can end the loop: every line gets its answer (or, for a
     notification or a response, none) and the next line is read."""
 
-    def __init__(self, store, ctx, log=None):
-        self.store, self.ctx = store, ctx
+    def __init__(self, store, ctx, log=None, store_path=None):
+        self.store, self.ctx, self.store_path = store, ctx, store_path
         self.protocol = None
         self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
         self.in_batch = False
@@ -6766,6 +6767,8 @@ class McpServer:
         self.wrote = self.called = True
         self.ctx.signal = None
         try:
+            if self.store is None:
+                self.store = open_store(self.store_path)
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
@@ -6870,18 +6873,24 @@ def serve(store_path=None):
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    store = open_store(store_path)
+    try:
+        store = open_store(store_path)
+    except StoreError as error:
+        # Serve anyway: every call answers why (and tries the store again), so
+        # the agent reads the reason instead of finding a dead server.
+        sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
+        store = None
     # A WAL checkpoint fsyncs; left to SQLite it lands on whichever call crosses
     # 1,000 pages (the p99 of msg_send, measured: 4.7 ms with, 0.5 ms without).
     # The server checkpoints when its input pauses instead, with a larger
     # automatic threshold kept as the backstop for a server that is never idle.
-    if store.kind == "sqlite":
+    if store is not None and store.kind == "sqlite":
         store.conn.execute("PRAGMA wal_autocheckpoint=10000")
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
                   harness_start=process_start(harness) if harness else None)
-    server = McpServer(store, ctx)
+    server = McpServer(store, ctx, store_path=store_path)
     stdout = sys.stdout.buffer
 
     def emit(answer):
@@ -6905,10 +6914,10 @@ def serve(store_path=None):
         return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
 
     def idle():
-        if server.wrote and store.kind == "sqlite":
+        if server.wrote and server.store is not None and server.store.kind == "sqlite":
             server.wrote = False
             try:
-                store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                server.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error:
                 pass          # busy or locked: the next pause, or SQLite, does it
     try:
@@ -6931,7 +6940,8 @@ def serve(store_path=None):
     except BrokenPipeError:
         pass
     finally:
-        store.close()
+        if server.store is not None:
+            server.store.close()
     return 0
 
 

@@ -5119,10 +5119,307 @@ def _summary(result):
         ", %d skipped" % skipped if skipped else "")
 
 
+class PgStoreTest(RoomTest):
+    """PostgreSQL's own seams: each authentication method and password source,
+    TLS by sslmode, errors with their SQLSTATE, a connection lost mid-call,
+    schema versions, copying a room, and two hosts on one database (the seam
+    AGENTS_ROOM_TEST_HOST).  Real processes where processes meet."""
+
+    store = "postgresql"
+
+    def cluster(self):
+        if PG_UNDER_TEST.cluster is None:
+            self.skipTest("needs the suite's throwaway cluster (its roles and certificate)")
+        return PG_UNDER_TEST.cluster
+
+    def url(self, user="ar_owner", password=True, sslmode=None, schema=True):
+        """A URL for user on this test's schema (options keep search_path)."""
+        url = self.cluster().url(user, sslmode=sslmode, password=password)
+        if schema:
+            url += ("&" if "?" in url else "?") + self.db.split("?", 1)[1]
+        return url
+
+    def server_log(self):
+        with open(self.cluster().log_file, errors="replace") as handle:
+            return handle.read()
+
+    def fails(self, url, *expected, command=("who",), env=None, code=1):
+        done = self.run_cli(*command, env=dict(env or {}, AGENTS_ROOM_DB=url), check=code)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertTrue(done.stderr.startswith("error: "), done.stderr)
+        for text in expected:
+            self.assertIn(text, done.stderr)
+        for password in self.cluster().passwords.values():
+            self.assertNotIn(password, done.stderr + done.stdout)
+        return done
+
+    def test_each_authentication_method(self):
+        self.cli_json("join", "--label", "owner")
+        for user, method in (("ar_owner", "scram-sha-256"), ("ar_md5", "md5"),
+                             ("ar_clear", "password"), ("ar_trust", None)):
+            with self.subTest(user=user):
+                mark = len(self.server_log())
+                who = self.cli_json("who", env={"AGENTS_ROOM_DB": self.url(
+                    user, password=user != "ar_trust")})
+                self.assertEqual([s["label"] for s in who["sessions"]], ["owner"])
+                lines = [l for l in self.server_log()[mark:].splitlines()
+                         if "connection authenticated" in l and user in l]
+                if method:
+                    self.assertTrue(any("method=%s" % method in l for l in lines), lines)
+                else:
+                    self.assertEqual(lines, [])         # trust: nothing to authenticate
+
+    def test_password_from_pgpassword_or_pgpass(self):
+        pg = self.cluster()
+        bare = self.url(password=False)
+        self.cli_json("who", env={"AGENTS_ROOM_DB": bare,
+                                  "PGPASSWORD": pg.passwords["ar_owner"]})
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(home)
+        pgpass = os.path.join(home, ".pgpass")
+        with open(pgpass, "w") as handle:
+            handle.write("# comment\nother:*:*:*:nope\n127.0.0.1:%d:agents_room:ar_owner:%s\n"
+                         % (pg.port, pg.passwords["ar_owner"].replace(":", "\\:")))
+        os.chmod(pgpass, 0o600)
+        self.cli_json("who", env={"AGENTS_ROOM_DB": bare, "HOME": home})
+        os.chmod(pgpass, 0o644)                 # readable by others: ignored, as libpq does
+        self.fails(bare, "asks ar_owner for a password and none was given",
+                   "PGPASSWORD or ~/.pgpass", env={"HOME": home})
+
+    def test_tls_by_sslmode(self):
+        pg = self.cluster()
+        if pg.ca_file is None:
+            self.skipTest("no openssl: the cluster has no certificate")
+        for mode in ("require", "verify-full"):
+            with self.subTest(sslmode=mode):
+                url = self.url(sslmode=mode)
+                self.cli_json("join", "--label", mode, env={"AGENTS_ROOM_DB": url})
+                conn = agents_room.PgConnection(url)
+                self.addCleanup(conn.close)
+                self.assertEqual(conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = "
+                                              "pg_backend_pid()").fetchone()[0], 1)
+        with self.subTest(case="verify-full against the system's CAs"):
+            self.fails(self.url(sslmode="verify-full").replace(
+                "sslrootcert=" + quote(pg.ca_file, safe="/"), "sslrootcert=system"),
+                "TLS with the server at 127.0.0.1 failed", "CERTIFICATE_VERIFY_FAILED")
+        with self.subTest(case="a role pg_hba.conf lets in over TLS only"):
+            self.fails(self.url("ar_tls", sslmode="disable"), "refused the connection",
+                       "28000", "no encryption")
+            self.cli_json("who", env={"AGENTS_ROOM_DB": self.url("ar_tls")})  # prefer
+        with self.subTest(case="an sslmode that does not exist"):
+            self.fails(self.url(sslmode="sometimes"), "sslmode=sometimes is not one of")
+
+    def test_errors_name_the_sqlstate(self):
+        pg = self.cluster()
+        cases = [
+            (self.url(password="wrong"), ("PostgreSQL refused the password", "28P01")),
+            ("postgresql://ar_owner@127.0.0.1:1/agents_room",
+             ("cannot reach PostgreSQL at 127.0.0.1:1", "08001")),
+            (pg.url(database="no_such_db"), ("PostgreSQL has no such database", "3D000",
+                                             "createdb")),
+            (self.url("ar_noaccess", schema=False), ("PostgreSQL denied permission",
+                                                     "42501")),
+        ]
+        for url, expected in cases:
+            with self.subTest(expected=expected[0]):
+                self.fails(url, *expected)
+                # Over MCP: the server keeps serving and each call says why.
+                client = McpClient(self, env={"AGENTS_ROOM_DB": url})
+                client.initialize()
+                answer = client.request("tools/call", {"name": "room_who", "arguments": {}})
+                self.assertTrue(answer["result"]["isError"], answer)
+                text = answer["result"]["content"][0]["text"]
+                for part in expected:
+                    self.assertIn(part, text)
+                self.assertEqual(client.request("ping")["result"], {})
+                client.close()
+
+    def blocked_call(self, *args):
+        """Run a CLI call that blocks on a table lock, end its connection on
+        the server while it waits, then let the lock go: (process, output)."""
+        locker = PgTestConnection(self.db)
+        self.addCleanup(locker.close)
+        killer = PgTestConnection(self.db)
+        self.addCleanup(killer.close)
+        locker.execute("BEGIN")
+        locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+        proc = self.start_program(*args)
+        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND " \
+                  "application_name = 'agents-room' AND pid <> pg_backend_pid()"
+        pid = self.wait_for(lambda: killer.execute(waiting).fetchone(), what="a waiter")[0]
+        killer.execute("SELECT pg_terminate_backend(?)", (pid,))
+        self.wait_for(lambda: not killer.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = ?", (pid,)).fetchone(),
+            what="the backend to go")
+        time.sleep(0.3)
+        locker.execute("ROLLBACK")
+        out, err = proc.communicate(timeout=CALL_TIMEOUT_S)
+        return proc.returncode, out, err
+
+    def test_a_lost_connection_retries_a_read_and_reports_a_write(self):
+        me = self.join("--label", "me")["session_id"]
+        code, out, err = self.blocked_call("who", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([s["label"] for s in json.loads(out)["sessions"]], ["me"])
+        code, out, err = self.blocked_call("send", "--session", me, "--to", "*",
+                                           "--subject", "lost")
+        self.assertEqual(code, 1, out + err)
+        self.assertIn("connection to PostgreSQL was lost", err)
+        self.assertIn("not applied", err)
+        conn = self.connect()
+        self.assertEqual(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0], 0)
+        conn.close()
+        # The next call connects again; nothing was replayed.
+        self.cli_json("send", "--session", me, "--to", "*", "--subject", "again")
+        self.assertEqual([m["subject"] for m in self.cli_json(
+            "history", "--room", "repo:" + os.path.basename(self.tmp))["messages"]],
+            ["again"])
+
+    def test_schema_versions(self):
+        self.join("--label", "me")
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        self.assertEqual(conn.execute("SELECT value FROM meta WHERE key='schema_version'"
+                                      ).fetchone()[0], str(agents_room.SCHEMA_VERSION))
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+        events = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        self.fails(self.db, "schema version 99, written by a newer agents-room",
+                   "the store was not modified")
+        self.assertEqual(conn.execute("SELECT value FROM meta WHERE key='schema_version'"
+                                      ).fetchone()[0], "99")
+        self.assertEqual(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0], events)
+        with self.subTest(case="another program's tables"):
+            other = PG_UNDER_TEST.schema_url(self)
+            theirs = PgTestConnection(other)
+            self.addCleanup(theirs.close)
+            theirs.execute("CREATE TABLE customers (id int)")
+            self.fails(other, "holds another program's tables (customers)",
+                       "nothing was written")
+            self.assertIsNone(theirs.execute("SELECT to_regclass('meta')").fetchone()[0])
+
+    def test_copy_a_room_there_and_back(self):
+        local = os.path.join(self.tmp, "local", "room.db")
+        env = {"AGENTS_ROOM_DB": local}
+        api = self.cli_json("join", "--room", "storefront", "--label", "api",
+                            env=dict(env, AGENTS_ROOM_HARNESS_KEY="api"))["session_id"]
+        web = self.cli_json("join", "--room", "storefront", "--label", "web",
+                            env=dict(env, AGENTS_ROOM_HARNESS_KEY="web"))["session_id"]
+        first = self.cli_json("send", "--session", api, "--to", web, "--subject",
+                              "phone field", "--body", "users.phone", env=env)["message_id"]
+        self.cli_json("reply", "--session", web, str(first), "--body", "ok", env=env)
+        self.cli_json("claim", "--session", api, "src/users.go", env=env)
+        self.cli_json("task", "--session", api, "add", "--title", "migrate",
+                      "--room", "storefront", env=env)
+        copied = self.cli_json("store", "copy", local, self.db)
+        counts = {t["table"]: (t["source"], t["copied"]) for t in copied["tables"]}
+        self.assertEqual(counts["messages"], (2, 2))
+        self.assertEqual(counts["leases"], (1, 1))
+        self.assertTrue(all(a == b for a, b in counts.values()), counts)
+        # The room goes on there: unread mail, the thread, the lease, new ids.
+        got = self.cli_json("recv", "--session", web)["messages"]
+        self.assertEqual([m["subject"] for m in got], ["phone field"])
+        self.assertEqual(len(self.cli_json("history", "--session", api, "--query",
+                                           "phone")["messages"]), 1)
+        later = self.cli_json("send", "--session", web, "--to", api, "--subject", "later")
+        self.assertEqual(later["message_id"], 3)
+        self.assertEqual(self.cli_json("leases", "--session", web)["leases"][0]["session_id"],
+                         api)
+        back = os.path.join(self.tmp, "back", "room.db")
+        self.cli_json("store", "copy", self.db, back)
+        self.assertEqual(len(self.cli_json("history", "--session", api, "--query",
+                                           "later", env={"AGENTS_ROOM_DB": back})[
+                                               "messages"]), 1)
+        # A store that holds a room already is not merged into.
+        self.fails(self.db, "already holds a room", command=("store", "copy", local,
+                                                              self.db), code=2)
+
+    def host(self, name, key=None, **extra):
+        env = {"AGENTS_ROOM_TEST_HOST": name}
+        if key:
+            env["AGENTS_ROOM_HARNESS_KEY"] = key
+        env.update(extra)
+        return env
+
+    def liveness_from(self, host):
+        return {s["label"]: s["liveness"] for s in self.cli_json(
+            "who", "--room", "hosts", env=self.host(host))["sessions"]}
+
+    def test_two_hosts_on_one_database(self):
+        """Host alpha's sessions as host beta sees them: what alpha recorded,
+        or unknown once that is old; never gone on beta's guess."""
+        holder = self.keep_alive("k-a")
+        a = self.cli_json("join", "--room", "hosts", "--label", "a",
+                          env=self.host("alpha", "k-a"))["session_id"]
+        b = self.cli_json("join", "--room", "hosts", "--label", "b",
+                          env=self.host("beta", "k-b"))["session_id"]
+        self.keep_alive("k-b")
+        self.assertEqual(self.liveness_from("beta")["a"], "alive")     # alpha's record
+        self.cli_json("claim", "--session", a, "shared.txt", env=self.host("alpha"))
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        conn.execute("UPDATE sessions SET verdict_at = verdict_at - 3600 WHERE id=?", (a,))
+        self.assertEqual(self.liveness_from("beta")["a"], "unknown")
+        holder.kill()
+        holder.wait()
+        # Beta never looks at alpha's processes: still unknown, not gone.
+        self.assertEqual(self.liveness_from("beta")["a"], "unknown")
+        refused = self.cli_json("claim", "--session", b, "shared.txt",
+                                env=self.host("beta"), check=1)
+        self.assertFalse(refused["ok"])
+        pruned = self.cli_json("prune", "--older-than", "0s", env=self.host("beta"))
+        self.assertEqual(pruned["removed"], [])
+        # Alpha judges its own session, and records it.
+        self.assertEqual(self.liveness_from("alpha")["a"], "gone")
+        self.assertEqual(self.liveness_from("beta")["a"], "gone")
+        taken = self.cli_json("claim", "--session", b, "shared.txt", env=self.host("beta"))
+        self.assertTrue(taken["ok"], taken)
+        self.assertIn(a, [r["session_id"] for r in self.cli_json(
+            "prune", "--older-than", "0s", env=self.host("beta"))["removed"]])
+
+    def test_a_wake_lever_runs_only_on_its_host(self):
+        woke = os.path.join(self.tmp, "woke")
+        lever = "%s -c \"import sys; open(%r, 'a').write(sys.argv[1] + chr(10))\"" % (
+            sys.executable, woke)
+        self.keep_alive("k-w")
+        sleeper = self.cli_json("join", "--room", "hosts", "--label", "sleeper",
+                                "--autonomy", "wake", env=self.host(
+                                    "alpha", "k-w", AGENTS_ROOM_WAKE_CMD=lever))["session_id"]
+        sender = self.cli_json("join", "--room", "hosts", "--label", "sender",
+                               env=self.host("beta", "k-s"))["session_id"]
+        self.cli_json("send", "--session", sender, "--to", sleeper, "--subject", "wake up",
+                      env=self.host("beta"))
+        self.cli_json("who", env=self.host("beta"))            # beta's tool events
+        time.sleep(0.5)
+        self.assertFalse(os.path.exists(woke))
+        self.cli_json("who", env=self.host("alpha"))           # one on alpha runs it
+        self.wait_for(lambda: os.path.exists(woke) and "1 unread" in read_bytes(
+            woke).decode(), what="the lever on alpha")
+
+    def test_a_send_from_one_host_wakes_a_waiter_on_another(self):
+        me = self.cli_json("join", "--room", "hosts", "--label", "waiter",
+                           env=self.host("alpha", "k-r"))["session_id"]
+        other = self.cli_json("join", "--room", "hosts", "--label", "other",
+                              env=self.host("beta", "k-o"))["session_id"]
+        waiter = self.start_program("recv", "--session", me, "--wait", "--timeout", "30s",
+                                    env=self.host("alpha"))
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        self.wait_for(lambda: conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT 1 FROM deliveries%' "
+            "AND state = 'idle'").fetchone(), what="the waiter's first look")
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "ping",
+                      env=self.host("beta"))
+        sent = time.time()
+        out, err = waiter.communicate(timeout=30)
+        self.assertEqual(waiter.returncode, 0, err)
+        self.assertIn("ping", out)
+        self.assertLess(time.time() - sent, 5)      # bench reports the figure
+
+
 # The store and operation tests again, on PostgreSQL.
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
               DoorTest, MailboxTest, ConcurrencyTest, McpTest, HookTest, WakeTest,
-              SignalScenarioTest, RetentionTest)
+              SignalScenarioTest, RetentionTest, ReadmeTest)
 for _base in PG_CLASSES:
     globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
         "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})
