@@ -5334,7 +5334,11 @@ class PgStoreTest(RoomTest):
                                                               self.db), code=2)
 
     def host(self, name, key=None, **extra):
-        env = {"AGENTS_ROOM_TEST_HOST": name}
+        """The environment of a process on host `name`: the seam names the
+        host, and the host has a HOME of its own (its markers, its logs)."""
+        home = os.path.join(self.tmp, "home-" + name)
+        os.makedirs(home, exist_ok=True)
+        env = {"AGENTS_ROOM_TEST_HOST": name, "HOME": home}
         if key:
             env["AGENTS_ROOM_HARNESS_KEY"] = key
         env.update(extra)
@@ -5394,6 +5398,26 @@ class PgStoreTest(RoomTest):
         self.cli_json("who", env=self.host("alpha"))           # one on alpha runs it
         self.wait_for(lambda: os.path.exists(woke) and "1 unread" in read_bytes(
             woke).decode(), what="the lever on alpha")
+
+    def test_a_quiet_hook_learns_of_another_hosts_send(self):
+        """A sender on another host raises no marker here: a quiet hook asks
+        the store once REMOTE_CHECK_S has passed since its last look."""
+        me = self.cli_json("join", "--room", "hosts", "--label", "me",
+                           env=self.host("alpha", "k-me"))["session_id"]
+        other = self.cli_json("join", "--room", "hosts", "--label", "other",
+                              env=self.host("beta", "k-other"))["session_id"]
+        hook = lambda: self.run_cli("hook", "--event=PostToolUse", input=json.dumps(
+            {"session_id": "k-me", "cwd": self.tmp}), env=self.host("alpha"),
+            check=0).stdout
+        self.assertEqual(hook(), "")                    # looked: nothing
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "from beta",
+                      env=self.host("beta"))
+        self.assertEqual(hook(), "")                    # within 2 s of the last look
+        stamps = os.path.join(self.tmp, "home-alpha", ".agents-room")
+        stamp = next(os.path.join(root, name) for root, _, names in os.walk(stamps)
+                     for name in names if name == "k-me.checked")
+        os.utime(stamp, (time.time() - 3, time.time() - 3))
+        self.assertIn("1 unread message (1 from other)", hook())
 
     def test_a_send_from_one_host_wakes_a_waiter_on_another(self):
         me = self.cli_json("join", "--room", "hosts", "--label", "waiter",
