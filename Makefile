@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick clean e2e e2e-hermes browser
+.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-hermes browser
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -54,6 +54,18 @@ bench:
 
 bench-quick:
 	$(PYTHON) agents_room.py bench --quick
+
+# bench on SQLite and on a throwaway PostgreSQL cluster (the suite's; needs the
+# PostgreSQL server binaries), stopped and removed afterwards.
+PG_DIR ?= /tmp/agents-room-bench-pg
+PG_CLI = $(PYTHON) -c 'import sys; sys.path.insert(0, "."); import test_agents_room as t; sys.exit(t.pg_cli(sys.argv))'
+BENCH_ARGS ?=
+
+bench-pg:
+	$(PG_CLI) stop "$(PG_DIR)"
+	url=$$($(PG_CLI) start "$(PG_DIR)" | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["url"])') && \
+	$(PYTHON) agents_room.py bench $(BENCH_ARGS) --db "$$url?sslmode=disable"; \
+	status=$$?; $(PG_CLI) stop "$(PG_DIR)"; exit $$status
 
 clean:
 	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" "$(BROWSER_OUT)" __pycache__

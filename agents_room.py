@@ -1442,6 +1442,45 @@ def is_postgres_url(path):
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
+def _unquote(text):
+    """Percent-decoding, as urllib.parse.unquote does (whose import, with re
+    behind it, costs a hook milliseconds)."""
+    if "%" not in text:
+        return text
+    head, *rest = text.split("%")
+    out = bytearray(head.encode("utf-8"))
+    for part in rest:
+        try:
+            out += bytes.fromhex(part[:2]) + part[2:].encode("utf-8")
+        except ValueError:
+            out += b"%" + part.encode("utf-8")
+    return out.decode("utf-8", "replace")
+
+
+def parse_postgres_url(url):
+    """postgresql://[user[:password]@][host][:port][/database][?key=value&...]
+    -> {user, password, host, port, database, query}, decoded; a host may be
+    a socket directory written %2F... (or [v6] in brackets)."""
+    rest = url.split("://", 1)[1]
+    rest, _, query_text = rest.partition("?")
+    netloc, _, database = rest.partition("/")
+    userinfo, _, hostport = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if hostport.startswith("["):
+        host, _, port = hostport[1:].partition("]")
+        port = port[1:]
+    else:
+        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+    query = {}
+    for item in query_text.split("&"):
+        if item:
+            key, _, value = item.partition("=")
+            query[_unquote(key)] = _unquote(value)
+    return {"user": _unquote(user), "password": _unquote(password) if colon else None,
+            "host": _unquote(host), "port": port, "database": _unquote(database),
+            "query": query}
+
+
 def redact_url(url, mask="***"):
     """The URL with its password (in the user part or the query) replaced by
     mask, for messages; with mask None, without it (for config files)."""
@@ -1586,27 +1625,22 @@ class PgConnection:
 
     # -- connecting --
     def _settings(self):
-        from urllib.parse import urlsplit, parse_qsl, unquote
-        parts = urlsplit(self.url)
-        query = dict(parse_qsl(parts.query))
+        url = parse_postgres_url(self.url)
+        query = url["query"]
         env = os.environ
-        host = query.get("host") or (unquote(parts.hostname or "") if parts.hostname
-                                     else None) or env.get("PGHOST") or "localhost"
-        if "@" in parts.netloc and parts.netloc.rsplit("@", 1)[1].startswith("%2F"):
-            host = unquote(parts.netloc.rsplit("@", 1)[1].split(":")[0])
-        elif parts.netloc.startswith("%2F"):
-            host = unquote(parts.netloc.split(":")[0])
+        host = query.get("host") or url["host"] or env.get("PGHOST") or "localhost"
         try:
-            port = int(query.get("port") or parts.port or env.get("PGPORT") or 5432)
+            port = int(query.get("port") or url["port"] or env.get("PGPORT") or 5432)
+            timeout = float(query.get("connect_timeout") or 0) or None
         except ValueError:
-            raise StoreError("the port in AGENTS_ROOM_DB is not a number: %s"
-                             % redact_url(self.url))
-        user = unquote(parts.username or "") or query.get("user") or env.get(
+            raise StoreError("the port or connect_timeout in AGENTS_ROOM_DB is not a "
+                             "number: %s" % redact_url(self.url))
+        user = url["user"] or query.get("user") or env.get(
             "PGUSER") or __import__("getpass").getuser()
-        database = unquote(parts.path.lstrip("/")) or query.get("dbname") or env.get(
+        database = url["database"] or query.get("dbname") or env.get(
             "PGDATABASE") or user
-        password = unquote(parts.password) if parts.password is not None else \
-            query.get("password") or env.get("PGPASSWORD")
+        password = url["password"] if url["password"] is not None else \
+            query.get("password") or env.get("PGPASSWORD") or None
         if password is None:
             password = _pgpass("localhost" if host.startswith("/") else host, port,
                                database, user)
@@ -1619,7 +1653,7 @@ class PgConnection:
                 "password": password, "sslmode": sslmode,
                 "sslrootcert": query.get("sslrootcert") or env.get("PGSSLROOTCERT"),
                 "options": query.get("options") or env.get("PGOPTIONS"),
-                "timeout": float(query.get("connect_timeout") or 0) or None}
+                "timeout": timeout}
 
     def _connect(self, timeout):
         import socket
@@ -1947,21 +1981,25 @@ def _pg_columns(body):
     return names, tuple(decoders)
 
 
+def _b64(data):
+    import binascii             # built in; base64 is a module to import
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
 class _Scram:
     """SCRAM-SHA-256 (RFC 5802/7677) as PostgreSQL speaks it: no channel
     binding, the user name taken from the startup message."""
 
     def __init__(self, password):
-        import base64
         self.password = password.encode("utf-8")
-        self.nonce = base64.b64encode(os.urandom(18)).decode()
+        self.nonce = _b64(os.urandom(18))
         self.first_bare = "n=,r=" + self.nonce
 
     def first(self):
         return ("n,," + self.first_bare).encode()
 
     def final(self, server_first):
-        import base64
+        import binascii
         import hashlib
         import hmac
         text = server_first.decode()
@@ -1969,7 +2007,7 @@ class _Scram:
         if not fields.get("r", "").startswith(self.nonce):
             raise PgError("the server's SCRAM nonce does not extend ours", "28000")
         salted = hashlib.pbkdf2_hmac("sha256", self.password,
-                                     base64.b64decode(fields["s"]), int(fields["i"]))
+                                     binascii.a2b_base64(fields["s"]), int(fields["i"]))
         client_key = hmac.new(salted, b"Client Key", "sha256").digest()
         stored = hashlib.sha256(client_key).digest()
         without_proof = "c=biws,r=" + fields["r"]
@@ -1977,14 +2015,14 @@ class _Scram:
         signature = hmac.new(stored, self.auth, "sha256").digest()
         proof = bytes(a ^ b for a, b in zip(client_key, signature))
         self.server_key = hmac.new(salted, b"Server Key", "sha256").digest()
-        return (without_proof + ",p=" + base64.b64encode(proof).decode()).encode()
+        return (without_proof + ",p=" + _b64(proof)).encode()
 
     def verify(self, server_final):
-        import base64
+        import binascii
         import hmac
         fields = dict(item.split("=", 1) for item in server_final.decode().split(","))
         expected = hmac.new(self.server_key, self.auth, "sha256").digest()
-        if base64.b64decode(fields.get("v", "")) != expected:
+        if binascii.a2b_base64(fields.get("v", "")) != expected:
             raise PgError("the server's SCRAM signature is wrong: it does not know "
                           "the password", "28000")
 
@@ -2095,8 +2133,8 @@ PG_RETURNING_TABLES = ("leases", "windows", "tasks")   # callers read lastrowid
 _PG_TRANSLATED = {}
 
 
-PG_RULE_WORDS = ("INSERT OR", "MAX(", " IS NULL", " IS NOT NULL", "NOCASE", "LIKE",
-                 "INSERT INTO")          # a statement without them needs no rule
+PG_RULE_WORDS = ("INSERT OR", "MAX(", " IS NULL", " IS NOT NULL", "NOCASE", "LIKE")
+PG_RETURNING = tuple("INSERT INTO %s " % table for table in PG_RETURNING_TABLES)
 
 
 def pg_translate(sql):
@@ -2106,9 +2144,11 @@ def pg_translate(sql):
     if done is not None:
         return done
     text = PG_DIALECT.get(sql, sql)
-    returning = False
-    if any(word in text for word in PG_RULE_WORDS):
-        text, returning = _pg_rules(text)
+    if any(word in text for word in PG_RULE_WORDS):        # a rule may apply
+        text = _pg_rules(text)
+    returning = text.lstrip().startswith(PG_RETURNING) and "RETURNING" not in text
+    if returning:
+        text += " RETURNING id"
     out, count, literal = [], 0, False
     for char in text:                               # `?` becomes `$n`, never in a literal
         if char == "'":
@@ -2139,12 +2179,7 @@ def _pg_rules(text):
     # A parameter tested only for NULL has no type PostgreSQL can infer.
     text = re.sub(r"(?<![\w.=])\? IS (NOT )?NULL", r"CAST(? AS TEXT) IS \1NULL", text)
     text = re.sub(r"([\w.]+) = \? COLLATE NOCASE", r"lower(\1) = lower(?)", text)
-    text = re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
-    returning = bool(re.match(r"\s*INSERT INTO (%s)\b" % "|".join(PG_RETURNING_TABLES),
-                              text)) and "RETURNING" not in text.upper()
-    if returning:
-        text += " RETURNING id"
-    return text, returning
+    return re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
 
 
 def explain_pg(error, url):
@@ -2196,9 +2231,13 @@ class PgStore:
 
     kind = "postgresql"
 
+    @property
+    def shown(self):
+        """The URL as messages show it: without the password."""
+        return redact_url(self.path)
+
     def __init__(self, url, busy_ms=BUSY_TIMEOUT_MS):
         self.path = url
-        self.shown = redact_url(url)
         self.busy_ms = busy_ms
         self.conn = None
         self._listening = False
