@@ -1021,6 +1021,10 @@ def default_db_path():
     configured = os.environ.get("AGENTS_ROOM_DB")
     if is_postgres_url(configured):
         return configured
+    if configured and configured.lstrip().lower().startswith(CONNINFO_WORDS):
+        raise StoreError("AGENTS_ROOM_DB looks like a libpq connection string; write it "
+                         "as a URL", "postgresql://user@host:5432/dbname?sslmode=require "
+                         "(the password in ~/.pgpass or PGPASSWORD)")
     if configured:
         return os.path.abspath(os.path.expanduser(configured))
     return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
@@ -1234,6 +1238,9 @@ class SqliteStore:
     def connection(self):
         return self.conn
 
+    def now(self):
+        return now()
+
     def after_copy(self, conn):
         """Nothing to do: AUTOINCREMENT follows the highest id inserted."""
 
@@ -1433,13 +1440,21 @@ def sweep(conn, at):
 PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_CONNECT_TIMEOUT_S = 10
+PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
 VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
 VERDICT_REFRESH_S = 60               # a verdict is written again after this
 REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this often
 
 
 def is_postgres_url(path):
-    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+    return isinstance(path, str) and path[:13].lower().startswith(
+        ("postgresql://", "postgres://"))
+
+
+# A libpq connection string ("host=db dbname=room ...") is not a path: taken
+# as one, it would become a file named after it, password and all.
+CONNINFO_WORDS = ("host=", "hostaddr=", "dbname=", "user=", "password=", "port=",
+                  "sslmode=", "service=")
 
 
 def _unquote(text):
@@ -1462,9 +1477,9 @@ def parse_postgres_url(url):
     -> {user, password, host, port, database, query}, decoded; a host may be
     a socket directory written %2F... (or [v6] in brackets)."""
     rest = url.split("://", 1)[1]
+    userinfo, _, rest = rest.rpartition("@")
     rest, _, query_text = rest.partition("?")
-    netloc, _, database = rest.partition("/")
-    userinfo, _, hostport = netloc.rpartition("@")
+    hostport, _, database = rest.partition("/")
     user, colon, password = userinfo.partition(":")
     if hostport.startswith("["):
         host, _, port = hostport[1:].partition("]")
@@ -1483,20 +1498,24 @@ def parse_postgres_url(url):
 
 def redact_url(url, mask="***"):
     """The URL with its password (in the user part or the query) replaced by
-    mask, for messages; with mask None, without it (for config files)."""
-    from urllib.parse import urlsplit, parse_qsl, urlencode
+    mask, for messages; with mask None, without it (for config files).  Read
+    as parse_postgres_url reads it: the user part ends at the last `@`, so a
+    password with a stray `/`, `?` or `#` in it is hidden all the same."""
     if not is_postgres_url(url):
         return url
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(":" + parts.password + "@", "@" if mask is None else
-                                ":%s@" % mask, 1)
-    query = parts.query
-    if "password=" in query:
-        query = urlencode([(k, v) for k, v in parse_qsl(query) if k != "password"] +
-                          ([] if mask is None else [("password", mask)]), safe="/*")
-    return parts._replace(netloc=netloc, query=query).geturl()
+    scheme, _, rest = url.partition("://")
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = user + ("" if mask is None else ":" + mask) + rest[at:]
+    if "password=" in rest:
+        head, _, query = rest.partition("?")
+        items = [i for i in query.split("&") if not i.startswith("password=")]
+        if mask is not None:
+            items.append("password=" + mask)
+        rest = head + "?" + "&".join(items)
+    return scheme + "://" + rest
 
 
 class PgError(Exception):
@@ -1523,11 +1542,11 @@ def _pgpass(host, port, database, user):
             return None
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     want = (host, str(port), database, user)
     for line in lines:
-        if not line.strip() or line.lstrip().startswith("#"):
+        if not line.strip() or line.startswith("#"):
             continue
         fields, field, escaped = [], "", False
         for char in line:
@@ -1535,13 +1554,16 @@ def _pgpass(host, port, database, user):
                 field, escaped = field + char, False
             elif char == "\\":
                 escaped = True
-            elif char == ":" and len(fields) < 4:
+            elif char == ":":
                 fields.append(field)
                 field = ""
+                if len(fields) == 5:
+                    break                     # libpq: the password ends at a colon too
             else:
                 field += char
-        fields.append(field)
-        if len(fields) == 5 and all(f == "*" or f == w for f, w in zip(fields, want)):
+        else:
+            fields.append(field)
+        if len(fields) >= 5 and all(f == "*" or f == w for f, w in zip(fields, want)):
             return fields[4]
     return None
 
@@ -1612,10 +1634,12 @@ class PgConnection:
     sslmode, and the extended query protocol with bound parameters (values
     never enter the SQL text).  Statements are prepared once per connection."""
 
-    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S):
+    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S, session=None):
         self.url = url
         self.sock = None
+        self.session = session or {}    # settings sent at startup (kept on reconnect)
         self.statements = {}            # sql -> (name, column names, decoders)
+        self.named = 0                  # names are never reused, even after a failure
         self.notified = False
         self.dirty = False              # rows changed in the open transaction
         self.in_transaction = False
@@ -1628,7 +1652,10 @@ class PgConnection:
         url = parse_postgres_url(self.url)
         query = url["query"]
         env = os.environ
-        host = query.get("host") or url["host"] or env.get("PGHOST") or "localhost"
+        host = query.get("host") or url["host"] or env.get("PGHOST") or next(
+            (d for d in ("/var/run/postgresql", "/tmp") if os.path.exists(os.path.join(
+                d, ".s.PGSQL.%s" % (query.get("port") or url["port"] or
+                                    env.get("PGPORT") or 5432)))), "localhost")
         try:
             port = int(query.get("port") or url["port"] or env.get("PGPORT") or 5432)
             timeout = float(query.get("connect_timeout") or 0) or None
@@ -1642,8 +1669,8 @@ class PgConnection:
         password = url["password"] if url["password"] is not None else \
             query.get("password") or env.get("PGPASSWORD") or None
         if password is None:
-            password = _pgpass("localhost" if host.startswith("/") else host, port,
-                               database, user)
+            password = _pgpass("localhost" if host in ("/var/run/postgresql", "/tmp")
+                               else host, port, database, user)
         sslmode = query.get("sslmode") or env.get("PGSSLMODE") or "prefer"
         if sslmode not in ("disable", "allow", "prefer", "require", "verify-ca",
                            "verify-full"):
@@ -1670,6 +1697,13 @@ class PgConnection:
                 sock = socket.create_connection((host, port),
                                                 settings["timeout"] or timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # A server that vanished (a laptop asleep, a cut link) is noticed
+                # in about a minute, not in the kernel's quarter of an hour.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10),
+                                    ("TCP_KEEPCNT", 3)):
+                    if hasattr(socket, name):
+                        sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
         except OSError as error:
             raise PgError("cannot reach PostgreSQL at %s: %s"
                           % (where, error.strerror or error), "08001")
@@ -1680,6 +1714,7 @@ class PgConnection:
                 self._start_tls(settings, host)
             startup = {"user": settings["user"], "database": settings["database"],
                        "application_name": "agents-room", "client_encoding": "UTF8"}
+            startup.update(self.session)
             if settings["options"]:
                 startup["options"] = settings["options"]
             body = b"".join(k.encode() + b"\0" + str(v).encode() + b"\0"
@@ -1698,6 +1733,11 @@ class PgConnection:
     def _start_tls(self, settings, host):
         self._send_raw(_pg_int(8) + _pg_int(80877103))        # SSLRequest
         answer = self._recv_exact(1)
+        if self._buffer:
+            # Bytes after the answer came unencrypted, from anyone on the
+            # path (CVE-2021-23222): never read them as the server's.
+            raise PgError("the server sent unencrypted data after its TLS answer",
+                          "08P01")
         if answer != b"S":
             if settings["sslmode"] in ("require", "verify-ca", "verify-full"):
                 raise PgError("the server at %s does not offer TLS, and sslmode=%s "
@@ -1705,9 +1745,15 @@ class PgConnection:
             return
         import ssl           # only here: importing ssl costs a start-up milliseconds
         mode = settings["sslmode"]
+        root = settings["sslrootcert"]
+        default_root = os.path.expanduser("~/.postgresql/root.crt")
+        if root is None and os.path.exists(default_root):
+            root = default_root
+        if mode == "require" and root and root != "system":
+            mode = "verify-ca"          # libpq: require with a root certificate verifies
         if mode in ("verify-ca", "verify-full"):
-            context = ssl.create_default_context(cafile=settings["sslrootcert"] if (
-                settings["sslrootcert"] and settings["sslrootcert"] != "system") else None)
+            context = ssl.create_default_context(
+                cafile=root if root and root != "system" else None)
             context.check_hostname = mode == "verify-full"
         else:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -1727,6 +1773,9 @@ class PgConnection:
             if kind == b"R":
                 code = _pg_uint(body[:4])
                 if code == 0:
+                    if scram is not None and not scram.verified:
+                        raise PgError("the server ended SCRAM without proving it knows "
+                                      "the password", "28000")
                     continue
                 if code in (3, 5, 10) and password is None:
                     raise PgError("PostgreSQL asks %s for a password and none was given"
@@ -1757,8 +1806,9 @@ class PgConnection:
                     raise PgError("the server asks for authentication method %d, which "
                                   "this client does not speak" % code, "28000")
             elif kind == b"S":
-                name, value = body.rstrip(b"\0").split(b"\0", 1)
-                self.params[name.decode()] = value.decode()
+                name, value = (body.split(b"\0") + [b""])[:2]
+                self.params[name.decode("utf-8", "replace")] = value.decode(
+                    "utf-8", "replace")
             elif kind == b"Z":
                 return
             elif kind == b"E":
@@ -1772,24 +1822,29 @@ class PgConnection:
         self._send_raw(kind + _pg_int(len(body) + 4) + body)
 
     def _recv_exact(self, count):
-        while len(self._buffer) < count:
-            chunk = self.sock.recv(max(65536, count - len(self._buffer)))
-            if not chunk:
-                raise OSError("the server closed the connection")
-            self._buffer += chunk
+        if len(self._buffer) < count:
+            chunks, have = [self._buffer], len(self._buffer)
+            while have < count:
+                chunk = self.sock.recv(max(65536, count - have))
+                if not chunk:
+                    raise OSError("the server closed the connection")
+                chunks.append(chunk)
+                have += len(chunk)
+            self._buffer = b"".join(chunks)
         data, self._buffer = self._buffer[:count], self._buffer[count:]
         return data
 
     def _read_message(self):
-        head = self._recv_exact(5)
-        body = self._recv_exact(_pg_uint(head[1:5]) - 4)
-        kind = head[:1]
-        if kind == b"A":                       # NotificationResponse, at any time
-            self.notified = True
-            return self._read_message()
-        if kind == b"N":                       # NoticeResponse: not an answer
-            return self._read_message()
-        return kind, body
+        """The next message that answers something: a NotificationResponse
+        (which may come at any time) is noted, a NoticeResponse skipped."""
+        while True:
+            head = self._recv_exact(5)
+            body = self._recv_exact(_pg_uint(head[1:5]) - 4)
+            kind = head[:1]
+            if kind == b"A":
+                self.notified = True
+            elif kind != b"N":
+                return kind, body
 
     def _error(self, body):
         fields = {}
@@ -1813,21 +1868,24 @@ class PgConnection:
 
     # -- queries --
     def simple(self, sql):
-        """A statement without parameters (transaction control, LISTEN, DDL),
-        by the simple query protocol: one round trip for several."""
+        """Statements without parameters (transaction control, LISTEN, DDL),
+        by the simple query protocol: one round trip for several.  Returns the
+        first column of the last row any of them returned, as text."""
         self._guard()
         try:
             self._send(b"Q", sql.encode("utf-8") + b"\0")
-            error = None
+            error = value = None
             while True:
                 kind, body = self._read_message()
-                if kind == b"E":
+                if kind == b"D":
+                    value = self._row(body, ({}, (None,)))[0]
+                elif kind == b"E":
                     error = self._error(body)
                 elif kind == b"Z":
                     self.in_transaction = body != b"I"
                     if error:
                         raise error
-                    return
+                    return value
         except OSError as error:
             raise self._lost(error, True)
 
@@ -1839,8 +1897,10 @@ class PgConnection:
             text, returning = pg_translate(sql)
         try:
             if prepared is None:
-                name = b"s%d" % len(self.statements) if len(
-                    self.statements) < PG_STATEMENTS_MAX else b""
+                name = b""
+                if len(self.statements) < PG_STATEMENTS_MAX:
+                    self.named += 1
+                    name = b"s%d" % self.named
                 encoded = text.encode("utf-8")
                 self._send_raw(b"".join((
                     _pg_msg(b"P", name + b"\0" + encoded + b"\0" + _pg_short(0)),
@@ -1873,6 +1933,10 @@ class PgConnection:
         except OSError as error:
             raise self._lost(error, not sql.lstrip()[:6].upper() == "SELECT")
         if error:
+            if error.sqlstate == "0A000":
+                # A cached plan outlived a schema change (a newer program
+                # migrated the store): prepare afresh from now on.
+                self.statements.clear()
             raise error
         if prepared is None:
             prepared = (name,) + columns + (returning,)
@@ -1883,8 +1947,37 @@ class PgConnection:
         return PgCursor(rows, count, rows[-1][0] if prepared[3] and rows else None)
 
     def executemany(self, sql, seq):
-        for params in seq:
-            self.execute(sql, params)
+        """The first row prepares the statement; the rest go in one pipeline
+        (a Bind and Execute each, one Sync): one round trip, not one a row."""
+        rows = list(seq)
+        if not rows:
+            return
+        self.execute(sql, rows[0])
+        prepared = self.statements.get(sql)
+        if prepared is None or len(rows) == 1:
+            for params in rows[1:]:
+                self.execute(sql, params)
+            return
+        execute = _pg_msg(b"E", b"\0" + _pg_int(0))
+        try:
+            self._send_raw(b"".join(self._bind(prepared[0], params) + execute
+                                    for params in rows[1:]) + _pg_msg(b"S", b""))
+            error = None
+            while True:
+                kind, body = self._read_message()
+                if kind == b"C":
+                    tag = body.rstrip(b"\0").split()
+                    if tag and tag[-1].isdigit() and int(tag[-1]) > 0:
+                        self.dirty = True
+                elif kind == b"E":
+                    error = error or self._error(body)
+                elif kind == b"Z":
+                    self.in_transaction = body != b"I"
+                    break
+        except OSError as error:
+            raise self._lost(error, False)
+        if error:
+            raise error
 
     def _bind(self, name, params):
         parts = [b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
@@ -1981,6 +2074,26 @@ def _pg_columns(body):
     return names, tuple(decoders)
 
 
+def _saslprep(password):
+    """SASLprep (RFC 4013) as PostgreSQL applies it: non-ASCII spaces become
+    spaces, "mapped to nothing" characters go, NFKC; a password it would
+    prohibit is used as it is (so does the server)."""
+    if password.isascii():
+        return password
+    import stringprep
+    import unicodedata
+    mapped = "".join(" " if stringprep.in_table_c12(c) else c for c in password
+                     if not stringprep.in_table_b1(c))
+    normal = unicodedata.normalize("NFKC", mapped)
+    prohibited = (stringprep.in_table_c12, stringprep.in_table_c21_c22,
+                  stringprep.in_table_c3, stringprep.in_table_c4, stringprep.in_table_c5,
+                  stringprep.in_table_c6, stringprep.in_table_c7, stringprep.in_table_c8,
+                  stringprep.in_table_c9)
+    if not normal or any(test(c) for c in normal for test in prohibited):
+        return password
+    return normal
+
+
 def _b64(data):
     import binascii             # built in; base64 is a module to import
     return binascii.b2a_base64(data, newline=False).decode("ascii")
@@ -1991,9 +2104,10 @@ class _Scram:
     binding, the user name taken from the startup message."""
 
     def __init__(self, password):
-        self.password = password.encode("utf-8")
+        self.password = _saslprep(password).encode("utf-8")
         self.nonce = _b64(os.urandom(18))
         self.first_bare = "n=,r=" + self.nonce
+        self.verified = False
 
     def first(self):
         return ("n,," + self.first_bare).encode()
@@ -2004,7 +2118,8 @@ class _Scram:
         import hmac
         text = server_first.decode()
         fields = dict(item.split("=", 1) for item in text.split(","))
-        if not fields.get("r", "").startswith(self.nonce):
+        if not fields.get("r", "").startswith(self.nonce) or \
+                len(fields["r"]) <= len(self.nonce):
             raise PgError("the server's SCRAM nonce does not extend ours", "28000")
         salted = hashlib.pbkdf2_hmac("sha256", self.password,
                                      binascii.a2b_base64(fields["s"]), int(fields["i"]))
@@ -2025,6 +2140,7 @@ class _Scram:
         if binascii.a2b_base64(fields.get("v", "")) != expected:
             raise PgError("the server's SCRAM signature is wrong: it does not know "
                           "the password", "28000")
+        self.verified = True
 
 
 # The schema on PostgreSQL: the SQLite schema at the version PostgreSQL
@@ -2242,9 +2358,14 @@ class PgStore:
         self.conn = None
         self._listening = False
         self._mark = 0
+        self.clock_at = None      # the server's clock when this transaction began
+        # Sent at every connect: a writer waits busy_ms for the lock at most,
+        # and a transaction whose client stalls (asleep, stopped) is ended so
+        # its lock does not hold the room for the kernel's two hours.
+        self.session = {"lock_timeout": str(int(busy_ms)),
+                        "idle_in_transaction_session_timeout": str(PG_IDLE_TX_MS)}
         try:
-            self.conn = PgConnection(url)
-            self.conn.simple("SET lock_timeout = %d" % int(busy_ms))
+            self.conn = PgConnection(url, session=self.session)
             self._open()
         except PgError as error:
             self.close()
@@ -2327,9 +2448,20 @@ class PgStore:
     def connection(self):
         """The connection, made again if the last one was lost."""
         if self.conn is None or self.conn.sock is None:
-            self.conn = PgConnection(self.path)
+            try:
+                self.conn = PgConnection(self.path, session=self.session)
+            except PgError as error:
+                raise explain_pg(error, self.path)
             self._listening = False
         return self.conn
+
+    def now(self):
+        """The clock a call runs on: the server's when the transaction began
+        (every host then agrees on what has expired), with this process's
+        test offset if any."""
+        if self.clock_at is None:
+            return now()
+        return self.clock_at + (now() - time.time())
 
     def journal(self):
         return "wal"              # PostgreSQL writes ahead; nothing to switch
@@ -2346,21 +2478,30 @@ class PgStore:
 
     def change_mark(self):
         """A value that moves when another connection commits a change: a
-        count of the NOTIFYs received on this connection's LISTEN."""
-        if not self._listening:
-            self.conn.simple("LISTEN " + PG_CHANNEL)
-            self._listening = True
-        if self.conn.notified or self.conn.wait_notify(0):
-            self.conn.notified = False
-            self._mark += 1
+        count of the NOTIFYs received on this connection's LISTEN.  A lost
+        connection is made again (what happened meanwhile is unknown, so the
+        mark moves)."""
+        try:
+            if self.conn is None or self.conn.sock is None or not self._listening:
+                conn = self.connection()
+                conn.simple("LISTEN " + PG_CHANNEL)
+                self._listening = True
+                self._mark += 1
+            if self.conn.notified or self.conn.wait_notify(0):
+                self.conn.notified = False
+                self._mark += 1
+        except PgError as error:
+            raise explain_pg(error, self.path)
         return self._mark
 
     def wait_change(self, timeout):
         """Wait up to timeout seconds for a change (a NOTIFY)."""
-        if not self._listening:
-            self.change_mark()
-        if timeout > 0 and self.conn.wait_notify(timeout):
-            self.conn.notified = True
+        self.change_mark()
+        try:
+            if timeout > 0 and self.conn.wait_notify(timeout):
+                self.conn.notified = True
+        except PgError:
+            pass                  # lost: the next change_mark connects again
 
 
 class _PgTransaction:
@@ -2368,18 +2509,30 @@ class _PgTransaction:
         self.store, self.write = store, write
 
     def __enter__(self):
-        begin = "BEGIN; SELECT pg_advisory_xact_lock(hashtext(current_schema()))" \
-            if self.write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        # READ COMMITTED whatever the server's default: after the lock, each
+        # statement sees every commit before it (REPEATABLE READ would keep a
+        # snapshot from before the lock, and two claims could both succeed).
+        # The server's clock comes back in the same round trip.
+        clock = "; SELECT extract(epoch FROM clock_timestamp())"
+        begin = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(" \
+            "hashtext(current_schema()))" + clock if self.write else \
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
         for attempt in (1, 2):
             conn = self.store.conn
             try:
                 if conn is None or conn.sock is None:
-                    self.store.conn = conn = PgConnection(self.store.path)
+                    self.store.conn = conn = PgConnection(self.store.path,
+                                                          session=self.store.session)
                     self.store._listening = False
                 conn.dirty = False
-                conn.simple(begin)
+                self.store.clock_at = float(conn.simple(begin))
                 return conn
             except PgError as error:
+                if conn is not None and conn.sock is not None and conn.in_transaction:
+                    try:
+                        conn.simple("ROLLBACK")     # a lock timeout: end it cleanly
+                    except PgError:
+                        pass
                 # A connection that died while idle (a server restart, a
                 # network blip): nothing of this transaction reached the
                 # server, so connecting again replays nothing.
@@ -2793,8 +2946,9 @@ class LazyScan:
     is exactly what the scan would find.  That keeps a claim or a check by an
     MCP server or a hook from reading every process on the machine."""
 
-    def __init__(self, ctx=None):
+    def __init__(self, ctx=None, at=None):
         self._scan = None
+        self.at = at              # the call's clock (the server's, on PostgreSQL)
         self.key = harness_key_from(ctx.env) if ctx is not None else None
         self.pid = ctx.pid if ctx is not None else None
         self.pid_start = ctx.pid_start if ctx is not None else None
@@ -2808,8 +2962,9 @@ class LazyScan:
             # its own host last recorded, while that is recent; else unknown,
             # never gone on a guess.
             at = row["verdict_at"] if "verdict_at" in keys else None
-            if at is None or real_time() - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
-                                                           VERDICT_STALE_S):
+            clock = self.at if self.at is not None else real_time()
+            if at is None or clock - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
+                                                     VERDICT_STALE_S):
                 return "unknown"
             return row["verdict"] or "unknown"
         if (self.key and row["harness_key"] == self.key) or (
@@ -2821,15 +2976,16 @@ class LazyScan:
             ended = "ended_at" in keys and row["ended_at"] is not None
             verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"],
                                           ended)
+        clock = self.at if self.at is not None else real_time()
         if "verdict" in keys and (row["verdict"] != verdict or row["verdict_at"] is None
-                                  or real_time() - row["verdict_at"] > VERDICT_REFRESH_S):
+                                  or clock - row["verdict_at"] > VERDICT_REFRESH_S):
             self.judged[row["id"]] = verdict
         return verdict
 
     def record(self, conn):
         """Write the verdicts this scan reached that changed or grew old: the
         record another host reads (SPEC: liveness across hosts)."""
-        at = real_time()
+        at = self.at if self.at is not None else real_time()
         conn.executemany("UPDATE sessions SET verdict=?, verdict_at=? WHERE id=?",
                          [(v, at, i) for i, v in sorted(self.judged.items())])
         self.judged.clear()
@@ -3001,7 +3157,7 @@ class Op:
         self.store, self.conn, self.ctx, self.at = store, conn, ctx, at
         self.caller = caller
         self.prepared = prepared
-        self.liveness = LazyScan(ctx)
+        self.liveness = LazyScan(ctx, at)
         self.after = []           # run once the transaction committed
         self.readonly = False     # a plain read: the disk is full (see call_tool)
         self._rows = {}
@@ -3082,7 +3238,7 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
         # call would cost every call a page for nothing.
         # Its own call proves it alive, the verdict other hosts go by.
         conn.execute("UPDATE sessions SET last_seen=?, verdict='alive', verdict_at=? "
-                     "WHERE id=?", (op.at, real_time(op.at), row["id"]))
+                     "WHERE id=?", (op.at, op.at, row["id"]))
     return row
 
 
@@ -3132,7 +3288,7 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
             prepared = tool_.prepare(op, **args)
         try:
             with store.write() as conn:
-                op = Op(store, conn, ctx, now(), prepared=prepared)
+                op = Op(store, conn, ctx, store.now(), prepared=prepared)
                 sweep(conn, op.at)
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
@@ -3146,7 +3302,7 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
             if not (tool_.degrades and error.code == "disk_full"):
                 raise
             with store.read() as conn:
-                op = Op(store, conn, ctx, now(), prepared=prepared)
+                op = Op(store, conn, ctx, store.now(), prepared=prepared)
                 op.readonly = True
                 op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
                 result = tool_.fn(op, **args)
@@ -6796,8 +6952,12 @@ class McpServer:
         or whose wait is over.  Cheap when nothing changed."""
         if not self.waits:
             return []
-        version = self.store.change_mark()
-        changed, self.data_version = force or version != self.data_version, version
+        try:
+            version = self.store.change_mark()
+        except RoomError:
+            version = None        # the store is out of reach: the calls below say so
+        changed = force or version is None or version != self.data_version
+        self.data_version = version
         answers, at = [], time.time()
         for wait in list(self.waits):
             id_, arguments, deadline, result = wait
@@ -7265,7 +7425,7 @@ def nothing_to_say(argv, stdin_text):
         checked = os.stat(signal_marker(path, key + ".checked")).st_mtime
         return 0 <= time.time() - checked < env_number("AGENTS_ROOM_REMOTE_CHECK_S",
                                                       REMOTE_CHECK_S)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RoomError):
         return False
 
 
@@ -7304,7 +7464,10 @@ def hook_main(argv):
 
 def _hook_log(line):
     try:
-        directory = local_dir(default_db_path())
+        try:
+            directory = local_dir(default_db_path())
+        except RoomError:
+            directory = os.path.join(os.path.expanduser("~"), ".agents-room")
         os.makedirs(directory, mode=0o700, exist_ok=True)
         fd = os.open(os.path.join(directory, "hook.log"),
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
@@ -8317,6 +8480,16 @@ def _wait_arguments(sub):
                           "default 10m, passes)")
 
 
+def _store_call(store, fn):
+    """fn(connection) outside the door, its store errors explained."""
+    try:
+        return fn(store.connection())
+    except PgError as error:
+        raise explain_pg(error, store.path)
+    except sqlite3.Error as error:
+        raise explain_sqlite(error, store.path)
+
+
 def wait_for_unread(store, session_id, timeout, thread=None):
     """Block until session_id has an unread delivery (in thread, if given) or
     timeout passes; True if one came.  Cheap: PRAGMA data_version changes only
@@ -8329,11 +8502,11 @@ def wait_for_unread(store, session_id, timeout, thread=None):
         seen = store.change_mark()
         if seen != version:
             version, delay = seen, 0.05
-            if store.conn.execute(
+            if _store_call(store, lambda conn: conn.execute(
                     "SELECT 1 FROM deliveries d JOIN messages m ON m.id = d.message_id "
                     "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ? AND "
                     "(CAST(? AS BIGINT) IS NULL OR m.thread_id=?) LIMIT 1" % UNREAD_SQL,
-                    (session_id, now(), thread, thread)).fetchone():
+                    (session_id, now(), thread, thread)).fetchone()):
                 return True
         left = deadline - time.time()
         if left <= 0:
