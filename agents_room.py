@@ -324,14 +324,34 @@ def new_session_id():
     return os.urandom(8).hex()
 
 
+_HOST = []
+
+
 def host_name():
-    """This host's name, as sessions record it.  The seam AGENTS_ROOM_TEST_HOST
-    (with AGENTS_ROOM_TEST_SEAMS=1) names another, so a test can be a second
-    host against the same PostgreSQL database."""
+    """This host as sessions record it: the machine's name and, on Linux, a
+    short mark of its machine id and process namespace: two machines both
+    called `localhost` (or two containers of one image) see different
+    processes, so they must not judge each other's sessions.  The seam
+    AGENTS_ROOM_TEST_HOST (with AGENTS_ROOM_TEST_SEAMS=1) names another, so a
+    test can be a second host against the same PostgreSQL database."""
     if os.environ.get("AGENTS_ROOM_TEST_SEAMS") == "1" and \
             os.environ.get("AGENTS_ROOM_TEST_HOST"):
         return os.environ["AGENTS_ROOM_TEST_HOST"]
-    return os.uname().nodename
+    if not _HOST:
+        name, mark = os.uname().nodename, ""
+        for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+            mark = _read_small(path).strip()
+            if mark:
+                break
+        try:
+            mark += ":%d" % os.stat("/proc/self/ns/pid").st_ino
+        except OSError:
+            pass
+        if mark:
+            import binascii
+            name += "/%08x" % binascii.crc32(mark.encode())
+        _HOST.append(name)
+    return _HOST[0]
 
 
 def local_dir(store_path):
@@ -1005,9 +1025,12 @@ def fts_available(conn):
 
 def _migrate_v5(conn):
     """Liveness verdicts: a session's own host records what it found (and
-    when), which is all another host can go by when the store is shared."""
+    when), which is all another host can go by when the store is shared.  A
+    host is now its name with a mark of its machine (host_name)."""
     conn.execute("ALTER TABLE sessions ADD COLUMN verdict TEXT")
     conn.execute("ALTER TABLE sessions ADD COLUMN verdict_at REAL")
+    conn.execute("UPDATE sessions SET host=? WHERE host=?",
+                 (host_name(), os.uname().nodename))
 
 
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5]
@@ -2957,10 +2980,11 @@ class LazyScan:
 
     def __call__(self, row):
         keys = row.keys()
-        if "host" in keys and row["host"] not in (None, self.host):
-            # Another host's session: its processes are not ours to see.  What
-            # its own host last recorded, while that is recent; else unknown,
-            # never gone on a guess.
+        if "host" in keys and (row["host"] not in (None, self.host) or (
+                row["uid"] is not None and row["uid"] != os.getuid())):
+            # Another host's session, or another user's: its processes are not
+            # ours to see.  What its own host (and user) last recorded, while
+            # that is recent; else unknown, never gone on a guess.
             at = row["verdict_at"] if "verdict_at" in keys else None
             clock = self.at if self.at is not None else real_time()
             if at is None or clock - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
@@ -3353,7 +3377,7 @@ S_SESSION_ROW = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string"}},
     "rooms": {"type": "array", "items": {"type": "string"}},
     "autonomy": {"type": "integer"}, "autonomy_requested": {"type": "integer"},
-    "liveness": S_LIVENESS, "last_seen": S_TIME},
+    "liveness": S_LIVENESS, "last_seen": S_TIME, "host": {"type": ["string", "null"]}},
     "required": ["session_id", "label", "harness", "cwd", "tags", "rooms", "autonomy",
                  "liveness", "last_seen"]}
 S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -3498,7 +3522,7 @@ def session_dict(conn, row, liveness, at=None):
         "lever": lever, "left": row["left_at"] is not None,
         "ended": row["ended_at"] is not None,
         "worktree": row["worktree"], "branch": row["branch"],
-        "work": work_of(conn, row["id"]),
+        "work": work_of(conn, row["id"]), "host": row["host"],
     }
 
 
@@ -5657,12 +5681,16 @@ def wake_plan(op, limit=20):
 
 @tool("prune", "Remove quiet, gone sessions", {
     "quiet_s": {"type": "integer", "minimum": 0},
-    "dry_run": {"type": "boolean"}}, public=False)
-def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False):
+    "dry_run": {"type": "boolean"},
+    "host": {"type": "string", "maxLength": 300}}, public=False)
+def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False, host=None):
     """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
     reports).  Their messages stay, each keeping its sender's label; their
     memberships, leases, windows, reads and deliveries go.  Also finishes
-    retention: audit events past 30 days, messages 90 days past their TTL."""
+    retention: audit events past 30 days, messages 90 days past their TTL.
+    host: a host the operator says is gone for good (a retired laptop, a CI
+    runner): its quiet sessions count as gone, since no process of it will
+    ever record so."""
     conn, at = op.conn, op.at
     removed, kept = [], []
     events_removed = messages_removed = 0
@@ -5676,6 +5704,8 @@ def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False):
     for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
                             "last_seen", (at - quiet_s,)).fetchall():
         state = op.liveness(row)
+        if host is not None and row["host"] == host and host != host_name():
+            state = "gone"                  # the operator's word for that host
         item = {"session_id": row["id"], "label": row["label"], "liveness": state,
                 "last_seen": iso(row["last_seen"])}
         if state != "gone":
@@ -8953,6 +8983,8 @@ def _prune_arguments(sub):
     sub.add_argument("--older-than", default="24h", type=parse_duration, metavar="DURATION",
                      help="quiet for longer than this (default 24h)")
     sub.add_argument("--dry-run", action="store_true", help="only show what would go")
+    sub.add_argument("--host", metavar="HOST", help="a host gone for good (as who "
+                     "--json shows it): its quiet sessions count as gone")
 
 
 @command("prune", "Remove sessions that are quiet and gone.",
@@ -8965,7 +8997,7 @@ def run_prune(args):
     store = open_store()
     try:
         result = call_tool(store, Context(via="cli"), "prune", {
-            "quiet_s": args.older_than, "dry_run": args.dry_run})
+            "quiet_s": args.older_than, "dry_run": args.dry_run, "host": args.host})
     finally:
         store.close()
     if args.json:

@@ -5419,6 +5419,86 @@ class PgStoreTest(RoomTest):
         os.utime(stamp, (time.time() - 4000, time.time() - 4000))
         self.assertIn("1 unread message (1 from other)", hook())
 
+    def test_the_connection_outlives_bad_statements_and_backlogs(self):
+        """Found by review: a statement that failed once broke every later
+        one; a backlog of notifications overflowed the reader; a lock timeout
+        left the transaction open."""
+        me = self.join("--label", "me")["session_id"]
+        client = McpClient(self)
+        client.initialize()
+        call = lambda **a: client.request("tools/call", {"name": "msg_send", "arguments": dict(
+            session_id=me, to="*", **a)})["result"]
+        bad = call(subject="nul \x00 here")
+        self.assertTrue(bad["isError"])
+        self.assertIn("text the store cannot hold", bad["content"][0]["text"])
+        self.assertFalse(call(subject="fine")["isError"])        # same connection
+        client.close()
+        store = agents_room.open_store(self.db, busy_ms=300)
+        self.addCleanup(store.close)
+        mark = store.change_mark()
+        other = PgTestConnection(self.db)
+        self.addCleanup(other.close)
+        for _ in range(1500):
+            other.execute("NOTIFY agents_room")
+        self.assertEqual(store.conn.execute("SELECT 41 + 1").fetchone()[0], 42)
+        self.assertGreater(store.change_mark(), mark)
+        with self.subTest(case="a lock timeout"):
+            other.execute("BEGIN")
+            other.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+            ctx = agents_room.Context(cwd=self.tmp)
+            with self.assertRaises(agents_room.StoreError) as caught:
+                agents_room.call_tool(store, ctx, "room_who", {})
+            self.assertEqual(caught.exception.code, "locked")
+            other.execute("ROLLBACK")
+            self.assertEqual(len(agents_room.call_tool(store, ctx, "room_who", {})[
+                "sessions"]), 1)
+        with self.subTest(case="a server whose default isolation is repeatable read"):
+            strict = agents_room.open_store(self.db + "%20-cdefault_transaction_isolation"
+                                            "%3Drepeatable%5C%20read")
+            self.addCleanup(strict.close)
+            self.assertEqual(strict.conn.execute("SHOW default_transaction_isolation"
+                                                 ).fetchone()[0], "repeatable read")
+            with strict.write() as conn:
+                self.assertEqual(conn.execute("SHOW transaction_isolation").fetchone()[0],
+                                 "read committed")
+
+    def test_a_waiter_outlives_its_connection(self):
+        me = self.join("--label", "me")["session_id"]
+        other = self.join("--label", "other")["session_id"]
+        waiter = self.start_program("recv", "--session", me, "--wait", "--timeout", "30s")
+        killer = PgTestConnection(self.db)
+        self.addCleanup(killer.close)
+        idle = "SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT 1 FROM " \
+               "deliveries%' AND state = 'idle'"
+        pid = self.wait_for(lambda: killer.execute(idle).fetchone(), what="the waiter")[0]
+        killer.execute("SELECT pg_terminate_backend(?)", (pid,))
+        time.sleep(0.5)
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "after the cut")
+        out, err = waiter.communicate(timeout=30)
+        self.assertEqual(waiter.returncode, 0, err)
+        self.assertIn("after the cut", out)
+
+    def test_passwords_and_retired_hosts(self):
+        pg = self.cluster()
+        odd = "postgresql://ar_owner:se/cr?et#1@127.0.0.1:%d/agents_room" % pg.port
+        done = self.fails(odd, "PostgreSQL refused the password")
+        self.assertNotIn("se/cr?et#1", done.stderr)
+        conninfo = self.run_cli("who", env={"AGENTS_ROOM_DB": "host=db dbname=room "
+                                            "password=hunter2"}, check=1)
+        self.assertIn("looks like a libpq connection string", conninfo.stderr)
+        self.assertFalse(any("hunter2" in name for name in os.listdir(self.tmp)))
+        # A host gone for good: only the operator can say so.
+        ci = self.cli_json("join", "--room", "hosts", "--label", "ci",
+                           env=self.host("ci-runner", "k-ci"))["session_id"]
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        conn.execute("UPDATE sessions SET verdict_at = verdict_at - 86400, last_seen = "
+                     "last_seen - 86400 WHERE id=?", (ci,))
+        kept = self.cli_json("prune", env=self.host("laptop"))
+        self.assertEqual([k["liveness"] for k in kept["kept"]], ["unknown"])
+        gone = self.cli_json("prune", "--host", "ci-runner", env=self.host("laptop"))
+        self.assertEqual([r["session_id"] for r in gone["removed"]], [ci])
+
     def test_a_send_from_one_host_wakes_a_waiter_on_another(self):
         me = self.cli_json("join", "--room", "hosts", "--label", "waiter",
                            env=self.host("alpha", "k-r"))["session_id"]
