@@ -1267,11 +1267,11 @@ class SqliteStore:
     def after_copy(self, conn):
         """Nothing to do: AUTOINCREMENT follows the highest id inserted."""
 
-    def change_mark(self):
+    def change_mark(self, mail=False):
         """A value that moves when another connection commits."""
         return self.conn.execute("PRAGMA data_version").fetchone()[0]
 
-    def wait_change(self, timeout):
+    def wait_change(self, timeout, mail=False):
         """Wait up to timeout seconds for a change: SQLite has no way to be
         told, so callers poll change_mark() after this sleep."""
         time.sleep(max(timeout, 0))
@@ -1466,6 +1466,7 @@ PG_CONNECT_TIMEOUT_S = 10
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
 VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
 VERDICT_REFRESH_S = 60               # a verdict is written again after this
+WAITER_POLL_SERVER_S = 5            # the rewake waiter's ask on a server, at most
 REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this often
 
 
@@ -1663,8 +1664,10 @@ class PgConnection:
         self.session = session or {}    # settings sent at startup (kept on reconnect)
         self.statements = {}            # sql -> (name, column names, decoders)
         self.named = 0                  # names are never reused, even after a failure
-        self.notified = False
+        self.notes = {"any": 0, "mail": 0}   # NOTIFYs from other connections
+        self.backend_pid = None
         self.dirty = False              # rows changed in the open transaction
+        self.mail = False               # ... and deliveries among them
         self.in_transaction = False
         self.params = {}
         self._buffer = b""
@@ -1832,6 +1835,8 @@ class PgConnection:
                 name, value = (body.split(b"\0") + [b""])[:2]
                 self.params[name.decode("utf-8", "replace")] = value.decode(
                     "utf-8", "replace")
+            elif kind == b"K":
+                self.backend_pid = int.from_bytes(body[:4], "big")
             elif kind == b"Z":
                 return
             elif kind == b"E":
@@ -1865,9 +1870,18 @@ class PgConnection:
             body = self._recv_exact(_pg_uint(head[1:5]) - 4)
             kind = head[:1]
             if kind == b"A":
-                self.notified = True
+                self._note(body)
             elif kind != b"N":
                 return kind, body
+
+    def _note(self, body):
+        """A NotificationResponse: counted unless this connection sent it (a
+        commit of its own is no news to it); 'mail' when it stored deliveries."""
+        if int.from_bytes(body[:4], "big") == self.backend_pid:
+            return
+        self.notes["any"] += 1
+        if body[4:].split(b"\0")[1:2] == [b"mail"]:
+            self.notes["mail"] += 1
 
     def _error(self, body):
         fields = {}
@@ -1967,6 +1981,8 @@ class PgConnection:
                 self.statements[sql] = prepared
         if count > 0:
             self.dirty = True
+            if sql.startswith("INSERT INTO deliveries"):
+                self.mail = True
         return PgCursor(rows, count, rows[-1][0] if prepared[3] and rows else None)
 
     def executemany(self, sql, seq):
@@ -2039,13 +2055,12 @@ class PgConnection:
         return PgError("the connection to PostgreSQL was lost: %s"
                        % (getattr(error, "strerror", None) or error), "08006", sent=sent)
 
-    def wait_notify(self, timeout):
-        """Wait up to timeout seconds for a NOTIFY on the channel this
-        connection listens to; True if one came (or had come)."""
+    def wait_notify(self, timeout, kind="any"):
+        """Wait up to timeout seconds for a NOTIFY of kind (any, or mail) from
+        another connection on the channel this one listens to; True if one
+        came."""
         import select
-        if self.notified:
-            self.notified = False
-            return True
+        start = self.notes[kind]
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -2057,14 +2072,15 @@ class PgConnection:
             try:
                 self.sock.settimeout(max(left, 0.05))
                 head = self._recv_exact(5)
-                self._recv_exact(_pg_uint(head[1:5]) - 4)
+                body = self._recv_exact(_pg_uint(head[1:5]) - 4)
             except OSError as error:
                 raise self._lost(error, False)
             finally:
                 if self.sock is not None:
                     self.sock.settimeout(None)
             if head[:1] == b"A":
-                self.notified = False
+                self._note(body)
+            if self.notes[kind] != start:
                 return True
 
 
@@ -2499,30 +2515,29 @@ class PgStore:
     def read(self):
         return _PgTransaction(self, False)
 
-    def change_mark(self):
-        """A value that moves when another connection commits a change: a
-        count of the NOTIFYs received on this connection's LISTEN.  A lost
-        connection is made again (what happened meanwhile is unknown, so the
-        mark moves)."""
+    def change_mark(self, mail=False):
+        """A value that moves when another connection commits a change (with
+        mail: one that stored deliveries): counts of the NOTIFYs this
+        connection's LISTEN received.  A lost connection is made again (what
+        happened meanwhile is unknown, so the mark moves)."""
         try:
             if self.conn is None or self.conn.sock is None or not self._listening:
                 conn = self.connection()
                 conn.simple("LISTEN " + PG_CHANNEL)
                 self._listening = True
                 self._mark += 1
-            if self.conn.notified or self.conn.wait_notify(0):
-                self.conn.notified = False
-                self._mark += 1
+            self.conn.wait_notify(0)
         except PgError as error:
             raise explain_pg(error, self.path)
-        return self._mark
+        return (self._mark, self.conn.notes["mail" if mail else "any"])
 
-    def wait_change(self, timeout):
-        """Wait up to timeout seconds for a change (a NOTIFY)."""
-        self.change_mark()
+    def wait_change(self, timeout, mail=False):
+        """Wait up to timeout seconds for a change (a NOTIFY; with mail, one
+        that stored deliveries)."""
+        self.change_mark(mail)
         try:
-            if timeout > 0 and self.conn.wait_notify(timeout):
-                self.conn.notified = True
+            if timeout > 0:
+                self.conn.wait_notify(timeout, "mail" if mail else "any")
         except PgError:
             pass                  # lost: the next change_mark connects again
 
@@ -2547,7 +2562,7 @@ class _PgTransaction:
                     self.store.conn = conn = PgConnection(self.store.path,
                                                           session=self.store.session)
                     self.store._listening = False
-                conn.dirty = False
+                conn.dirty = conn.mail = False
                 self.store.clock_at = float(conn.simple(begin))
                 return conn
             except PgError as error:
@@ -2568,7 +2583,11 @@ class _PgTransaction:
         conn = self.store.conn
         if kind is None:
             try:
-                conn.simple(("NOTIFY %s; COMMIT" % PG_CHANNEL) if conn.dirty else "COMMIT")
+                # Listeners learn of a commit that changed rows, and whether
+                # it stored deliveries (waiters for mail wait for those).
+                conn.simple(("NOTIFY %s, '%s'; COMMIT" % (PG_CHANNEL, "mail" if conn.mail
+                                                          else "")) if conn.dirty
+                            else "COMMIT")
                 return False
             except PgError as error:
                 if conn.sock is not None and conn.in_transaction:
@@ -6983,7 +7002,7 @@ class McpServer:
         if not self.waits:
             return []
         try:
-            version = self.store.change_mark()
+            version = self.store.change_mark(mail=True)
         except RoomError:
             version = None        # the store is out of reach: the calls below say so
         changed = force or version is None or version != self.data_version
@@ -7398,8 +7417,12 @@ def wait_for_wake(store, ctx, key, env):
     else:
         return "", 0
     checks = 0
+    if store.kind != "sqlite":
+        # A server says when something committed (LISTEN): no need to ask
+        # it often, and each ask takes the room's write lock.
+        poll = max(poll, WAITER_POLL_SERVER_S)
     while now() < armed_at + lifetime:
-        time.sleep(poll)
+        store.wait_change(poll, mail=True)
         checks += 1
         answer = call_tool(store, ctx, "waiter_poll", {
             "session_id": session, "pid": pid, "armed_at": armed_at,
@@ -8529,7 +8552,7 @@ def wait_for_unread(store, session_id, timeout, thread=None):
     deadline = time.time() + min(timeout, WAIT_MAX_S)
     delay, version = 0.05, None
     while True:
-        seen = store.change_mark()
+        seen = store.change_mark(mail=True)
         if seen != version:
             version, delay = seen, 0.05
             if _store_call(store, lambda conn: conn.execute(
@@ -8541,7 +8564,7 @@ def wait_for_unread(store, session_id, timeout, thread=None):
         left = deadline - time.time()
         if left <= 0:
             return False
-        store.wait_change(min(delay, left))
+        store.wait_change(min(delay, left), mail=True)
         delay = min(delay * 2, 0.25)
 
 
