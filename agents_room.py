@@ -2403,6 +2403,13 @@ class PgStore:
         # its lock does not hold the room for the kernel's two hours.
         self.session = {"lock_timeout": str(int(busy_ms)),
                         "idle_in_transaction_session_timeout": str(PG_IDLE_TX_MS)}
+        # The durability the SQLite store has (WAL, synchronous=NORMAL): a
+        # commit survives its client dying at once; a crash of the server's
+        # machine may lose the last fraction of a second, never corrupt.  The
+        # room's writers take turns, so a flush per commit would be the rate.
+        # options=-csynchronous_commit%3Don in the URL asks for more.
+        if "synchronous_commit" not in parse_postgres_url(url)["query"].get("options", ""):
+            self.session["synchronous_commit"] = "off"
         try:
             self.conn = PgConnection(url, session=self.session)
             self._open()
