@@ -2232,6 +2232,8 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_message ON deliveries(message_id);
 CREATE INDEX deliveries_state ON deliveries(session_id, state);
 CREATE INDEX deliveries_wake ON deliveries(wake_next_at);
+CREATE INDEX deliveries_unread ON deliveries(session_id, message_id)
+    WHERE state IN ('stored', 'offered', 'accepted', 'undeliverable');
 CREATE TABLE leases (
     id BIGSERIAL PRIMARY KEY,
     session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -2284,6 +2286,14 @@ PG_DIALECT = {
         "SELECT nextval('messages_id_seq') - 1",
     # Full-text search: no FTS5 table; the search reads with ILIKE.
     "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
+    # The inbox in order: said so that PostgreSQL reads its unread index
+    # (deliveries_unread) in order, instead of every delivery by message id
+    # hoping to find the session's (measured: 5 ms at 40,000 deliveries).
+    "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
+    "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?" % UNREAD_SQL:
+        "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.session_id, d.message_id "
+        "LIMIT ?" % UNREAD_SQL,
 }
 # Statements whose best plan depends on the values: run unnamed, so the
 # server plans them with their parameters every time.  A prepared (generic)
@@ -2456,6 +2466,13 @@ class PgStore:
                                  "('schema_version', ?)", (PG_FIRST_VERSION,))
                     version = PG_FIRST_VERSION
                 for step in range(version, SCHEMA_VERSION):
+                    if step not in PG_MIGRATIONS:
+                        raise StoreError(
+                            "the store %s says schema version %d, which no PostgreSQL "
+                            "store of agents-room had (they begin at %d)" % (
+                                self.shown, version, PG_FIRST_VERSION),
+                            "the store was not modified; copy the room with 'store copy' "
+                            "into an empty schema")
                     PG_MIGRATIONS[step](conn)
                 if version < SCHEMA_VERSION:
                     conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
@@ -4160,11 +4177,13 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     # wait_s is the front end's: the MCP server parks the request and the
     # CLI polls (see McpServer.poll_waits, receive_waiting); here it is 0.
     conn, me = op.conn, op.me
+    # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
+    # both (PostgreSQL prepares each statement) cannot use the inbox index.
     messages = within_budget(conn.execute(
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s AND (? IS NULL OR m.thread_id=?) "
-        "ORDER BY d.message_id LIMIT ?" % UNREAD_SQL,
-        (me, thread, thread, limit)).fetchall())
+        "WHERE d.session_id=? AND d.state IN %s%s ORDER BY d.message_id LIMIT ?" % (
+            UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
+        [me] + ([] if thread is None else [thread]) + [limit]).fetchall())
     result = [message_dict(conn, m) for m in messages]
     if messages and peek:
         return {"messages": result, "peek": True}
@@ -8590,9 +8609,10 @@ def wait_for_unread(store, session_id, timeout, thread=None):
             version, delay = seen, 0.05
             if _store_call(store, lambda conn: conn.execute(
                     "SELECT 1 FROM deliveries d JOIN messages m ON m.id = d.message_id "
-                    "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ? AND "
-                    "(CAST(? AS BIGINT) IS NULL OR m.thread_id=?) LIMIT 1" % UNREAD_SQL,
-                    (session_id, now(), thread, thread)).fetchone()):
+                    "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ?%s "
+                    "LIMIT 1" % (UNREAD_SQL, "" if thread is None else
+                                 " AND m.thread_id=?"),
+                    [session_id, now()] + ([] if thread is None else [thread])).fetchone()):
                 return True
         left = deadline - time.time()
         if left <= 0:

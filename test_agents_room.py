@@ -5288,6 +5288,11 @@ class PgStoreTest(RoomTest):
         self.assertEqual(conn.execute("SELECT value FROM meta WHERE key='schema_version'"
                                       ).fetchone()[0], "99")
         self.assertEqual(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0], events)
+        conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+        self.fails(self.db, "schema version 3, which no PostgreSQL store of agents-room "
+                   "had", "the store was not modified")
+        self.assertEqual(conn.execute("SELECT value FROM meta WHERE key='schema_version'"
+                                      ).fetchone()[0], "3")
         with self.subTest(case="another program's tables"):
             other = PG_UNDER_TEST.schema_url(self)
             theirs = PgTestConnection(other)
@@ -5461,6 +5466,24 @@ class PgStoreTest(RoomTest):
             with strict.write() as conn:
                 self.assertEqual(conn.execute("SHOW transaction_isolation").fetchone()[0],
                                  "read committed")
+
+    def test_every_dialect_override_is_a_statement_the_operations_run(self):
+        """PG_DIALECT replaces whole statements by their exact text: one the
+        operations no longer run would silently stop applying."""
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        ran = set()
+        execute = store.conn.execute
+        store.conn.execute = lambda sql, params=(): ran.add(sql) or execute(sql, params)
+        ctx = agents_room.Context(cwd=self.tmp)
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-me")["session_id"]
+        peer = call("room_join", label="peer", harness_key="k-peer")["session_id"]
+        call("msg_send", session_id=me, to=peer, subject="hello there")
+        self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
+        self.assertEqual(len(call("room_history", session_id=me, query="hello")[
+            "messages"]), 1)
+        self.assertEqual(set(agents_room.PG_DIALECT) - ran, set())
 
     def test_a_waiter_outlives_its_connection(self):
         me = self.join("--label", "me")["session_id"]
