@@ -1040,14 +1040,22 @@ OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_r
               "messages_fts_docsize", "messages_fts_config", "tasks"}
 
 
+def refuse_conninfo(path):
+    """A libpq connection string is not a file name (taken as one, it would
+    become a file named after it, password and all)."""
+    if path.lstrip().lower().startswith(CONNINFO_WORDS):
+        raise StoreError("that store looks like a libpq connection string "
+                         "(host=... dbname=...); write it as a URL",
+                         "postgresql://user@host:5432/dbname?sslmode=verify-full (the "
+                         "password in ~/.pgpass or PGPASSWORD)")
+
+
 def default_db_path():
     configured = os.environ.get("AGENTS_ROOM_DB")
     if is_postgres_url(configured):
         return configured
-    if configured and configured.lstrip().lower().startswith(CONNINFO_WORDS):
-        raise StoreError("AGENTS_ROOM_DB looks like a libpq connection string; write it "
-                         "as a URL", "postgresql://user@host:5432/dbname?sslmode=require "
-                         "(the password in ~/.pgpass or PGPASSWORD)")
+    if configured:
+        refuse_conninfo(configured)
     if configured:
         return os.path.abspath(os.path.expanduser(configured))
     return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
@@ -1116,6 +1124,7 @@ def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
     path = path or default_db_path()
     if is_postgres_url(path):
         return PgStore(path, busy_ms)
+    refuse_conninfo(path)
     return SqliteStore(path, busy_ms)
 
 
@@ -1263,6 +1272,9 @@ class SqliteStore:
 
     def now(self):
         return now()
+
+    def real_now(self):
+        return time.time()
 
     def after_copy(self, conn):
         """Nothing to do: AUTOINCREMENT follows the highest id inserted."""
@@ -1413,13 +1425,14 @@ def retention(conn, at, batch=RETENTION_BATCH):
     return len(old_events), len(old_messages)
 
 
-def sweep(conn, at):
+def sweep(conn, at, real=None):
     """Move the store to time `at` before an operation reads it: expire
     deliveries unread past their message's TTL, quiet windows past their end
     or ack deadline, and leases past their expiry; once a minute, a bounded
     retention batch.  Every operation runs it first (the door does), so no
     answer is computed from a stale moment.  The watermark that bounds the
-    next scan never moves past the real clock."""
+    next scan never moves past the real clock (real: the store's, when it has
+    one of its own: a server's)."""
     row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
     swept_to = float(row[0]) if row else 0.0
     ids = []
@@ -1435,7 +1448,7 @@ def sweep(conn, at):
     # The watermark only bounds the next scan of an index range; writing it on
     # every call would add a page write to every transaction.  Retention rides
     # the same once-a-minute beat.
-    mark = real_time(at)
+    mark = real_time(at) if real is None else min(at, real)
     if (ids and mark > swept_to) or mark - swept_to > RETENTION_EVERY_S:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
                      "('expiry_swept_to', ?)", (repr(mark),))
@@ -1462,6 +1475,7 @@ def sweep(conn, at):
 
 PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
+PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
 PG_CONNECT_TIMEOUT_S = 10
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
 VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
@@ -1501,9 +1515,11 @@ def parse_postgres_url(url):
     -> {user, password, host, port, database, query}, decoded; a host may be
     a socket directory written %2F... (or [v6] in brackets)."""
     rest = url.split("://", 1)[1]
-    userinfo, _, rest = rest.rpartition("@")
+    cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+    userinfo, _, hostport = rest[:cut].rpartition("@")     # as libpq: percent-encode
+    rest = rest[cut:]                                      # '/', '?', '@' in a password
     rest, _, query_text = rest.partition("?")
-    hostport, _, database = rest.partition("/")
+    database = rest[1:] if rest.startswith("/") else rest
     user, colon, password = userinfo.partition(":")
     if hostport.startswith("["):
         host, _, port = hostport[1:].partition("]")
@@ -1528,7 +1544,13 @@ def redact_url(url, mask="***"):
     if not is_postgres_url(url):
         return url
     scheme, _, rest = url.partition("://")
-    at = rest.rfind("@")
+    # The user part ends at the last `@` before the path, as the URL is read;
+    # failing that (a password with a stray `/` or `?`), at the last `@` of
+    # all: more hidden than needed rather than a password shown.
+    cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+    at = rest.rfind("@", 0, cut)
+    if at < 0 and ":" in rest[:rest.find("@")]:
+        at = rest.rfind("@")
     if at >= 0:
         user, colon, _ = rest[:at].partition(":")
         if colon:
@@ -1658,10 +1680,9 @@ class PgConnection:
     sslmode, and the extended query protocol with bound parameters (values
     never enter the SQL text).  Statements are prepared once per connection."""
 
-    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S, session=None):
+    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S):
         self.url = url
         self.sock = None
-        self.session = session or {}    # settings sent at startup (kept on reconnect)
         self.statements = {}            # sql -> (name, column names, decoders)
         self.named = 0                  # names are never reused, even after a failure
         self.notes = {"any": 0, "mail": 0}   # NOTIFYs from other connections
@@ -1706,6 +1727,8 @@ class PgConnection:
                 "password": password, "sslmode": sslmode,
                 "sslrootcert": query.get("sslrootcert") or env.get("PGSSLROOTCERT"),
                 "options": query.get("options") or env.get("PGOPTIONS"),
+                "require_auth": [m for m in (query.get("require_auth") or env.get(
+                    "PGREQUIREAUTH") or "").split(",") if m],
                 "timeout": timeout}
 
     def _connect(self, timeout):
@@ -1740,7 +1763,6 @@ class PgConnection:
                 self._start_tls(settings, host)
             startup = {"user": settings["user"], "database": settings["database"],
                        "application_name": "agents-room", "client_encoding": "UTF8"}
-            startup.update(self.session)
             if settings["options"]:
                 startup["options"] = settings["options"]
             body = b"".join(k.encode() + b"\0" + str(v).encode() + b"\0"
@@ -1777,6 +1799,12 @@ class PgConnection:
             root = default_root
         if mode == "require" and root and root != "system":
             mode = "verify-ca"          # libpq: require with a root certificate verifies
+        if root == "system":
+            mode = "verify-full"        # public CAs: only with the host name checked
+        if mode in ("verify-ca", "verify-full") and not root:
+            raise PgError("sslmode=%s needs a root certificate to verify the server "
+                          "with" % mode, "08004", hint="sslrootcert=PATH in the URL, "
+                          "~/.postgresql/root.crt, or sslrootcert=system for public CAs")
         if mode in ("verify-ca", "verify-full"):
             context = ssl.create_default_context(
                 cafile=root if root and root != "system" else None)
@@ -1793,11 +1821,18 @@ class PgConnection:
 
     def _authenticate(self, settings):
         password = settings["password"]
-        scram = None
+        scram = used = None
+        allowed = settings["require_auth"]        # libpq's require_auth: a list
         while True:
             kind, body = self._read_message()
             if kind == b"R":
                 code = _pg_uint(body[:4])
+                method = {0: used or "none", 3: "password", 5: "md5",
+                          10: "scram-sha-256"}.get(code)
+                if allowed and method and method not in allowed:
+                    raise PgError("the server asked for %s authentication; require_auth "
+                                  "allows %s" % (method, ",".join(allowed)), "28000")
+                used = used or (method if code else None)
                 if code == 0:
                     if scram is not None and not scram.verified:
                         raise PgError("the server ended SCRAM without proving it knows "
@@ -1999,25 +2034,30 @@ class PgConnection:
                 self.execute(sql, params)
             return
         execute = _pg_msg(b"E", b"\0" + _pg_int(0))
-        try:
-            self._send_raw(b"".join(self._bind(prepared[0], params) + execute
-                                    for params in rows[1:]) + _pg_msg(b"S", b""))
-            error = None
-            while True:
-                kind, body = self._read_message()
-                if kind == b"C":
-                    tag = body.rstrip(b"\0").split()
-                    if tag and tag[-1].isdigit() and int(tag[-1]) > 0:
-                        self.dirty = True
-                elif kind == b"E":
-                    error = error or self._error(body)
-                elif kind == b"Z":
-                    self.in_transaction = body != b"I"
-                    break
-        except OSError as error:
-            raise self._lost(error, False)
-        if error:
-            raise error
+        for start in range(1, len(rows), PG_PIPELINE_ROWS):
+            # A bounded batch per Sync: the server's answers to a huge one
+            # would fill the socket while this side is still sending.
+            try:
+                self._send_raw(b"".join(self._bind(prepared[0], params) + execute
+                                        for params in rows[start:start + PG_PIPELINE_ROWS])
+                               + _pg_msg(b"S", b""))
+                error = None
+                while True:
+                    kind, body = self._read_message()
+                    if kind == b"C":
+                        tag = body.rstrip(b"\0").split()
+                        if tag and tag[-1].isdigit() and int(tag[-1]) > 0:
+                            self.dirty = True
+                            self.mail = self.mail or sql.startswith("INSERT INTO deliveries")
+                    elif kind == b"E":
+                        error = error or self._error(body)
+                    elif kind == b"Z":
+                        self.in_transaction = body != b"I"
+                        break
+            except OSError as error:
+                raise self._lost(error, False)
+            if error:
+                raise error
 
     def _bind(self, name, params):
         parts = [b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
@@ -2356,6 +2396,24 @@ def _pg_rules(text):
     return re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
 
 
+def _passing(error):
+    """Whether a store error is the kind that passes (a server restarting, a
+    connection dropped): followers and waiters wait it out; others report it."""
+    if isinstance(error, PgError):
+        return error.lost
+    return getattr(error, "code", None) == "unavailable"
+
+
+def _store_call(store, fn):
+    """fn(connection) outside the door, its store errors explained."""
+    try:
+        return fn(store.connection())
+    except PgError as error:
+        raise explain_pg(error, store.path)
+    except sqlite3.Error as error:
+        raise explain_sqlite(error, store.path)
+
+
 def explain_pg(error, url):
     """A PgError as a StoreError naming the server (never the password), the
     SQLSTATE and a remedy."""
@@ -2416,21 +2474,27 @@ class PgStore:
         self.conn = None
         self._listening = False
         self._mark = 0
-        self.clock_at = None      # the server's clock when this transaction began
-        # Sent at every connect: a writer waits busy_ms for the lock at most,
-        # and a transaction whose client stalls (asleep, stopped) is ended so
-        # its lock does not hold the room for the kernel's two hours.
-        self.session = {"lock_timeout": str(int(busy_ms)),
-                        "idle_in_transaction_session_timeout": str(PG_IDLE_TX_MS)}
-        # The durability the SQLite store has (WAL, synchronous=NORMAL): a
-        # commit survives its client dying at once; a crash of the server's
-        # machine may lose the last fraction of a second, never corrupt.  The
-        # room's writers take turns, so a flush per commit would be the rate.
-        # options=-csynchronous_commit%3Don in the URL asks for more.
-        if "synchronous_commit" not in parse_postgres_url(url)["query"].get("options", ""):
-            self.session["synchronous_commit"] = "off"
+        self.skew = None          # the server's clock minus ours, read at each BEGIN
+        # Set in each transaction (SET LOCAL: nothing outlives it, so a pooler
+        # that hands the connection on carries nothing over): a writer waits
+        # busy_ms for the lock at most, and a transaction whose client stalls
+        # (asleep, stopped) is ended so its lock does not hold the room for
+        # the kernel's two hours.
+        settings = {"lock_timeout": "%dms" % int(busy_ms),
+                    "idle_in_transaction_session_timeout": "%dms" % PG_IDLE_TX_MS}
+        # Commits as durable as the SQLite store's? Not quite: see "What
+        # differs" in the README.  The room's writers take turns, so a disk
+        # flush per commit sets the rate; off, a crash of the server (its
+        # process or machine) may lose the last fraction of a second of
+        # commits, never corrupt.  options=-csynchronous_commit%3Don in the
+        # URL keeps a flush per commit.
+        options = parse_postgres_url(url)["query"].get("options", "")
+        if "synchronous_commit" not in options:
+            settings["synchronous_commit"] = "off"
+        self.set_local = "".join("; SET LOCAL %s = '%s'" % item for item in sorted(
+            settings.items()) if item[0] not in options)
         try:
-            self.conn = PgConnection(url, session=self.session)
+            self.conn = PgConnection(url)
             self._open()
         except PgError as error:
             self.close()
@@ -2440,7 +2504,7 @@ class PgStore:
         conn = self.conn
         version = self.schema_version()
         if version is None or version < SCHEMA_VERSION:
-            conn.simple("BEGIN")
+            conn.simple("BEGIN" + self.set_local)
             try:
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
                 # Another process may have made it meanwhile (and a failed
@@ -2461,6 +2525,19 @@ class PgStore:
                         raise StoreError("%s has no schema to create the room in"
                                          % self.shown, "create one: CREATE SCHEMA room "
                                          "and add ?options=-csearch_path%3Droom")
+                    # The tables belong to whoever owns the schema (for public,
+                    # the database's owner) when this user may act as it: so
+                    # the team role owns them, whoever of the team came first.
+                    owner = conn.execute(
+                        "SELECT CASE WHEN n.nspowner::regrole::text = "
+                        "'pg_database_owner' THEN d.datdba ELSE n.nspowner END::regrole"
+                        "::text, current_user FROM pg_namespace n, pg_database d WHERE "
+                        "n.nspname = current_schema() AND d.datname = current_database()"
+                        ).fetchone()
+                    if owner[0] != owner[1] and conn.execute(
+                            "SELECT pg_has_role(current_user, ?::regrole, 'MEMBER')",
+                            (owner[0],)).fetchone()[0]:
+                        conn.simple("SET LOCAL ROLE %s" % owner[0])
                     conn.simple(PG_SCHEMA_V5)
                     conn.execute("INSERT INTO meta (key, value) VALUES "
                                  "('schema_version', ?)", (PG_FIRST_VERSION,))
@@ -2521,19 +2598,29 @@ class PgStore:
         """The connection, made again if the last one was lost."""
         if self.conn is None or self.conn.sock is None:
             try:
-                self.conn = PgConnection(self.path, session=self.session)
+                self.conn = PgConnection(self.path)
             except PgError as error:
                 raise explain_pg(error, self.path)
             self._listening = False
         return self.conn
 
     def now(self):
-        """The clock a call runs on: the server's when the transaction began
-        (every host then agrees on what has expired), with this process's
+        """The clock calls run on: the server's (every host then agrees on
+        what has expired), as this machine's plus the difference read at the
+        last BEGIN (off by the network's one-way time), with this process's
         test offset if any."""
-        if self.clock_at is None:
-            return now()
-        return self.clock_at + (now() - time.time())
+        if self.skew is None:
+            try:
+                self.skew = float(self.connection().simple(
+                    "SELECT extract(epoch FROM clock_timestamp())")) - time.time()
+            except PgError as error:
+                raise explain_pg(error, self.path)
+        return now() + self.skew
+
+    def real_now(self):
+        """The server's clock without a test offset (what a sweep's watermark
+        may not pass)."""
+        return self.now() - (now() - time.time())
 
     def journal(self):
         """How this connection reaches the server (doctor shows it)."""
@@ -2574,13 +2661,14 @@ class PgStore:
 
     def wait_change(self, timeout, mail=False):
         """Wait up to timeout seconds for a change (a NOTIFY; with mail, one
-        that stored deliveries)."""
-        self.change_mark(mail)
+        that stored deliveries).  A server out of reach is waited out: the
+        next change_mark connects again, or says why not."""
         try:
+            self.change_mark(mail)
             if timeout > 0:
                 self.conn.wait_notify(timeout, "mail" if mail else "any")
-        except PgError:
-            pass                  # lost: the next change_mark connects again
+        except (PgError, RoomError):
+            time.sleep(max(timeout, 0))
 
 
 class _PgTransaction:
@@ -2593,18 +2681,17 @@ class _PgTransaction:
         # snapshot from before the lock, and two claims could both succeed).
         # The server's clock comes back in the same round trip.
         clock = "; SELECT extract(epoch FROM clock_timestamp())"
-        begin = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(" \
-            "hashtext(current_schema()))" + clock if self.write else \
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
+        begin = "BEGIN ISOLATION LEVEL READ COMMITTED%s; SELECT pg_advisory_xact_lock(" \
+            "hashtext(current_schema()))%s" % (self.store.set_local, clock) if self.write \
+            else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
         for attempt in (1, 2):
             conn = self.store.conn
             try:
                 if conn is None or conn.sock is None:
-                    self.store.conn = conn = PgConnection(self.store.path,
-                                                          session=self.store.session)
+                    self.store.conn = conn = PgConnection(self.store.path)
                     self.store._listening = False
                 conn.dirty = conn.mail = False
-                self.store.clock_at = float(conn.simple(begin))
+                self.store.skew = float(conn.simple(begin)) - time.time()
                 return conn
             except PgError as error:
                 if conn is not None and conn.sock is not None and conn.in_transaction:
@@ -2664,6 +2751,9 @@ def copy_store(source_path, target_path, progress=None):
     """Copy a room, everything in it, from one store to another (SQLite to
     PostgreSQL and back) and verify the row counts; the target must be empty.
     Returns [(table, rows in source, rows in target)]."""
+    for path in (source_path, target_path):
+        if not is_postgres_url(path):
+            refuse_conninfo(path)
     if not is_postgres_url(source_path) and not os.path.exists(source_path):
         raise UsageError("no store at %s" % source_path)
     source = open_store(source_path)
@@ -3373,7 +3463,7 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
         try:
             with store.write() as conn:
                 op = Op(store, conn, ctx, store.now(), prepared=prepared)
-                sweep(conn, op.at)
+                sweep(conn, op.at, store.real_now())
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
                 op.liveness.record(conn)
@@ -5448,6 +5538,8 @@ def signal_tool_event(op, harness_key, turn_start=False):
     start (UserPromptSubmit) marks the session busy until its Stop."""
     row = op.caller
     if row is None or row["left_at"] is not None:
+        if op.store.kind != "sqlite":
+            raise_marker(op.store.path, harness_key + ".checked")   # asked: nobody
         return {"text": None}
     if turn_start:
         op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
@@ -5850,11 +5942,17 @@ def follow_events(room=None, since=None, poll_s=0.5, store=None):
         full = resolve_room(conn, room) if room else None
         labels = {}
         while True:
-            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT 500",
-                                (last,)).fetchall()
-            for row in rows:
-                last = row["id"]
-                item = _event_item(conn, row, full, labels)
+            try:
+                conn = store.connection()
+                rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id "
+                                    "LIMIT 500", (last,)).fetchall()
+                items = [(row["id"], _event_item(conn, row, full, labels)) for row in rows]
+            except (PgError, RoomError) as error:
+                if not _passing(error):
+                    raise
+                time.sleep(RECONNECT_PAUSE_S)   # a server restarting: look again
+                continue
+            for last, item in items:
                 if item is not None:
                     yield item
             if not rows:
@@ -5929,7 +6027,7 @@ def run_due_wakes(store, ctx):
     """Work that rides any tool event: fire the wakes due now for this user's
     sessions on this host (there is no daemon).  Socket levers run inline
     (bounded by 1 s); process levers run detached (see _spawn_wake)."""
-    if not wakes_due(store.conn, now()):
+    if not _store_call(store, lambda conn: wakes_due(conn, store.now())):
         return 0
     jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
     for job in jobs:
@@ -5978,6 +6076,8 @@ def _spawn_wake(store, ctx, job):
                           "alive": job["alive"],
                           "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
                                                   WAKE_TIMEOUT_S)})
+    # The store as this process reaches it (a password in the URL included:
+    # the lever runs as this same user, on this host, and stores nothing).
     env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
     cwd = data.get("cwd")
     if not cwd or not os.path.isdir(cwd):
@@ -7068,6 +7168,8 @@ class McpServer:
                     result = call_tool(self.store, self.ctx, "msg_recv", arguments,
                                        public_only=True)
                 except RoomError as error:
+                    if _passing(error) and at < deadline:
+                        continue          # a server restarting: wait it out
                     self.waits.remove(wait)
                     answers.append(_rpc_result(id_, {"content": [
                         {"type": "text", "text": error.text()}], "isError": True}))
@@ -7454,7 +7556,7 @@ def wait_for_wake(store, ctx, key, env):
     if env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli":
         return "", 0
     pid = os.getpid()
-    armed_at = now()
+    armed_at = store.now()        # the store's clock: messages are stamped by it
     lifetime = env_number("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
     poll = env_number("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
     # At SessionStart the join runs beside this hook (a harness starts a
@@ -7473,12 +7575,17 @@ def wait_for_wake(store, ctx, key, env):
         # A server says when something committed (LISTEN): no need to ask
         # it often, and each ask takes the room's write lock.
         poll = max(poll, WAITER_POLL_SERVER_S)
-    while now() < armed_at + lifetime:
+    while store.now() < armed_at + lifetime:
         store.wait_change(poll, mail=True)
         checks += 1
-        answer = call_tool(store, ctx, "waiter_poll", {
-            "session_id": session, "pid": pid, "armed_at": armed_at,
-            "check_alive": checks % 30 == 0})
+        try:
+            answer = call_tool(store, ctx, "waiter_poll", {
+                "session_id": session, "pid": pid, "armed_at": armed_at,
+                "check_alive": checks % 30 == 0})
+        except RoomError as error:
+            if not _passing(error):
+                raise
+            continue              # a server restarting: keep waiting
         if answer.get("text"):
             # Exit 2 wakes the model with stderr; the decision on stdout keeps
             # Claude Code from prefixing the hook's command line to it.
@@ -8585,14 +8692,8 @@ def _wait_arguments(sub):
                           "default 10m, passes)")
 
 
-def _store_call(store, fn):
-    """fn(connection) outside the door, its store errors explained."""
-    try:
-        return fn(store.connection())
-    except PgError as error:
-        raise explain_pg(error, store.path)
-    except sqlite3.Error as error:
-        raise explain_sqlite(error, store.path)
+RECONNECT_PAUSE_S = 1.0              # a follower's pause before it looks again
+WAIT_ASK_EVERY_S = 5.0               # a waiter asks at least this often
 
 
 def wait_for_unread(store, session_id, timeout, thread=None):
@@ -8602,18 +8703,26 @@ def wait_for_unread(store, session_id, timeout, thread=None):
     polled with a backoff up to a quarter second (a PRAGMA: no busy loop, no
     daemon), so a message is seen well within a second."""
     deadline = time.time() + min(timeout, WAIT_MAX_S)
-    delay, version = 0.05, None
+    delay, version, asked = 0.05, None, 0.0
     while True:
-        seen = store.change_mark(mail=True)
-        if seen != version:
-            version, delay = seen, 0.05
-            if _store_call(store, lambda conn: conn.execute(
-                    "SELECT 1 FROM deliveries d JOIN messages m ON m.id = d.message_id "
-                    "WHERE d.session_id=? AND d.state IN %s AND m.expires_at > ?%s "
-                    "LIMIT 1" % (UNREAD_SQL, "" if thread is None else
-                                 " AND m.thread_id=?"),
-                    [session_id, now()] + ([] if thread is None else [thread])).fetchone()):
-                return True
+        try:
+            seen = store.change_mark(mail=True)
+            # Ask on a change, and every few seconds anyway (a pooler in
+            # transaction mode passes no NOTIFY).
+            if seen != version or time.time() - asked > WAIT_ASK_EVERY_S:
+                version, delay, asked = seen, 0.05, time.time()
+                if _store_call(store, lambda conn: conn.execute(
+                        "SELECT 1 FROM deliveries d JOIN messages m ON m.id = "
+                        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+                        "m.expires_at > ?%s LIMIT 1" % (UNREAD_SQL, "" if thread is None
+                                                        else " AND m.thread_id=?"),
+                        [session_id, store.now()] + ([] if thread is None else [thread])
+                        ).fetchone()):
+                    return True
+        except RoomError as error:
+            if not _passing(error):
+                raise
+            version = None            # connect again and ask once it is back
         left = deadline - time.time()
         if left <= 0:
             return False
@@ -9337,8 +9446,8 @@ class OperatorPage:
                 try:
                     seen = (store.change_mark(),
                             store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
-                except (sqlite3.Error, PgError):
-                    seen = last
+                except (sqlite3.Error, PgError, RoomError):
+                    seen = last       # a server restarting: the next look connects
                 if seen != last:
                     last = seen
                     with self.changed:

@@ -5169,6 +5169,25 @@ class PgStoreTest(RoomTest):
                 else:
                     self.assertEqual(lines, [])         # trust: nothing to authenticate
 
+    def test_the_team_role_owns_the_tables_whoever_came_first(self):
+        self.cli_json("join", "--label", "md5", env={"AGENTS_ROOM_DB": self.url("ar_md5")})
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        self.assertEqual(conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = "
+                                      "'sessions' AND schemaname = current_schema()"
+                                      ).fetchone()[0], "ar_owner")
+        who = self.cli_json("who", env={"AGENTS_ROOM_DB": self.url("ar_clear")})
+        self.assertEqual([s["label"] for s in who["sessions"]], ["md5"])
+
+    def test_require_auth_refuses_a_weaker_method(self):
+        url = self.url("ar_md5")
+        self.fails(url + "&require_auth=scram-sha-256", "asked for md5 authentication",
+                   "require_auth allows scram-sha-256")
+        self.cli_json("who", env={"AGENTS_ROOM_DB": self.url() +
+                                  "&require_auth=scram-sha-256"})
+        self.fails(self.url("ar_trust", password=False) + "&require_auth=md5",
+                   "asked for none authentication")
+
     def test_password_from_pgpassword_or_pgpass(self):
         pg = self.cluster()
         bare = self.url(password=False)
@@ -5206,6 +5225,12 @@ class PgStoreTest(RoomTest):
             self.fails(self.url("ar_tls", sslmode="disable"), "refused the connection",
                        "28000", "no encryption")
             self.cli_json("who", env={"AGENTS_ROOM_DB": self.url("ar_tls")})  # prefer
+        with self.subTest(case="verify-full with no root certificate to verify with"):
+            home = os.path.join(self.tmp, "no-root")
+            os.makedirs(home)
+            self.fails(self.url(sslmode="require").replace("sslmode=require",
+                                                           "sslmode=verify-full"),
+                       "needs a root certificate", env={"HOME": home})
         with self.subTest(case="an sslmode that does not exist"):
             self.fails(self.url(sslmode="sometimes"), "sslmode=sometimes is not one of")
 
@@ -5504,11 +5529,19 @@ class PgStoreTest(RoomTest):
     def test_passwords_and_retired_hosts(self):
         pg = self.cluster()
         odd = "postgresql://ar_owner:se/cr?et#1@127.0.0.1:%d/agents_room" % pg.port
-        done = self.fails(odd, "PostgreSQL refused the password")
-        self.assertNotIn("se/cr?et#1", done.stderr)
-        conninfo = self.run_cli("who", env={"AGENTS_ROOM_DB": "host=db dbname=room "
-                                            "password=hunter2"}, check=1)
-        self.assertIn("looks like a libpq connection string", conninfo.stderr)
+        done = self.fails(odd)          # unencoded: unreadable, and never shown
+        self.assertNotIn("cr?et", done.stderr)
+        encoded = "postgresql://ar_owner:se%%2Fcr%%3Fet%%231@127.0.0.1:%d/agents_room" % (
+            pg.port)
+        done = self.fails(encoded, "PostgreSQL refused the password")
+        self.assertNotIn("cr%3Fet", done.stderr)
+        conninfo = "host=db dbname=room password=hunter2"
+        for argv in (("who",), ("store", "copy", self.db, conninfo),
+                     ("store", "copy", conninfo, self.db)):
+            done = self.run_cli(*argv, env={"AGENTS_ROOM_DB": conninfo if argv == (
+                "who",) else self.db}, check=1)
+            self.assertIn("looks like a libpq connection string", done.stderr)
+            self.assertNotIn("hunter2", done.stderr)
         self.assertFalse(any("hunter2" in name for name in os.listdir(self.tmp)))
         # A host gone for good: only the operator can say so.
         ci = self.cli_json("join", "--room", "hosts", "--label", "ci",
