@@ -1575,7 +1575,10 @@ class PgError(Exception):
 
     @property
     def lost(self):
-        return self.sqlstate.startswith("08")
+        """The connection, not the statement: gone, or the server shutting
+        down, restarting or not yet accepting (57P01-57P03)."""
+        return self.sqlstate.startswith("08") or self.sqlstate in ("57P01", "57P02",
+                                                                   "57P03")
 
 
 def _pgpass(host, port, database, user):

@@ -361,6 +361,14 @@ class ThrowawayPostgres:
                     "creating roles", as_server=False, stdin=sql)
         self._write_state()
 
+    def restart(self, down_s=0):
+        """Stop the server (fast: connections are cut), wait down_s, start it."""
+        pg_ctl = os.path.join(self.bindir, "pg_ctl")
+        self._check([pg_ctl, "-D", self.data_dir, "-m", "fast", "-w", "stop"], "pg_ctl stop")
+        time.sleep(down_s)
+        self._check([pg_ctl, "-D", self.data_dir, "-l", self.log_file, "-w", "start"],
+                    "pg_ctl start")
+
     def stop(self):
         """Immediate shutdown, then remove the directory.  Safe to call twice."""
         atexit.unregister(self.stop)
@@ -5509,6 +5517,39 @@ class PgStoreTest(RoomTest):
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
             "messages"]), 1)
         self.assertEqual(set(agents_room.PG_DIALECT) - ran, set())
+
+    def test_a_server_restart_is_waited_out(self):
+        """Waiters and followers carry on after the server has been down."""
+        pg = self.cluster()
+        me = self.join("--label", "me")["session_id"]
+        other = self.join("--label", "other")["session_id"]
+        waiter = self.start_program("recv", "--session", me, "--wait", "--timeout", "60s")
+        watcher = self.start_program("watch")
+        client = McpClient(self)
+        client.initialize()
+        client.send_raw(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                                    "params": {"name": "msg_recv", "arguments": {
+                                        "session_id": other, "wait_s": 60}}}).encode()
+                        + b"\n")
+        conn = self.connect()
+        self.wait_for(lambda: conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT 1 FROM deliveries%' "
+            "AND state = 'idle'").fetchone(), what="the waiter")
+        conn.close()
+        time.sleep(0.5)
+        pg.restart(down_s=2)
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "after restart")
+        self.cli_json("send", "--session", me, "--to", other, "--subject", "to other")
+        out, err = waiter.communicate(timeout=60)
+        self.assertEqual(waiter.returncode, 0, err)
+        self.assertIn("after restart", out)
+        answer = client.read()
+        self.assertEqual(answer["id"], 99)
+        self.assertEqual([m["subject"] for m in answer["result"]["structuredContent"][
+            "messages"]], ["to other"])
+        client.close()
+        self.assertIn("msg.send", readline_within(watcher.stdout, 30))
+        self.assertIsNone(watcher.poll())       # still following
 
     def test_a_waiter_outlives_its_connection(self):
         me = self.join("--label", "me")["session_id"]
