@@ -1794,7 +1794,7 @@ class PgConnection:
                 raise PgError("the server at %s does not offer TLS, and sslmode=%s "
                               "requires it" % (host, settings["sslmode"]), "08004")
             return
-        import ssl           # only here: importing ssl costs a start-up milliseconds
+        import ssl           # only here: importing ssl costs milliseconds at start-up
         mode = settings["sslmode"]
         root = settings["sslrootcert"]
         default_root = os.path.expanduser("~/.postgresql/root.crt")
@@ -2780,6 +2780,8 @@ def copy_store(source_path, target_path, progress=None):
                     dst.execute("DELETE FROM meta WHERE key NOT IN ('%s')"
                                 % "', '".join(COPY_META_SKIP))
                 row_marks = "(%s)" % ", ".join("?" * len(columns))
+                # SQLite before 3.32 binds at most 999 values in one statement.
+                rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
                 batch = []
 
                 def flush():
@@ -2789,7 +2791,7 @@ def copy_store(source_path, target_path, progress=None):
                     del batch[:]
                 for row in src.execute("SELECT %s FROM %s%s" % (names, table, where)):
                     batch.append(tuple(row))
-                    if len(batch) == COPY_BATCH:
+                    if len(batch) == rows_per_insert:
                         flush()
                 if batch:
                     flush()
