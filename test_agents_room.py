@@ -1877,6 +1877,35 @@ class MigrationTest(RoomTest):
         self.assertEqual([m["message_id"] for m in found["messages"]], [4, 3, 2, 1])
 
 
+    def test_a_v4_store_keeps_its_sessions_local(self):
+        """v5 names a host by its name and a machine mark: sessions a v4 store
+        recorded under the bare name are this host's still (not another's,
+        which would leave every one of them unknown)."""
+        os.makedirs(os.path.dirname(self.db))
+        conn = sqlite3.connect(self.db)
+        for migration in agents_room.MIGRATIONS[:4]:
+            if callable(migration):
+                migration(conn)
+            else:
+                for statement in migration.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+        live = self.keep_alive("k-old")
+        conn.execute("INSERT INTO sessions (id, harness, harness_key, cwd, label, "
+                     "created_at, last_seen, uid, host, pid, pid_start) VALUES "
+                     "('00112233445566ee', 'generic', 'k-old', '/tmp', 'old', 1, ?, ?, ?, "
+                     "?, ?)", (time.time(), os.getuid(), os.uname().nodename, live.pid,
+                               agents_room.process_start(live.pid)))
+        conn.execute("INSERT INTO rooms (name, created_at) VALUES ('repo:old', 1)")
+        conn.execute("INSERT INTO memberships VALUES ('00112233445566ee', 'repo:old', 1)")
+        conn.execute("PRAGMA user_version=4")
+        conn.commit()
+        conn.close()
+        who = self.cli_json("who")["sessions"]
+        self.assertEqual([(s["label"], s["liveness"], s["host"]) for s in who],
+                         [("old", "alive", agents_room.host_name())])
+
+
 class SeamsTest(RoomTest):
     """Where real teams work: worktrees, same-named repositories, monorepos,
     moved checkouts, terminals and clients without hooks."""
