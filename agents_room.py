@@ -1276,6 +1276,10 @@ class SqliteStore:
     def real_now(self):
         return time.time()
 
+    def rows(self, conn, sql):
+        """A query's rows one by one (sqlite3 streams them)."""
+        return conn.execute(sql)
+
     def after_copy(self, conn):
         """Nothing to do: AUTOINCREMENT follows the highest id inserted."""
 
@@ -2061,8 +2065,55 @@ class PgConnection:
             if error:
                 raise error
 
-    def _bind(self, name, params):
-        parts = [b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
+    def iterate(self, sql, params=(), size=1000):
+        """The rows of one query, `size` at a time from a portal (inside a
+        transaction): a whole table copied never sits in memory at once."""
+        text, _ = pg_translate(sql)
+        portal = b"agents_room_copy"
+        try:
+            self._send_raw(_pg_msg(b"P", b"\0" + text.encode("utf-8") + b"\0" +
+                                   _pg_short(0)) + self._bind(b"", params, portal) +
+                           _pg_msg(b"D", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
+            columns, error = (None, None), None
+            while True:
+                kind, body = self._read_message()
+                if kind == b"T":
+                    columns = _pg_columns(body)
+                elif kind == b"E":
+                    error = self._error(body)
+                elif kind == b"Z":
+                    self.in_transaction = body != b"I"
+                    break
+            if error:
+                raise error
+            done = False
+            while not done:
+                self._send_raw(_pg_msg(b"E", portal + b"\0" + _pg_int(size)) +
+                               _pg_msg(b"S", b""))
+                rows = []
+                while True:
+                    kind, body = self._read_message()
+                    if kind == b"D":
+                        rows.append(self._row(body, columns))
+                    elif kind == b"C":
+                        done = True
+                    elif kind == b"E":
+                        error = self._error(body)
+                    elif kind == b"Z":
+                        self.in_transaction = body != b"I"
+                        break
+                if error:
+                    raise error
+                for row in rows:
+                    yield row
+            self._send_raw(_pg_msg(b"C", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
+            while self._read_message()[0] != b"Z":
+                pass
+        except OSError as error:
+            raise self._lost(error, False)
+
+    def _bind(self, name, params, portal=b""):
+        parts = [portal, b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
         for value in params:
             data = _pg_param(value)
             if data is None:
@@ -2587,6 +2638,10 @@ class PgStore:
             self.conn.close()
             self.conn = None
 
+    def rows(self, conn, sql):
+        """A query's rows a thousand at a time, inside the open transaction."""
+        return conn.iterate(sql)
+
     def after_copy(self, conn):
         """Rows came with their ids: the sequences continue after them."""
         for table in ("messages", "leases", "events", "windows", "tasks"):
@@ -2789,7 +2844,7 @@ def copy_store(source_path, target_path, progress=None):
                         table, names, ", ".join([row_marks] * len(batch))),
                         [value for row in batch for value in row])
                     del batch[:]
-                for row in src.execute("SELECT %s FROM %s%s" % (names, table, where)):
+                for row in source.rows(src, "SELECT %s FROM %s%s" % (names, table, where)):
                     batch.append(tuple(row))
                     if len(batch) == rows_per_insert:
                         flush()
