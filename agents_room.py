@@ -2394,7 +2394,8 @@ PG_RETURNING_TABLES = ("leases", "windows", "tasks")   # callers read lastrowid
 _PG_TRANSLATED = {}
 
 
-PG_RULE_WORDS = ("INSERT OR", "MAX(", " IS NULL", " IS NOT NULL", "NOCASE", "LIKE")
+PG_RULE_WORDS = ("INSERT OR", "MAX(", " IS NULL", " IS NOT NULL", "NOCASE", "LIKE",
+                 "ORDER BY s.label")
 PG_RETURNING = tuple("INSERT INTO %s " % table for table in PG_RETURNING_TABLES)
 
 
@@ -2443,6 +2444,8 @@ def _pg_rules(text):
     # A parameter tested only for NULL has no type PostgreSQL can infer.
     text = re.sub(r"(?<![\w.=])\? IS (NOT )?NULL", r"CAST(? AS TEXT) IS \1NULL", text)
     text = re.sub(r"([\w.]+) = \? COLLATE NOCASE", r"lower(\1) = lower(?)", text)
+    # SQLite sorts NULL first; PostgreSQL last, unless told (unlabelled first).
+    text = text.replace("ORDER BY s.label,", "ORDER BY s.label NULLS FIRST,")
     return re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
 
 
