@@ -4500,7 +4500,8 @@ def msg_sent(op, limit=20):
 def acks_owed(conn, session_id, at):
     """(owed, overdue): acks session_id owes for messages that asked for one."""
     return conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN m.ack_by < ? THEN 1 ELSE 0 END), 0) FROM deliveries d JOIN messages m "
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN m.ack_by < ? THEN 1 ELSE 0 END), 0) "
+        "FROM deliveries d JOIN messages m "
         "ON m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
         "d.state NOT IN ('acked', 'expired')", (at, session_id)).fetchone()
 

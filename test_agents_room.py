@@ -191,7 +191,8 @@ class ThrowawayPostgres:
     def _check(self, args, what, **kw):
         r = self._run(args, **kw)
         if r.returncode != 0:
-            raise PgUnavailable("%s failed (exit %d): %s" % (what, r.returncode, r.stdout.strip()[-2000:]))
+            raise PgUnavailable("%s failed (exit %d): %s" % (
+                what, r.returncode, r.stdout.strip()[-2000:]))
         return r
 
     def _give(self, path, mode):
@@ -317,7 +318,8 @@ class ThrowawayPostgres:
 
         net = "host all %s 127.0.0.1/32 %s\n"
         hba = ("local all all trust\nhostnossl all ar_tls 127.0.0.1/32 reject\n"
-               + (net.replace("host ", "hostssl ") % ("ar_tls", "scram-sha-256") if openssl else "")
+               + (net.replace("host ", "hostssl ") % ("ar_tls", "scram-sha-256")
+                  if openssl else "")
                + net % ("ar_trust", "trust") + net % ("ar_clear", "password")
                + net % ("ar_md5", "md5") + net % ("all", "scram-sha-256"))
         with open(os.path.join(self.data_dir, "pg_hba.conf"), "w") as f:
