@@ -106,6 +106,12 @@ MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its
 RETENTION_BATCH = 200                 # rows removed per tool event, at most
 RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
+RECONNECT_PAUSE_S = 1.0               # a follower's pause before it looks again
+WAIT_ASK_EVERY_S = 5.0                # a waiter asks at least this often
+# A libpq connection string ("host=db dbname=room ...") is not a path: taken
+# as one, it would become a file named after it, password and all.
+CONNINFO_WORDS = ("host=", "hostaddr=", "dbname=", "user=", "password=", "port=",
+                  "sslmode=", "service=")
 
 IMPORTANCE = ("low", "normal", "high", "urgent")
 WAIT_MAX_S = 24 * 3600                # recv --wait / ask wait at most this
@@ -352,6 +358,12 @@ def host_name():
             name += "/%08x" % binascii.crc32(mark.encode())
         _HOST.append(name)
     return _HOST[0]
+
+
+def is_postgres_url(path):
+    """Whether a store names a PostgreSQL database (see "store: PostgreSQL")."""
+    return isinstance(path, str) and path[:13].lower().startswith(
+        ("postgresql://", "postgres://"))
 
 
 def local_dir(store_path):
@@ -1116,18 +1128,6 @@ def _check_owner(path, what):
     return True
 
 
-def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
-    """The store AGENTS_ROOM_DB (or path) names: a SQLite file, or a
-    PostgreSQL database for a postgresql:// URL.  Both offer the same
-    interface: write() and read() transactions, conn, change_mark(),
-    wait_change() and close()."""
-    path = path or default_db_path()
-    if is_postgres_url(path):
-        return PgStore(path, busy_ms)
-    refuse_conninfo(path)
-    return SqliteStore(path, busy_ms)
-
-
 class SqliteStore:
     """One connection to the SQLite store, with the transaction helper.
 
@@ -1488,15 +1488,6 @@ WAITER_POLL_SERVER_S = 5            # the rewake waiter's ask on a server, at mo
 REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this often
 
 
-def is_postgres_url(path):
-    return isinstance(path, str) and path[:13].lower().startswith(
-        ("postgresql://", "postgres://"))
-
-
-# A libpq connection string ("host=db dbname=room ...") is not a path: taken
-# as one, it would become a file named after it, password and all.
-CONNINFO_WORDS = ("host=", "hostaddr=", "dbname=", "user=", "password=", "port=",
-                  "sslmode=", "service=")
 
 
 def _unquote(text):
@@ -2790,6 +2781,18 @@ class _PgTransaction:
         if isinstance(value, PgError):
             raise explain_pg(value, self.store.path)
         return False
+
+
+def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
+    """The store AGENTS_ROOM_DB (or path) names: a SQLite file, or a
+    PostgreSQL database for a postgresql:// URL.  Both offer the same
+    interface: write() and read() transactions, conn, change_mark(),
+    wait_change() and close()."""
+    path = path or default_db_path()
+    if is_postgres_url(path):
+        return PgStore(path, busy_ms)
+    refuse_conninfo(path)
+    return SqliteStore(path, busy_ms)
 
 
 def _table_columns(store, table):
@@ -8757,8 +8760,6 @@ def _wait_arguments(sub):
                           "default 10m, passes)")
 
 
-RECONNECT_PAUSE_S = 1.0              # a follower's pause before it looks again
-WAIT_ASK_EVERY_S = 5.0               # a waiter asks at least this often
 
 
 def wait_for_unread(store, session_id, timeout, thread=None):
