@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-hermes browser
+.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -30,6 +30,19 @@ e2e:
 	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
 	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" $(E2E_ARGS); \
 	status=$$?; rm -rf "$(E2E_DIR)"; exit $$status
+
+# The same end-to-end cases on PostgreSQL (a throwaway cluster, a schema per
+# case): hooks, MCP, holds and wakes of real Claude Code and Codex turns with
+# only AGENTS_ROOM_DB changed.  E2E_PG_ARGS picks the cases.
+E2E_PG_ARGS ?= --only a-digest,b-mcp-session,c-midturn-signal,d-hold-once,e2-wake-after-turn/claude
+
+e2e-pg:
+	rm -rf "$(E2E_DIR)"
+	$(PG_CLI) stop "$(PG_DIR)-e2e"
+	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
+	url=$$($(PG_CLI) start "$(PG_DIR)-e2e" | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["url"])') && \
+	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" --db "$$url?sslmode=disable" $(E2E_PG_ARGS); \
+	status=$$?; $(PG_CLI) stop "$(PG_DIR)-e2e"; rm -rf "$(E2E_DIR)"; exit $$status
 
 # Hermes end to end: hermes-agent[mcp] from PyPI into a throwaway venv, real
 # turns against the Chat Completions mock inside .ci/e2e_hermes.py.

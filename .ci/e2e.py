@@ -41,7 +41,6 @@ import re
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -101,6 +100,15 @@ class Box:
         self.home = os.path.join(self.dir, "home")
         self.repo = os.path.join(self.dir, "proj")
         self.db = os.path.join(self.dir, "store", "room.db")
+        if suite.pg_url:
+            # The same case on PostgreSQL: a schema of its own in --db's database.
+            schema = "e2e_%s" % re.sub(r"[^a-z0-9]+", "_", self.name)
+            admin = _agents_room().PgConnection(suite.pg_url)
+            admin.simple("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s"
+                         % (schema, schema))
+            admin.close()
+            self.db = suite.pg_url + ("&" if "?" in suite.pg_url else "?") + \
+                "options=-csearch_path%3D" + schema
         self.codex_home = os.path.join(self.home, ".codex")
         self.tmux = None
         self.peer_sid = None
@@ -213,15 +221,19 @@ class Box:
                 and s.get("label") != "peer"]
 
     def harness_key(self, sid):
-        with sqlite3.connect("file:%s?mode=ro" % self.db, uri=True) as conn:
-            row = conn.execute("SELECT harness_key FROM sessions WHERE id=?", (sid,)).fetchone()
+        store = _agents_room().open_store(self.db)
+        try:
+            row = store.conn.execute("SELECT harness_key FROM sessions WHERE id=?",
+                                     (sid,)).fetchone()
+        finally:
+            store.close()
         return row[0] if row else None
 
     def wait_session(self, timeout):
         """The harness's agents-room session (after SessionStart), or None."""
         end = time.time() + timeout
         while time.time() < end:
-            if os.path.exists(self.db):
+            if self.suite.pg_url or os.path.exists(self.db):
                 found = self.sessions()
                 if found:
                     return found[0]
@@ -764,6 +776,7 @@ class Suite:
     def __init__(self, args):
         self.npm_bin = os.path.abspath(args.npm_bin)
         self.keep = args.keep
+        self.pg_url = args.db
         os.makedirs(args.workdir, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
         self.socket = "agents-room-e2e-%d" % os.getpid()
@@ -860,6 +873,13 @@ def preflight(npm_bin):
     return missing
 
 
+def _agents_room():
+    """The agents_room module under test (for its store: the case's sessions)."""
+    sys.path.insert(0, os.path.dirname(AR))
+    import agents_room
+    return agents_room
+
+
 def main():
     global VERBOSE, AR
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -876,6 +896,8 @@ def main():
     parser.add_argument("--budget", type=float, default=480, help="seconds; cases not "
                         "started by then are reported SKIP (default 480, so make e2e stays "
                         "under 10 minutes)")
+    parser.add_argument("--db", metavar="URL", help="run every case on this PostgreSQL "
+                        "database (a schema per case) instead of a SQLite file")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     VERBOSE = args.verbose
