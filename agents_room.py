@@ -2518,6 +2518,7 @@ class PgStore:
         self.conn = None
         self._listening = False
         self._mark = 0
+        self._told = {}           # the mark the caller last saw, per kind
         self.skew = None          # the server's clock minus ours, read at each BEGIN
         # Set in each transaction (SET LOCAL: nothing outlives it, so a pooler
         # that hands the connection on carries nothing over): a writer waits
@@ -2696,6 +2697,10 @@ class PgStore:
         mail: one that stored deliveries): counts of the NOTIFYs this
         connection's LISTEN received.  A lost connection is made again (what
         happened meanwhile is unknown, so the mark moves)."""
+        self._told[mail] = self._look(mail)
+        return self._told[mail]
+
+    def _look(self, mail):
         try:
             if self.conn is None or self.conn.sock is None or not self._listening:
                 conn = self.connection()
@@ -2709,10 +2714,14 @@ class PgStore:
 
     def wait_change(self, timeout, mail=False):
         """Wait up to timeout seconds for a change (a NOTIFY; with mail, one
-        that stored deliveries).  A server out of reach is waited out: the
-        next change_mark connects again, or says why not."""
+        that stored deliveries) since the caller last looked (change_mark or
+        wait_change): one that came meanwhile returns at once.  A server out
+        of reach is waited out: the next look connects again, or says why not."""
         try:
-            self.change_mark(mail)
+            seen = self._look(mail)
+            if seen != self._told.get(mail):
+                self._told[mail] = seen
+                return
             if timeout > 0:
                 self.conn.wait_notify(timeout, "mail" if mail else "any")
         except (PgError, RoomError):
