@@ -366,6 +366,52 @@ def is_postgres_url(path):
         ("postgresql://", "postgres://"))
 
 
+def _unquote(text):
+    """Percent-decoding, as urllib.parse.unquote does (whose import, with re
+    behind it, costs a hook milliseconds)."""
+    if "%" not in text:
+        return text
+    head, *rest = text.split("%")
+    out = bytearray(head.encode("utf-8"))
+    for part in rest:
+        try:
+            out += bytes.fromhex(part[:2]) + part[2:].encode("utf-8")
+        except ValueError:
+            out += b"%" + part.encode("utf-8")
+    return out.decode("utf-8", "replace")
+
+
+def _authority_end(rest):
+    """Where a URL's authority (user, host, port) ends: at its path or query."""
+    return min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+
+
+def parse_postgres_url(url):
+    """postgresql://[user[:password]@][host][:port][/database][?key=value&...]
+    -> {user, password, host, port, database, query}, decoded; a host may be
+    a socket directory written %2F... (or [v6] in brackets)."""
+    rest = url.split("://", 1)[1]
+    cut = _authority_end(rest)
+    userinfo, _, hostport = rest[:cut].rpartition("@")     # as libpq: percent-encode
+    rest = rest[cut:]                                      # '/', '?', '@' in a password
+    rest, _, query_text = rest.partition("?")
+    database = rest[1:] if rest.startswith("/") else rest
+    user, colon, password = userinfo.partition(":")
+    if hostport.startswith("["):
+        host, _, port = hostport[1:].partition("]")
+        port = port[1:]
+    else:
+        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+    query = {}
+    for item in query_text.split("&"):
+        if item:
+            key, _, value = item.partition("=")
+            query[_unquote(key)] = _unquote(value)
+    return {"user": _unquote(user), "password": _unquote(password) if colon else None,
+            "host": _unquote(host), "port": port, "database": _unquote(database),
+            "query": query}
+
+
 def local_dir(store_path):
     """Where this host keeps its files for a store (signal markers, hook.log):
     beside a SQLite file; for a server, ~/.agents-room."""
@@ -384,14 +430,12 @@ def signal_marker(store_path, harness_key):
     also asks the store once REMOTE_CHECK_S has passed (see nothing_to_say)."""
     directory = "signals"
     if is_postgres_url(store_path):
-        # The database, not who logs in how: the URL up to its query, without
-        # the user part (string work: urllib and hashlib cost a quiet hook ms).
+        # The database, not who logs in how (binascii is built in: hashlib
+        # costs a quiet hook milliseconds).
         import binascii
-        scheme, _, rest = store_path.partition("://")
-        rest = rest.split("?", 1)[0]
-        netloc, _, database = rest.partition("/")
-        directory = "signals-%08x" % binascii.crc32(("%s@%s" % (
-            netloc.rsplit("@", 1)[-1], database)).encode("utf-8", "surrogatepass"))
+        url = parse_postgres_url(store_path)
+        directory = "signals-%08x" % binascii.crc32(("%s:%s/%s" % (
+            url["host"], url["port"], url["database"])).encode("utf-8", "surrogatepass"))
     safe = harness_key if 0 < len(harness_key) <= 128 and all(
         c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
         else "h-" + __import__("hashlib").sha256(harness_key.encode(
@@ -1046,6 +1090,16 @@ def _migrate_v5(conn):
 
 
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5]
+
+
+def run_migration(conn, migration):
+    """One step of MIGRATIONS: a function of the connection, or statements."""
+    if callable(migration):
+        migration(conn)
+        return
+    for statement in migration.split(";"):
+        if statement.strip():
+            conn.execute(statement)
 OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
               "deliveries", "leases", "reads", "events", "work", "windows",
               "window_resources", "messages_fts", "messages_fts_data", "messages_fts_idx",
@@ -1214,13 +1268,7 @@ class SqliteStore:
                 # Re-read inside the lock: another process may have migrated.
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 for step in range(version, len(MIGRATIONS)):
-                    migration = MIGRATIONS[step]
-                    if callable(migration):
-                        migration(conn)
-                    else:
-                        for statement in migration.split(";"):
-                            if statement.strip():
-                                conn.execute(statement)
+                    run_migration(conn, MIGRATIONS[step])
                     conn.execute("PRAGMA user_version=%d" % (step + 1))
                 if version < len(MIGRATIONS):
                     event(conn, "store.migrate", data={"from": version,
@@ -1490,47 +1538,6 @@ REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this 
 
 
 
-def _unquote(text):
-    """Percent-decoding, as urllib.parse.unquote does (whose import, with re
-    behind it, costs a hook milliseconds)."""
-    if "%" not in text:
-        return text
-    head, *rest = text.split("%")
-    out = bytearray(head.encode("utf-8"))
-    for part in rest:
-        try:
-            out += bytes.fromhex(part[:2]) + part[2:].encode("utf-8")
-        except ValueError:
-            out += b"%" + part.encode("utf-8")
-    return out.decode("utf-8", "replace")
-
-
-def parse_postgres_url(url):
-    """postgresql://[user[:password]@][host][:port][/database][?key=value&...]
-    -> {user, password, host, port, database, query}, decoded; a host may be
-    a socket directory written %2F... (or [v6] in brackets)."""
-    rest = url.split("://", 1)[1]
-    cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
-    userinfo, _, hostport = rest[:cut].rpartition("@")     # as libpq: percent-encode
-    rest = rest[cut:]                                      # '/', '?', '@' in a password
-    rest, _, query_text = rest.partition("?")
-    database = rest[1:] if rest.startswith("/") else rest
-    user, colon, password = userinfo.partition(":")
-    if hostport.startswith("["):
-        host, _, port = hostport[1:].partition("]")
-        port = port[1:]
-    else:
-        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
-    query = {}
-    for item in query_text.split("&"):
-        if item:
-            key, _, value = item.partition("=")
-            query[_unquote(key)] = _unquote(value)
-    return {"user": _unquote(user), "password": _unquote(password) if colon else None,
-            "host": _unquote(host), "port": port, "database": _unquote(database),
-            "query": query}
-
-
 def redact_url(url, mask="***"):
     """The URL with its password (in the user part or the query) replaced by
     mask, for messages; with mask None, without it (for config files).  Read
@@ -1542,7 +1549,7 @@ def redact_url(url, mask="***"):
     # The user part ends at the last `@` before the path, as the URL is read;
     # failing that (a password with a stray `/` or `?`), at the last `@` of
     # all: more hidden than needed rather than a password shown.
-    cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+    cut = _authority_end(rest)
     at = rest.rfind("@", 0, cut)
     if at < 0 and ":" in rest[:rest.find("@")]:
         at = rest.rfind("@")
@@ -1937,27 +1944,49 @@ class PgConnection:
             self.sock = None
 
     # -- queries --
+    def _exchange(self, columns=(None, None)):
+        """The server's answers up to ReadyForQuery, which notes the
+        transaction status: (rows, columns, command tags, the first error)."""
+        rows, tags, error = [], [], None
+        while True:
+            kind, body = self._read_message()
+            if kind == b"D":
+                rows.append(self._row(body, columns))
+            elif kind == b"T":
+                columns = _pg_columns(body)
+            elif kind == b"n":                     # NoData: a statement without rows
+                columns = ({}, ())
+            elif kind == b"C":
+                tags.append(body.rstrip(b"\0").split())
+            elif kind == b"E":
+                error = error or self._error(body)
+            elif kind == b"Z":
+                self.in_transaction = body != b"I"
+                return rows, columns, tags, error
+
+    def _changed(self, sql, tags):
+        """Rows an INSERT, UPDATE or DELETE changed, by its command tags (-1
+        for other statements); a change marks the transaction for NOTIFY."""
+        counts = [int(t[-1]) for t in tags if t and t[-1].isdigit() and t[0] in (
+            b"INSERT", b"UPDATE", b"DELETE")]
+        if any(counts):
+            self.dirty = True
+            self.mail = self.mail or sql.startswith("INSERT INTO deliveries")
+        return counts[-1] if counts else -1
+
     def simple(self, sql):
         """Statements without parameters (transaction control, LISTEN, DDL),
         by the simple query protocol: one round trip for several.  Returns the
-        first column of the last row any of them returned, as text."""
+        first column of the last row any of them returned."""
         self._guard()
         try:
             self._send(b"Q", sql.encode("utf-8") + b"\0")
-            error = value = None
-            while True:
-                kind, body = self._read_message()
-                if kind == b"D":
-                    value = self._row(body, ({}, (None,)))[0]
-                elif kind == b"E":
-                    error = self._error(body)
-                elif kind == b"Z":
-                    self.in_transaction = body != b"I"
-                    if error:
-                        raise error
-                    return value
+            rows, _, _, error = self._exchange()
         except OSError as error:
             raise self._lost(error, True)
+        if error:
+            raise error
+        return rows[-1][0] if rows else None
 
     def execute(self, sql, params=()):
         self._guard()
@@ -1981,25 +2010,8 @@ class PgConnection:
                 name = prepared[0]
                 self._send_raw(self._bind(name, params) +
                                _pg_msg(b"E", b"\0" + _pg_int(0)) + _pg_msg(b"S", b""))
-            rows, count, error = [], -1, None
-            columns = prepared[1:3] if prepared else (None, None)
-            while True:
-                kind, body = self._read_message()
-                if kind == b"D":
-                    rows.append(self._row(body, columns))
-                elif kind == b"T":
-                    columns = _pg_columns(body)
-                elif kind == b"n":
-                    columns = ({}, ())
-                elif kind == b"C":
-                    tag = body.rstrip(b"\0").split()
-                    count = int(tag[-1]) if tag and tag[-1].isdigit() and tag[0] in (
-                        b"INSERT", b"UPDATE", b"DELETE") else -1
-                elif kind == b"E":
-                    error = self._error(body)
-                elif kind == b"Z":
-                    self.in_transaction = body != b"I"
-                    break
+            rows, columns, tags, error = self._exchange(
+                prepared[1:3] if prepared else (None, None))
         except OSError as error:
             raise self._lost(error, not sql.lstrip()[:6].upper() == "SELECT")
         if error:
@@ -2012,11 +2024,8 @@ class PgConnection:
             prepared = (name,) + columns + (returning,)
             if name:
                 self.statements[sql] = prepared
-        if count > 0:
-            self.dirty = True
-            if sql.startswith("INSERT INTO deliveries"):
-                self.mail = True
-        return PgCursor(rows, count, rows[-1][0] if prepared[3] and rows else None)
+        return PgCursor(rows, self._changed(sql, tags),
+                        rows[-1][0] if prepared[3] and rows else None)
 
     def executemany(self, sql, seq):
         """The first row prepares the statement; the rest go in one pipeline
@@ -2038,23 +2047,12 @@ class PgConnection:
                 self._send_raw(b"".join(self._bind(prepared[0], params) + execute
                                         for params in rows[start:start + PG_PIPELINE_ROWS])
                                + _pg_msg(b"S", b""))
-                error = None
-                while True:
-                    kind, body = self._read_message()
-                    if kind == b"C":
-                        tag = body.rstrip(b"\0").split()
-                        if tag and tag[-1].isdigit() and int(tag[-1]) > 0:
-                            self.dirty = True
-                            self.mail = self.mail or sql.startswith("INSERT INTO deliveries")
-                    elif kind == b"E":
-                        error = error or self._error(body)
-                    elif kind == b"Z":
-                        self.in_transaction = body != b"I"
-                        break
+                _, _, tags, error = self._exchange()
             except OSError as error:
                 raise self._lost(error, False)
             if error:
                 raise error
+            self._changed(sql, tags)
 
     def iterate(self, sql, params=(), size=1000):
         """The rows of one query, `size` at a time from a portal (inside a
@@ -2065,41 +2063,21 @@ class PgConnection:
             self._send_raw(_pg_msg(b"P", b"\0" + text.encode("utf-8") + b"\0" +
                                    _pg_short(0)) + self._bind(b"", params, portal) +
                            _pg_msg(b"D", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
-            columns, error = (None, None), None
-            while True:
-                kind, body = self._read_message()
-                if kind == b"T":
-                    columns = _pg_columns(body)
-                elif kind == b"E":
-                    error = self._error(body)
-                elif kind == b"Z":
-                    self.in_transaction = body != b"I"
-                    break
+            _, columns, _, error = self._exchange()
             if error:
                 raise error
             done = False
-            while not done:
+            while not done:                # a batch ends suspended, the last complete
                 self._send_raw(_pg_msg(b"E", portal + b"\0" + _pg_int(size)) +
                                _pg_msg(b"S", b""))
-                rows = []
-                while True:
-                    kind, body = self._read_message()
-                    if kind == b"D":
-                        rows.append(self._row(body, columns))
-                    elif kind == b"C":
-                        done = True
-                    elif kind == b"E":
-                        error = self._error(body)
-                    elif kind == b"Z":
-                        self.in_transaction = body != b"I"
-                        break
+                rows, _, tags, error = self._exchange(columns)
                 if error:
                     raise error
+                done = bool(tags)
                 for row in rows:
                     yield row
             self._send_raw(_pg_msg(b"C", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
-            while self._read_message()[0] != b"Z":
-                pass
+            self._exchange()
         except OSError as error:
             raise self._lost(error, False)
 
@@ -2840,15 +2818,13 @@ def copy_store(source_path, target_path, progress=None):
                 raise UsageError("%s already holds a room; copy into an empty store"
                                  % target.shown, "give it a new database, schema or file")
             dst.execute("DELETE FROM events")        # its creation: the log comes along
+            own = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP)
+            where = {"meta": own}      # meta keys each store keeps for itself
+            dst.execute("DELETE FROM meta" + own)
             for table in PG_TABLES:
-                columns = [c for c in _table_columns(source, table)
-                           if c in set(_table_columns(target, table))]
+                theirs = set(_table_columns(target, table))
+                columns = [c for c in _table_columns(source, table) if c in theirs]
                 names = ", ".join(columns)
-                where = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP) \
-                    if table == "meta" else ""
-                if table == "meta":
-                    dst.execute("DELETE FROM meta WHERE key NOT IN ('%s')"
-                                % "', '".join(COPY_META_SKIP))
                 row_marks = "(%s)" % ", ".join("?" * len(columns))
                 # SQLite before 3.32 binds at most 999 values in one statement.
                 rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
@@ -2859,7 +2835,8 @@ def copy_store(source_path, target_path, progress=None):
                         table, names, ", ".join([row_marks] * len(batch))),
                         [value for row in batch for value in row])
                     del batch[:]
-                for row in source.rows(src, "SELECT %s FROM %s%s" % (names, table, where)):
+                for row in source.rows(src, "SELECT %s FROM %s%s" % (
+                        names, table, where.get(table, ""))):
                     batch.append(tuple(row))
                     if len(batch) == rows_per_insert:
                         flush()
@@ -2869,11 +2846,9 @@ def copy_store(source_path, target_path, progress=None):
                     progress(table)
             target.after_copy(dst)
             for table in PG_TABLES:
-                skip = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP) \
-                    if table == "meta" else ""
-                counts.append((table, src.execute("SELECT COUNT(*) FROM %s%s" % (
-                    table, skip)).fetchone()[0], dst.execute(
-                    "SELECT COUNT(*) FROM %s%s" % (table, skip)).fetchone()[0]))
+                count = "SELECT COUNT(*) FROM %s%s" % (table, where.get(table, ""))
+                counts.append((table, src.execute(count).fetchone()[0],
+                               dst.execute(count).fetchone()[0]))
             wrong = [c for c in counts if c[1] != c[2]]
             if wrong:
                 raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(

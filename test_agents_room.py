@@ -1841,9 +1841,7 @@ class MigrationTest(RoomTest):
     def test_previous_schema_is_migrated_and_data_kept(self):
         os.makedirs(os.path.dirname(self.db))
         conn = self.connect()
-        for statement in agents_room.SCHEMA_V1.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        agents_room.run_migration(conn, agents_room.SCHEMA_V1)
         conn.execute("INSERT INTO sessions (id, harness, cwd, label, created_at, last_seen) "
                      "VALUES ('00112233445566ff', 'generic', '/tmp', 'old', 1, ?)",
                      (time.time(),))
@@ -1886,12 +1884,7 @@ class MigrationTest(RoomTest):
         os.makedirs(os.path.dirname(self.db))
         conn = sqlite3.connect(self.db)
         for migration in agents_room.MIGRATIONS[:4]:
-            if callable(migration):
-                migration(conn)
-            else:
-                for statement in migration.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+            agents_room.run_migration(conn, migration)
         live = self.keep_alive("k-old")
         conn.execute("INSERT INTO sessions (id, harness, harness_key, cwd, label, "
                      "created_at, last_seen, uid, host, pid, pid_start) VALUES "
