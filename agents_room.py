@@ -66,7 +66,15 @@ class _LazyModule:
 json = _LazyModule("json")
 sqlite3 = _LazyModule("sqlite3")
 
-# ---- constants ------------------------------------------------------------
+
+# ==== Part I: the core ==========================================================
+# Everything the room is, in dependency order: a section calls only itself and
+# earlier sections.  Part II (the appendices after main) adds a store kind and
+# two commands; the core reaches them only through the registries it already
+# has (STORE_KINDS, COMMANDS).
+
+
+# ---- constants -----------------------------------------------------------
 
 SCHEMA_VERSION = 5
 MIN_SQLITE = (3, 31, 0)
@@ -108,10 +116,7 @@ RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
 RECONNECT_PAUSE_S = 1.0               # a follower's pause before it looks again
 WAIT_ASK_EVERY_S = 5.0                # a waiter asks at least this often
-# A libpq connection string ("host=db dbname=room ...") is not a path: taken
-# as one, it would become a file named after it, password and all.
-CONNINFO_WORDS = ("host=", "hostaddr=", "dbname=", "user=", "password=", "port=",
-                  "sslmode=", "service=")
+
 
 IMPORTANCE = ("low", "normal", "high", "urgent")
 WAIT_MAX_S = 24 * 3600                # recv --wait / ask wait at most this
@@ -143,8 +148,14 @@ TRANSITIONS = {
     "expired": (UNREAD_STATES, ("wake_next_at",)),
 }
 
-# ---- errors ---------------------------------------------------------------
 
+VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
+VERDICT_REFRESH_S = 60               # a verdict is written again after this
+WAITER_POLL_SERVER_S = 5            # the rewake waiter's ask on a server, at most
+REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this often
+
+
+# ---- errors --------------------------------------------------------------
 
 class RoomError(Exception):
     """A refused or failed operation: exit 1, an isError tool result over MCP."""
@@ -193,8 +204,7 @@ class StoreError(RoomError):
     code = "store"
 
 
-# ---- small utilities ------------------------------------------------------
-
+# ---- small utilities -----------------------------------------------------
 
 def real_time(at=None):
     """The machine's clock, never ahead of it: what a sweep's watermark and
@@ -358,107 +368,6 @@ def host_name():
             name += "/%08x" % binascii.crc32(mark.encode())
         _HOST.append(name)
     return _HOST[0]
-
-
-def is_postgres_url(path):
-    """Whether a store names a PostgreSQL database (see "store: PostgreSQL")."""
-    return isinstance(path, str) and path[:13].lower().startswith(
-        ("postgresql://", "postgres://"))
-
-
-def _unquote(text):
-    """Percent-decoding, as urllib.parse.unquote does (whose import, with re
-    behind it, costs a hook milliseconds)."""
-    if "%" not in text:
-        return text
-    head, *rest = text.split("%")
-    out = bytearray(head.encode("utf-8"))
-    for part in rest:
-        try:
-            out += bytes.fromhex(part[:2]) + part[2:].encode("utf-8")
-        except ValueError:
-            out += b"%" + part.encode("utf-8")
-    return out.decode("utf-8", "replace")
-
-
-def _authority_end(rest):
-    """Where a URL's authority (user, host, port) ends: at its path or query."""
-    return min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
-
-
-def parse_postgres_url(url):
-    """postgresql://[user[:password]@][host][:port][/database][?key=value&...]
-    -> {user, password, host, port, database, query}, decoded; a host may be
-    a socket directory written %2F... (or [v6] in brackets)."""
-    rest = url.split("://", 1)[1]
-    cut = _authority_end(rest)
-    userinfo, _, hostport = rest[:cut].rpartition("@")     # as libpq: percent-encode
-    rest = rest[cut:]                                      # '/', '?', '@' in a password
-    rest, _, query_text = rest.partition("?")
-    database = rest[1:] if rest.startswith("/") else rest
-    user, colon, password = userinfo.partition(":")
-    if hostport.startswith("["):
-        host, _, port = hostport[1:].partition("]")
-        port = port[1:]
-    else:
-        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
-    query = {}
-    for item in query_text.split("&"):
-        if item:
-            key, _, value = item.partition("=")
-            query[_unquote(key)] = _unquote(value)
-    return {"user": _unquote(user), "password": _unquote(password) if colon else None,
-            "host": _unquote(host), "port": port, "database": _unquote(database),
-            "query": query}
-
-
-def local_dir(store_path):
-    """Where this host keeps its files for a store (signal markers, hook.log):
-    beside a SQLite file; for a server, ~/.agents-room."""
-    if is_postgres_url(store_path):
-        return os.path.join(os.path.expanduser("~"), ".agents-room")
-    return os.path.dirname(store_path)
-
-
-def signal_marker(store_path, harness_key):
-    """The file whose existence says "this harness session may have unread
-    messages": writers create it after committing a delivery, and a hook
-    removes it (under the store's write lock) when it finds nothing unread.
-    A hook with nothing to say checks it with one stat and never opens the
-    store (hook_main).  On a server, markers are this host's (one directory
-    per database): a sender on another host raises none here, so a quiet hook
-    also asks the store once REMOTE_CHECK_S has passed (see nothing_to_say)."""
-    directory = "signals"
-    if is_postgres_url(store_path):
-        # The database, not who logs in how (binascii is built in: hashlib
-        # costs a quiet hook milliseconds).
-        import binascii
-        url = parse_postgres_url(store_path)
-        directory = "signals-%08x" % binascii.crc32(("%s:%s/%s" % (
-            url["host"], url["port"], url["database"])).encode("utf-8", "surrogatepass"))
-    safe = harness_key if 0 < len(harness_key) <= 128 and all(
-        c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
-        else "h-" + __import__("hashlib").sha256(harness_key.encode(
-            "utf-8", "surrogatepass")).hexdigest()[:40]
-    return os.path.join(local_dir(store_path), directory, safe)
-
-
-def raise_marker(store_path, harness_key):
-    """Create (or for a .checked stamp, renew) a marker file."""
-    path = signal_marker(store_path, harness_key)
-    flags = os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        try:
-            fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            fd = os.open(path, flags, 0o600)
-        try:
-            os.utime(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def _getcwd():
@@ -703,6 +612,13 @@ def stat_is_file(mode):
     return mode & 0o170000 == 0o100000          # stat.S_ISREG, without the import
 
 
+def stat_mode(path):
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        return 0
+
+
 class Resource:
     """What a lease, a quiet window, a read or a guard is about, parsed once
     where it enters: kind ('path', or any lowercase word such as db or
@@ -838,7 +754,7 @@ def hash_file(path):
         os.close(fd)
 
 
-# ---- store ----------------------------------------------------------------
+# ---- store ---------------------------------------------------------------
 
 SCHEMA_V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -1100,31 +1016,13 @@ def run_migration(conn, migration):
     for statement in migration.split(";"):
         if statement.strip():
             conn.execute(statement)
-OUR_TABLES = {"meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
-              "deliveries", "leases", "reads", "events", "work", "windows",
-              "window_resources", "messages_fts", "messages_fts_data", "messages_fts_idx",
-              "messages_fts_docsize", "messages_fts_config", "tasks"}
-
-
-def refuse_conninfo(path):
-    """A libpq connection string is not a file name (taken as one, it would
-    become a file named after it, password and all)."""
-    if path.lstrip().lower().startswith(CONNINFO_WORDS):
-        raise StoreError("that store looks like a libpq connection string "
-                         "(host=... dbname=...); write it as a URL",
-                         "postgresql://user@host:5432/dbname?sslmode=verify-full (the "
-                         "password in ~/.pgpass or PGPASSWORD)")
-
-
-def default_db_path():
-    configured = os.environ.get("AGENTS_ROOM_DB")
-    if is_postgres_url(configured):
-        return configured
-    if configured:
-        refuse_conninfo(configured)
-    if configured:
-        return os.path.abspath(os.path.expanduser(configured))
-    return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
+# The tables of a room, as every kind of store holds them (store copy copies
+# these); SQLite also keeps its full-text index.
+STORE_TABLES = ("meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
+                "deliveries", "leases", "reads", "events", "work", "windows",
+                "window_resources", "tasks")
+OUR_TABLES = set(STORE_TABLES) | {"messages_fts", "messages_fts_data", "messages_fts_idx",
+                                  "messages_fts_docsize", "messages_fts_config"}
 
 
 def explain_sqlite(error, path):
@@ -1193,6 +1091,52 @@ class SqliteStore:
     """
 
     kind = "sqlite"
+    # Only this host's processes write the file, and nothing tells a waiter
+    # of their commits: it looks (PRAGMA data_version) instead.
+    shared_by_hosts = False
+    tells_commits = False
+
+    @staticmethod
+    def claims(path):
+        return True
+
+    @staticmethod
+    def normal_path(path):
+        return os.path.abspath(os.path.expanduser(path))
+
+    @staticmethod
+    def shown_path(path, mask="***"):
+        """The path as messages (and, mask None, config files) show it."""
+        return path
+
+    @staticmethod
+    def local_dir(path):
+        """Where this host keeps its files for the store: beside it."""
+        return os.path.dirname(path)
+
+    @staticmethod
+    def marker_dir(path):
+        return "signals"
+
+    @staticmethod
+    def exists(path):
+        return os.path.exists(path)
+
+    @staticmethod
+    def peek_schema(path):
+        """The schema version of the store at path, read without creating or
+        migrating it; None where there is none."""
+        from urllib.parse import quote
+        if not os.path.exists(path):
+            return None
+        try:
+            conn = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True)
+            try:
+                return conn.execute("PRAGMA user_version").fetchone()[0]
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None
 
     def __init__(self, path=None, busy_ms=BUSY_TIMEOUT_MS):
         self.path = self.shown = path or default_db_path()
@@ -1300,6 +1244,48 @@ class SqliteStore:
             self.conn.close()
             self.conn = None
 
+    @property
+    def errors(self):
+        """What the driver raises; explain() turns one into a StoreError."""
+        return (sqlite3.Error, OverflowError)
+
+    def explain(self, error):
+        return explain_sqlite(error, self.path)
+
+    @staticmethod
+    def access_checks(path):
+        """doctor: who can read the file."""
+        mode, dir_mode = stat_mode(path), stat_mode(os.path.dirname(path))
+        if mode & 0o077 or dir_mode & 0o077:
+            return [("warn", "store permissions: file %03o, directory %03o" % (
+                mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
+                % (path, os.path.dirname(path)))]
+        return [("ok", "store permissions: file %03o, directory %03o" % (mode, dir_mode),
+                 "")]
+
+    def link_checks(self):
+        """doctor: how this process reaches the store."""
+        journal = self.journal()
+        return [("ok" if journal == "wal" else "warn", "journal mode: %s" % journal,
+                 "" if journal == "wal" else "the store should be in WAL mode")]
+
+    def table_columns(self, table):
+        return [r[1] for r in self.conn.execute("PRAGMA table_info(%s)" % table)]
+
+    def serving(self):
+        """A long-running server (serve) checkpoints when its input pauses
+        (idle), not on whichever call crosses SQLite's threshold: a WAL
+        checkpoint fsyncs, and left to SQLite it was the p99 of msg_send
+        (4.7 ms with, 0.5 ms without).  The larger automatic threshold stays
+        as the backstop for a server that is never idle."""
+        self.conn.execute("PRAGMA wal_autocheckpoint=10000")
+
+    def idle(self):
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass          # busy or locked: the next pause, or SQLite, does it
+
     def write(self):
         return _Transaction(self, "BEGIN IMMEDIATE")
 
@@ -1374,6 +1360,96 @@ class _Transaction:
         if isinstance(value, (sqlite3.Error, OverflowError)):
             raise explain_sqlite(value, self.store.path)
         return False
+
+
+# Kinds of store besides the default SQLite file, each a class with
+# SqliteStore's interface (an appendix registers PostgreSQL here).  What a
+# store kind knows about its paths is asked of the class: which paths it
+# claims, how a path is written and shown, where this host keeps its files
+# for it.  Nothing else in the core tells one kind from another.
+STORE_KINDS = []
+
+
+def store_kind(path):
+    """The class that opens a store path: the first registered kind that
+    claims it, else a SQLite file."""
+    for kind in STORE_KINDS:
+        if kind.claims(path):
+            return kind
+    return SqliteStore
+
+
+def default_db_path():
+    """The store this process uses: $AGENTS_ROOM_DB in its kind's own form,
+    else ~/.agents-room/room.db."""
+    configured = os.environ.get("AGENTS_ROOM_DB")
+    if configured:
+        return store_kind(configured).normal_path(configured)
+    return os.path.join(os.path.expanduser("~"), ".agents-room", "room.db")
+
+
+def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
+    """The store AGENTS_ROOM_DB (or path) names, of whichever kind claims it.
+    Every kind offers the same interface: write() and read() transactions,
+    conn, connection(), now(), change_mark(), wait_change(), explain() and
+    close()."""
+    path = path or default_db_path()
+    kind = store_kind(path)
+    return kind(kind.normal_path(path), busy_ms)
+
+
+def _passing(error):
+    """Whether a store error is the kind that passes (a server restarting, a
+    connection dropped): followers and waiters wait it out; others report it."""
+    return getattr(error, "code", None) == "unavailable"
+
+
+def _store_call(store, fn):
+    """fn(connection) outside the door, its store errors explained."""
+    try:
+        return fn(store.connection())
+    except store.errors as error:
+        raise store.explain(error)
+
+
+def local_dir(store_path):
+    """Where this host keeps its files for a store (signal markers, hook.log):
+    beside a SQLite file; for a server, ~/.agents-room."""
+    return store_kind(store_path).local_dir(store_path)
+
+
+def signal_marker(store_path, harness_key):
+    """The file whose existence says "this harness session may have unread
+    messages": writers create it after committing a delivery, and a hook
+    removes it (under the store's write lock) when it finds nothing unread.
+    A hook with nothing to say checks it with one stat and never opens the
+    store (hook_main).  On a server, markers are this host's (one directory
+    per database): a sender on another host raises none here, so a quiet hook
+    also asks the store once REMOTE_CHECK_S has passed (see nothing_to_say)."""
+    kind = store_kind(store_path)
+    safe = harness_key if 0 < len(harness_key) <= 128 and all(
+        c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
+        else "h-" + __import__("hashlib").sha256(harness_key.encode(
+            "utf-8", "surrogatepass")).hexdigest()[:40]
+    return os.path.join(kind.local_dir(store_path), kind.marker_dir(store_path), safe)
+
+
+def raise_marker(store_path, harness_key):
+    """Create (or for a .checked stamp, renew) a marker file."""
+    path = signal_marker(store_path, harness_key)
+    flags = os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=None):
@@ -1515,7 +1591,6007 @@ def sweep(conn, at, real=None):
                     "shown": lease["path"], "kind": lease["kind"]}, at=at)
 
 
-# ---- store: PostgreSQL ------------------------------------------------------
+COPY_BATCH = 200                      # rows per INSERT while copying a room
+COPY_META_SKIP = ("schema_version", "fts_indexed_to")   # each store's own
+
+
+def copy_store(source_path, target_path, progress=None):
+    """Copy a room, everything in it, from one store to another (SQLite to
+    PostgreSQL and back) and verify the row counts; the target must be empty.
+    Returns [(table, rows in source, rows in target)].  A column the source
+    has and the target lacks is refused, never dropped (the row counts would
+    still agree)."""
+    source_path = store_kind(source_path).normal_path(source_path)
+    target_path = store_kind(target_path).normal_path(target_path)
+    if not store_kind(source_path).exists(source_path):
+        raise UsageError("no store at %s" % source_path)
+    source = open_store(source_path)
+    try:
+        target = open_store(target_path)
+    except BaseException:
+        source.close()
+        raise
+    counts = []
+    try:
+        with source.read() as src, target.write() as dst:
+            if dst.execute("SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) "
+                           "FROM messages) + (SELECT COUNT(*) FROM events WHERE kind <> "
+                           "'store.migrate')").fetchone()[0]:
+                raise UsageError("%s already holds a room; copy into an empty store"
+                                 % target.shown, "give it a new database, schema or file")
+            dst.execute("DELETE FROM events")        # its creation: the log comes along
+            own = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP)
+            where = {"meta": own}      # meta keys each store keeps for itself
+            dst.execute("DELETE FROM meta" + own)
+            for table in STORE_TABLES:
+                theirs = set(target.table_columns(table))
+                columns = source.table_columns(table)
+                lost = [c for c in columns if c not in theirs]
+                if lost:
+                    raise StoreError(
+                        "%s has no column %s of %s's %s; nothing was copied" % (
+                            target.shown, ", ".join(lost), source.shown, table),
+                        "copy into a store of the same agents-room version")
+                names = ", ".join(columns)
+                row_marks = "(%s)" % ", ".join("?" * len(columns))
+                # SQLite before 3.32 binds at most 999 values in one statement.
+                rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
+                batch = []
+
+                def flush():
+                    dst.execute("INSERT INTO %s (%s) VALUES %s" % (
+                        table, names, ", ".join([row_marks] * len(batch))),
+                        [value for row in batch for value in row])
+                    del batch[:]
+                for row in source.rows(src, "SELECT %s FROM %s%s" % (
+                        names, table, where.get(table, ""))):
+                    batch.append(tuple(row))
+                    if len(batch) == rows_per_insert:
+                        flush()
+                if batch:
+                    flush()
+                if progress:
+                    progress(table)
+            target.after_copy(dst)
+            for table in STORE_TABLES:
+                count = "SELECT COUNT(*) FROM %s%s" % (table, where.get(table, ""))
+                counts.append((table, src.execute(count).fetchone()[0],
+                               dst.execute(count).fetchone()[0]))
+            wrong = [c for c in counts if c[1] != c[2]]
+            if wrong:
+                raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(
+                    "%s %d rows, copied %d" % c for c in wrong))
+            event(dst, "store.copy", data={"from": source.shown, "rows": sum(
+                c[1] for c in counts)})
+    finally:
+        source.close()
+        target.close()
+    return counts
+
+
+# ---- liveness (process scan) ---------------------------------------------
+
+def proc_root():
+    return os.environ.get("AGENTS_ROOM_PROC_ROOT") or "/proc"
+
+
+def scanner_kind():
+    forced = os.environ.get("AGENTS_ROOM_PROCSCAN")
+    if forced in ("proc", "ps"):
+        return forced
+    return "proc" if os.path.isdir(os.path.join(proc_root(), "self")) or \
+        os.environ.get("AGENTS_ROOM_PROC_ROOT") else "ps"
+
+
+def _proc_boot_time(root):
+    try:
+        with open(os.path.join(root, "stat")) as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _proc_start(root, pid, boot):
+    """Start time (epoch seconds) of pid under a /proc tree, or None."""
+    try:
+        with open(os.path.join(root, str(pid), "stat")) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    if boot is None:
+        return None
+    return boot + ticks // os.sysconf("SC_CLK_TCK")
+
+
+def _ps_lstart(text):
+    try:
+        return int(time.mktime(time.strptime(" ".join(text.split()),
+                                             "%a %b %d %H:%M:%S %Y")))
+    except ValueError:
+        return None
+
+
+def process_start(pid):
+    """Start time of a running process, to tell it from a later one with the same
+    pid; None when it does not run or cannot be read."""
+    if not pid:
+        return None
+    if scanner_kind() == "proc":
+        root = proc_root()
+        return _proc_start(root, pid, _proc_boot_time(root))
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _ps_lstart(out) if out.strip() else None
+
+
+# Launchers between a harness and its hook.  Not python: Hermes is a Python
+# program, and the walk starts at the hook's parent, never the hook itself.
+SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
+          "nice", "nohup", "sudo"}
+
+
+INTERACTIVE_SHELLS = {"bash", "zsh", "fish", "sh", "dash", "ksh", "tcsh", "csh"}
+
+
+def _has_tty(pid):
+    """Whether pid has a controlling terminal (a shell a person types in)."""
+    if scanner_kind() == "proc":
+        try:
+            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
+                return int(handle.read().rsplit(")", 1)[1].split()[4]) != 0
+        except (OSError, ValueError, IndexError):
+            return False
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "tty=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(out) and out not in ("?", "??", "-")
+
+
+def terminal_shell(start_pid):
+    """The shell a person typed a command in: up through subshells ($(...)
+    forks one) to the outermost of an unbroken chain of shells that have a
+    controlling terminal; None when the command was not typed in a terminal
+    (a script's or a harness's `sh -c` lives a moment, not a session)."""
+    pid, found = start_pid, None
+    for _ in range(16):
+        if not pid or pid <= 1:
+            break
+        comm, parent = _proc_comm_ppid(pid)
+        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS \
+                or not _has_tty(pid):
+            break
+        found, pid = pid, parent
+    return found
+
+
+def process_argv(pid):
+    """A process's command line (Linux /proc; [] elsewhere or when unreadable)."""
+    try:
+        with open(os.path.join(proc_root(), str(pid), "cmdline"), "rb") as handle:
+            return [a.decode("utf-8", "replace") for a in handle.read().split(b"\0") if a]
+    except (OSError, TypeError):
+        return []
+
+
+def _is_mcp_watchdog(pid):
+    """Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
+    --ppid <hermes> -- <server>`: a launcher, not the harness."""
+    return any("mcp_stdio_watchdog" in a for a in process_argv(pid)[:3])
+
+
+def harness_pid(start_pid):
+    """The first ancestor of a hook that is not a shell or launcher: the harness
+    process whose lifetime is the session's."""
+    pid = start_pid
+    for _ in range(16):
+        if pid <= 1:
+            return None
+        comm, parent = _proc_comm_ppid(pid)
+        if comm is None:
+            return None
+        if os.path.basename(comm) not in SHELLS and not (
+                comm.startswith("python") and _is_mcp_watchdog(pid)):
+            return pid
+        pid = parent
+    return None
+
+
+def _proc_comm_ppid(pid):
+    if scanner_kind() == "proc":
+        try:
+            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
+                text = handle.read()
+            comm = text[text.index("(") + 1:text.rindex(")")]
+            return comm, int(text.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None, 0
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout.split(None, 1)
+        return out[1].strip(), int(out[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None, 0
+
+
+class ProcessScan:
+    """One look at the running processes of this user, shared by every session a
+    call answers for: which harness keys are in some process's environment, and
+    the start time of each process."""
+
+    def __init__(self):
+        self.keys = set()
+        self.starts = {}          # pid -> start epoch, or None if not inspectable
+        self.own = set()          # pids of this user's running processes
+        self.kind = scanner_kind()
+        self.root = proc_root()
+        self.boot = None
+        if self.kind == "proc":
+            self._scan_proc()
+        else:
+            self._scan_ps()
+
+    def _scan_proc(self):
+        root = self.root
+        uid = os.getuid()
+        markers = tuple(var.encode() + b"=" for var in HARNESS_KEY_VARS)
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            base = os.path.join(root, name)
+            try:
+                if os.stat(base).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            self.own.add(pid)
+            try:
+                with open(os.path.join(base, "environ"), "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                # Many own processes refuse this (pid 1 in a container,
+                # ssh-agent): skip it, it proves nothing about anyone.
+                continue
+            if not any(marker in data for marker in markers):
+                continue
+            for item in data.split(b"\0"):
+                for marker in markers:
+                    if item.startswith(marker) and len(item) > len(marker):
+                        self.keys.add(item[len(marker):].decode("utf-8", "replace"))
+
+    def _scan_ps(self):
+        import subprocess
+        env_flag = {"darwin": "-E"}.get(sys.platform, "e" if sys.platform.startswith(
+            "linux") else "-e")
+        command = ["ps", env_flag, "-ww", "-U", str(os.getuid()),
+                   "-o", "pid=,lstart=,command="]
+        if env_flag == "e":
+            command = ["ps", "eww", "-U", str(os.getuid()), "-o", "pid=,lstart=,args="]
+        plain = ["ps", "-ww", "-U", str(os.getuid()), "-o", "pid=,args="]
+        try:
+            out = subprocess.run(command, capture_output=True, text=True,
+                                 timeout=10, errors="replace").stdout
+            args_out = subprocess.run(plain, capture_output=True, text=True,
+                                      timeout=10, errors="replace").stdout
+        except (OSError, subprocess.SubprocessError):
+            return
+        # ps prints a process's arguments and then its environment on one
+        # line; only the environment may name a harness key, so the arguments
+        # (read without the environment) are cut off first.
+        commands = {}
+        for line in args_out.splitlines():
+            pid_text, _, args = line.strip().partition(" ")
+            if pid_text.isdigit():
+                commands[int(pid_text)] = args.strip()
+        prefixes = tuple(var + "=" for var in HARNESS_KEY_VARS)
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 6 or not parts[0].isdigit():
+                continue
+            pid = int(parts[0])
+            self.own.add(pid)
+            self.starts[pid] = _ps_lstart(" ".join(parts[1:6]))
+            rest = line.split(None, 6)[6] if len(parts) > 6 else ""
+            args = commands.get(pid)
+            if args is None or not rest.startswith(args):
+                continue              # cannot tell arguments from environment
+            for token in rest[len(args):].split():
+                if token.startswith(prefixes):
+                    value = token.split("=", 1)[1]
+                    if value:
+                        self.keys.add(value)
+
+    def start_of(self, pid):
+        """Start time of one of the scanned processes, read when first asked:
+        only recorded pids need it, so the scan does not read every stat file."""
+        if pid not in self.starts:
+            if self.boot is None:
+                self.boot = _proc_boot_time(self.root)
+            self.starts[pid] = _proc_start(self.root, pid, self.boot)
+        return self.starts[pid]
+
+    def runs_elsewhere(self, pid):
+        """Whether pid runs as another user: EPERM is not absence."""
+        if self.kind == "proc":
+            return os.path.exists(os.path.join(self.root, str(pid)))
+        try:
+            os.kill(pid, 0)             # it exists; not ours (not in the scan)
+        except PermissionError:
+            return True
+        except (OSError, OverflowError):
+            return False
+        return True
+
+    def liveness(self, harness_key, pid, pid_start, ended=False):
+        """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
+        that runs decides; when it is gone the harness key decides, except for
+        a session whose harness said it ended (SessionEnd): a child that
+        inherited the key must not keep it alive."""
+        if pid:
+            if pid in self.own:
+                started = self.start_of(pid)
+                if started is None:
+                    return "unknown"
+                if pid_start is None or abs(started - pid_start) <= 2:
+                    return "alive"
+            elif self.runs_elsewhere(pid):
+                return "unknown"            # EPERM is not absence
+            if ended or not harness_key:
+                return "gone"
+        if harness_key:
+            return "alive" if harness_key in self.keys and not ended else "gone"
+        return "unknown"
+
+
+class LazyScan:
+    """Scan at most once, and only if some answer needs liveness.
+
+    The caller's own process needs no scan: if it carries the session's harness
+    key, or is the session's recorded process, it is running right now, which
+    is exactly what the scan would find.  That keeps a claim or a check by an
+    MCP server or a hook from reading every process on the machine."""
+
+    def __init__(self, ctx=None, at=None):
+        self._scan = None
+        self.at = at              # the call's clock (the server's, on PostgreSQL)
+        self.key = harness_key_from(ctx.env) if ctx is not None else None
+        self.pid = ctx.pid if ctx is not None else None
+        self.pid_start = ctx.pid_start if ctx is not None else None
+        self.host = host_name()
+        self.judged = {}          # session id -> verdict, for this host's sessions
+
+    def __call__(self, row):
+        keys = row.keys()
+        if "host" in keys and (row["host"] not in (None, self.host) or (
+                row["uid"] is not None and row["uid"] != os.getuid())):
+            # Another host's session, or another user's: its processes are not
+            # ours to see.  What its own host (and user) last recorded, while
+            # that is recent; else unknown, never gone on a guess.
+            at = row["verdict_at"] if "verdict_at" in keys else None
+            clock = self.at if self.at is not None else real_time()
+            if at is None or clock - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
+                                                     VERDICT_STALE_S):
+                return "unknown"
+            return row["verdict"] or "unknown"
+        if (self.key and row["harness_key"] == self.key) or (
+                self.pid and row["pid"] == self.pid and row["pid_start"] == self.pid_start):
+            verdict = "alive"
+        else:
+            if self._scan is None:
+                self._scan = ProcessScan()
+            ended = "ended_at" in keys and row["ended_at"] is not None
+            verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"],
+                                          ended)
+        clock = self.at if self.at is not None else real_time()
+        if "verdict" in keys and (row["verdict"] != verdict or row["verdict_at"] is None
+                                  or clock - row["verdict_at"] > VERDICT_REFRESH_S):
+            self.judged[row["id"]] = verdict
+        return verdict
+
+    def record(self, conn):
+        """Write the verdicts this scan reached that changed or grew old: the
+        record another host reads (SPEC: liveness across hosts)."""
+        at = self.at if self.at is not None else real_time()
+        conn.executemany("UPDATE sessions SET verdict=?, verdict_at=? WHERE id=?",
+                         [(v, at, i) for i, v in sorted(self.judged.items())])
+        self.judged.clear()
+
+
+# ---- tool registry and the door ------------------------------------------
+# Each operation is registered with its MCP metadata and CLI shape beside it, so
+# adding a tool is one edit in one place.  Every operation enters through one
+# door, call_tool: it reads the clock once, opens the one write transaction,
+# moves time forward (sweep), finds and touches the caller, and after commit
+# runs what rides a tool event.  An operation holds only its business rule.
+# Liveness sits above this section because who, leases and prune answer with it.
+
+# How a tool finds its caller: required (session_id must name a session; one
+# that has left may still read), present (and it must not have left), optional
+# (session_id may be omitted), key (found by harness key; internal operations
+# of the hook front end), none.
+CALLER_FORMS = ("required", "present", "optional", "key", "none")
+
+
+class Tool:
+    def __init__(self, fn, name, title, params, required, output, cli, positional,
+                 flags, example, read_only, destructive, idempotent, caller, prepare,
+                 public, after, degrades):
+        self.fn, self.name, self.title = fn, name, title
+        self.params, self.required, self.output = params, tuple(required), output
+        self.cli, self.positional, self.flags = cli, positional, flags
+        self.example = example
+        self.read_only = read_only
+        self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
+        # Answered from a plain read when the disk is full (op.readonly): a
+        # read-only tool, or one that says how it degrades (msg_recv).
+        self.degrades = degrades or read_only
+        # Hints at their defaults are left out (the title is the tool's own),
+        # except readOnly and destructive, which clients ask for by name.
+        self.annotations = {"readOnlyHint": read_only, "destructiveHint": destructive,
+                            "openWorldHint": False}
+        if idempotent:
+            self.annotations["idempotentHint"] = True
+
+    @property
+    def description(self):
+        return " ".join((self.fn.__doc__ or "").split())
+
+    def input_schema(self):
+        return {"type": "object", "properties": self.params,
+                "required": list(self.required), "additionalProperties": False}
+
+
+TOOLS = {}
+
+
+def tool(name, title, params, required=(), output=None, cli=None, positional=(),
+         flags=None, example="", read_only=False, destructive=False, idempotent=False,
+         caller=None, prepare=None, public=True, after=True, degrades=False):
+    """Register an operation.  public=False keeps it off tools/list and out of
+    the MCP server (the hook front end and guard use such operations)."""
+    if caller is None:
+        caller = "none" if "session_id" not in params else (
+            "required" if "session_id" in required else "optional")
+    assert caller in CALLER_FORMS, caller
+
+    def register(fn):
+        TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
+                           cli, positional, flags or {}, example, read_only,
+                           destructive, idempotent, caller, prepare, public, after,
+                           degrades)
+        return fn
+    return register
+
+
+def check_value(schema, value, where):
+    """Check value against the subset of JSON Schema the tools use."""
+    types = schema.get("type")
+    if types:
+        types = types if isinstance(types, list) else [types]
+        ok = False
+        for kind in types:
+            if kind == "string" and isinstance(value, str):
+                ok = True
+            elif kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            elif kind == "number" and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                ok = True
+            elif kind == "boolean" and isinstance(value, bool):
+                ok = True
+            elif kind == "array" and isinstance(value, list):
+                ok = True
+            elif kind == "object" and isinstance(value, dict):
+                ok = True
+            elif kind == "null" and value is None:
+                ok = True
+        if not ok:
+            raise UsageError("%s must be %s, not %s" % (
+                where, " or ".join(types), type(value).__name__ if value is not None
+                else "null"))
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("%s is not valid Unicode (a lone surrogate)" % where)
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            raise UsageError("%s is longer than %d characters" % (where, schema["maxLength"]))
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            raise UsageError("%s must not be empty" % where)
+        if "enum" in schema and value not in schema["enum"]:
+            raise UsageError("%s must be one of %s, not %r" % (
+                where, ", ".join(map(str, schema["enum"])), value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise UsageError("%s must be a finite number" % where)
+        if "minimum" in schema and value < schema["minimum"]:
+            raise UsageError("%s must be at least %s, not %s" % (where, schema["minimum"],
+                                                                 value))
+        if "maximum" in schema and value > schema["maximum"]:
+            raise UsageError("%s must be at most %s, not %s" % (where, schema["maximum"],
+                                                                value))
+        if "enum" in schema and value not in schema["enum"]:
+            raise UsageError("%s must be one of %s" % (where, schema["enum"]))
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise UsageError("%s has more than %d items" % (where, schema["maxItems"]))
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            raise UsageError("%s needs at least %d item(s)" % (where, schema["minItems"]))
+        for index, item in enumerate(value):
+            check_value(schema.get("items", {}), item, "%s[%d]" % (where, index))
+
+
+def check_args(tool_, args):
+    if not isinstance(args, dict):
+        raise UsageError("arguments must be an object")
+    unknown = sorted(set(args) - set(tool_.params))
+    if unknown:
+        raise UsageError("%s takes no argument %s" % (tool_.name, ", ".join(unknown)),
+                         "it takes: %s" % ", ".join(sorted(tool_.params)))
+    missing = [name for name in tool_.required if args.get(name) is None]
+    if missing:
+        raise UsageError("%s needs %s" % (tool_.name, ", ".join(missing)))
+    for name, value in args.items():
+        if value is not None:
+            check_value(tool_.params[name], value, name)
+
+
+class Context:
+    """Who is calling: the front end ('cli', 'mcp', 'hook' or 'ui'), its
+    working directory, environment, and the pid a join should record."""
+
+    def __init__(self, via="cli", cwd=None, env=None, pid=None, pid_start=None,
+                 harness_pid=None, harness_start=None):
+        self.via = via
+        self.cwd = cwd or _getcwd()
+        self.env = os.environ if env is None else env
+        self.pid = pid
+        self.pid_start = pid_start
+        # An MCP server's harness process: its session is the one the
+        # harness's hooks joined (see room_join).
+        self.harness_pid, self.harness_start = harness_pid, harness_start
+        self.harness_argv = None      # a hook's harness command line (Hermes' lever)
+        self.signal = None            # the last MCP call's signal, if one was due
+
+
+class Op:
+    """What the door hands an operation: the open transaction (conn), one
+    clock reading (at), the caller's session row (or None), one liveness scan
+    shared by every answer, and the rule for relative paths."""
+
+    def __init__(self, store, conn, ctx, at, caller=None, prepared=None):
+        self.store, self.conn, self.ctx, self.at = store, conn, ctx, at
+        self.caller = caller
+        self.prepared = prepared
+        self.liveness = LazyScan(ctx, at)
+        self.after = []           # run once the transaction committed
+        self.readonly = False     # a plain read: the disk is full (see call_tool)
+        self._rows = {}
+
+    @property
+    def me(self):
+        return self.caller["id"] if self.caller is not None else None
+
+    @property
+    def base(self):
+        """Relative paths resolve against the caller's cwd on the CLI and in
+        hooks, and against the session's recorded cwd over MCP (the server's
+        cwd at join is the agent's project; the process may sit anywhere)."""
+        if self.ctx.via == "mcp" and self.caller is not None:
+            return self.caller["cwd"]
+        return self.ctx.cwd
+
+    def event(self, kind, session_id=None, room=None, subject=None, data=None):
+        event(self.conn, kind, session_id, room, subject, data, at=self.at)
+
+    def session(self, session_id):
+        """A session row, read once per operation (a send reads its recipients'
+        rows for the selector, the delivery and the answer)."""
+        if session_id not in self._rows:
+            self._rows[session_id] = session_row(self.conn, session_id)
+        return self._rows[session_id]
+
+    def resources(self, path=None, resources=None):
+        """The resources a lease call names (path and/or resources), parsed
+        once into Resource values, deduplicated, in order."""
+        items = ([path] if path else []) + list(resources or [])
+        if not items:
+            raise UsageError("name a path or resources (a list of paths or kind:name)")
+        if len(items) > LEASE_TARGETS_MAX:
+            raise UsageError("at most %d resources in one call" % LEASE_TARGETS_MAX)
+        seen, found = set(), []
+        for item in items:
+            resource = Resource.parse(item, self.base)
+            if resource.ident not in seen:
+                seen.add(resource.ident)
+                found.append(resource)
+        return found
+
+
+def untold_signal(op):
+    """For MCP clients without hooks: the one-line signal while the caller has
+    unread deliveries it was never told about (then they count as offered), so
+    mail reaches a model through any tool result; None otherwise."""
+    me = op.me
+    if not op.conn.execute("SELECT 1 FROM deliveries WHERE session_id=? AND state IN "
+                           "('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
+                           (me,)).fetchone():
+        return None
+    text = signal_text(op.conn, me)
+    advance(op.conn, "offered", op.at, "session_id=?", (me,))
+    op.conn.execute("UPDATE deliveries SET offered_at=? WHERE session_id=? AND state IN %s "
+                    "AND offered_at IS NULL" % UNREAD_SQL, (op.at, me))
+    op.event("signal.result", me, data={"text": text})
+    return {"text": text, "count": unread_count(op.conn, me)}
+
+
+def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
+    conn = op.conn
+    form = tool_.caller
+    row = None
+    if form == "key":
+        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                           (harness_key,)).fetchone() if harness_key else None
+    elif form != "none" and (session_id is not None or form in ("required", "present")):
+        row = session_row(conn, session_id) if is_session_id(session_id) else None
+        if row is None:
+            raise unknown_session(conn, session_id, op.store.shown)
+        if form == "present" and row["left_at"] is not None:
+            raise RoomError("session %s has left; join again" % row["id"],
+                            "room_join with the same harness key gives it back its id")
+    if row is not None and touch and op.at - row["last_seen"] >= TOUCH_EVERY_S:
+        # last_seen is read in seconds and hours (who, prune): a write per
+        # call would cost every call a page for nothing.
+        # Its own call proves it alive, the verdict other hosts go by.
+        conn.execute("UPDATE sessions SET last_seen=?, verdict='alive', verdict_at=? "
+                     "WHERE id=?", (op.at, op.at, row["id"]))
+    return row
+
+
+# What rides every tool event after commit (the wake levers register here: they
+# sit in a later section, and a section only calls earlier ones).
+AFTER_TOOL_EVENT = []
+
+
+def call_tool(store, ctx, name, args, public_only=False):
+    """The one door every operation enters by (MCP, CLI, hooks, guard, the
+    page): check the arguments, then in one write transaction read the clock,
+    sweep, find and touch the caller and run the operation; after commit, run
+    what rides a tool event (due wakes).  A read-only tool whose write fails
+    because the disk is full is answered from a plain read instead."""
+    tool_ = TOOLS.get(name)
+    if tool_ is None or (public_only and not tool_.public):
+        raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(
+            sorted(n for n, t in TOOLS.items() if t.public)))
+    args = dict(args) if isinstance(args, dict) else args
+    check_args(tool_, args)
+    args = {k: v for k, v in args.items() if v is not None}
+    session_id = args.pop("session_id", None)
+    harness_key = args.get("harness_key") if tool_.caller == "key" else None
+    for attempt in (1, 2):
+        try:
+            result = _through_door(store, ctx, tool_, name, args, session_id, harness_key)
+            break
+        except StoreError as error:
+            # A connection to a server lost in the middle of a read: read
+            # again, once.  A write is reported, never replayed.
+            if error.code != "unavailable" or not tool_.read_only or attempt == 2:
+                raise
+    if tool_.after:
+        for work in AFTER_TOOL_EVENT:
+            work(store, ctx)
+    return result
+
+
+def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
+    try:
+        prepared = None
+        if tool_.prepare is not None:
+            # Work that must not hold the write lock (hashing a file) runs
+            # first, against the caller as it is now.
+            op = Op(store, store.connection(), ctx, now())
+            op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
+            prepared = tool_.prepare(op, **args)
+        try:
+            with store.write() as conn:
+                op = Op(store, conn, ctx, store.now(), prepared=prepared)
+                sweep(conn, op.at, store.real_now())
+                op.caller = _find_caller(op, tool_, session_id, harness_key)
+                result = tool_.fn(op, **args)
+                op.liveness.record(conn)
+                if ctx.via == "mcp" and op.caller is not None and tool_.public and \
+                        name not in ("msg_recv", "msg_unread"):
+                    ctx.signal = untold_signal(op)
+            for work in op.after:
+                work()
+        except StoreError as error:
+            if not (tool_.degrades and error.code == "disk_full"):
+                raise
+            with store.read() as conn:
+                op = Op(store, conn, ctx, store.now(), prepared=prepared)
+                op.readonly = True
+                op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
+                result = tool_.fn(op, **args)
+    except store.errors as error:
+        raise store.explain(error)
+    except RecursionError:
+        raise UsageError("arguments nested too deeply")
+    return result
+
+
+# Schema fragments shared by the tools.
+# session_id is described once, in the server's instructions: a description
+# on each of thirty tools would cost every model's context thirty times.
+S_SESSION = {"type": "string", "maxLength": 200}
+S_SESSION_OPT = S_SESSION
+S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
+          "description": "a file path; relative paths resolve against your session's cwd"}
+S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
+          "description": "repo:<name> or shared:<name>; a bare name matches either"}
+S_LIMIT = {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}
+S_MESSAGE_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
+S_AUTONOMY = {"type": ["integer", "string"],
+              "description": "0/notify, 1/hold or 2/wake"}
+S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
+S_LIVENESS = {"type": "string", "enum": ["alive", "gone", "unknown"]}
+S_LEASE = {"type": "object", "properties": {
+    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
+    "path": {"type": "string"}, "resource": {"type": "string"},
+    "kind": {"type": "string"}, "purpose": {"type": ["string", "null"]},
+    "mode": {"type": "string"},
+    "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS},
+    "required": ["session_id", "label", "path", "mode", "acquired_at", "expires_at",
+                 "liveness"]}
+S_LEASE_OR_NULL = dict(S_LEASE, type=["object", "null"])
+S_MESSAGE = {"type": "object", "properties": {
+    "message_id": {"type": "integer"}, "sender": {"type": "string"},
+    "sender_label": {"type": ["string", "null"]}, "subject": {"type": ["string", "null"]},
+    "body": {"type": ["string", "null"]}, "reply_to": {"type": ["integer", "null"]},
+    "created_at": S_TIME, "expires_at": S_TIME,
+    "rooms": {"type": "array", "items": {"type": "string"}}},
+    "required": ["message_id", "sender", "sender_label", "subject", "body", "reply_to",
+                 "created_at", "expires_at", "rooms"]}
+S_SESSION_ROW = {"type": "object", "properties": {
+    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
+    "harness": {"type": "string"}, "cwd": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "rooms": {"type": "array", "items": {"type": "string"}},
+    "autonomy": {"type": "integer"}, "autonomy_requested": {"type": "integer"},
+    "liveness": S_LIVENESS, "last_seen": S_TIME, "host": {"type": ["string", "null"]}},
+    "required": ["session_id", "label", "harness", "cwd", "tags", "rooms", "autonomy",
+                 "liveness", "last_seen"]}
+S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def out_schema(required, **props):
+    return {"type": "object", "properties": props, "required": list(required)}
+
+
+# ---- operations: sessions and rooms --------------------------------------
+
+def session_row(conn, session_id):
+    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+
+
+def unknown_session(conn, value, path):
+    """The error for a session id that names nothing, naming what was meant."""
+    if not isinstance(value, str):
+        return UnknownSession("not a session id (expected 16 lowercase hex)")
+    text = value.strip()
+    row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
+                       (text,)).fetchone()
+    if row:
+        return UnknownSession(
+            "that is a harness key; your session id is %s" % row["id"],
+            "pass session_id=%s (room_join returns it)" % row["id"])
+    candidates = []
+    lowered = text.lower()
+    if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE id >= ? AND id < ? ORDER BY last_seen "
+            "DESC LIMIT 6", (lowered, lowered + "g")).fetchall()
+    if not candidates and text:
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
+            "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
+    if candidates:
+        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
+                 for r in candidates[:5]]
+        return UnknownSession("no session %r; did you mean %s?"
+                              % (one_line(text, 80), " or ".join(names)),
+                              "session ids are 16 lowercase hex; use the whole id")
+    if is_session_id(text):
+        return UnknownSession(
+            "no such session: %s may have left, or belong to another store "
+            "(this store is %s)" % (text, path),
+            "join again with room_join, or check AGENTS_ROOM_DB")
+    return UnknownSession("not a session id: %r (expected 16 lowercase hex)"
+                          % one_line(text, 80),
+                          "room_join returns your session id")
+
+
+def session_by_key(store, key):
+    """The id of the session a harness key names, or None (one indexed read)."""
+    row = store.conn.execute("SELECT id FROM sessions WHERE harness_key=?",
+                             (key,)).fetchone()
+    return row["id"] if row else None
+
+
+def rooms_of(conn, session_id):
+    return [r[0] for r in conn.execute(
+        "SELECT room FROM memberships WHERE session_id=? ORDER BY room", (session_id,))]
+
+
+def effective_autonomy(conn, row):
+    cap = conn.execute(
+        "SELECT MIN(r.cap) FROM memberships m JOIN rooms r ON r.name=m.room "
+        "WHERE m.session_id=?", (row["id"],)).fetchone()[0]
+    return row["autonomy"] if cap is None else min(row["autonomy"], cap)
+
+
+def resolve_room(conn, name):
+    """An existing room from a full or bare name; a bare name matching both
+    repo:x and shared:x is ambiguous and the error lists both."""
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("a room name must be a non-empty string")
+    name = name.strip()
+    if ":" in name:
+        full = room_name(name, "shared:")
+        if conn.execute("SELECT 1 FROM rooms WHERE name=?", (full,)).fetchone():
+            return full
+        candidates = [full]
+    else:
+        candidates = [p + name for p in ROOM_PREFIXES]
+        found = [c for c in candidates if
+                 conn.execute("SELECT 1 FROM rooms WHERE name=?", (c,)).fetchone()]
+        if len(found) == 1:
+            return found[0]
+        if len(found) == 2:
+            raise UsageError("room %r is ambiguous: both %s exist" % (name, " and ".join(found)),
+                             "name it with its prefix")
+    known = [r[0] for r in conn.execute("SELECT name FROM rooms ORDER BY name LIMIT 20")]
+    raise RoomError("no room %s" % " or ".join(candidates),
+                    "rooms in this store: %s" % (", ".join(known) or "none yet"),
+                    code="unknown_room")
+
+
+def default_room_of(conn, row):
+    rooms = rooms_of(conn, row["id"])
+    repo = [r for r in rooms if r.startswith("repo:")]
+    if repo:
+        return repo[0]
+    if rooms:
+        return rooms[0]
+    raise RoomError("session %s is in no room" % row["id"], "join a room first")
+
+
+def room_for(op, room, command):
+    """The room a command acts on: the one named, else the caller's repository
+    room; with neither, a usage error."""
+    if room:
+        return resolve_room(op.conn, room)
+    if op.caller is not None:
+        return default_room_of(op.conn, op.caller)
+    raise UsageError("%s needs a room (or a session, for its repository room)" % command)
+
+
+def ensure_room(conn, name, at):
+    conn.execute("INSERT OR IGNORE INTO rooms (name, cap, created_at) VALUES (?, 2, ?)",
+                 (name, at))
+
+
+def work_of(conn, session_id):
+    return [{"scope": r["scope"], "state": r["state"], "summary": r["summary"],
+             "updated_at": iso(r["updated_at"])} for r in conn.execute(
+        "SELECT * FROM work WHERE session_id=? ORDER BY updated_at", (session_id,))]
+
+
+def session_dict(conn, row, liveness, at=None):
+    lever = row["lever"]
+    if lever is None and waiter_armed(row, at if at is not None else now()):
+        lever = "claude-rewake"
+    return {
+        "session_id": row["id"], "label": row["label"], "harness": row["harness"],
+        "cwd": row["cwd"], "tags": json.loads(row["tags"]),
+        "rooms": rooms_of(conn, row["id"]),
+        "autonomy": effective_autonomy(conn, row),
+        "autonomy_requested": row["autonomy"],
+        "liveness": liveness(row), "last_seen": iso(row["last_seen"]),
+        "created_at": iso(row["created_at"]), "pid": row["pid"],
+        "lever": lever, "left": row["left_at"] is not None,
+        "ended": row["ended_at"] is not None,
+        "worktree": row["worktree"], "branch": row["branch"],
+        "work": work_of(conn, row["id"]), "host": row["host"],
+    }
+
+
+def where_text(row):
+    """' Worktree api-feature, branch fix-1.' as far as known, for a digest."""
+    parts = []
+    if row["worktree"]:
+        parts.append("worktree " + one_line(row["worktree"], 60))
+    if row["branch"]:
+        parts.append("branch " + one_line(row["branch"], 60))
+    return (" " + ", ".join(parts).capitalize() + ".") if parts else ""
+
+
+def waiter_armed(row, at):
+    """Whether the session's Claude Code rewake waiter is running now."""
+    if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
+        return False
+    started = process_start(row["waiter_pid"])
+    return started is not None and (row["waiter_start"] is None or
+                                    abs(started - row["waiter_start"]) <= 2)
+
+
+def _string_list(value, what, limit):
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value)
+    values = [v.strip() for v in values if isinstance(v, str) and v.strip()]
+    if len(values) > limit:
+        raise UsageError("at most %d %s" % (limit, what))
+    return values
+
+
+@tool("room_join", "Join rooms", {
+    "room": dict(S_ROOM, description="your repository room; default repo:<git top level "
+                 "of cwd>; a bare name gets repo:"),
+    "extra_rooms": {"type": "array", "items": S_ROOM, "maxItems": ROOMS_MAX,
+                    "description": "shared rooms to join too; a bare name gets shared:"},
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS,
+              "description": "a short name others see, e.g. api"},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 100},
+             "maxItems": TAGS_MAX, "description": "tags others can address with tag:<tag>"},
+    "autonomy": S_AUTONOMY,
+    "harness": {"type": "string", "enum": list(HARNESSES)},
+    "harness_key": {"type": "string", "maxLength": 200,
+                    "description": "the harness's own session key; read from the "
+                    "environment when not given"},
+    "cwd": {"type": "string", "maxLength": PATH_MAX_CHARS,
+            "description": "working directory to record; default the caller's"},
+}, output=out_schema(["session_id", "rooms", "autonomy"],
+                     session_id={"type": "string"},
+                     rooms={"type": "array", "items": {"type": "string"}},
+                     autonomy={"type": "integer"},
+                     autonomy_requested={"type": "integer"},
+                     warning={"type": "string"}),
+    cli="join", flags={"extra_rooms": "--also", "tags": "--tag"},
+    example="join --room repo:api --also storefront --label api --autonomy 2",
+    idempotent=True)
+def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
+              autonomy=None, harness=None, harness_key=None, cwd=None):
+    """Join your repository room and any shared rooms; returns the session_id
+    every other tool takes: call it once at the start and keep the id.
+    Rejoining with the same harness key returns the same session and adds the
+    rooms named; label and tags change only when given; autonomy is kept
+    unless raised (only a room cap lowers it)."""
+    ctx, conn, at = op.ctx, op.conn, op.at
+    level = parse_autonomy(autonomy)
+    cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
+    key = harness_key or harness_key_from(ctx.env)
+    record_pid, record_start = ctx.pid, ctx.pid_start
+    if not key and ctx.harness_pid:
+        # An MCP server started by a harness that passes it no key (Codex,
+        # Hermes) belongs to the session its harness's hooks joined: the one
+        # whose recorded process is the server's own harness process.
+        linked = conn.execute(
+            "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
+            "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
+            (ctx.harness_pid,)).fetchone()
+        if linked and (linked["pid_start"] is None or ctx.harness_start is None or
+                       abs(linked["pid_start"] - ctx.harness_start) <= 2):
+            key, record_pid, record_start = linked["harness_key"], None, None
+    # A rejoin from a plain terminal detects nothing: it keeps the harness the
+    # session was joined with rather than overwrite it with 'generic'.
+    detected = harness or detect_harness(ctx.env)
+    tags = _string_list(tags, "tags", TAGS_MAX)
+    repo = RepoInfo.of(cwd)
+    warning = None
+    if room:
+        home = room_name(room, "repo:")
+    else:
+        # The repository's room, whichever worktree of it this is.
+        name = repo.name if repo else os.path.basename(cwd.rstrip(os.sep)) or "root"
+        home = room_name("repo:" + "".join(c if c.isalnum() or c in "-_." else "-"
+                                            for c in name), "repo:")
+        if repo is not None:
+            other = conn.execute("SELECT repo FROM rooms WHERE name=?",
+                                 (home,)).fetchone()
+            if other is not None and other["repo"] and other["repo"] != repo.identity:
+                # Two unrelated checkouts share a directory name: not one room.
+                distinct = "%s~%s" % (home, repo.ident_hash[:6])
+                warning = ("%s is another repository (%s); this one (%s) joins %s"
+                           % (home, other["repo"], repo.identity, distinct))
+                home = distinct
+    wanted = [home] + [room_name(r, "shared:") for r in (extra_rooms or [])]
+    wanted = list(dict.fromkeys(wanted))
+    if label is not None:
+        label = one_line(label, LABEL_MAX_CHARS) or None
+    row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
+                       (key,)).fetchone() if key else None
+    current = ctx.env.get("AGENTS_ROOM_SESSION") if ctx.via == "cli" else None
+    if row is None and not key and is_session_id(current):
+        # A terminal that already holds a session of this store joins again
+        # as that session, not as another one.
+        row = session_row(conn, current)
+        row = row if row is not None and row["left_at"] is None else None
+    if row is None:
+        session_id = new_session_id()
+        harness = detected
+        conn.execute(
+            "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
+            " tags, autonomy, created_at, last_seen, uid, host) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (session_id, harness, key, cwd, record_pid, record_start, label,
+             json.dumps(tags or []), level or 0, at, at, os.getuid(), host_name()))
+        op.event("session.join", session_id, data={
+            "harness": harness, "label": label, "cwd": cwd, "pid": record_pid})
+    else:
+        session_id = row["id"]
+        harness = row["harness"] if detected == "generic" else detected
+        requested = row["autonomy"]
+        if level is not None and level < requested:
+            warning = (warning + "; " if warning else "") + ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
+                       "a room cap (room_set_autonomy_cap) is the way down"
+                       % (autonomy_name(requested), autonomy_name(level)))
+        elif level is not None:
+            requested = level
+        conn.execute(
+            "UPDATE sessions SET harness=?, cwd=?, pid=COALESCE(?, pid), "
+            "pid_start=CASE WHEN ? IS NULL THEN pid_start ELSE ? END, "
+            "label=COALESCE(?, label), tags=COALESCE(?, tags), autonomy=?, "
+            "last_seen=?, left_at=NULL, ended_at=NULL, uid=?, host=? WHERE id=?",
+            (harness, cwd, record_pid, record_pid, record_start, label,
+             json.dumps(tags) if tags is not None else None, requested, at,
+             os.getuid(), host_name(), session_id))
+        op.event("session.rejoin", session_id, data={
+            "label": label, "autonomy": requested, "pid": record_pid,
+            "was_left": row["left_at"] is not None})
+    have = set(rooms_of(conn, session_id))
+    if len(have | set(wanted)) > ROOMS_MAX:
+        raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
+    conn.execute("UPDATE sessions SET worktree=?, branch=? WHERE id=?",
+                 (repo.worktree if repo else None, repo.branch if repo else None,
+                  session_id))
+    for name in wanted:
+        if name not in have:
+            ensure_room(conn, name, at)
+            if name == home and repo is not None and not room:
+                conn.execute("UPDATE rooms SET repo=? WHERE name=? AND repo IS NULL",
+                             (repo.identity, name))
+            conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
+                         "VALUES (?,?,?)", (session_id, name, at))
+            op.event("room.join", session_id, room=name)
+    lever, lever_data = detect_lever(ctx.env, harness, key, cwd, ctx.harness_argv)
+    if lever:
+        conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
+                     (lever, json.dumps(lever_data), session_id))
+    row = session_row(conn, session_id)
+    op.liveness(row)              # its host's verdict, recorded for other hosts
+    result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
+              "autonomy": effective_autonomy(conn, row),
+              "autonomy_requested": row["autonomy"], "label": row["label"],
+              "harness": row["harness"], "cwd": row["cwd"]}
+    if warning:
+        result["warning"] = warning
+    return result
+
+
+def release_all(op, session_id, why):
+    for lease in op.conn.execute("SELECT * FROM leases WHERE session_id=?",
+                                 (session_id,)).fetchall():
+        op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        op.event("lease.release", session_id, subject=lease["key"],
+                 data={"mode": lease["mode"], "why": why, "shown": lease["path"],
+                       "kind": lease["kind"]})
+
+
+def end_windows(op, session_id, why):
+    """Quiet windows end with their owner: a leave or a prune cancels them."""
+    for window in op.conn.execute(
+            "SELECT id, state FROM windows WHERE session_id=? AND state IN "
+            "('pending', 'active')", (session_id,)).fetchall():
+        op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
+                        (op.at, window["id"]))
+        op.event("window.cancel", session_id, subject=window["id"],
+                 data={"was": window["state"], "why": why})
+
+
+@tool("room_leave", "Leave every room", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, session_id={"type": "string"},
+                        left_rooms={"type": "array", "items": {"type": "string"}}),
+      cli="leave", example="leave --session $ID", destructive=True, idempotent=True)
+def room_leave(op):
+    """Leave every room and release your leases. The session stays on record
+    (marked left) so history and errors can still name it; joining again with
+    the same harness key brings it back."""
+    me = op.me
+    rooms = rooms_of(op.conn, me)
+    op.conn.execute("DELETE FROM memberships WHERE session_id=?", (me,))
+    release_all(op, me, "leave")
+    end_windows(op, me, "leave")
+    op.conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
+                    (op.at, me))
+    op.event("session.leave", me, data={"rooms": rooms})
+    return {"ok": True, "session_id": me, "left_rooms": rooms}
+
+
+@tool("room_leave_room", "Leave one room", {"session_id": S_SESSION, "room": S_ROOM},
+      ["session_id", "room"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, room={"type": "string"},
+                        rooms={"type": "array", "items": {"type": "string"}}),
+      cli="leave-room", positional=("room",),
+      example="leave-room --session $ID shared:storefront", destructive=True)
+def room_leave_room(op, room):
+    """Leave one room and stay in the rest (your session, leases and other
+    rooms are kept). A bare name matches the repo: or shared: room you are in."""
+    mine = rooms_of(op.conn, op.me)
+    if ":" in room.strip():
+        full = room_name(room, "shared:")
+        matches = [full] if full in mine else []
+    else:
+        matches = [r for r in mine if r in (p + room.strip() for p in ROOM_PREFIXES)]
+    if len(matches) > 1:
+        raise UsageError("room %r is ambiguous: you are in %s" % (room, " and ".join(
+            matches)), "name it with its prefix")
+    if not matches:
+        raise RoomError("you are not in room %s" % room,
+                        "your rooms: %s" % (", ".join(mine) or "none"))
+    op.conn.execute("DELETE FROM memberships WHERE session_id=? AND room=?",
+                    (op.me, matches[0]))
+    op.event("room.leave", op.me, room=matches[0])
+    return {"ok": True, "room": matches[0], "rooms": rooms_of(op.conn, op.me)}
+
+
+@tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
+      output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
+                        room={"type": ["string", "null"]}),
+      cli="who", example="who --room shared:storefront", read_only=True, idempotent=True)
+def room_who(op, room=None):
+    """List sessions with their liveness (alive, gone or unknown), autonomy and
+    rooms: those in room, else those sharing a room with session_id, else
+    everyone present in the store."""
+    conn, caller = op.conn, op.caller
+    if room:
+        full = resolve_room(conn, room)
+        ids = [r[0] for r in conn.execute(
+            "SELECT session_id FROM memberships WHERE room=?", (full,))]
+    elif caller is not None:
+        full = None
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
+            "ON m1.room = m2.room WHERE m1.session_id=?", (caller["id"],))]
+        if caller["id"] not in ids:
+            ids.append(caller["id"])
+    else:
+        full = None
+        ids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM memberships")]
+    rows = [session_row(conn, i) for i in ids]
+    rows.sort(key=lambda r: (r["label"] or "~", r["created_at"]))
+    sessions = [session_dict(conn, r, op.liveness, op.at) for r in rows]
+    if caller is not None:
+        for item in sessions:
+            item["you"] = item["session_id"] == caller["id"]
+    return {"room": full, "sessions": sessions}
+
+
+@tool("room_set_autonomy_cap", "Cap a room's autonomy", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM, "autonomy": S_AUTONOMY}, ["autonomy"],
+    output=out_schema(["room", "autonomy"], room={"type": "string"},
+                      autonomy={"type": "integer"},
+                      lowered={"type": "array", "items": {"type": "string"}}),
+    cli="set-cap", flags={"autonomy": "autonomy"}, positional=("autonomy",),
+    example="set-cap --room shared:storefront hold", idempotent=True)
+def room_set_autonomy_cap(op, autonomy, room=None):
+    """Set the highest autonomy any member of a room may use (0 notify, 1 hold,
+    2 wake). Members above it are lowered at once and later joins are clamped;
+    raising the cap again restores what each session asked for. The room
+    defaults to session_id's repository room."""
+    level = parse_autonomy(autonomy)
+    full = room_for(op, room, "set-cap")
+    op.conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
+    lowered = [r[0] for r in op.conn.execute(
+        "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
+        "WHERE m.room=? AND s.autonomy > ?", (full, level))]
+    op.event("room.cap", op.me, room=full, data={"autonomy": level, "lowered": lowered})
+    return {"room": full, "autonomy": level, "lowered": lowered}
+
+
+# ---- operations: messages ------------------------------------------------
+
+def _roommates(conn, session_id):
+    """Ids of present sessions sharing at least one room with session_id."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
+        "ON m1.room = m2.room JOIN sessions s ON s.id = m2.session_id "
+        "WHERE m1.session_id=? AND m2.session_id != ? AND s.left_at IS NULL",
+        (session_id, session_id))]
+
+
+def lease_forms(lease, holder_cwd):
+    """The forms a file: selector is matched against, for one lease: the
+    absolute path (as typed and resolved), relative to the holder's cwd (the
+    holder's, not the room's: src/wire.go is a different file in each
+    repository of a shared room), and the base name."""
+    forms = []
+    for path, cwd in ((lease["path"], holder_cwd),
+                      (lease["real"], os.path.realpath(holder_cwd) if holder_cwd else None)):
+        if path not in forms:
+            forms.append(path)
+        if cwd:
+            try:
+                relative = os.path.relpath(path, cwd)
+            except ValueError:
+                relative = None
+            if relative and not relative.startswith(".." + os.sep) and relative != ".." \
+                    and relative not in forms:
+                forms.append(relative)
+    if lease["key"].startswith("@") and "/" in lease["key"]:
+        relative = lease["key"].split("/", 1)[1]     # under its repository's top level
+        if relative not in forms:
+            forms.append(relative)
+    forms.append(os.path.basename(lease["path"].rstrip(os.sep)) or lease["path"])
+    return forms
+
+
+def resolve_selectors(op, sender, to):
+    """Recipients of a send: the union over the selectors, among sessions that
+    share a room with the sender, never the sender itself."""
+    conn = op.conn
+    selectors = [to] if isinstance(to, str) else list(to)
+    if not selectors:
+        raise UsageError("to needs at least one selector: *, a session id, "
+                         "file:<glob>, tag:<tag> or label:<label>")
+    if len(selectors) > SELECTORS_MAX:
+        raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
+    mates = set(_roommates(conn, sender["id"]))
+    found = []
+    for selector in selectors:
+        selector = selector.strip()
+        if selector == "*":
+            found.extend(sorted(mates))
+        elif selector.startswith("file:"):
+            from fnmatch import fnmatchcase
+            glob = selector[5:]
+            if not glob:
+                raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
+            for lease in conn.execute(
+                    "SELECT l.session_id, l.path, l.key, l.real, s.cwd FROM leases l JOIN "
+                    "sessions "
+                    "s ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
+                    (op.at,)):
+                if lease["session_id"] not in mates:
+                    continue
+                forms = lease_forms(lease, lease["cwd"])
+                # A file under a leased directory reaches the directory's holder.
+                if any(fnmatchcase(form, glob) for form in forms) or any(
+                        glob.startswith(form.rstrip(os.sep) + os.sep)
+                        for form in forms[:-1]):
+                    found.append(lease["session_id"])
+        elif selector.startswith("label:"):
+            label = selector[6:]
+            if not label:
+                raise UsageError("label: needs a label, e.g. label:api")
+            found.extend(sid for sid in sorted(mates) if op.session(sid)["label"] == label)
+        elif selector.startswith("tag:"):
+            tag = selector[4:]
+            if not tag:
+                raise UsageError("tag: needs a tag, e.g. tag:backend")
+            for session_id in sorted(mates):
+                tags = json.loads(session_row(conn, session_id)["tags"])
+                if tag in tags:
+                    found.append(session_id)
+        else:
+            row = op.session(selector) if is_session_id(selector) else None
+            if row is None:
+                error = unknown_session(conn, selector, op.store.shown)
+                error.hint = ("selectors are *, a session id, file:<glob>, tag:<tag> "
+                              "or label:<label>"
+                              + ("; " + error.hint if error.hint else ""))
+                raise error
+            if row["id"] == sender["id"]:
+                continue
+            if row["id"] not in mates:
+                raise RoomError(
+                    "session %s (label %s) shares no room with you" % (
+                        row["id"], one_line(row["label"] or "-", 40)),
+                    "your rooms: %s; theirs: %s" % (
+                        ", ".join(rooms_of(conn, sender["id"])) or "none",
+                        ", ".join(rooms_of(conn, row["id"])) or "none (left)"))
+            found.append(row["id"])
+    return list(dict.fromkeys(found))
+
+
+def within_budget(rows):
+    """The leading rows whose subjects and bodies fit one answer's byte budget
+    (at least one): an inbox of large bodies is read in several calls, never
+    as one answer of hundreds of megabytes."""
+    kept, size = [], 0
+    for row in rows:
+        size += len(row["body"] or "") + len(row["subject"] or "")
+        if kept and size > ANSWER_MAX_BYTES:
+            break
+        kept.append(row)
+    return kept
+
+
+def message_dict(conn, row):
+    item = {
+        "message_id": row["id"], "sender": row["sender"],
+        "sender_label": row["sender_label"], "subject": row["subject"],
+        "body": row["body"], "reply_to": row["reply_to"],
+        "thread_id": row["thread_id"] or row["id"], "importance": row["importance"],
+        "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
+        "rooms": [r[0] for r in conn.execute(
+            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
+            (row["id"],))],
+    }
+    if row["ack_required"]:
+        item["ack_required"] = True
+        item["ack_by"] = iso(row["ack_by"]) if row["ack_by"] else None
+    return item
+
+
+def visible_message(op, message_id):
+    """The message row if the caller may see it (sent it, was sent it, or it
+    was sent in a room the caller is in); an error naming why not otherwise."""
+    row = op.conn.execute(
+        "SELECT m.* FROM messages m WHERE m.id=? AND (m.sender=? OR EXISTS (SELECT 1 "
+        "FROM deliveries d WHERE d.message_id=m.id AND d.session_id=?) OR EXISTS ("
+        "SELECT 1 FROM message_rooms r JOIN memberships s ON s.room=r.room WHERE "
+        "r.message_id=m.id AND s.session_id=?))",
+        (message_id, op.me, op.me, op.me)).fetchone()
+    if row is None:
+        raise RoomError("no message %d that you can see" % message_id,
+                        "you see messages you sent or were sent, and those of your rooms")
+    return row
+
+
+def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
+                 importance="normal", ack_by=None, ack_required=False):
+    """Store one message in the sender's rooms with a delivery per recipient
+    (wake-level recipients get their wake scheduled) and its event, all in the
+    caller's transaction.  msg_send, work handoffs and window notices use it.
+    A reply joins its parent's thread; any other message is its own root."""
+    conn, at = op.conn, op.at
+    size = len(subject or "") + len(body or "")
+    limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
+    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
+    if stored + size > limit:
+        # One session cannot fill the disk for everyone: what it stored goes
+        # when retention removes its messages (90 days after they expire).
+        raise RoomError("session %s has stored %d characters of messages; at most %d "
+                        "per session" % (sender["id"], stored, limit),
+                        "send a path to a file instead of large bodies; prune removes "
+                        "messages 90 days after they expire")
+    conn.execute("UPDATE sessions SET stored_chars = stored_chars + ? WHERE id=?",
+                 (size, sender["id"]))
+    thread = conn.execute("SELECT COALESCE(thread_id, id) FROM messages WHERE id=?",
+                          (reply_to,)).fetchone() if reply_to else None
+    # The id is taken here (under the write lock, so it is the next one) so a
+    # root message names its own thread in the same INSERT.
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='messages'").fetchone()
+    message_id = (seq[0] if seq else 0) + 1
+    conn.execute(
+        "INSERT INTO messages (id, sender, sender_label, selector, subject, body, reply_to,"
+        " created_at, expires_at, thread_id, importance, ack_required, ack_by) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (message_id, sender["id"], sender["label"], json.dumps(selector), subject, body,
+         reply_to, at, at + ttl, thread[0] if thread else message_id, importance,
+         1 if ack_required or ack_by else 0, ack_by))
+    rooms = rooms_of(conn, sender["id"])
+    conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
+                     [(room, message_id) for room in rooms])
+    for recipient in recipients:
+        row = op.session(recipient)
+        wake = effective_autonomy(conn, row) == 2
+        conn.execute(
+            "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
+            "wake_next_at) VALUES (?,?,?,?,?)",
+            (recipient, message_id, "stored", at, at if wake else None))
+        if row["harness_key"]:
+            # Before commit too (a process killed between commit and its
+            # after-work must not leave a delivery unsignalled; a marker left by
+            # a rollback costs one slow hook), and after commit, so a hook that
+            # cleared it meanwhile under the lock sees the delivery next time.
+            raise_marker(op.store.path, row["harness_key"])
+            op.after.append(lambda key=row["harness_key"]: raise_marker(
+                op.store.path, key))
+    op.event("msg.send", sender["id"], subject=message_id, data={
+        "to": selector, "recipients": recipients, "rooms": rooms, "subject": subject})
+    return message_id
+
+
+@tool("msg_send", "Send a message", {
+    "session_id": S_SESSION,
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX, "description":
+           "*, a session id, file:<glob>, tag:<tag>, label:<label>, or a list"},
+    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "body": {"type": "string"},
+    "reply_to": S_MESSAGE_ID,
+    "importance": {"type": "string", "enum": list(IMPORTANCE)},
+    "ack_required": {"type": "boolean"},
+    "ack_by": {"type": ["string", "integer"], "maxLength": 40, "minimum": 1,
+               "description": "ISO time or seconds from now"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S},
+}, ["session_id"],
+    output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
+                      recipients={"type": "integer"},
+                      recipient_ids={"type": "array", "items": {"type": "string"}},
+                      recipient_labels={"type": "array", "items": {"type": "string"}},
+                      warning={"type": "string"}),
+    cli="send", flags={"ttl_s": "--ttl"}, caller="present",
+    example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
+def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
+             importance="normal", ack_required=False, ack_by=None):
+    """Send to the sessions sharing a room with you that `to` picks: '*', a
+    session id, 'file:<glob>' (lease holders), 'tag:<tag>', 'label:<label>'.
+    A reply (reply_to) without `to` goes to the parent's sender. Urgent holds
+    the recipient's turn end once; ack_by (ISO time or seconds) asks for an
+    ack. Zero recipients is a warning, not an error. ttl_s: default 7 days."""
+    if not subject and not body:
+        raise UsageError("a message needs a subject or a body")
+    if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
+        raise UsageError("body is larger than 1 MiB (%d bytes)" % len(
+            body.encode("utf-8", "surrogatepass")), "send a path to a file instead")
+    ttl = MESSAGE_TTL_S if ttl_s is None else ttl_s
+    sender = op.caller
+    parent = op.conn.execute("SELECT sender FROM messages WHERE id=?",
+                             (reply_to,)).fetchone() if reply_to is not None else None
+    if reply_to is not None and parent is None:
+        raise RoomError("reply_to names no message: %s" % reply_to,
+                        "message ids come from msg_recv or room_history")
+    if to is None:
+        if parent is None:
+            raise UsageError("msg_send needs to (or reply_to: a reply goes to the "
+                             "parent's sender)")
+        to = parent[0]
+    if isinstance(ack_by, int) or (ack_by is not None and not looks_iso(ack_by)):
+        ack_by = op.at + (ack_by if isinstance(ack_by, int) else parse_duration(ack_by))
+    elif ack_by is not None:
+        ack_by = parse_iso(ack_by)
+    recipients = resolve_selectors(op, sender, to)
+    message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to,
+                              importance, ack_by, ack_required)
+    result = {"message_id": message_id, "recipients": len(recipients),
+              "recipient_ids": recipients}
+    labels = {r: (op.session(r)["label"] or r[:8]) for r in recipients}
+    result["recipient_labels"] = [labels[r] for r in recipients]
+    if not recipients:
+        selectors = [to] if isinstance(to, str) else to
+        result["warning"] = (
+            "stored, but delivered to nobody: no other session matched %s in your "
+            "rooms (%s)%s" % (json.dumps(to), ", ".join(rooms_of(op.conn, sender["id"]))
+                              or "none", "; file: matches a live lease's absolute path, "
+                              "its path relative to the holder's directory or to its "
+                              "repository's top level, or its base name" if any(
+                                  x.strip().startswith("file:") for x in selectors)
+                              else ""))
+    return result
+
+
+@tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT,
+                                      "peek": {"type": "boolean"}, "thread": S_MESSAGE_ID,
+                                      "wait_s": {"type": "integer", "minimum": 0,
+                                                 "maximum": RECV_WAIT_MAX_S}},
+      ["session_id"],
+      output=out_schema(["messages"], messages={"type": "array", "items": S_MESSAGE},
+                        inbox={"type": "object", "properties": {
+                            "rooms": {"type": "array", "items": {"type": "string"}},
+                            "deliveries_total": {"type": "integer"},
+                            "read_total": {"type": "integer"},
+                            "last_created_at": S_TIME},
+                            "required": ["rooms", "deliveries_total", "read_total",
+                                         "last_created_at"]},
+                        more={"type": "integer"}, warning={"type": "string"}),
+      cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
+      degrades=True)
+def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
+    """Fetch your unread messages (of one thread, if given), oldest first, and
+    mark them read (peek: mark nothing). wait_s: wait up to that long for one.
+    Messages with ack_required want msg_ack. When empty, an inbox block
+    (rooms, deliveries, read, newest) tells 'caught up' from 'wrong room'."""
+    # wait_s is the front end's: the MCP server parks the request and the
+    # CLI polls (see McpServer.poll_waits, receive_waiting); here it is 0.
+    conn, me = op.conn, op.me
+    # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
+    # both (PostgreSQL prepares each statement) cannot use the inbox index.
+    messages = within_budget(conn.execute(
+        "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s%s ORDER BY d.message_id LIMIT ?" % (
+            UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
+        [me] + ([] if thread is None else [thread]) + [limit]).fetchall())
+    result = [message_dict(conn, m) for m in messages]
+    if messages and peek:
+        return {"messages": result, "peek": True}
+    if messages and op.readonly:
+        return {"messages": result, "warning": "the store's disk is full: these "
+                "messages were not marked read and will come again"}
+    if messages:
+        ids = [m["id"] for m in messages]
+        advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
+                % ",".join("?" * len(ids)), [me] + ids)
+        op.event("msg.read", me, data={"messages": ids})
+        answer = {"messages": result}
+        more = unread_count(conn, me)
+        if more:
+            answer["more"] = more       # still unread: call recv again
+        return answer
+    # Each figure from an index of the session's own deliveries; the newest
+    # message is one primary-key lookup, not a join over every delivery.
+    total, newest = conn.execute(
+        "SELECT COUNT(*), MAX(message_id) FROM deliveries WHERE session_id=?",
+        (me,)).fetchone()
+    read_total = conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN "
+        "('read', 'acked')", (me,)).fetchone()[0]
+    created = conn.execute("SELECT created_at FROM messages WHERE id=?",
+                           (newest,)).fetchone() if newest else None
+    return {"messages": [], "inbox": {
+        "rooms": rooms_of(conn, me), "deliveries_total": total,
+        "read_total": read_total,
+        "last_created_at": iso(created[0]) if created else None}}
+
+
+@tool("msg_get", "One message by id", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
+      ["session_id", "message_id"], output=out_schema(["message"], message=S_MESSAGE),
+      cli="show", positional=("message_id",), example="show --session $ID 42",
+      read_only=True, idempotent=True)
+def msg_get(op, message_id):
+    """One message you can see (yours, sent to you, or in one of your rooms),
+    changing nothing: not even marking it read."""
+    return {"message": message_dict(op.conn, visible_message(op, message_id))}
+
+
+def thread_of(op, message_id):
+    """The whole thread of a message the caller can see, oldest first: the
+    messages of it the caller can see."""
+    root = visible_message(op, message_id)["thread_id"] or message_id
+    rows = op.conn.execute("SELECT id FROM messages WHERE thread_id=? ORDER BY id",
+                           (root,)).fetchall()
+    shown = []
+    for row in rows:
+        try:
+            shown.append(visible_message(op, row[0]))
+        except RoomError:
+            continue
+    return root, within_budget(shown)
+
+
+@tool("msg_thread", "A whole thread", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
+      ["session_id", "message_id"],
+      output=out_schema(["thread_id", "messages"], thread_id={"type": "integer"},
+                        messages={"type": "array", "items": S_MESSAGE}),
+      cli="thread", positional=("message_id",), example="thread --session $ID 42",
+      read_only=True, idempotent=True)
+def msg_thread(op, message_id):
+    """The thread a message belongs to (its root and every reply), oldest
+    first. Marks nothing read."""
+    root, rows = thread_of(op, message_id)
+    return {"thread_id": root, "messages": [message_dict(op.conn, m) for m in rows]}
+
+
+@tool("msg_ack", "Acknowledge a message", {
+    "session_id": S_SESSION, "message_id": S_MESSAGE_ID},
+    ["session_id", "message_id"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, message_id={"type": "integer"},
+                      state={"type": "string"}),
+    cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True)
+def msg_ack(op, message_id):
+    """Confirm a message you were sent (after acting on it). Acking an unread
+    message is allowed; an expired one is an error; a second ack changes
+    nothing."""
+    conn, me = op.conn, op.me
+    delivery = conn.execute(
+        "SELECT state FROM deliveries WHERE session_id=? AND message_id=?",
+        (me, message_id)).fetchone()
+    if delivery is None:
+        exists = conn.execute("SELECT 1 FROM messages WHERE id=?", (message_id,)).fetchone()
+        raise RoomError(("message %d was not delivered to you" if exists else
+                         "no message %d") % message_id,
+                        "msg_recv lists the messages sent to you")
+    if delivery["state"] == "expired":
+        raise RoomError("message %d expired before you read it" % message_id,
+                        "ask its sender to send it again")
+    if advance(conn, "acked", op.at, "session_id=? AND message_id=?", (me, message_id)):
+        op.event("msg.ack", me, subject=message_id)
+    return {"ok": True, "message_id": message_id, "state": "acked"}
+
+
+@tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["count"], count={"type": "integer"}),
+      cli="unread", example="unread --session $ID", read_only=True, idempotent=True)
+def msg_unread(op):
+    """How many messages wait for you, without marking anything read."""
+    return {"count": unread_count(op.conn, op.me)}
+
+
+@tool("msg_sent", "Messages you sent", {"session_id": S_SESSION, "limit": S_LIMIT},
+      ["session_id"],
+      output=out_schema(["messages"], messages={"type": "array", "items": {
+          "type": "object", "properties": {
+              "message_id": {"type": "integer"}, "subject": {"type": ["string", "null"]},
+              "created_at": S_TIME, "deliveries": {"type": "array", "items": {
+                  "type": "object", "properties": {
+                      "session_id": {"type": "string"},
+                      "label": {"type": ["string", "null"]},
+                      "state": {"type": "string"}},
+                  "required": ["session_id", "label", "state"]}},
+              "sent": {"type": "integer"}, "pending": {"type": "integer"},
+              "left": {"type": "integer"}},
+          "required": ["message_id", "subject", "created_at", "deliveries", "sent",
+                       "pending", "left"]}}),
+      cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
+def msg_sent(op, limit=20):
+    """Your newest sent messages (shown oldest first) with each recipient's
+    delivery state (stored, offered, accepted, undeliverable, read, acked,
+    expired) and counts: sent, pending (unread), left, acks owed and overdue.
+    Answers 'why did they not hear me'."""
+    conn = op.conn
+    messages = conn.execute(
+        "SELECT id, subject, created_at, ack_required, ack_by FROM messages WHERE sender=? "
+        "ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
+    result = []
+    for message in reversed(messages):
+        deliveries = conn.execute(
+            "SELECT d.session_id, s.label, d.state, s.left_at, d.wake_failed FROM "
+            "deliveries d JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
+            "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
+        counts = {state: 0 for state in STATE_ORDER}
+        for d in deliveries:
+            counts[d["state"]] += 1
+        items = []
+        for d in deliveries:
+            item = {"session_id": d["session_id"], "label": d["label"],
+                    "state": d["state"], "left": d["left_at"] is not None}
+            if d["wake_failed"] and d["state"] in UNREAD_STATES:
+                item["wake_failed"] = d["wake_failed"]
+            items.append(item)
+        result.append(dict({
+            "message_id": message["id"], "subject": message["subject"],
+            "created_at": iso(message["created_at"]),
+            "deliveries": items,
+            "sent": len(deliveries),
+            "pending": sum(1 for d in deliveries if d["state"] in UNREAD_STATES
+                           and d["left_at"] is None),
+            "left": sum(1 for d in deliveries if d["left_at"] is not None),
+        }, **counts))
+        if message["ack_required"]:
+            owed = sum(1 for d in deliveries if d["state"] not in ("acked", "expired")
+                       and d["left_at"] is None)
+            result[-1].update(ack_by=iso(message["ack_by"]), acks_owed=owed,
+                              acks_overdue=owed if message["ack_by"] and
+                              message["ack_by"] < op.at else 0)
+    return {"messages": result}
+
+
+def acks_owed(conn, session_id, at):
+    """(owed, overdue): acks session_id owes for messages that asked for one."""
+    return conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN m.ack_by < ? THEN 1 ELSE 0 END), 0) "
+        "FROM deliveries d JOIN messages m "
+        "ON m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
+        "d.state NOT IN ('acked', 'expired')", (at, session_id)).fetchone()
+
+
+def search_messages(op, rooms, query, before, limit):
+    """Messages of rooms whose subject or body hold every word of query,
+    newest first: FTS5 where the store has its index, else LIKE."""
+    words = query.split()
+    if not words:
+        raise UsageError("query needs a word")
+    marks = ",".join("?" * len(rooms)) or "''"
+    fts = os.environ.get("AGENTS_ROOM_NO_FTS") != "1" and op.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name='messages_fts'").fetchone()
+    if fts and not op.readonly:
+        # Catch the index up with what was sent since the last search.
+        done = int(op.conn.execute("SELECT value FROM meta WHERE key='fts_indexed_to'"
+                                   ).fetchone()[0])
+        newest = op.conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+        if newest > done:
+            op.conn.execute("INSERT INTO messages_fts (rowid, subject, body) SELECT id, "
+                            "subject, body FROM messages WHERE id > ?", (done,))
+            op.conn.execute("UPDATE meta SET value=? WHERE key='fts_indexed_to'",
+                            (str(newest),))
+    elif fts:
+        fts = None                      # a full disk: no catching up, LIKE instead
+    if fts:
+        match = " ".join('"%s"' % w.replace('"', '""') for w in words)
+        where, params = "m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts " \
+            "MATCH ?)", [match]
+    else:
+        where = " AND ".join(
+            "(m.subject LIKE ? ESCAPE '\\' OR m.body LIKE ? ESCAPE '\\')" for _ in words)
+        params = []
+        for w in words:
+            like = "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace(
+                "_", "\\_") + "%"
+            params += [like, like]
+    return op.conn.execute(
+        "SELECT m.* FROM messages m WHERE m.id < ? AND %s AND EXISTS (SELECT 1 FROM "
+        "message_rooms r WHERE r.message_id = m.id AND r.room IN (%s)) "
+        "ORDER BY m.id DESC LIMIT ?" % (where, marks),
+        [before or ID_MAX] + params + rooms + [limit + 1]).fetchall()
+
+
+@tool("room_history", "A room's history", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
+    "before": S_MESSAGE_ID, "query": {"type": "string", "maxLength": 1000},
+    "thread": S_MESSAGE_ID},
+    output=out_schema(["room", "messages"], room={"type": "string"},
+                      messages={"type": "array", "items": S_MESSAGE},
+                      more={"type": "integer"}),
+    cli="history", example="history --room shared:storefront", read_only=True,
+    idempotent=True)
+def room_history(op, room=None, limit=50, before=None, query=None, thread=None):
+    """A room's newest messages (shown oldest first), complete even for
+    sessions that joined later; marks nothing read. Room: default your
+    repository room. before=<message_id> pages back. query: words searched in
+    subject and body of your rooms (or room), newest first. thread=<id>: that
+    message's thread."""
+    if thread is not None:
+        if op.me is None:
+            raise UsageError("thread needs session_id")
+        root, rows = thread_of(op, thread)
+        return {"room": "thread #%d" % root, "messages": [message_dict(op.conn, m)
+                                                          for m in rows]}
+    if query is not None:
+        if room or op.me is None:
+            rooms = [room_for(op, room, "history")]
+        else:
+            rooms = rooms_of(op.conn, op.me)
+        rows = search_messages(op, rooms, query, before, limit)
+        shown = within_budget(rows[:limit])
+        result = {"room": ", ".join(rooms), "query": query,
+                  "messages": [message_dict(op.conn, m) for m in shown]}
+    else:
+        full = room_for(op, room, "history")
+        rows = op.conn.execute(
+            "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
+            "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
+            (full, before or ID_MAX, limit + 1)).fetchall()
+        shown = within_budget(rows[:limit])
+        result = {"room": full, "messages": [message_dict(op.conn, m)
+                                             for m in reversed(shown)]}
+    if len(rows) > len(shown):
+        result["more"] = 1          # at least one older message: page with before
+    return result
+
+
+# ---- operations: leases --------------------------------------------------
+# A lease is on a Resource (small utilities): a path (the default: a bare path
+# means path:) or any <kind>:<name> (db:main, service:api, branch:main,
+# port:5432, ...).  Paths conflict when equal or when one is an ancestor of the
+# other, compared by the resource key (symlinks resolved); other kinds only on
+# equal names.  Events name a lease by its key, so every reader (drift, the
+# digest, selectors) sees one identity.
+
+def window_dict(conn, window, liveness=None):
+    required = json.loads(window["required"])
+    acked = json.loads(window["acked"])
+    return {"window_id": window["id"], "session_id": window["session_id"],
+            "label": (session_row(conn, window["session_id"]) or {"label": None})["label"],
+            "purpose": window["purpose"], "state": window["state"],
+            "resources": [r[0] for r in conn.execute(
+                "SELECT shown FROM window_resources WHERE window_id=? ORDER BY shown",
+                (window["id"],))],
+            "required": required, "acked": sorted(acked),
+            "missing_acks": [r for r in required if r not in acked],
+            "missing_labels": [(session_row(conn, r) or {"label": None})["label"] or r
+                               for r in required if r not in acked],
+            "created_at": iso(window["created_at"]),
+            "ack_deadline": iso(window["ack_deadline"]),
+            "expires_at": iso(window["expires_at"]),
+            "activated_at": iso(window["activated_at"]), "ended_at": iso(window["ended_at"])}
+
+
+S_WINDOW = {"type": "object", "properties": {
+    "window_id": {"type": "integer"}, "session_id": {"type": "string"},
+    "state": {"type": "string", "enum": ["pending", "active", "released", "cancelled",
+                                         "expired"]},
+    "purpose": {"type": ["string", "null"]},
+    "resources": {"type": "array", "items": {"type": "string"}},
+    "required": {"type": "array", "items": {"type": "string"}},
+    "missing_acks": {"type": "array", "items": {"type": "string"}}},
+    "required": ["window_id", "session_id", "state", "resources", "required",
+                 "missing_acks"]}
+S_WINDOW_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
+
+
+def overlapping_leases(conn, resource, at, exclude=None):
+    """Live leases that overlap the resource: same key, or for paths an ancestor
+    or a descendant (indexed: the ancestors by equality, the descendants by a
+    key range)."""
+    kind, key = resource.kind, resource.key
+    if kind != "path":
+        rows = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND expires_at > ?",
+                            (kind, key, at)).fetchall()
+    else:
+        ancestors = path_ancestors(key)
+        low, high = descendant_range(key)
+        outer = path_ancestors(resource.real)
+        real_low, real_high = descendant_range(resource.real)
+        rows = conn.execute(
+            "SELECT * FROM leases WHERE kind='path' AND key IN (%s) AND expires_at > ? "
+            "UNION SELECT * FROM leases WHERE kind='path' AND key >= ? AND key < ? AND "
+            "expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND real IN (%s) "
+            "AND expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND "
+            "real >= ? AND real < ? AND expires_at > ? "
+            "UNION SELECT * FROM leases WHERE inode = ? AND expires_at > ?"
+            % (",".join("?" * len(ancestors)), ",".join("?" * len(outer))),
+            ancestors + [at, low, high, at] + outer + [at, real_low, real_high, at,
+                                                       resource.inode, at]).fetchall()
+        rows = [r for r in rows if not _only_by_inode(r, resource, ancestors, outer)]
+    return [r for r in rows if r["session_id"] != exclude]
+
+
+def _only_by_inode(lease, resource, ancestors, outer):
+    """A lease found only through its file's inode, whose file no longer has
+    that inode (deleted, or replaced by an atomic save): the number now names
+    another file, which is not this lease's."""
+    if lease["key"] in ancestors or lease["real"] in outer or \
+            lease["key"].startswith(resource.key.rstrip(os.sep) + os.sep) or \
+            (lease["real"] or "").startswith(resource.real.rstrip(os.sep) + os.sep):
+        return False
+    try:
+        info = os.stat(lease["real"])
+        return "%d:%d" % (info.st_dev, info.st_ino) != lease["inode"]
+    except (OSError, TypeError, ValueError):
+        return True
+
+
+def _window_rows(conn, resource, at, states=WINDOW_OPEN):
+    """Open quiet windows on resources overlapping this one, still open at `at`."""
+    if resource.kind != "path":
+        where, params = "r.key = ?", [resource.key]
+    else:
+        ancestors = path_ancestors(resource.key)
+        low, high = descendant_range(resource.key)
+        where = "(r.key IN (%s) OR (r.key >= ? AND r.key < ?))" % ",".join(
+            "?" * len(ancestors))
+        params = ancestors + [low, high]
+    marks = ",".join("?" * len(states))
+    return conn.execute(
+        "SELECT DISTINCT w.* FROM window_resources r JOIN windows w ON w.id = r.window_id "
+        "WHERE r.kind = ? AND %s AND w.state IN (%s) AND w.expires_at > ?" % (where, marks),
+        [resource.kind] + params + list(states) + [at]).fetchall()
+
+
+def window_blocking(op, resource, session_id, active_only=False):
+    """The quiet windows of other sessions that block this resource: a pending
+    window blocks new overlapping leases and their renewal, an active one
+    blocks everything that overlaps it.  A window whose owner is gone blocks
+    nothing (like a stale lease)."""
+    found = []
+    for window in _window_rows(op.conn, resource, op.at,
+                               ("active",) if active_only else WINDOW_OPEN):
+        if window["session_id"] == session_id:
+            continue
+        owner = session_row(op.conn, window["session_id"])
+        if owner is None or op.liveness(owner) == "gone":
+            continue
+        found.append(dict(window_dict(op.conn, window), reason=(
+            "quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
+                window["id"], window["state"], window["session_id"],
+                one_line(owner["label"] or "-", 40), one_line(window["purpose"], 80),
+                iso(window["expires_at"])))))
+    return found
+
+
+def _refuse_windows(op, resource):
+    blocked = window_blocking(op, resource, op.me)
+    if blocked:
+        raise RoomError(blocked[0]["reason"], "wait for it to end, or ask its owner")
+
+
+def _overlapping_ignoring_case(conn, key, at):
+    """Path leases overlapping key when case does not matter (a filesystem that
+    ignores case: Readme.md and README.md are one file).  Not indexed; leases
+    are few."""
+    ancestors = [a.lower() for a in path_ancestors(key)]
+    prefix = key.lower().rstrip(os.sep) + os.sep
+    return [lease for lease in conn.execute(
+        "SELECT * FROM leases WHERE kind='path' AND expires_at > ?", (at,))
+        if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
+
+
+def lease_dict(conn, lease, liveness):
+    holder = session_row(conn, lease["session_id"])
+    return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
+            "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
+            "mode": lease["mode"], "purpose": lease["purpose"],
+            "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
+            "liveness": liveness(holder) if holder else "gone"}
+
+
+def _holder_text(lease):
+    return "%s (label %s, %s, %s until %s%s)" % (
+        lease["session_id"], one_line(lease["label"] or "-", 40), lease["liveness"],
+        lease["mode"], lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
+        if lease.get("purpose") else "")
+
+
+def _refuse_broad(resources, broad, what):
+    """A lease or window on a filesystem root or a repository's top level
+    blocks everyone's work there: it takes an explicit flag."""
+    if broad:
+        return
+    for resource in resources:
+        if resource.kind == "path" and resource.is_root():
+            raise UsageError("%s on %s covers a whole %s; pass broad (--broad) if "
+                             "that is what you mean" % (
+                                 what, resource.shown, "filesystem" if
+                                 os.path.dirname(resource.key) == resource.key
+                                 else "repository"))
+
+
+S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+               "description": "seconds the lease lives (default 900, at most 86400)"}
+S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
+                                          "maxLength": PATH_MAX_CHARS},
+               "minItems": 1, "maxItems": LEASE_TARGETS_MAX,
+               "description": "several resources at once, all or nothing: paths or "
+                              "kind:name (db:main, service:api, branch:x, port:5432)"}
+S_RESOURCE = dict(S_PATH, description="a path or kind:name (db:main)")
+S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
+S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository root"}
+
+
+@tool("lease_claim", "Claim a lease", dict(S_LEASE_ARGS, **{
+    "ttl_s": S_TTL_LEASE,
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): one holder; shared: many, no exclusive"},
+    "purpose": {"type": "string", "maxLength": 500,
+                "description": "why you hold it, shown to others"},
+    "broad": S_BROAD,
+}), ["session_id"],
+    output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
+                      holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
+                      reason={"type": "string"}, lease=S_LEASE_OR_NULL,
+                      leases={"type": "array", "items": S_LEASE},
+                      taken_over={"type": "array", "items": S_LEASE}),
+    cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
+    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
+def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
+                purpose=None, broad=False):
+    """Claim a lease before editing files (or using a database, service,
+    branch or port) others may touch: path, or resources (all or nothing). A
+    directory lease covers what is under it. exclusive (default): one holder;
+    shared: several, blocking exclusive claims. Claiming again renews. A gone
+    holder's lease is taken over (taken_over). A conflict is a normal answer:
+    ok false, holder, holders, reason."""
+    conn, me, at = op.conn, op.me, op.at
+    targets = op.resources(path, resources)
+    if mode == "exclusive":
+        _refuse_broad(targets, broad, "an exclusive lease")
+    held = conn.execute("SELECT COUNT(*) FROM leases WHERE session_id=?", (me,)).fetchone()[0]
+    if held + len(targets) > LEASES_PER_SESSION_MAX:
+        raise RoomError("you hold %d leases; at most %d per session" % (
+            held, LEASES_PER_SESSION_MAX), "release what you are done with")
+    conflicts, stale = {}, {}
+    for resource in targets:
+        for lease in overlapping_leases(conn, resource, at, exclude=me):
+            if mode == "exclusive" or lease["mode"] == "exclusive":
+                holder = session_row(conn, lease["session_id"])
+                if holder is None or op.liveness(holder) == "gone":
+                    stale[lease["id"]] = lease
+                else:
+                    conflicts[lease["id"]] = lease
+        _refuse_windows(op, resource)
+    if conflicts:
+        holders = [lease_dict(conn, lease, op.liveness) for lease in
+                   sorted(conflicts.values(), key=lambda l: l["acquired_at"])]
+        op.event("lease.refused", me, subject=targets[0].key,
+                 data={"mode": mode, "resources": [t.shown for t in targets],
+                       "holders": [h["session_id"] for h in holders]})
+        return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
+                "leases": [], "reason": "held by %s; nothing was claimed" % (
+                    "; ".join("%s on %s" % (_holder_text(h), h["resource"])
+                              for h in holders))}
+    taken = [lease_dict(conn, lease, op.liveness) for lease in stale.values()]
+    for lease in stale.values():
+        # The holder's process is gone: its lease would block for up to its
+        # TTL (24 h at most) with nobody to release it.
+        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        op.event("lease.takeover", me, subject=lease["key"],
+                 data={"from": lease["session_id"], "shown": lease["path"],
+                       "mode": lease["mode"], "kind": lease["kind"]})
+        old = session_row(conn, lease["session_id"])
+        if old is not None:
+            post_message(op, op.caller, [old["id"]],
+                         "[lease taken over] %s" % lease["path"][:SUBJECT_MAX_CHARS - 30],
+                         "%s took over your lease on %s because your session was gone."
+                         % (op.caller["label"] or me, lease["path"]), None,
+                         MESSAGE_TTL_S, old["id"])
+    reasons, granted = [], []
+    for resource in targets:
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine:
+            conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
+                         "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
+            reason, lease_id = "renewed", mine["id"]
+        else:
+            lease_id = conn.execute(
+                "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
+                "acquired_at, expires_at, inode, real) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
+                 at + ttl_s, resource.inode, resource.real)).lastrowid
+            reason = "acquired"
+        reasons.append(reason)
+        op.event("lease.claim", me, subject=resource.key,
+                 data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
+                       "kind": resource.kind, "purpose": purpose, "shown": resource.shown})
+        granted.append(lease_dict(conn, conn.execute(
+            "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), op.liveness))
+    reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
+    result = {"ok": True, "holder": None, "holders": [], "reason": reason,
+              "lease": granted[0], "leases": granted}
+    if taken:
+        result["taken_over"] = taken
+        result["reason"] += "; took over %s from %s (gone)" % (
+            ", ".join(t["resource"] for t in taken),
+            ", ".join(sorted({t["label"] or t["session_id"] for t in taken})))
+    return result
+
+
+@tool("lease_renew", "Renew your leases", dict(S_LEASE_ARGS, ttl_s=S_TTL_LEASE),
+      ["session_id"],
+      output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
+          "type": "array", "items": S_LEASE})),
+      cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
+      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
+def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
+    """Extend live leases you hold (all named, or none). An expired lease, or
+    one held by another session, is not renewed: the error says which (claim
+    it again instead)."""
+    conn, me, at = op.conn, op.me, op.at
+    renewed = []
+    for resource in op.resources(path, resources):
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine is None:
+            other = overlapping_leases(conn, resource, at, exclude=me)
+            if other:
+                raise RoomError("%s is held by %s, not by you; not renewed" % (
+                    resource.shown, _holder_text(lease_dict(conn, other[0], op.liveness))))
+            expired = conn.execute(
+                "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
+                "'lease.expire' ORDER BY at DESC LIMIT 1", (resource.key, me)).fetchone()
+            if expired:
+                raise RoomError("your lease on %s expired at %s; it was not renewed"
+                                % (resource.shown, iso(expired[0])),
+                                "claim it again (lease_claim): someone may have "
+                                "changed it meanwhile")
+            raise RoomError("you hold no lease on %s" % resource.shown,
+                            "claim it (lease_claim)")
+        _refuse_windows(op, resource)
+        conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
+        op.event("lease.renew", me, subject=resource.key,
+                 data={"mode": mine["mode"], "expires_at": at + ttl_s,
+                       "kind": resource.kind, "shown": resource.shown})
+        renewed.append(lease_dict(conn, conn.execute(
+            "SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone(), op.liveness))
+    return dict(renewed[0], leases=renewed)
+
+
+@tool("lease_release", "Release your leases", S_LEASE_ARGS, ["session_id"],
+      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
+                        released={"type": "array", "items": {"type": "string"}}),
+      cli="release", positional=("resources",), example="release --session $ID src/a.go",
+      destructive=True)
+def lease_release(op, path=None, resources=None):
+    """Release leases you hold (all named, or none), as soon as you are done,
+    so others waiting for them can claim them."""
+    conn, me = op.conn, op.me
+    released = []
+    for resource in op.resources(path, resources):
+        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
+                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        if mine is None:
+            raise RoomError("you hold no lease on %s; nothing was released"
+                            % resource.shown, "lease_list shows the leases in your rooms")
+        conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
+        op.event("lease.release", me, subject=resource.key,
+                 data={"mode": mine["mode"], "expired": mine["expires_at"] <= op.at,
+                       "kind": resource.kind, "shown": resource.shown})
+        released.append(resource.shown)
+    return {"ok": True, "path": released[0], "released": released}
+
+
+def _check_one(op, resource):
+    leases = overlapping_leases(op.conn, resource, op.at)
+    leases.sort(key=lambda l: (l["session_id"] == op.me, l["acquired_at"]))
+    shown_leases = [lease_dict(op.conn, lease, op.liveness) for lease in leases]
+    free = not any(lease["session_id"] != op.me for lease in leases)
+    return {"path": resource.shown, "resource": resource.shown, "free": free,
+            "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
+
+
+@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
+      output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
+                        leases={"type": "array", "items": S_LEASE},
+                        path={"type": "string"},
+                        resources={"type": "array", "items": {"type": "object"}}),
+      cli="check", positional=("resources",), example="check --session $ID src/a.go",
+      read_only=True, idempotent=True)
+def lease_check(op, path=None, resources=None):
+    """Whether resources are free of other sessions' live leases, counting
+    leases on a directory above a path or on anything under it. lease is the
+    first other holder's lease (or your own if only you hold it); leases lists
+    all; with several resources, resources has one answer each."""
+    answers = [_check_one(op, resource) for resource in op.resources(path, resources)]
+    first = dict(answers[0])
+    if len(answers) > 1:
+        first["free"] = all(a["free"] for a in answers)
+        first["leases"] = [l for a in answers for l in a["leases"]]
+        first["lease"] = next((a["lease"] for a in answers if not a["free"]),
+                              first["lease"])
+        first["resources"] = answers
+    return first
+
+
+@tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
+      output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
+      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
+def lease_list(op):
+    """Live leases held by you and by the sessions sharing a room with you, with
+    each holder's label, liveness, purpose and expiry."""
+    holders = set(_roommates(op.conn, op.me)) | {op.me}
+    leases = op.conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path, "
+                             "acquired_at", (op.at,)).fetchall()
+    return {"leases": [lease_dict(op.conn, lease, op.liveness) for lease in leases
+                       if lease["session_id"] in holders]}
+
+
+@tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
+    "session_id": S_SESSION_OPT,
+    "require_held": {"type": "boolean",
+                     "description": "also require that you hold a covering lease"},
+    "mode": {"type": "string", "enum": ["exclusive", "shared"],
+             "description": "exclusive (default): any other lease conflicts; shared: "
+                            "only exclusive leases of others do"},
+    "ignorecase": {"type": "boolean",
+                   "description": "compare paths ignoring case (git core.ignorecase)"},
+}), [], output=out_schema(
+    ["safe", "conflicts", "missing"], safe={"type": "boolean"},
+    conflicts={"type": "array", "items": S_LEASE},
+    missing={"type": "array", "items": {"type": "string"}},
+    stale={"type": "array", "items": S_LEASE},
+    windows={"type": "array", "items": {"type": "object"}}),
+    cli="guard", positional=("resources",),
+    example="guard --session $ID src/api/users.go --require-held", read_only=True,
+    idempotent=True)
+def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
+                ignorecase=False):
+    """May a script or git hook touch these resources? safe is false when
+    one is leased by another live session or in another session's active
+    quiet window (or, with require_held, not covered by a lease of yours);
+    conflicts, windows and missing say why. Gone holders' leases are listed as
+    stale and do not block."""
+    me = op.me
+    if me is None and require_held:
+        raise UsageError("require_held needs your session (--session or "
+                         "AGENTS_ROOM_SESSION)")
+    conflicts, stale, missing, windows = [], [], [], {}
+    for resource in op.resources(path, resources):
+        leases = overlapping_leases(op.conn, resource, op.at)
+        if ignorecase and resource.kind == "path":
+            seen = {m["id"] for m in leases}
+            leases += [l for l in _overlapping_ignoring_case(op.conn, resource.key, op.at)
+                       if l["id"] not in seen]
+        for lease in leases:
+            if lease["session_id"] == me:
+                continue
+            if mode == "shared" and lease["mode"] != "exclusive":
+                continue
+            item = lease_dict(op.conn, lease, op.liveness)
+            (stale if item["liveness"] == "gone" else conflicts).append(item)
+        if require_held:
+            covering = set(path_ancestors(resource.key)) | set(path_ancestors(
+                resource.real)) if resource.kind == "path" else {resource.key}
+            if not any(l["session_id"] == me and (l["key"] in covering or
+                                                  l["real"] in covering) for l in leases):
+                missing.append(resource.shown)
+        for window in window_blocking(op, resource, me, active_only=True):
+            window.setdefault("blocks", [])
+            windows.setdefault(window["window_id"], window)["blocks"].append(
+                resource.shown)
+    return {"safe": not conflicts and not missing and not windows,
+            "conflicts": conflicts, "missing": missing, "stale": stale,
+            "windows": list(windows.values())}
+
+
+@tool("ui_lease_release", "The operator releases a stale lease", {
+    "session_id": S_SESSION, "holder": {"type": "string", "maxLength": 200},
+    "resource": {"type": "string", "maxLength": PATH_MAX_CHARS}},
+    ["session_id", "holder", "resource"], caller="present", public=False,
+    destructive=True)
+def ui_lease_release(op, holder, resource):
+    """The operator removes a lease whose holder is gone (never one of a
+    session that may be alive); the event is the operator's and names the
+    holder."""
+    lease = op.conn.execute("SELECT * FROM leases WHERE session_id=? AND path=?",
+                            (holder, resource)).fetchone()
+    if lease is None:
+        raise RoomError("no lease of %s on %s" % (holder, resource))
+    row = session_row(op.conn, holder)
+    liveness = op.liveness(row) if row else "gone"
+    if liveness != "gone":
+        raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
+            resource, liveness))
+    op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+    op.event("lease.release", op.me, subject=lease["key"], data={
+        "mode": lease["mode"], "why": "operator", "holder": holder,
+        "shown": lease["path"], "kind": lease["kind"]})
+    return {"ok": True, "released": lease["path"]}
+
+
+# ---- operations: work states and quiet windows ---------------------------
+# A work state says what a session is doing on a scope; a quiet window asks
+# the holders of overlapping leases and named sessions for quiet on resources
+# before an operation that must not be disturbed (a migration, a release).
+
+@tool("work_set", "Say what you are doing", {
+    "session_id": S_SESSION,
+    "state": {"type": "string", "enum": list(WORK_STATES)},
+    "scope": {"type": "string", "minLength": 1, "maxLength": 200,
+              "description": "what the state is about, e.g. api-v2 or ticket-42"},
+    "summary": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX,
+           "description": "with handoff or blocked: who to tell (a message is sent)"},
+}, ["session_id", "state", "scope"],
+    output=out_schema(["state", "scope"], state={"type": "string"},
+                      scope={"type": "string"}, message_id={"type": ["integer", "null"]},
+                      recipients={"type": "integer"}),
+    cli="work", positional=("state",), caller="present",
+    example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
+            '--to tag:reviewer')
+def work_set(op, state, scope, summary=None, to=None):
+    """Record your work state on a scope: started, waiting, blocked, completed,
+    handoff or failed. who and status show the latest per scope; completed and
+    failed clear it (the event log keeps it). handoff or blocked with 'to'
+    also sends a message, so the addressee is signalled like any message."""
+    if to is not None and state not in ("handoff", "blocked"):
+        raise UsageError("'to' goes with handoff or blocked, not %s" % state)
+    conn, me = op.conn, op.me
+    result = {"state": state, "scope": scope, "message_id": None, "recipients": 0}
+    if state in ("completed", "failed"):
+        conn.execute("DELETE FROM work WHERE session_id=? AND scope=?", (me, scope))
+    else:
+        conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
+                     "updated_at) VALUES (?,?,?,?,?)", (me, scope, state, summary, op.at))
+    if to is not None:
+        recipients = resolve_selectors(op, op.caller, to)
+        subject = "[%s] %s%s" % (state, scope, ": " + summary if summary else "")
+        result["message_id"] = post_message(op, op.caller, recipients,
+                                            subject[:SUBJECT_MAX_CHARS], None, None,
+                                            MESSAGE_TTL_S, to)
+        result["recipients"] = len(recipients)
+    op.event("work." + state, me, subject=scope,
+             data={"summary": summary, "message_id": result["message_id"]})
+    return result
+
+
+def _load_window(conn, window_id):
+    window = conn.execute("SELECT * FROM windows WHERE id=?", (window_id,)).fetchone()
+    if window is None:
+        raise RoomError("no quiet window #%s" % window_id, "window_status lists them")
+    return window
+
+
+def _own_window(op, window_id, allowed, verb):
+    window = _load_window(op.conn, window_id)
+    if window["session_id"] != op.me:
+        raise RoomError("quiet window #%d belongs to %s, not to you"
+                        % (window_id, window["session_id"]))
+    if window["state"] not in allowed:
+        raise RoomError("quiet window #%d is %s; it cannot be %s"
+                        % (window_id, window["state"], verb))
+    return window
+
+
+@tool("window_request", "Ask for quiet", {
+    "session_id": S_SESSION, "resources": S_RESOURCES,
+    "purpose": {"type": "string", "minLength": 1, "maxLength": 500},
+    "require": {"type": ["string", "array"], "items": {"type": "string"},
+                "minItems": 1, "maxItems": SELECTORS_MAX,
+                "description": "sessions that must ack first: session ids, tag:<t> or *"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+              "description": "how long the window may last (default 1800)"},
+    "ack_timeout_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
+                      "description": "how long acks may take (default 300)"},
+    "broad": S_BROAD,
+}, ["session_id", "resources", "purpose"], output=S_WINDOW,
+    cli="window request", positional=("resources",),
+    flags={"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout"}, caller="present",
+    example='window request --session $ID db:main --purpose "apply migration" '
+            '--require tag:reviewer')
+def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
+                   ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
+    """Ask for quiet on resources before an operation that must not be
+    disturbed. Holders of overlapping leases and required sessions get a
+    message. While pending it blocks others' new overlapping leases and
+    renewals; window_activate succeeds once every required session acked in
+    time and every overlapping lease is released. It ends when you leave."""
+    conn, row, at = op.conn, op.caller, op.at
+    targets = op.resources(None, resources)
+    _refuse_broad(targets, broad, "a quiet window")
+    required = resolve_selectors(op, row, require) if require else []
+    holders = []
+    for resource in targets:
+        for lease in overlapping_leases(conn, resource, at, exclude=row["id"]):
+            if lease["session_id"] not in holders:
+                holders.append(lease["session_id"])
+    window_id = conn.execute(
+        "INSERT INTO windows (session_id, purpose, state, required, acked, created_at, "
+        "ack_deadline, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+        (row["id"], purpose, "pending", json.dumps(required), "[]", at,
+         at + ack_timeout_s, at + ttl_s)).lastrowid
+    conn.executemany("INSERT INTO window_resources (window_id, kind, key, shown) "
+                     "VALUES (?,?,?,?)", [(window_id, r.kind, r.key, r.shown)
+                                          for r in targets])
+    shown = ", ".join(r.shown for r in targets)
+    op.event("window.request", row["id"], subject=window_id, data={
+        "resources": [r.shown for r in targets], "purpose": purpose,
+        "required": required, "holders": holders})
+    notified = list(dict.fromkeys(required + holders))
+    if notified:
+        who = row["label"] or row["id"]
+        subject = ("[quiet window #%d] %s on %s: %s" % (
+            window_id, who, shown, purpose))[:SUBJECT_MAX_CHARS]
+        body = ("%s asks for quiet on %s until %s.\n%s"
+                "Release your overlapping leases; required sessions: window_ack %d "
+                "before %s." % (who, shown, iso(at + ttl_s),
+                               "You hold an overlapping lease. " if holders else "",
+                               window_id, iso(at + ack_timeout_s)))
+        post_message(op, row, notified, subject, body, None, MESSAGE_TTL_S,
+                     {"window": window_id})
+    return window_dict(conn, _load_window(conn, window_id))
+
+
+@tool("window_ack", "Agree to a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window ack", positional=("window_id",),
+    example="window ack --session $ID 3", idempotent=True)
+def window_ack(op, window_id):
+    """Acknowledge a quiet window you were asked about (before its deadline).
+    Release your overlapping leases too: the window activates only when they
+    are gone."""
+    window = _load_window(op.conn, window_id)
+    if window["state"] != "pending":
+        raise RoomError("quiet window #%d is %s; there is nothing to ack"
+                        % (window_id, window["state"]))
+    if op.at > window["ack_deadline"]:
+        raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
+                        % (window_id, iso(window["ack_deadline"])),
+                        "its requester has to ask again")
+    acked = json.loads(window["acked"])
+    if op.me not in acked:
+        acked.append(op.me)
+        op.conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
+                                                                   window_id))
+        op.event("window.ack", op.me, subject=window_id)
+    return window_dict(op.conn, _load_window(op.conn, window_id))
+
+
+@tool("window_activate", "Start the quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=dict(S_WINDOW, properties=dict(S_WINDOW["properties"], ok={"type": "boolean"},
+                                          reason={"type": "string"},
+                                          holders={"type": "array", "items": S_LEASE})),
+    cli="window activate", positional=("window_id",), caller="present",
+    example="window activate --session $ID 3")
+def window_activate(op, window_id):
+    """Start your pending window: it succeeds (ok true) only when every required
+    session acked in time, every overlapping lease of others is released, and
+    no other active window overlaps it; otherwise ok is false and reason says
+    what is missing."""
+    conn = op.conn
+    window = _own_window(op, window_id, ("pending",), "activated")
+    shown = window_dict(conn, window)
+    problems, holders = [], []
+    if shown["missing_acks"]:
+        problems.append("waiting for acks from %s" % ", ".join(shown["missing_acks"]))
+    for r in conn.execute("SELECT * FROM window_resources WHERE window_id=?",
+                          (window_id,)).fetchall():
+        resource = Resource(r["kind"], r["key"], r["shown"])
+        for lease in overlapping_leases(conn, resource, op.at, exclude=op.me):
+            holders.append(lease_dict(conn, lease, op.liveness))
+        for other in _window_rows(conn, resource, op.at, ("active",)):
+            if other["id"] != window_id:
+                problems.append("quiet window #%d of %s is active on it"
+                                % (other["id"], other["session_id"]))
+    if holders:
+        problems.append("leases still held: %s" % "; ".join(
+            "%s by %s" % (h["resource"], _holder_text(h)) for h in holders))
+    if problems:
+        op.event("window.refused", op.me, subject=window_id, data={"problems": problems})
+        return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
+    conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
+                 (op.at, window_id))
+    op.event("window.activate", op.me, subject=window_id)
+    return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
+                reason="active", holders=[])
+
+
+def _end_window(op, window_id, state, allowed):
+    _own_window(op, window_id, allowed, state)
+    op.conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
+                    (state, op.at, window_id))
+    op.event({"released": "window.release", "cancelled": "window.cancel"}[state],
+             op.me, subject=window_id)
+    return window_dict(op.conn, _load_window(op.conn, window_id))
+
+
+@tool("window_release", "End the quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window release", positional=("window_id",),
+    example="window release --session $ID 3", destructive=True)
+def window_release(op, window_id):
+    """End your active quiet window once the operation is done: others may
+    claim the resources again."""
+    return _end_window(op, window_id, "released", ("active",))
+
+
+@tool("window_cancel", "Cancel a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    output=S_WINDOW, cli="window cancel", positional=("window_id",),
+    example="window cancel --session $ID 3", destructive=True)
+def window_cancel(op, window_id):
+    """Cancel your pending or active quiet window."""
+    return _end_window(op, window_id, "cancelled", WINDOW_OPEN)
+
+
+@tool("window_status", "Quiet windows", {
+    "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
+    output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
+    cli="window status", example="window status", read_only=True, idempotent=True)
+def window_status(op, window_id=None):
+    """One quiet window by id, or every open (pending or active) one."""
+    if window_id:
+        return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
+    return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
+        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
+
+
+@tool("ui_window_cancel", "The operator cancels a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    caller="present", public=False, destructive=True)
+def ui_window_cancel(op, window_id):
+    """The operator ends someone's pending or active quiet window; the event
+    is the operator's and names the window's owner."""
+    window = _load_window(op.conn, window_id)
+    if window["state"] not in WINDOW_OPEN:
+        raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
+    op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
+                    (op.at, window_id))
+    op.event("window.cancel", op.me, subject=window_id, data={
+        "was": window["state"], "why": "operator", "owner": window["session_id"]})
+    return window_dict(op.conn, _load_window(op.conn, window_id))
+
+
+# ---- operations: task board ----------------------------------------------
+# A room's shared to-do list.  A claim is atomic (the door's BEGIN IMMEDIATE);
+# a task whose claimant is gone -- by the liveness who and leases use, never
+# unknown -- may be claimed by another, as a stale lease may be taken over.
+
+TASK_ACTIONS = ("add", "list", "claim", "done", "fail", "release")
+TASK_STATES = ("open", "claimed", "done", "failed")
+S_TASK = {"type": "object", "properties": {
+    "task_id": {"type": "integer"}, "room": {"type": "string"},
+    "title": {"type": "string"}, "state": {"type": "string", "enum": list(TASK_STATES)},
+    "claimed_by": {"type": ["string", "null"]}},
+    "required": ["task_id", "room", "title", "state", "claimed_by"]}
+
+
+def task_dict(op, row):
+    claimant = op.session(row["claimed_by"]) if row["claimed_by"] else None
+    return {"task_id": row["id"], "room": row["room"], "title": row["title"],
+            "body": row["body"], "state": row["state"], "created_by": row["created_by"],
+            "claimed_by": row["claimed_by"],
+            "claimant_label": claimant["label"] if claimant else None,
+            "claimant_liveness": op.liveness(claimant) if claimant and
+            row["state"] == "claimed" else None,
+            "note": row["note"], "created_at": iso(row["created_at"]),
+            "updated_at": iso(row["updated_at"])}
+
+
+@tool("task", "The room's task board", {
+    "session_id": S_SESSION, "action": {"type": "string", "enum": list(TASK_ACTIONS)},
+    "task_id": S_MESSAGE_ID, "title": {"type": "string", "minLength": 1, "maxLength": 500},
+    "body": {"type": "string", "maxLength": 100000}, "room": S_ROOM,
+    "note": {"type": "string", "maxLength": 10000}, "limit": S_LIMIT},
+    ["session_id", "action"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, reason={"type": "string"},
+                      task=S_TASK, tasks={"type": "array", "items": S_TASK}),
+    cli="task", positional=("action", "task_id"), caller="present",
+    example='task --session $ID add --title "add the phone field"')
+def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
+         limit=50):
+    """A room's task board. add (title, body?, room?: default your repository
+    room); list (your rooms, or room; open and claimed first); claim (task_id,
+    or the oldest open one; a task whose claimant is gone may be claimed);
+    done / fail (note?) and release: yours only."""
+    conn, me = op.conn, op.me
+    if action == "add":
+        if not title:
+            raise UsageError("task add needs a title")
+        full = room_for(op, room, "task")
+        if full not in rooms_of(conn, me):
+            raise RoomError("you are not in %s" % full, "join it first")
+        new = conn.execute(
+            "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
+            "updated_at) VALUES (?,?,?,'open',?,?,?)",
+            (full, title, body, me, op.at, op.at)).lastrowid
+        op.event("task.add", me, room=full, subject=new, data={"title": title})
+        return {"ok": True, "task": task_dict(op, conn.execute(
+            "SELECT * FROM tasks WHERE id=?", (new,)).fetchone())}
+    rooms = [room_for(op, room, "task")] if room else rooms_of(conn, me)
+    marks = ",".join("?" * len(rooms)) or "''"
+    if action == "list":
+        rows = conn.execute(
+            "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
+            "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
+        return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
+    if task_id is None:
+        if action != "claim":
+            raise UsageError("task %s needs task_id" % action)
+        row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
+                           "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
+        if row is None:
+            return {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
+    else:
+        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if row is None or row["room"] not in rooms_of(conn, me):
+            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
+    mine = row["claimed_by"] == me and row["state"] == "claimed"
+    if action == "claim":
+        if row["state"] in ("done", "failed"):
+            return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
+                    "task": task_dict(op, row)}
+        taken_from = None
+        if row["state"] == "claimed" and not mine:
+            holder = op.session(row["claimed_by"])
+            if holder is not None and op.liveness(holder) != "gone":
+                return {"ok": False, "task": task_dict(op, row), "reason":
+                        "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
+                                                         40), op.liveness(holder))}
+            taken_from = row["claimed_by"]
+        conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
+                     "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
+        op.event("task.claim", me, room=row["room"], subject=row["id"],
+                 data={"taken_from": taken_from} if taken_from else None)
+        reason = "taken over from a gone claimant" if taken_from else (
+            "renewed" if mine else "claimed")
+    else:
+        if not mine:
+            raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
+                            "claim it first")
+        state = {"done": "done", "fail": "failed", "release": "open"}[action]
+        conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
+                     "updated_at=? WHERE id=?", (state, None if state == "open" else me,
+                                                 note, op.at, row["id"]))
+        op.event("task." + action, me, room=row["room"], subject=row["id"])
+        reason = state
+    return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
+
+
+# ---- operations: status --------------------------------------------------
+
+STATUS_SCHEMA_VERSION = 1
+
+
+@tool("room_status", "The room at a glance", {
+    "session_id": S_SESSION_OPT, "room": S_ROOM},
+    output=out_schema(["schema_version", "rooms", "sessions", "leases", "windows"],
+                      schema_version={"type": "integer"},
+                      generated_at=S_TIME,
+                      rooms={"type": "array", "items": {"type": "object"}},
+                      sessions={"type": "array", "items": {"type": "object"}},
+                      leases={"type": "array", "items": S_LEASE},
+                      windows={"type": "array", "items": S_WINDOW}),
+    cli="status", example="status --room shared:storefront --json", read_only=True,
+    idempotent=True)
+def room_status(op, room=None):
+    """One snapshot: sessions with liveness, autonomy, work states and unread
+    counts; live leases with purpose and expiry; open quiet windows; the last
+    messages' subjects per room. For one room, or everything in the store.
+    The JSON shape is stable for scripts (schema_version)."""
+    conn, at = op.conn, op.at
+    if room:
+        rooms = [resolve_room(conn, room)]
+    else:
+        rooms = [r[0] for r in conn.execute(
+            "SELECT DISTINCT room FROM memberships ORDER BY room")]
+    marks = ",".join("?" * len(rooms)) or "''"
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT session_id FROM memberships WHERE room IN (%s)" % marks, rooms)]
+    sessions = []
+    for sid in ids:
+        item = session_dict(conn, session_row(conn, sid), op.liveness, at)
+        item["unread"] = unread_count(conn, sid)
+        item["acks_owed"], item["acks_overdue"] = acks_owed(conn, sid, at)
+        sessions.append(item)
+    sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
+    leases = [lease_dict(conn, lease, op.liveness) for lease in conn.execute(
+        "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
+        if lease["session_id"] in ids or not room]
+    windows = [window_dict(conn, w) for w in conn.execute(
+        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
+        if w["session_id"] in ids or not room]
+    room_items = []
+    for name in rooms:
+        recent = conn.execute(
+            "SELECT m.id, m.subject, m.sender_label, m.created_at FROM message_rooms r "
+            "JOIN messages m ON m.id = r.message_id WHERE r.room=? "
+            "ORDER BY r.message_id DESC LIMIT 5", (name,)).fetchall()
+        room_items.append({
+            "room": name,
+            "cap": conn.execute("SELECT cap FROM rooms WHERE name=?", (name,)).fetchone()[0],
+            "sessions": [r[0] for r in conn.execute(
+                "SELECT session_id FROM memberships WHERE room=? ORDER BY session_id",
+                (name,))],
+            "recent": [{"message_id": m["id"], "subject": m["subject"],
+                        "sender_label": m["sender_label"],
+                        "created_at": iso(m["created_at"])} for m in reversed(recent)],
+            "tasks": [{"task_id": t["id"], "title": t["title"], "state": t["state"],
+                       "claimed_by": t["claimed_by"]} for t in conn.execute(
+                "SELECT * FROM tasks WHERE room=? AND state IN ('open', 'claimed') "
+                "ORDER BY id LIMIT 50", (name,))]})
+    return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
+            "store": op.store.shown, "rooms": room_items, "sessions": sessions,
+            "leases": leases, "windows": windows}
+
+
+UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
+UI_EVENTS = 300             # the newest events the timeline holds
+
+
+def _ui_deliveries(conn, message_ids):
+    found = {}
+    if not message_ids:
+        return found
+    marks = ",".join("?" * len(message_ids))
+    for d in conn.execute(
+            "SELECT d.message_id, d.session_id, s.label, d.state FROM deliveries d "
+            "JOIN sessions s ON s.id = d.session_id WHERE d.message_id IN (%s) "
+            "ORDER BY s.label, d.session_id" % marks, message_ids):
+        found.setdefault(d["message_id"], []).append(
+            {"session_id": d["session_id"], "label": d["label"], "state": d["state"]})
+    return found
+
+
+@tool("ui_state", "The operator page's snapshot", {
+    "before": S_MESSAGE_ID,
+    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}},
+    read_only=True, public=False, after=False)
+def ui_state(op, before=None, limit=UI_MESSAGES):
+    """Everything the page shows: room_status for the whole store, the newest
+    messages (older ones with before=) with each recipient's delivery state,
+    and the newest events."""
+    conn = op.conn
+    status = room_status(op)
+    rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
+                        (before or ID_MAX, limit + 1)).fetchall()
+    shown = rows[:limit]
+    deliveries = _ui_deliveries(conn, [m["id"] for m in shown])
+    messages = []
+    for row in reversed(shown):
+        item = message_dict(conn, row)
+        item["to"] = json.loads(row["selector"]) if row["selector"] else None
+        item["deliveries"] = deliveries.get(row["id"], [])
+        messages.append(item)
+    events = events_tail(op, limit=UI_EVENTS)["events"]
+    for item in events:
+        item.pop("ts", None)
+    return dict(status, messages=messages, more=len(rows) > limit, events=events)
+
+
+# ---- operations: reads and drift -----------------------------------------
+
+def _hash_now(op, path):
+    """Prepare step of note_read and drift_check: resolve the path and hash the
+    file before the write transaction, so a slow, huge or endless file never
+    holds the store's lock."""
+    resource = Resource.parse(path, op.base, kind="path")
+    try:
+        return {"resource": resource, "hash": hash_file(resource.shown), "error": None}
+    except RoomError as error:
+        return {"resource": resource, "hash": None, "error": error}
+
+
+@tool("note_read", "Record what you read", {"session_id": S_SESSION, "path": S_PATH},
+      ["session_id", "path"],
+      output=out_schema(["hash"], hash={"type": "string"}, path={"type": "string"},
+                        read_at=S_TIME),
+      cli="note-read", positional=("path",), example="note-read --session $ID src/a.go",
+      idempotent=True, prepare=_hash_now)
+def note_read(op, path):
+    """Record the SHA-256 of a file as you read it now, the baseline drift_check
+    compares against later."""
+    resource, digest = op.prepared["resource"], op.prepared["hash"]
+    if op.prepared["error"]:
+        raise op.prepared["error"]
+    if digest is None:
+        raise RoomError("cannot read %s: no such file" % resource.shown)
+    op.conn.execute("INSERT OR REPLACE INTO reads (session_id, path, hash, read_at) "
+                    "VALUES (?,?,?,?)", (op.me, resource.key, digest, op.at))
+    op.event("read.note", op.me, subject=resource.key,
+             data={"hash": digest, "shown": resource.shown})
+    return {"path": resource.shown, "hash": digest, "read_at": iso(op.at)}
+
+
+def lease_holders_between(conn, key, session_id, start, end, real=None):
+    """Other sessions' leases on the file (by its key) that were live at some
+    time in [start, end], from the event log: each claim or renewal lives until
+    its expiry or the holder's next release, whichever comes first."""
+    horizon = start - LEASE_TTL_MAX_S
+    found = []
+    # A lease on a directory covers the file: above it in the repository (by
+    # key) or above the repository itself (by real path).
+    covering = list(dict.fromkeys(path_ancestors(key) + path_ancestors(real or key)))
+    marks = ",".join("?" * len(covering))
+    for claim in conn.execute(
+            "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
+            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at" % marks,
+            covering + [horizon, end, session_id]).fetchall():
+        data = json.loads(claim["data"] or "{}")
+        until = data.get("expires_at", claim["at"])
+        released = conn.execute(
+            "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
+            "kind IN ('lease.release', 'lease.takeover')",
+            (claim["subject"], claim["session_id"], claim["at"])).fetchone()[0]
+        if released is not None:
+            until = min(until, released)
+        if until >= start:
+            found.append((claim, data, until))
+    return found
+
+
+@tool("drift_check", "Has a file changed since you read it", {
+    "session_id": S_SESSION, "path": S_PATH}, ["session_id", "path"],
+    output=out_schema(["path", "severity", "changed", "holder", "since", "message"],
+                      path={"type": "string"},
+                      severity={"type": "string", "enum": ["SAFE", "MINOR", "CRITICAL"]},
+                      changed={"type": "boolean"}, holder=S_LEASE_OR_NULL, since=S_TIME,
+                      message={"type": "string"}),
+    cli="drift", positional=("path",), example="drift --session $ID src/a.go",
+    read_only=True, idempotent=True, prepare=_hash_now)
+def drift_check(op, path):
+    """Compare a file with the hash note_read recorded. SAFE: unchanged, or no
+    baseline. MINOR: changed (or deleted), no other session leased it meanwhile.
+    CRITICAL: changed while another session held a lease on it (holder names
+    it, since says from when): re-read before you write."""
+    conn = op.conn
+    resource, current = op.prepared["resource"], op.prepared["hash"]
+    full = resource.shown
+    base = conn.execute("SELECT * FROM reads WHERE session_id=? AND path=?",
+                        (op.me, resource.key)).fetchone()
+    result = {"path": full, "severity": "SAFE", "changed": False, "holder": None,
+              "since": None}
+    if base is None:
+        result["message"] = "no baseline recorded for %s (note_read it first)" % full
+        return result
+    if op.prepared["error"]:
+        raise op.prepared["error"]
+    if current == base["hash"]:
+        result["message"] = "unchanged since you read it at %s" % iso(base["read_at"])
+        return result
+    result["changed"] = True
+    what = "deleted" if current is None else "changed"
+    holders = lease_holders_between(conn, resource.key, op.me, base["read_at"], op.at,
+                                    resource.real)
+    if not holders:
+        result["severity"] = "MINOR"
+        result["message"] = "%s since you read it at %s; nobody else leased it" % (
+            what, iso(base["read_at"]))
+        return result
+    claim, data, until = holders[-1]
+    holder_row = session_row(conn, claim["session_id"])
+    shown = data.get("shown", claim["subject"])
+    result["severity"] = "CRITICAL"
+    result["since"] = iso(max(claim["at"], base["read_at"]))
+    result["holder"] = {
+        "session_id": claim["session_id"],
+        "label": holder_row["label"] if holder_row else None, "path": shown,
+        "resource": shown, "kind": "path", "purpose": data.get("purpose"),
+        "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
+        "expires_at": iso(until),
+        "liveness": op.liveness(holder_row) if holder_row else "gone"}
+    result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
+        "it from %s: re-read before writing" % (
+            what, claim["session_id"], one_line(result["holder"]["label"] or "-", 40),
+            result["since"])
+    return result
+
+
+# ---- operations: signals and wakes ---------------------------------------
+# The signal is one line saying something waits (counts and sender labels);
+# subjects and bodies never ride it, so a recipient's context stays small and
+# 'read' means the agent fetched the content itself.  These operations are the
+# hook front end's and the wake levers' way into the store; they are not MCP
+# tools (public=False).
+
+SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
+STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
+WAKE_RETRY_FIRST_S = 60
+WAKE_RETRY_MAX_S = 30 * 60
+WAKE_ATTEMPTS_MAX = 6
+WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
+SOCKET_TIMEOUT_S = 1.0
+WAITER_LIFETIME_S = 12 * 3600
+WAITER_POLL_S = 1.0
+WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
+TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
+S_KEY = {"type": "string", "maxLength": 200}
+
+
+def mark_offered(op, session_id, stop=False):
+    """Signalling moves stored (and undeliverable) deliveries to offered and
+    stamps when; it never moves a state backwards."""
+    advance(op.conn, "offered", op.at, "session_id=?", (session_id,))
+    column = "stop_held_at" if stop else "offered_at"
+    op.conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
+                    % (column, UNREAD_SQL), (op.at, session_id))
+
+
+@tool("signal_tool_event", "Signal on a tool event", {
+    "harness_key": S_KEY, "turn_start": {"type": "boolean"}}, ["harness_key"],
+    caller="key", public=False)
+def signal_tool_event(op, harness_key, turn_start=False):
+    """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
+    window of 0 every tool event mentions what is still unread; with a window,
+    only deliveries never offered or offered longer ago than it.  A turn's
+    start (UserPromptSubmit) marks the session busy until its Stop."""
+    row = op.caller
+    if row is None or row["left_at"] is not None:
+        if op.store.shared_by_hosts:
+            raise_marker(op.store.path, harness_key + ".checked")   # asked: nobody
+        return {"text": None}
+    if turn_start:
+        op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
+    ctx = op.ctx
+    if ctx.pid and (row["ended_at"] is not None or row["pid"] != ctx.pid):
+        # A resumed session runs again, in a new harness process (Hermes
+        # resumes without a session-start hook).
+        op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
+                        (ctx.pid, ctx.pid_start, row["id"]))
+    if not unread_count(op.conn, row["id"]):
+        # Under the write lock, so no send can commit between the count and
+        # this: the next send raises the marker again after its commit.
+        try:
+            os.unlink(signal_marker(op.store.path, harness_key))
+        except OSError:
+            pass
+        if op.store.shared_by_hosts:
+            # Asked just now: a quiet hook may skip the store for a while.
+            raise_marker(op.store.path, harness_key + ".checked")
+        return {"text": None}
+    window = env_number("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
+    due = op.conn.execute(
+        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
+        "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
+        (row["id"], op.at - window)).fetchone()[0]
+    if not due:
+        return {"text": None}
+    text = signal_text(op.conn, row["id"])
+    mark_offered(op, row["id"])
+    op.event("signal.tool", row["id"], data={"text": text})
+    return {"text": text}
+
+
+@tool("signal_stop", "Hold the end of a turn", {
+    "harness_key": S_KEY, "stop_hook_active": {"type": "boolean"},
+    "urgent_only": {"type": "boolean"}}, ["harness_key"], caller="key", public=False)
+def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
+    """Stop: the reason to block, or None: at hold or wake, when some unread
+    delivery (not a low one) has not held a Stop yet, or held one longer ago
+    than the window; at notify, an urgent delivery that never held one (once).
+    Never when the harness says this Stop was already blocked once this turn."""
+    row = op.caller
+    if row is None or row["left_at"] is not None:
+        return {"text": None}
+    window = env_number("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
+    notify = urgent_only or effective_autonomy(op.conn, row) < 1
+    due = 0 if stop_hook_active else op.conn.execute(
+        "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s AND m.importance != 'low' AND %s"
+        % (UNREAD_SQL, "m.importance = 'urgent' AND d.stop_held_at IS NULL" if notify
+           else "(d.stop_held_at IS NULL OR d.stop_held_at <= ?)"),
+        (row["id"],) if notify else (row["id"], op.at - window)).fetchone()[0]
+    if not due:
+        # The turn ends here: wakes put off while it ran are due now.
+        op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
+        op.conn.execute("UPDATE deliveries SET wake_next_at=? WHERE session_id=? AND "
+                        "wake_next_at > ?", (op.at, row["id"], op.at))
+        return {"text": None}
+    text = signal_text(op.conn, row["id"])
+    mark_offered(op, row["id"], stop=True)
+    op.event("signal.stop", row["id"], data={"text": text})
+    return {"text": text}
+
+
+@tool("session_end", "The harness session ended", {"harness_key": S_KEY},
+      ["harness_key"], caller="key", public=False)
+def session_end(op, harness_key):
+    """SessionEnd: the session is no longer running.  It keeps its rooms (a
+    resume of the same harness session is the same session, in the same
+    rooms, and messages sent meanwhile wait for it); its leases and quiet
+    windows end, because nobody is working under them any more."""
+    row = op.caller
+    if row is None or row["left_at"] is not None:
+        return {"ok": False}
+    release_all(op, row["id"], "session end")
+    end_windows(op, row["id"], "session end")
+    op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
+                    (op.at, row["id"]))
+    op.event("session.end", row["id"])
+    return {"ok": True}
+
+
+@tool("session_digest", "What a starting session should know", {
+    "session_id": S_SESSION, "cwd": {"type": "string"}}, ["session_id"],
+    read_only=True, public=False, after=False)
+def session_digest(op, cwd=None):
+    """SessionStart's context: the session id first, then blockers (live leases
+    of others in this repository), unread count, rooms and who is here."""
+    conn, me, row = op.conn, op.me, op.caller
+    root = Resource.parse(repo_root(cwd or row["cwd"]) or cwd or row["cwd"], "/",
+                          kind="path")
+    rooms = rooms_of(conn, me)
+    lines = ["agents-room: your session_id is %s - pass it to every agents-room "
+             "tool (it is not the harness's session id)." % me]
+    blockers = []
+    low, high = descendant_range(root.key)
+    for lease in conn.execute(
+            "SELECT * FROM leases WHERE kind = 'path' AND (key = ? OR (key >= ? AND "
+            "key < ?)) AND session_id != ? AND expires_at > ? ORDER BY key LIMIT 20",
+            (root.key, low, high, me, op.at)):
+        shown = lease_dict(conn, lease, op.liveness)
+        blockers.append("%s (%s by %s, %s, until %s)" % (
+            one_line(os.path.relpath(lease["key"], root.key), 120), shown["mode"],
+            one_line(shown["label"] or shown["session_id"], 40), shown["liveness"],
+            shown["expires_at"]))
+    if blockers:
+        lines.append("Leased by others here: " + "; ".join(blockers))
+    count = unread_count(conn, me)
+    if count:
+        lines.append("%d unread message%s: call msg_recv." % (
+            count, "" if count == 1 else "s"))
+    lines.append("Rooms: %s. Autonomy: %s.%s" % (
+        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row)), where_text(row)))
+    others = []
+    for room in rooms:
+        for mate in conn.execute(
+                "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
+                "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
+                (room, me)):
+            entry = "%s (%s)" % (one_line(mate["label"] or mate["id"], 40),
+                                 op.liveness(mate))
+            if entry not in others:
+                others.append(entry)
+    lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
+    open_tasks = conn.execute(
+        "SELECT COUNT(*) FROM tasks WHERE state='open' AND room IN (%s)" % ",".join(
+            "?" * len(rooms)), rooms).fetchone()[0] if rooms else 0
+    if open_tasks:
+        lines.append("%d open task%s in your rooms: task list." % (
+            open_tasks, "" if open_tasks == 1 else "s"))
+    return {"text": "\n".join(lines)}
+
+
+@tool("waiter_arm", "Arm the rewake waiter", {
+    "harness_key": S_KEY, "pid": {"type": "integer"}, "pid_start": {"type": "integer"},
+    "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
+    after=False)
+def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
+    """Register a Claude Code rewake waiter as the session's armed waiter."""
+    if op.caller is None or op.caller["left_at"] is not None:
+        return {"session_id": None}
+    op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
+                    "WHERE id=?", (pid, pid_start, until, op.me))
+    op.event("wake.armed", op.me, data={"pid": pid})
+    return {"session_id": op.me}
+
+
+@tool("waiter_poll", "Has the waiter something to wake for", {
+    "session_id": S_SESSION, "pid": {"type": "integer"},
+    "armed_at": {"type": "number"}, "check_alive": {"type": "boolean"}},
+    ["session_id", "pid", "armed_at"], public=False, after=False)
+def waiter_poll(op, pid, armed_at, check_alive=False):
+    """One look of the rewake waiter: {"stop": True} when it was replaced or the
+    session left or ended; {"text": signal} when a message sent after arming is
+    unread (its deliveries become accepted: the wake is under way)."""
+    row = op.caller
+    if row["left_at"] is not None or row["ended_at"] is not None or \
+            row["waiter_pid"] != pid:
+        return {"stop": True}
+    if check_alive and row["pid"] and op.liveness(row) == "gone":
+        return {"stop": True}
+    fresh = [r[0] for r in op.conn.execute(
+        "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
+        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+        "m.created_at >= ?" % UNREAD_SQL, (op.me, armed_at))]
+    if not fresh:
+        return {"stop": False, "text": None}
+    text = signal_text(op.conn, op.me)
+    mark_accepted(op, op.me, fresh, "claude-rewake")
+    op.conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (op.me,))
+    return {"stop": True, "text": text}
+
+
+def mark_accepted(op, session_id, message_ids, lever, detail=None):
+    """A lever confirmed: its deliveries move to accepted (forward only, so a
+    read or acked one stays) and stop being retried; the event says which."""
+    advance(op.conn, "accepted", op.at, "session_id=? AND message_id IN (%s)"
+            % ",".join("?" * len(message_ids)), [session_id] + list(message_ids))
+    op.conn.execute("UPDATE deliveries SET wake_failed=NULL WHERE session_id=? AND "
+                    "message_id IN (%s)" % ",".join("?" * len(message_ids)),
+                    [session_id] + list(message_ids))
+    op.event("wake.accepted", session_id,
+             data={"lever": lever, "messages": message_ids, "detail": detail})
+
+
+@tool("wake_record", "A lever's outcome", {
+    "session_id": S_SESSION, "messages": {"type": "array", "items": {"type": "integer"}},
+    "lever": {"type": "string"}, "outcome": {"type": "string",
+                                              "enum": ["accepted", "offered", "failed"]},
+    "detail": {"type": "string"}}, ["session_id", "messages", "lever", "outcome"],
+    public=False, after=False)
+def wake_record(op, messages, lever, outcome, detail=""):
+    """accepted: the lever confirmed (no more retries); offered: it ran but
+    whether a turn starts is unknown (codex queue to a thread not known to be
+    running); failed: it stays offered, the failure is shown by sent until a
+    retry succeeds, and the retry already scheduled stands."""
+    if outcome == "accepted":
+        mark_accepted(op, op.me, messages, lever, detail)
+        return {"ok": True}
+    marks = ",".join("?" * len(messages))
+    op.conn.execute("UPDATE deliveries SET wake_failed=? WHERE session_id=? AND "
+                    "message_id IN (%s)" % marks, [
+                        one_line(detail, 200) if outcome == "failed" else None, op.me]
+                    + list(messages))
+    op.event("wake." + outcome, op.me,
+             data={"lever": lever, "messages": messages, "detail": detail})
+    return {"ok": outcome != "failed"}
+
+
+def _wake_retry_at(attempts, at):
+    if attempts >= WAKE_ATTEMPTS_MAX:
+        return None
+    return at + min(WAKE_RETRY_FIRST_S * (2 ** (attempts - 1)), WAKE_RETRY_MAX_S)
+
+
+def wakes_due(conn, at):
+    """Whether a wake of one of this user's sessions on this host is due: an
+    indexed read, so most tool events never take the write lock for it.  In
+    wake time order, so every planner reads the wake index (few rows have a
+    wake time) rather than each of this host's sessions' deliveries: 6 ms at
+    40,000 deliveries on PostgreSQL, 0.05 ms in order."""
+    return conn.execute(
+        "SELECT 1 FROM deliveries d JOIN sessions s ON s.id = d.session_id "
+        "WHERE d.wake_next_at <= ? AND s.uid = ? AND s.host = ? "
+        "ORDER BY d.wake_next_at LIMIT 1",
+        (at, os.getuid(), host_name())).fetchone() is not None
+
+
+@tool("wake_plan", "Plan due wakes", {"limit": {"type": "integer"}}, public=False,
+      after=False)
+def wake_plan(op, limit=20):
+    """The wakes due now for this user's sessions on this host, as jobs for the
+    caller to run after commit.  A lever runs only in a process of the
+    recipient's own uid and host, with the program, environment and cwd
+    recorded at its join: never the caller's.  The next attempt is scheduled
+    before the lever runs, so two processes never fire the same wake."""
+    conn, at = op.conn, op.at
+    due = conn.execute(
+        "SELECT d.session_id, d.message_id, d.wake_attempts FROM deliveries d JOIN "
+        "sessions s ON s.id = d.session_id WHERE d.wake_next_at IS NOT NULL AND "
+        "d.wake_next_at <= ? AND s.uid = ? AND s.host = ? ORDER BY d.wake_next_at "
+        "LIMIT ?",
+        (at, os.getuid(), host_name(), limit)).fetchall()
+    plans = {}
+    for d in due:
+        attempts = d["wake_attempts"] + 1
+        conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
+                     "WHERE session_id=? AND message_id=?",
+                     (attempts, _wake_retry_at(attempts, at), d["session_id"],
+                      d["message_id"]))
+        plans.setdefault(d["session_id"], []).append(d["message_id"])
+    jobs = []
+    for session_id, message_ids in plans.items():
+        row = session_row(conn, session_id)
+        scope = "session_id=? AND message_id IN (%s)" % ",".join("?" * len(message_ids))
+        params = [session_id] + message_ids
+        text = signal_text(conn, session_id)
+        if row["left_at"] is not None or effective_autonomy(conn, row) < 2 or text is None:
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            continue
+        data = json.loads(row["lever_data"] or "{}")
+        lever = row["lever"]
+        if lever != "claude-socket" and waiter_armed(row, at):
+            lever = "claude-rewake"
+        busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
+        if busy or (lever is None and row["harness"] == "claude-code" and
+                    row["ended_at"] is None and op.liveness(row) == "alive"):
+            # Mid-turn, the turn's own hooks signal the message and its Stop
+            # holds it (a lever fired now would start a stale turn later);
+            # Claude Code arms its wake when a turn ends.  Try again later,
+            # without spending one of the lever's attempts.
+            conn.execute("UPDATE deliveries SET wake_attempts=wake_attempts-1, "
+                         "wake_next_at=? WHERE " + scope, [at + WAKE_RETRY_FIRST_S] + params)
+            op.event("wake.later", session_id, data={"messages": message_ids,
+                                                     "busy": busy})
+            continue
+        if lever is None:
+            advance(conn, "undeliverable", at, scope, params)
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            op.event("wake.none", session_id, data={"messages": message_ids})
+            continue
+        advance(conn, "offered", at, scope, params)
+        conn.execute("UPDATE deliveries SET offered_at=COALESCE(offered_at, ?) WHERE "
+                     + scope, [at] + params)
+        if lever == "claude-rewake":
+            # The armed waiter sees the delivery and wakes the session itself.
+            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+        op.event("wake.try", session_id, data={"lever": lever, "messages": message_ids})
+        if lever != "claude-rewake":
+            jobs.append({"session_id": session_id, "messages": message_ids,
+                         "lever": lever, "data": data, "text": text,
+                         "alive": op.liveness(row) == "alive"})
+    return {"jobs": jobs}
+
+
+# ---- operations: housekeeping --------------------------------------------
+
+@tool("prune", "Remove quiet, gone sessions", {
+    "quiet_s": {"type": "integer", "minimum": 0},
+    "dry_run": {"type": "boolean"},
+    "host": {"type": "string", "maxLength": 300}}, public=False)
+def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False, host=None):
+    """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
+    reports).  Their messages stay, each keeping its sender's label; their
+    memberships, leases, windows, reads and deliveries go.  Also finishes
+    retention: audit events past 30 days, messages 90 days past their TTL.
+    host: a host the operator says is gone for good (a retired laptop, a CI
+    runner): its quiet sessions count as gone, since no process of it will
+    ever record so."""
+    conn, at = op.conn, op.at
+    removed, kept = [], []
+    events_removed = messages_removed = 0
+    if not dry_run:
+        while True:          # prune is the explicit call: finish the job
+            batch = retention(conn, real_time(at), 5000)
+            events_removed += batch[0]
+            messages_removed += batch[1]
+            if batch == (0, 0):
+                break
+    for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
+                            "last_seen", (at - quiet_s,)).fetchall():
+        state = op.liveness(row)
+        if host is not None and row["host"] == host and host != host_name():
+            state = "gone"                  # the operator's word for that host
+        item = {"session_id": row["id"], "label": row["label"], "liveness": state,
+                "last_seen": iso(row["last_seen"])}
+        if state != "gone":
+            kept.append(item)
+            continue
+        removed.append(item)
+        if not dry_run:
+            release_all(op, row["id"], "prune")
+            end_windows(op, row["id"], "prune")
+            conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
+            op.event("session.prune", row["id"], data=item)
+    return {"removed": removed, "kept": kept, "dry_run": dry_run,
+            "quiet_s": quiet_s, "events_removed": events_removed,
+            "messages_removed": messages_removed}
+
+
+@tool("store_info", "The store and this session", {"harness_key": S_KEY},
+      caller="key", read_only=True, public=False, after=False)
+def store_info(op, harness_key=None):
+    """What doctor reports about the store, and the session of a harness key."""
+    session = None
+    if op.caller is not None:
+        session = session_dict(op.conn, op.caller, op.liveness, op.at)
+    return {"journal": op.store.journal(), "schema": op.store.schema_version(),
+            "engine": op.store.engine(),
+            "sessions": op.conn.execute("SELECT COUNT(*) FROM sessions WHERE left_at "
+                                        "IS NULL").fetchone()[0],
+            "session": session}
+
+
+def _event_item(conn, row, room, labels):
+    """An event row as a dict for watch, or None when `room` is given and the
+    event is neither in it nor by one of its sessions."""
+    sid = row["session_id"]
+    if room and row["room"] != room and not conn.execute(
+            "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
+            (sid, room)).fetchone():
+        return None
+    if sid and sid not in labels:
+        found = session_row(conn, sid)
+        labels[sid] = found["label"] if found else None
+    return {"id": row["id"], "at": iso(row["at"]), "ts": row["at"], "kind": row["kind"],
+            "session_id": sid, "label": labels.get(sid), "room": row["room"],
+            "subject": row["subject"],
+            "data": json.loads(row["data"]) if row["data"] else {}}
+
+
+@tool("events_tail", "The newest events", {
+    "room": S_ROOM, "limit": {"type": "integer", "minimum": 1, "maximum": 100000}},
+    read_only=True, public=False, after=False)
+def events_tail(op, room=None, limit=50):
+    """The newest `limit` events (of `room`'s sessions when given), oldest first."""
+    full = resolve_room(op.conn, room) if room else None
+    labels = {}
+    items = [_event_item(op.conn, row, full, labels) for row in op.conn.execute(
+        "SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,)).fetchall()]
+    return {"events": [item for item in reversed(items) if item is not None]}
+
+
+@tool("session_label", "A session's label", {"of": {"type": "string", "maxLength": 200}},
+      ["of"], read_only=True, public=False, after=False)
+def session_label(op, of):
+    row = session_row(op.conn, of)
+    return {"label": row["label"] if row else None}
+
+
+def follow_events(room=None, since=None, poll_s=0.5, store=None):
+    """Yield event rows as dicts, oldest first, forever: those after `since`
+    (epoch seconds; default: from now on), only of `room`'s sessions when given.
+    Polls the store with an indexed read of new event ids: no write, no busy
+    loop."""
+    store = store or open_store()
+    try:
+        last = _store_call(store, lambda conn: conn.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM events" + (
+                " WHERE at < ?" if since is not None else ""),
+            () if since is None else (since,)).fetchone()[0])
+        full = _store_call(store, lambda conn: resolve_room(conn, room)) if room else None
+        labels = {}
+
+        def newer(conn):
+            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id "
+                                "LIMIT 500", (last,)).fetchall()
+            return [(row["id"], _event_item(conn, row, full, labels)) for row in rows]
+        while True:
+            try:
+                items = _store_call(store, newer)
+            except RoomError as error:
+                if not _passing(error):
+                    raise
+                time.sleep(RECONNECT_PAUSE_S)   # a server restarting: look again
+                continue
+            for last, item in items:
+                if item is not None:
+                    yield item
+            if not items:
+                time.sleep(poll_s)
+    finally:
+        store.close()
+
+
+def version_info():
+    """This copy and its store: so two agents can tell whether they run the same."""
+    import hashlib
+    with open(this_file(), "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    path = default_db_path()
+    kind = store_kind(path)
+    schema = kind.peek_schema(path)          # look, never create or migrate
+    path = kind.shown_path(path)
+    return {"version": __version__, "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
+            "store": path, "store_schema_version": schema,
+            "schema_version": SCHEMA_VERSION}
+
+
+# ---- signals: wake levers ------------------------------------------------
+# Running a lever is process work, not a rule about the room: the operations
+# above decide which wakes are due and record outcomes; this section connects
+# to a socket or starts the recorded program, as the recipient, after commit.
+
+def _send_socket(data, text):
+    """Claude Code's inbox socket: auth line, then a user message line."""
+    import socket
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(SOCKET_TIMEOUT_S)
+    try:
+        client.connect(data["socket"])
+        client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
+                        + json.dumps({"type": "user", "message": {
+                            "role": "user", "content": text}, "priority": "next"})
+                        + "\n").encode("utf-8"))
+    finally:
+        client.close()
+
+
+def lever_argv(job):
+    data = job["data"]
+    if job["lever"] == "codex-queue":
+        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
+                "--message", job["text"]]
+    if job["lever"] == "hermes-resume":
+        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q",
+                                     job["text"]]
+    return list(data["argv"]) + [job["text"]]
+
+
+def run_due_wakes(store, ctx):
+    """Work that rides any tool event: fire the wakes due now for this user's
+    sessions on this host (there is no daemon).  Socket levers run inline
+    (bounded by 1 s); process levers run detached (see _spawn_wake)."""
+    if not _store_call(store, lambda conn: wakes_due(conn, store.now())):
+        return 0
+    jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
+    for job in jobs:
+        if job["lever"] == "claude-socket":
+            try:
+                _send_socket(job["data"], job["text"])
+                outcome, detail = "accepted", "socket accepted"
+            except OSError as error:
+                outcome, detail = "failed", "socket: %s" % error
+            call_tool(store, ctx, "wake_record", {
+                "session_id": job["session_id"], "messages": job["messages"],
+                "lever": job["lever"], "outcome": outcome, "detail": detail})
+        elif job["lever"] == "hermes-resume" and job["alive"]:
+            # Still open in a running Hermes: a resume would fork its history.
+            # The retry already scheduled fires once that process is gone.
+            continue
+        else:
+            _spawn_wake(store, ctx, job)
+    return len(jobs)
+
+
+def after_tool_event(store, ctx):
+    """Runs after a call committed: nothing here may fail that call (a client
+    that saw an error would send again)."""
+    try:
+        run_due_wakes(store, ctx)
+    except RoomError as error:
+        sys.stderr.write("agents-room: wake: %s\n" % clean(error.message))
+    except Exception as error:          # noqa: the call itself succeeded
+        sys.stderr.write("agents-room: wake: %s: %s\n" % (type(error).__name__,
+                                                          clean(str(error))))
+
+
+AFTER_TOOL_EVENT.append(after_tool_event)
+
+
+def _spawn_wake(store, ctx, job):
+    """Run a process lever detached, in its own process group, through
+    `agents_room.py wake-run`, which bounds it by a timeout and records the
+    outcome in the store itself: no caller waits on a slow lever.  It runs in
+    the environment and cwd recorded for the recipient, never the caller's."""
+    import subprocess
+    data = job["data"]
+    payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
+                          "lever": job["lever"], "argv": lever_argv(job),
+                          "alive": job["alive"],
+                          "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
+                                                  WAKE_TIMEOUT_S)})
+    # The store as this process reaches it (a password in the URL included:
+    # the lever runs as this same user, on this host, and stores nothing).
+    env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
+    cwd = data.get("cwd")
+    if not cwd or not os.path.isdir(cwd):
+        cwd = os.path.expanduser("~")
+    try:
+        subprocess.Popen([sys.executable, "-I", "-S", this_file(), "wake-run", payload],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env=env,
+                         cwd=cwd, close_fds=True)
+    except OSError as error:
+        call_tool(store, ctx, "wake_record", {
+            "session_id": job["session_id"], "messages": job["messages"],
+            "lever": job["lever"], "outcome": "failed", "detail": "spawn: %s" % error})
+
+
+def wake_run(payload):
+    """The detached half of a process lever (see _spawn_wake)."""
+    import subprocess
+    job = json.loads(payload)
+    timeout = job.get("timeout") or WAKE_TIMEOUT_S
+    try:
+        done = subprocess.run(job["argv"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout)
+        ok = done.returncode == 0
+        detail = "exit %d %s" % (done.returncode, one_line(
+            done.stderr.decode("utf-8", "replace"), 200))
+    except subprocess.TimeoutExpired:
+        ok, detail = False, "timed out after %gs" % timeout
+    except OSError as error:
+        ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error.strerror or error)
+    # codex queue exits 0 whether or not anyone runs the thread: a turn is only
+    # known to start when the recipient's harness is running.
+    outcome = "failed" if not ok else (
+        "accepted" if job["lever"] != "codex-queue" or job.get("alive") else "offered")
+    store = open_store()
+    try:
+        call_tool(store, Context(via="cli"), "wake_record", {
+            "session_id": job["session_id"], "messages": job["messages"],
+            "lever": job["lever"], "outcome": outcome, "detail": detail})
+    finally:
+        store.close()
+    return 0
+
+
+# ---- harnesses: setup and doctor -----------------------------------------
+# One row per harness: its names, where its configuration lives, which of its
+# hook events mean which of ours, how it takes context from a hook, and its
+# wake lever.  setup, doctor and the hook front end read the same rows.
+
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
+               "PreToolUse")
+EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
+HOOK_TIMEOUT_S = 8
+HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up quietly
+
+HARNESS_ROWS = {
+    "claude-code": {
+        "setup": "claude", "title": "Claude Code",
+        # the harness's hook event -> ours
+        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+                   "PostToolUse": "PostToolUse", "Stop": "Stop",
+                   "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"},
+        "context": "claude",      # hookSpecificOutput.additionalContext
+        # Claude Code continues a turn whose Stop hook adds context, as a
+        # system reminder; a decision block shows the user "Stop hook error".
+        "hold": "context",
+        "max_autonomy": 2, "lever": "claude-rewake",
+        "mcp_name": "mcp__agents-room__",
+    },
+    "codex": {
+        "setup": "codex", "title": "Codex",
+        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+                   "PostToolUse": "PostToolUse", "Stop": "Stop",
+                   "SessionEnd": "SessionEnd"},
+        "context": "claude", "hold": "decision",
+        "max_autonomy": 2, "lever": "codex-queue",
+        "mcp_name": "mcp__agents_room__",
+    },
+    "hermes": {
+        "setup": "hermes", "title": "Hermes",
+        # Hermes injects context only from pre_llm_call (once per user turn),
+        # and its on_session_end fires after every turn: on_session_finalize
+        # is the real end of a session.
+        # pre_verify may block the end of a turn that edited files (Hermes asks
+        # again up to 3 times; extra.attempt > 0 is its stop_hook_active).
+        "events": {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
+                   "pre_verify": "Stop", "on_session_finalize": "SessionEnd"},
+        "context": "hermes",      # {"context": ...}
+        "hold": "decision", "max_autonomy": 2, "lever": "hermes-resume",
+        "mcp_name": "mcp__agents_room__",
+    },
+}
+SETUP_HARNESSES = {row["setup"]: name for name, row in HARNESS_ROWS.items()}
+SETUP_MARK = "agents_room"
+
+
+def hook_output(harness, event_name, text, hold=False):
+    """The answer a harness presents as a normal continuation: Claude Code and
+    Codex take hookSpecificOutput.additionalContext and a Stop decision;
+    Hermes takes {"context": ...}."""
+    row = HARNESS_ROWS.get(harness, HARNESS_ROWS["claude-code"])
+    if hold and row["hold"] != "context":
+        return json.dumps({"decision": "block", "reason": text})
+    if row["context"] == "hermes":
+        return json.dumps({"context": text})
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event_name,
+                                              "additionalContext": text}})
+
+
+def _launcher_code(missing_exit):
+    """The -c program of the launcher: take the directory of agents_room.py
+    from argv, import it (so Python uses the bytecode cache; the directory goes
+    last on the path, so a json.py beside the copy never shadows the standard
+    library), and when it is
+    not there say what to run instead of failing with an import traceback
+    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
+    say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
+    stop = "sys.exit(%s)" % say if missing_exit else \
+        "sys.exit(print(%s,file=sys.stderr))" % say
+    return ('import sys,os;d=sys.argv.pop(1);sys.path.append(d);'
+            'os.path.isfile(d+"/agents_room.py")or %s;'
+            'from agents_room import main;sys.exit(main())' % stop)
+
+
+def launcher(where=None, missing_exit=0, python=None):
+    """argv that runs this program by importing it.  -I -S: isolated mode (no
+    current directory, user site or PYTHON* variables on the path, so a
+    repository's json.py can never run in a hook or a commit) and no site
+    (a stdlib-only hook needs none of it; it is most of a start on some
+    interpreters).  where: the directory as the command should name it."""
+    return [python or sys.executable, "-I", "-S", "-c", _launcher_code(missing_exit),
+            where or os.path.dirname(this_file())]
+
+
+def precompile():
+    """Write this file's bytecode cache now (best effort), so the first hook
+    is fast even where PYTHONDONTWRITEBYTECODE is set."""
+    import importlib.util
+    import py_compile
+    try:
+        return py_compile.compile(this_file(), doraise=True,
+                                  cfile=importlib.util.cache_from_source(this_file()))
+    except (OSError, py_compile.PyCompileError):
+        return None
+
+
+class Placement:
+    """How a configuration names this file: relative to the project root when
+    the file is inside the project (a vendored copy: the project can move or be
+    cloned, and a plain python3 from PATH runs it), absolute otherwise."""
+
+    def __init__(self, root=None, project_var=None):
+        here = os.path.realpath(os.path.dirname(this_file()))
+        self.relative = None
+        if root and project_var:
+            rel = os.path.relpath(here, os.path.realpath(root))
+            if rel != ".." and not rel.startswith(".." + os.sep):
+                self.relative = "" if rel == "." else rel
+        self.project_var = project_var
+        self.python = "python3" if self.relative is not None else sys.executable
+        if self.relative is None:
+            self.directory, self.script = os.path.dirname(this_file()), this_file()
+        else:
+            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
+                                             if self.relative else "")
+            self.script = self.directory + "/agents_room.py"
+
+    def command(self, args, missing_exit=0):
+        """A shell command line: the harness runs hooks through sh, which
+        expands the project directory."""
+        import shlex
+        parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
+        if self.relative is None:
+            parts.append(shlex.quote(self.directory))
+        else:
+            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
+                "/" + self.relative) if self.relative else ""))
+        return " ".join(parts + [shlex.quote(a) for a in args])
+
+
+def hook_args(harness, event_name, autonomy=None, extra=()):
+    args = ["hook", "--harness", harness, "--event=" + event_name]
+    if autonomy is not None and event_name == "SessionStart":
+        args += ["--autonomy", str(autonomy)]
+    return args + list(extra)
+
+
+def _claude_style_hooks(placement, harness, autonomy, start_extra=(), wake=False):
+    """Hook entries in the Claude Code settings shape (Codex reads the same)."""
+    hooks = {}
+    for name, ours in HARNESS_ROWS[harness]["events"].items():
+        # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
+        entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
+                 HOOK_TIMEOUT_S + 2,
+                 "command": placement.command(hook_args(
+                     harness, ours, autonomy, start_extra if ours == "SessionStart"
+                     else ()))}
+        group = {"hooks": [entry]}
+        if name == "PostToolUse":
+            group["matcher"] = "*"
+        if name == "PreToolUse":
+            group["matcher"] = EDIT_TOOLS
+        hooks[name] = [group]
+    if wake and "Stop" in hooks:
+        # The waiter arms at every turn's end, and at the session's start so
+        # that an interactive session is woken before its first turn too.
+        for name in ("Stop", "SessionStart"):
+            hooks[name][0]["hooks"].append({
+                "type": "command", "command": placement.command(hook_args(
+                    harness, "Stop", None, ["--wait"])),
+                "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
+    return hooks
+
+
+def _is_ours(entry):
+    """An entry setup wrote: a command that runs agents_room's hook verb."""
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if not isinstance(command, str):
+        return False
+    import shlex
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(os.path.basename(w) == "agents_room.py" or
+               "from agents_room import main" in w for w in words) and "hook" in words
+
+
+def merge_hooks(settings, hooks):
+    """Replace agents-room's hook entries in settings, keeping every other
+    entry (and every group that holds anything that is not ours) as it was."""
+    existing = settings.setdefault("hooks", {})
+    if not isinstance(existing, dict):
+        raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
+    for name, groups in hooks.items():
+        current = existing.get(name, [])
+        if not isinstance(current, list):
+            raise RoomError("'hooks.%s' in the settings file is not a list; fix it by "
+                            "hand" % name)
+        kept = []
+        for group in current:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                others = [h for h in group["hooks"] if not _is_ours(h)]
+                if others:
+                    kept.append(dict(group, hooks=others))
+                elif not group["hooks"]:
+                    kept.append(group)
+            else:
+                kept.append(group)
+        existing[name] = kept + groups
+    return settings
+
+
+def _read_json(path):
+    text = _read_text(path)
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as error:
+        raise RoomError("cannot read %s as JSON: %s" % (path, error),
+                        "fix or move the file; nothing was written")
+    if not isinstance(data, dict):
+        raise RoomError("%s does not hold a JSON object; nothing was written" % path)
+    return data
+
+
+def _read_text(path):
+    """A config file's text, or "" when it does not exist yet."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise RoomError("cannot read %s: %s" % (path, getattr(error, "strerror", None)
+                                                 or error), "nothing was written")
+
+
+def write_private(path, text, mode=None):
+    """Write a file atomically through a temporary created exclusively (never
+    following a link planted at a predictable name), keeping the old file's
+    mode.  A configuration that is a symlink (dotfiles) is written where it
+    points, not replaced by a plain file."""
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    for _ in range(100):
+        temporary = os.path.join(directory, ".%s.%s.tmp" % (
+            os.path.basename(path), os.urandom(6).hex()))
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         getattr(os, "O_NOFOLLOW", 0), 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RoomError("cannot create a temporary file in %s" % directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _toml_string(text):
+    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
+    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
+    out = []
+    for char in text:
+        if ord(char) > 0xFFFF:
+            out.append("\\U%08X" % ord(char))
+        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(json.dumps(char)[1:-1])
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
+
+
+def _toml_block():
+    return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
+            'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
+            % (_toml_string(sys.executable), ", ".join(
+                _toml_string(a) for a in ["-I", "-S", this_file(), "serve"])))
+
+
+def merge_codex_toml(text):
+    """Add (or replace) the agents-room MCP table and turn hooks on, leaving the
+    rest of config.toml as it was.  Line-based: no TOML library in the stdlib."""
+    import re
+    lines = text.splitlines()
+    out, skipping = [], False
+    for line in lines:
+        header = line.split("#", 1)[0].strip()
+        if header.startswith("["):
+            skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
+                                                   '[mcp_servers."agents-room"]')
+        if not skipping:
+            out.append(line)
+    # Hooks are on by default in current Codex; `hooks` is the canonical key
+    # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
+    out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
+    section, has_hooks = None, False
+    headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
+    for index, (l, header) in enumerate(zip(out, headers)):
+        if header.startswith("["):
+            section = header
+        elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
+                section is None and l.split("=")[0].strip().replace(" ", "") ==
+                "features.hooks"):
+            has_hooks = True
+            out[index] = l.split("=")[0] + "= true"
+    if not has_hooks:
+        if "[features]" in headers:
+            out.insert(headers.index("[features]") + 1, "hooks = true")
+        elif any(h.startswith("features.") for h in headers):
+            out.insert(next(i for i, h in enumerate(headers) if h.startswith("features.")),
+                       "features.hooks = true")
+        else:
+            out += ["", "[features]", "hooks = true"]
+    while out and not out[-1].strip():
+        out.pop()
+    while out and not out[0].strip():
+        out.pop(0)
+    merged = "\n".join(out) + ("\n\n" if out else "") + _toml_block()
+    try:
+        import tomllib                  # 3.11+: check what is written
+    except ImportError:
+        return merged
+    try:
+        tomllib.loads(merged)
+    except tomllib.TOMLDecodeError as error:
+        raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
+                        "table by hand (setup codex without --write prints it)" % error)
+    return merged
+
+
+def _yaml_entries(placement, autonomy):
+    """The two top-level mappings setup hermes owns, as YAML lines: the MCP
+    server (with the store passed in env:, since Hermes starts servers with a
+    filtered environment) and one hook per Hermes event."""
+    mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
+           "    args: [%s]" % ", ".join(json.dumps(a) for a in
+                                        ["-I", "-S", this_file(), "serve"]),
+           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(
+               store_kind(default_db_path()).shown_path(default_db_path(), None))]
+    hooks = {}
+    for event_name, ours in HARNESS_ROWS["hermes"]["events"].items():
+        hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
+            hook_args("hermes", ours, autonomy))),
+            "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
+    return mcp, hooks
+
+
+def merge_hermes_yaml(text, placement, autonomy):
+    """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
+    config.yaml, creating the sections where absent and replacing earlier
+    agents-room entries, leaving every other line as it was.  A small
+    line-based writer for the block-style subset Hermes' own config uses; a
+    flow-style section ({...} on one line) is refused rather than guessed."""
+    mcp, hooks = _yaml_entries(placement, autonomy)
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines()
+
+    def by_hand(why):
+        return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
+                         "hermes without --write prints them)" % why)
+
+    def section(name):
+        for index, line in enumerate(lines):
+            for spelled in (name, '"%s"' % name, "'%s'" % name):
+                if line.startswith(spelled + ":"):
+                    break
+            else:
+                continue
+            rest = line[len(spelled) + 1:].strip()
+            if rest and not rest.startswith("#"):
+                raise by_hand("has %s: in flow style" % name)
+            end = index + 1
+            while end < len(lines) and (not lines[end].strip() or
+                                        lines[end].startswith((" ", "\t"))):
+                end += 1
+            while end > index + 1 and not lines[end - 1].strip():
+                end -= 1
+            for child in lines[index + 1:end]:
+                if child.strip() and not child.strip().startswith("#"):
+                    indent = len(child) - len(child.lstrip(" "))
+                    if "\t" in child[:indent + 1] or indent != 2:
+                        raise by_hand("indents %s: other than by two spaces" % name)
+                    break
+            return index, end
+        lines.extend(["", name + ":"])
+        return len(lines) - 1, len(lines)
+
+    # mcp_servers: drop an earlier agents-room entry, append ours.
+    start, end = section("mcp_servers")
+    body = lines[start + 1:end]
+    kept, skipping = [], False
+    for line in body:
+        if line.startswith("  ") and not line.startswith("   ") and line.strip():
+            skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
+        if not skipping:
+            kept.append(line)
+    lines[start + 1:end] = kept + mcp
+    # hooks: per event, drop our earlier list items, append ours.
+    start, end = section("hooks")
+    body = lines[start + 1:end]
+    events, order, current = {}, [], None
+    for line in body:
+        if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
+                not line.strip().startswith(("#", "-")):
+            current = line.strip().rstrip(":").strip("'\"")
+            order.append(current)
+            events[current] = [line]
+        elif current is None:
+            order.append(None)
+            events.setdefault(None, []).append(line)
+        else:
+            events[current].append(line)
+    rebuilt = []
+    for name in order:
+        if name is None:
+            continue
+        block = events[name]
+        items, item = [], []
+        for line in block[1:]:
+            if line.strip().startswith("- ") and item:
+                items.append(item)
+                item = []
+            item.append(line)
+        if item:
+            items.append(item)
+        items = [i for i in items if not any(_is_ours({"command": _yaml_scalar(
+            l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
+            l.split(":", 1)[1])}) for l in i if "command:" in l)]
+        if name in hooks:
+            ours = hooks.pop(name)
+            theirs = [l for i in items for l in i if l.strip().startswith("- ")]
+            if theirs:
+                # Our item at the indentation their items use (YAML requires
+                # one indentation per sequence).
+                shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
+                ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
+                        for l in ours]
+            items.append(ours)
+        rebuilt.append(block[0])
+        for i in items:
+            rebuilt.extend(i)
+    for name, item in hooks.items():
+        rebuilt.append("  %s:" % name)
+        rebuilt.extend(item)
+    lines[start + 1:end] = events.get(None, []) + rebuilt
+    if not any(l.startswith("hooks_auto_accept:") for l in lines):
+        lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
+                  "hooks_auto_accept: true"]
+    return newline.join(lines).strip("\r\n") + newline
+
+
+def _yaml_scalar(text):
+    text = text.strip()
+    if text[:1] == '"':
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    if text[:1] == "'":
+        return text[1:-1].replace("''", "'")
+    return text
+
+
+def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
+          also=(), label=None):
+    """What to configure for a harness -> {"files": [{path, content, action}],
+    "notes": [...]}; with write=True the files are merged and written."""
+    cwd = cwd or _getcwd()
+    home = home or os.path.expanduser("~")
+    name = SETUP_HARNESSES.get(harness)
+    if name is None:
+        raise UsageError("setup takes %s, not %r" % (", ".join(SETUP_HARNESSES), harness))
+    row = HARNESS_ROWS[name]
+    level = parse_autonomy(autonomy) or 0
+    files, notes = [], []
+    start_extra = []
+    for room in also or ():
+        start_extra += ["--also", room]
+    if label:
+        start_extra += ["--label", label]
+    if level > row["max_autonomy"]:
+        notes.append("%s offers no way to %s; autonomy %s is used" % (
+            row["title"], "hold the end of a turn" if row["max_autonomy"] == 0 else
+            "start a turn", autonomy_name(row["max_autonomy"])))
+        level = row["max_autonomy"]
+    root = repo_root(cwd)
+    if harness == "claude":
+        if scope == "project" and root is None:
+            raise RoomError("%s is not inside a git repository" % cwd,
+                            "run setup claude in your project, or use --scope user")
+        placement = Placement(root if scope == "project" else None, "CLAUDE_PROJECT_DIR")
+        hooks = _claude_style_hooks(placement, name, level, start_extra, wake=level == 2)
+        if scope == "user":
+            settings_path = os.path.join(home, ".claude", "settings.json")
+            notes.append("MCP server for every project: claude mcp add --scope user "
+                         "agents-room -- %s -I -S %s serve" % (sys.executable, this_file()))
+        else:
+            settings_path = os.path.join(root, ".claude", "settings.json")
+            mcp_path = os.path.join(root, ".mcp.json")
+            mcp = _read_json(mcp_path)
+            servers = mcp.setdefault("mcpServers", {})
+            if not isinstance(servers, dict):
+                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                                % mcp_path)
+            servers["agents-room"] = {"command": placement.python,
+                                      "args": ["-I", "-S", placement.script, "serve"]}
+            files.append({"path": mcp_path, "content": json.dumps(mcp, indent=2) + "\n"})
+        settings = merge_hooks(_read_json(settings_path), hooks)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and row["mcp_name"] + "*" not in allow:
+            # Without it, every agents-room call waits for a person to approve
+            # it: a woken, unattended session could not even read its mail.
+            allow.append(row["mcp_name"] + "*")
+        files.append({"path": settings_path,
+                      "content": json.dumps(settings, indent=2) + "\n"})
+        notes.append("allowed without asking: the agents-room MCP tools "
+                     "(permissions.allow %s*)" % row["mcp_name"])
+        if level == 2:
+            notes.append("wake: a Stop hook with asyncRewake waits in the background "
+                         "after each turn and wakes the session when a message arrives "
+                         "(not under claude -p, which must exit)")
+    elif harness == "codex":
+        codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+        config_path = os.path.join(codex_home, "config.toml")
+        files.append({"path": config_path,
+                      "content": merge_codex_toml(_read_text(config_path))})
+        hooks_path = os.path.join(codex_home, "hooks.json")
+        hooks = _claude_style_hooks(Placement(None), name, level, start_extra)
+        settings = merge_hooks(_read_json(hooks_path), hooks)
+        files.append({"path": hooks_path, "content": json.dumps(settings, indent=2) + "\n"})
+        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
+                     "in the Codex TUI and trust the agents-room entries (codex exec "
+                     "skips untrusted hooks silently; --dangerously-bypass-hook-trust "
+                     "runs them)")
+        if level == 2:
+            notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
+                         "Codex session; the thread is the hook's session id")
+    else:
+        hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
+        config_path = os.path.join(hermes_home, "config.yaml")
+        try:
+            content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
+            files.append({"path": config_path, "content": content})
+        except RoomError as error:
+            # A config this writer does not understand is left alone: the
+            # entries are printed for a person to add.
+            files.append({"path": config_path, "content": merge_hermes_yaml(
+                "", Placement(None), level), "action": "merge by hand: " + error.message})
+        notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
+                     "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
+        notes.append("Hermes shows the model agents-room's context once per user turn "
+                     "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
+                     "edited files; at wake, a session whose Hermes has exited is resumed "
+                     "(hermes chat --resume) when a message arrives")
+    if write:
+        precompile()
+        for item in files:
+            if item.get("action"):
+                continue                        # merge by hand
+            if _read_text(item["path"]) == item["content"]:
+                item["action"] = "unchanged"
+                continue
+            write_private(item["path"], item["content"])
+            item["action"] = "written"
+        notes.append("next: restart %s so it reads the new configuration, then run "
+                     "python3 %s doctor inside it" % (row["title"], this_file()))
+    for item in files:
+        item.setdefault("action", "would write (use --write)")
+    return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
+
+
+def install_guard(cwd=None):
+    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
+    already there: it is renamed and run first, and its failure stops the
+    commit as before."""
+    import shlex
+    import subprocess
+    cwd = cwd or _getcwd()
+    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
+                          cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
+    top, hooks_rel = done.stdout.splitlines()[:2]
+    hooks = os.path.join(cwd, hooks_rel)
+    try:
+        os.makedirs(hooks, exist_ok=True)
+    except OSError as error:
+        raise RoomError("cannot create the hooks directory %s: %s" % (
+            hooks, error.strerror or error), "check core.hooksPath and its permissions")
+    hook = os.path.join(hooks, "pre-commit")
+    chained = hook + ".agents-room-chained"
+    action = "installed"
+    if os.path.exists(hook):
+        with open(hook, errors="replace") as handle:
+            ours = GUARD_MARK in handle.read()
+        if ours:
+            action = "updated"
+        elif os.path.exists(chained):
+            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
+        else:
+            os.replace(hook, chained)
+            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
+                chained)
+    here = os.path.dirname(this_file())
+    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
+    if rel.startswith(".."):
+        argv = launcher(here, 1)
+    else:
+        # git runs hooks at the top level: a path relative to it survives a
+        # move or a clone of the project.
+        argv = launcher(rel, 1, "python3")
+    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
+    script = ("#!/bin/sh\n# %s\n"
+              "# It refuses a commit that touches files another live session holds\n"
+              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
+              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
+              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
+              "exec %s\n" % (GUARD_MARK, command))
+    try:
+        write_private(hook, script, 0o755)
+    except OSError as error:
+        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
+                        "check core.hooksPath and its permissions")
+    precompile()
+    return {"hook": hook, "action": action}
+
+
+def _configured(path, needle):
+    try:
+        with open(path, errors="replace") as handle:
+            return needle in handle.read()
+    except OSError:
+        return False
+
+
+def _configured_commands(settings_path):
+    """The agents-room hook commands in a Claude-style settings file."""
+    try:
+        settings = _read_json(settings_path)
+    except RoomError:
+        return []
+    found = []
+    for groups in (settings.get("hooks") or {}).values():
+        for group in groups if isinstance(groups, list) else []:
+            for entry in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                if _is_ours(entry) and "--wait" not in entry["command"]:
+                    found.append(entry["command"])
+    return found
+
+
+def _try_command(command, env, cwd):
+    """Run a configured hook command as the harness would, with a harmless
+    event (no session: it must answer nothing and exit 0)."""
+    import subprocess
+    try:
+        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
+                                                           "--event=PostToolUse")],
+                              input=b'{"session_id": "agents-room-doctor-probe"}',
+                              capture_output=True, env=env, cwd=cwd, timeout=15)
+    except (OSError, subprocess.SubprocessError) as error:
+        return False, str(error)
+    text = done.stderr.decode("utf-8", "replace").strip()
+    return done.returncode == 0 and not text, text or "exit %d" % done.returncode
+
+
+def doctor(env=None, cwd=None, home=None):
+    """Checks, each (status, what, advice): status is ok, warn or fail."""
+    env = os.environ if env is None else env
+    cwd = cwd or _getcwd()
+    home = home or os.path.expanduser("~")
+    root = repo_root(cwd) or cwd
+    checks = []
+    path = default_db_path()
+    kind = store_kind(path)
+    checks.append(("ok", "store: %s" % kind.shown_path(path), ""))
+    if kind.exists(path):
+        checks += kind.access_checks(path)
+        try:
+            store = open_store(path)
+            try:
+                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
+                                 "store_info", {"harness_key": harness_key_from(env)})
+                checks += store.link_checks()
+            finally:
+                store.close()
+            checks.append(("ok", "schema version %d, %d present sessions, %s"
+                           % (info["schema"], info["sessions"], info["engine"]), ""))
+        except RoomError as error:
+            info = None
+            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
+    else:
+        info = None
+        checks.append(("ok", "store not created yet", "the first join creates it"))
+    harness = detect_harness(env)
+    checks.append(("ok", "harness detected: %s" % harness, ""))
+    key = harness_key_from(env)
+    var = next((v for v in HARNESS_KEY_VARS if env.get(v)), None)
+    if key:
+        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
+    else:
+        checks.append(("warn", "no harness key in the environment",
+                       "rejoins cannot find the same session and liveness relies on a "
+                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
+    session = info and info.get("session")
+    if session:
+        lever = session["lever"] or "none"
+        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
+            session["session_id"], session["label"] or "-",
+            autonomy_name(session["autonomy"]), lever), ""))
+        if session["autonomy"] == 2 and lever == "none":
+            checks.append(("warn", "at wake with no lever armed right now",
+                           "Claude Code arms its rewake waiter when a turn ends; "
+                           "messages wait until then"))
+    elif key:
+        checks.append(("warn", "no session for this harness key yet",
+                       "the SessionStart hook or room_join creates it"))
+    for name, row in HARNESS_ROWS.items():
+        checks += _doctor_harness(name, row, env, root, home)
+    return checks
+
+
+def _doctor_harness(name, row, env, root, home):
+    checks = []
+    title = row["title"]
+    fix = "python3 %s setup %s --write" % (this_file(), row["setup"])
+    if name == "claude-code":
+        settings = [os.path.join(root, ".claude", "settings.json"),
+                    os.path.join(home, ".claude", "settings.json")]
+        mcp_files = [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json")]
+        served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
+        checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+            title, ", ".join(served) or "not configured"), "" if served else fix))
+    elif name == "codex":
+        codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
+        settings = [os.path.join(codex_home, "hooks.json")]
+        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
+        checks.append(("ok" if ok else "warn", "%s MCP entry: %s" % (
+            title, "configured" if ok else "not configured"), "" if ok else fix))
+    else:
+        hermes_home = env.get("HERMES_HOME") or os.path.join(home, ".hermes")
+        config = os.path.join(hermes_home, "config.yaml")
+        text = _read_text(config) if os.path.exists(config) else ""
+        ok = "agents_room" in text
+        checks.append(("ok" if ok else "warn", "%s: %s" % (
+            title, "configured" if ok else "not configured"), "" if ok else fix))
+        if ok and "hooks_auto_accept: true" not in text and \
+                env.get("HERMES_ACCEPT_HOOKS", "").lower() not in ("1", "true", "yes", "on"):
+            checks.append(("warn", "Hermes asks before running each hook",
+                           "set hooks_auto_accept: true in %s (or run hermes with "
+                           "--accept-hooks)" % config))
+        return checks
+    commands = [c for p in settings for c in _configured_commands(p)]
+    hooked = [p for p in settings if _configured_commands(p)]
+    checks.append(("ok" if hooked else "warn", "%s hooks: %s" % (
+        title, ", ".join(hooked) or "not configured"), "" if hooked else fix))
+    probe_env = {k: v for k, v in env.items() if k not in HARNESS_KEY_VARS}
+    if name == "claude-code":
+        probe_env["CLAUDE_PROJECT_DIR"] = root
+    for command in list(dict.fromkeys(commands))[:1]:
+        ok, detail = _try_command(command, probe_env, root)
+        checks.append(("ok" if ok else "fail", "%s hook command runs" % title
+                       if ok else "%s hook command fails: %s" % (title, one_line(
+                           detail, 160)), "" if ok else fix))
+    if name == "codex" and hooked:
+        checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
+                       "open /hooks in the Codex TUI and trust the agents-room entries; "
+                       "codex exec skips untrusted hooks silently"))
+    return checks
+
+
+# ---- MCP server ----------------------------------------------------------
+
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+LINE_MAX_BYTES = 16 * 1024 * 1024
+JSON_DEPTH_MAX = 64
+
+INSTRUCTIONS = """agents-room connects you with agent sessions in other repositories.
+1. Call room_join once at the start (add extra_rooms for shared rooms); keep the
+   session_id it returns and pass it to every other tool. It is not the
+   harness's own session id.
+2. When told messages are waiting, call msg_recv; msg_ack what you acted on.
+3. Before editing a file others may touch, lease_claim it; release it after.
+4. note_read files you rely on; drift_check them before writing: CRITICAL
+   means another session changed it while holding a lease - re-read first.
+5. msg_send to '*', a session id, file:<glob>, tag:<tag> or label:<label>;
+   answer with reply_to. room_who shows who is here and alive; room_history
+   shows what was decided in a room (query searches it)."""
+
+
+def _rpc_error(id_, code, message, data=None):
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": error}
+
+
+def _rpc_result(id_, result):
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def _too_deep(value, depth=0):
+    if depth > JSON_DEPTH_MAX:
+        return True
+    if isinstance(value, dict):
+        return any(_too_deep(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_too_deep(v, depth + 1) for v in value)
+    return False
+
+
+def shared_defs(schema):
+    """An outputSchema as tools/list sends it: without descriptions (the tool's
+    description says what matters), and each object schema it repeats given
+    once under $defs and referred to (a nullable copy as anyOf the reference
+    and null).  Every model reads tools/list on every turn: what it costs
+    shrinks, what a client validates does not."""
+    def bare(node):
+        if isinstance(node, dict):
+            return {k: bare(v) for k, v in node.items() if k != "description"}
+        return [bare(v) for v in node] if isinstance(node, list) else node
+
+    def key(node):
+        if isinstance(node, dict) and node.get("properties"):
+            kinds = node.get("type")
+            nullable = isinstance(kinds, list) and sorted(kinds) == ["null", "object"]
+            return json.dumps(dict(node, type="object"), sort_keys=True), nullable
+        return None, False
+
+    counts = {}
+
+    def count(node):
+        if isinstance(node, dict):
+            found = key(node)[0]
+            if found:
+                counts[found] = counts.get(found, 0) + 1
+            for value in node.values():
+                count(value)
+        elif isinstance(node, list):
+            for value in node:
+                count(value)
+    schema = bare(schema)
+    for value in schema.get("properties", {}).values():
+        count(value)
+    names, defs = {}, {}
+
+    def swap(node):
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        found, nullable = key(node)
+        if found and counts.get(found, 0) > 1:
+            if found not in names:
+                names[found] = "o%d" % len(names)
+                defs[names[found]] = json.loads(found)
+            ref = {"$ref": "#/$defs/" + names[found]}
+            return {"anyOf": [ref, {"type": "null"}]} if nullable else ref
+        return {k: swap(v) for k, v in node.items()}
+    result = dict(schema, properties={k: swap(v) for k, v in
+                                      schema.get("properties", {}).items()})
+    if defs:
+        result["$defs"] = defs
+    return result
+
+
+class McpServer:
+    """Newline-delimited JSON-RPC 2.0 over stdio: one line in, at most one line
+    out.  No input can end the loop: every line gets its answer (or, for a
+    notification or a response, none) and the next line is read."""
+
+    def __init__(self, store, ctx, log=None, store_path=None):
+        self.store, self.ctx, self.store_path = store, ctx, store_path
+        self.protocol = None
+        self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
+        self.in_batch = False
+        self.called = False       # a tools/call since the parked waits were checked
+        self.data_version = None
+        self.wrote = False        # a tools/call since the last idle checkpoint
+        self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
+
+    def handle_line(self, line):
+        """One raw line (bytes) -> the response object or list, or None."""
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return _rpc_error(None, -32700, "Parse error: the line is not valid UTF-8 "
+                              "(byte %d)" % error.start)
+        if not text.strip():
+            return None
+        try:
+            message = json.loads(text)
+        except ValueError as error:
+            return _rpc_error(None, -32700, "Parse error: %s" % error)
+        except RecursionError:
+            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
+                              % JSON_DEPTH_MAX)
+        if _too_deep(message):
+            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
+                              % JSON_DEPTH_MAX)
+        if isinstance(message, list):
+            if self.protocol != "2025-03-26":
+                return _rpc_error(None, -32600, "Invalid Request: batches are only "
+                                  "accepted under protocol 2025-03-26 (negotiated: %s)"
+                                  % (self.protocol or "none"))
+            if not message:
+                return _rpc_error(None, -32600, "Invalid Request: empty batch")
+            answers, size = [], 0
+            for item in message:
+                if size > LINE_MAX_BYTES // 2:
+                    # The batch's answer is one line: past half the line bound
+                    # the rest is refused unrun (nothing read and then lost).
+                    if isinstance(item, dict) and "id" in item and "method" in item:
+                        answers.append(_rpc_error(self._id_or_null(item), -32603,
+                                                  "Internal error: the batch's answers "
+                                                  "are too large; send this again alone"))
+                    continue
+                self.in_batch = True       # a batch is answered as one: never parked
+                try:
+                    answer = self.handle_message(item)
+                finally:
+                    self.in_batch = False
+                if answer is not None:
+                    size += len(json.dumps(answer, ensure_ascii=False))
+                    answers.append(answer)
+            return answers or None
+        return self.handle_message(message)
+
+    def handle_message(self, message):
+        if not isinstance(message, dict):
+            return _rpc_error(None, -32600, "Invalid Request: expected a JSON object")
+        if "method" not in message:
+            if "result" in message or "error" in message:
+                return None         # a response to nothing we asked: ignore it
+            return _rpc_error(self._id_or_null(message), -32600,
+                              "Invalid Request: no method")
+        has_id = "id" in message
+        id_ = message.get("id")
+        if has_id and not self._valid_id(id_):
+            return _rpc_error(None, -32600, "Invalid Request: id must be a string or an "
+                              "integer")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message["method"], str):
+            return _rpc_error(id_ if has_id else None, -32600,
+                              "Invalid Request: needs jsonrpc \"2.0\" and a string method")
+        params = message.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            if not has_id:
+                return None
+            return _rpc_error(id_, -32602, "Invalid params: params must be an object")
+        if not has_id:
+            if message["method"] == "notifications/cancelled":
+                # A cancelled parked wait is dropped unanswered, as MCP asks.
+                self.waits = [w for w in self.waits if w[0] != params.get("requestId")]
+            return None             # notifications (initialized, cancelled, ...)
+        method = message["method"]
+        try:
+            if method == "initialize":
+                return _rpc_result(id_, self.initialize(params))
+            if method == "ping":
+                return _rpc_result(id_, {})
+            if method == "tools/list":
+                return _rpc_result(id_, {"tools": [self.describe(t) for t in
+                                                   TOOLS.values() if t.public]})
+            if method == "tools/call":
+                return self.call(id_, params)
+        except Exception as error:   # a bug must cost one answer, not the server
+            import traceback
+            self.log("internal error on %s: %s\n%s" % (method, error,
+                                                        traceback.format_exc()))
+            return _rpc_error(id_, -32603, "Internal error: %s" % error)
+        return _rpc_error(id_, -32601, "Method not found: %s" % method)
+
+    @staticmethod
+    def _valid_id(id_):
+        return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
+
+    def _id_or_null(self, message):
+        id_ = message.get("id")
+        return id_ if self._valid_id(id_) else None
+
+    def poll_waits(self, force=False):
+        """Answers for parked msg_recv calls whose mail came (the store
+        changed: PRAGMA data_version moves when another connection commits)
+        or whose wait is over.  Cheap when nothing changed."""
+        if not self.waits:
+            return []
+        try:
+            version = self.store.change_mark(mail=True)
+        except RoomError:
+            version = None        # the store is out of reach: the calls below say so
+        changed = force or version is None or version != self.data_version
+        self.data_version = version
+        answers, at = [], time.time()
+        for wait in list(self.waits):
+            id_, arguments, deadline, result = wait
+            if changed:
+                self.ctx.signal = None
+                try:
+                    result = call_tool(self.store, self.ctx, "msg_recv", arguments,
+                                       public_only=True)
+                except RoomError as error:
+                    if _passing(error) and at < deadline:
+                        continue          # a server restarting: wait it out
+                    self.waits.remove(wait)
+                    answers.append(_rpc_result(id_, {"content": [
+                        {"type": "text", "text": error.text()}], "isError": True}))
+                    continue
+            if result["messages"] or at >= deadline:
+                self.waits.remove(wait)
+                answers.append(self.answer(id_, result))
+        return answers
+
+    def initialize(self, params):
+        asked = params.get("protocolVersion")
+        self.protocol = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+        return {"protocolVersion": self.protocol,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "agents-room", "title": "agents-room",
+                               "version": __version__},
+                "instructions": INSTRUCTIONS}
+
+    @staticmethod
+    def describe(tool_):
+        return {"name": tool_.name, "title": tool_.title,
+                "description": tool_.description, "inputSchema": tool_.input_schema(),
+                "outputSchema": shared_defs(tool_.output), "annotations": tool_.annotations}
+
+    def call(self, id_, params):
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
+            return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
+                              {"tools": sorted(n for n, t in TOOLS.items() if t.public)})
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        self.wrote = self.called = True
+        self.ctx.signal = None
+        try:
+            if self.store is None:
+                self.store = open_store(self.store_path)
+            result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
+        except RoomError as error:
+            return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
+                                     "isError": True})
+        if name == "msg_recv" and arguments.get("wait_s") and not result["messages"] \
+                and not self.in_batch:
+            # Parked, not slept on: the loop goes on answering other requests
+            # and poll_waits answers this one when mail comes or time is up.
+            self.waits.append([id_, dict(arguments, wait_s=None),
+                               time.time() + arguments["wait_s"], result])
+            return None
+        return self.answer(id_, result)
+
+    def answer(self, id_, result):
+        answer = {
+            "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+            "structuredContent": result, "isError": False}
+        if self.ctx.signal:
+            # The signal rides beside the result, never inside it (clients
+            # validate structuredContent against the outputSchema).
+            answer["content"].append({"type": "text", "text": self.ctx.signal["text"]})
+            answer["_meta"] = {"agents-room/unread": self.ctx.signal["count"]}
+        return _rpc_result(id_, answer)
+
+
+class LineReader:
+    """Reads newline-terminated lines from a file descriptor, at most
+    LINE_MAX_BYTES each, and wakes on a signal.
+
+    A blocking readline cannot be interrupted reliably: a SIGTERM that lands
+    between Python's signal check and the read() call is only noticed when the
+    next line arrives, which may be never.  So the reader selects on stdin and
+    on the signal wakeup pipe together.  An overlong line is drained without
+    being kept and reported as None, so memory stays bounded."""
+
+    def __init__(self, fd, wake_fd):
+        self.fd, self.wake_fd = fd, wake_fd
+        self.buffer = bytearray()
+        self.start = 0
+        self.draining = False
+        self.stopped = False
+        self.eof = False
+
+    def readline(self, idle=None, idle_s=1.0, poll=None):
+        """The next line (bytes), None for an overlong one, b"" at EOF or stop.
+        idle() is called once whenever input pauses for idle_s; poll(), while
+        it asks for it, every few hundredths to a second (backing off): it
+        returns the seconds until it wants to run again, or None."""
+        import select
+        idled = False
+        poll_s = poll() if poll else None
+        while True:
+            newline = self.buffer.find(b"\n", self.start)
+            if newline >= 0:
+                line = bytes(self.buffer[:newline + 1])
+                del self.buffer[:newline + 1]
+                self.start = 0
+                if self.draining or len(line) > LINE_MAX_BYTES + 1:
+                    self.draining = False
+                    return None
+                return line
+            if self.eof or self.stopped:
+                line, self.buffer = bytes(self.buffer), bytearray()
+                return None if self.draining else line
+            if len(self.buffer) > LINE_MAX_BYTES:
+                self.draining = True
+                self.buffer = bytearray()
+            self.start = len(self.buffer)
+            wait = None if idle is None or idled else idle_s
+            if poll_s is not None:
+                wait = poll_s if wait is None else min(wait, poll_s)
+            ready, _, _ = select.select([self.fd, self.wake_fd], [], [], wait)
+            if not ready:
+                if poll_s is not None:
+                    poll_s = poll()
+                if wait == idle_s and not idled:
+                    idled = True
+                    idle()
+                continue
+            if self.wake_fd in ready:
+                os.read(self.wake_fd, 512)
+                if self.stopped:
+                    continue
+            if self.fd in ready:
+                chunk = os.read(self.fd, 1 << 16)
+                if chunk:
+                    self.buffer += chunk
+                else:
+                    self.eof = True
+
+
+def serve(store_path=None):
+    """Run the MCP server on stdin/stdout until EOF or SIGTERM (exit 0 both)."""
+    import signal
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    os.set_blocking(wake_read, False)
+    reader = LineReader(sys.stdin.fileno(), wake_read)
+
+    def stop(signum, frame):
+        reader.stopped = True
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        store = open_store(store_path)
+    except StoreError as error:
+        # Serve anyway: every call answers why (and tries the store again), so
+        # the agent reads the reason instead of finding a dead server.
+        sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
+        store = None
+    if store is not None:
+        store.serving()         # a long run: the store's upkeep waits for pauses
+    pid = os.getpid()
+    harness = harness_pid(os.getppid())
+    ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
+                  harness_start=process_start(harness) if harness else None)
+    server = McpServer(store, ctx, store_path=store_path)
+    stdout = sys.stdout.buffer
+
+    def emit(answer):
+        stdout.write(json.dumps(answer, ensure_ascii=False).encode(
+            "utf-8", "backslashreplace") + b"\n")
+        stdout.flush()
+
+    delay = [0.05]
+
+    def poll():
+        """Parked waits: answer those that are due; the next poll backs off
+        from 50 to 250 ms while nothing changes."""
+        if not server.waits:
+            return None
+        answers = server.poll_waits()
+        for answer in answers:
+            emit(answer)
+        delay[0] = 0.05 if answers else min(delay[0] * 2, 0.25)
+        if not server.waits:
+            return None
+        return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
+
+    def idle():
+        if server.wrote and server.store is not None:
+            server.wrote = False
+            server.store.idle()
+    try:
+        while not reader.stopped:
+            line = reader.readline(idle, poll=poll)
+            if line == b"" or reader.stopped:
+                break
+            if line is None:
+                answer = _rpc_error(None, -32700, "Parse error: line longer than %d bytes"
+                                    % LINE_MAX_BYTES)
+            else:
+                answer = server.handle_line(line)
+            if answer is not None:
+                emit(answer)
+            if server.waits and server.called:
+                # This server's own writes do not move data_version for it.
+                server.called = False
+                for answer in server.poll_waits(force=True):
+                    emit(answer)
+    except BrokenPipeError:
+        pass
+    finally:
+        if server.store is not None:
+            server.store.close()
+    return 0
+
+
+# ---- hook front end ------------------------------------------------------
+# The third front end, beside the MCP server and the CLI: a harness runs
+# `hook --harness H --event=E` with its hook JSON on stdin.  It translates the
+# harness's event into an internal operation and the answer into the form that
+# harness presents as a normal continuation; it holds no rule of its own.
+
+def hook_harness(opts, env):
+    """The harness a hook runs in: named by setup (--harness), else detected,
+    else Claude Code, whose hook format this is."""
+    named = opts.get("harness")
+    if named in HARNESS_ROWS:
+        return named
+    detected = detect_harness(env)
+    return "claude-code" if detected == "generic" else detected
+
+
+HOOK_HELP = """usage: agents_room.py hook --event=EVENT [--harness H] [options] < hook.json
+
+Answer one harness hook event: the harness writes its hook JSON on stdin and
+reads the answer on stdout.  setup writes these commands for you; you run one
+by hand only to see what a harness would get.
+
+  --event=E      SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd
+                 or PreToolUse
+  --harness H    claude-code, codex or hermes (how to answer); default: detected
+  --autonomy N   SessionStart: 0/notify, 1/hold or 2/wake
+  --label L, --room R, --also S, --tag T
+                 SessionStart: passed to the join
+  --wait         Stop: wait in the background for a message and wake the
+                 session (Claude Code's asyncRewake hook)
+
+A hook never fails the harness: on any error it prints nothing, exits 0 and
+writes a line to hook.log beside the store.
+
+example:
+  echo '{"session_id": "k1", "cwd": "'$PWD'"}' | python3 agents_room.py hook --event=SessionStart
+"""
+
+
+def _hook_options(argv):
+    """--event=E --harness H --autonomy N --label L --room R --also S --tag T
+    --wait, parsed by hand: argparse alone costs more than the rest of a hook."""
+    opts = {"also": [], "tag": [], "wait": False}
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        if item == "--wait":
+            opts["wait"] = True
+            continue
+        if not item.startswith("--"):
+            raise UsageError("hook: unexpected argument %r" % item)
+        name, _, value = item[2:].partition("=")
+        if not _:
+            if not items:
+                raise UsageError("hook: --%s needs a value" % name)
+            value = items.pop(0)
+        if name in ("also", "tag"):
+            opts[name].append(value)
+        elif name in ("event", "autonomy", "label", "room", "harness"):
+            opts[name] = value
+        else:
+            raise UsageError("hook: unknown option --%s" % name)
+    if opts.get("event") not in HOOK_EVENTS:
+        raise UsageError("hook needs --event=%s" % "|".join(HOOK_EVENTS))
+    return opts
+
+
+def _hook_join(store, ctx, opts, key, harness):
+    pid = harness_pid(os.getppid())
+    ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
+    ctx.harness_argv = process_argv(pid) if pid else None
+    joined = call_tool(store, ctx, "room_join", {
+        "room": opts.get("room"), "extra_rooms": opts["also"] or None,
+        "label": opts.get("label"), "tags": opts["tag"] or None,
+        "autonomy": opts.get("autonomy"), "harness": harness, "harness_key": key})
+    return call_tool(store, ctx, "session_digest", {
+        "session_id": joined["session_id"], "cwd": ctx.cwd})["text"]
+
+
+def run_hook(argv, stdin_text, env=None):
+    """One harness hook event -> (stdout text, exit code).  Raises on failure;
+    hook_main turns any failure into silence, because a hook must never break
+    the harness."""
+    env = os.environ if env is None else env
+    opts = _hook_options(argv)
+    event_name = opts["event"]
+    payload = json.loads(stdin_text) if stdin_text.strip() else {}
+    if not isinstance(payload, dict):
+        raise UsageError("hook input is not a JSON object")
+    key = payload.get("session_id") or harness_key_from(env)
+    if not key or not isinstance(key, str):
+        return "", 0
+    harness = hook_harness(opts, env)
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else _getcwd()
+    ctx = Context(via="hook", cwd=cwd, env=env)
+    store = open_store(busy_ms=HOOK_BUSY_MS)
+    try:
+        if event_name == "SessionStart":
+            digest = _hook_join(store, ctx, opts, key, harness)
+            return hook_output(harness, event_name, digest), 0
+        if event_name == "SessionEnd":
+            call_tool(store, ctx, "session_end", {"harness_key": key})
+            return "", 0
+        if event_name == "PreToolUse":
+            return pre_tool_use(store, ctx, key, payload), 0
+        if event_name == "Stop":
+            if opts["wait"]:
+                return wait_for_wake(store, ctx, key, env)
+            text = call_tool(store, ctx, "signal_stop", {
+                "harness_key": key,
+                "stop_hook_active": bool(payload.get("stop_hook_active") or (
+                    isinstance(payload.get("extra"), dict) and
+                    payload["extra"].get("attempt")))})["text"]
+            return (hook_output(harness, event_name, text, hold=True) if text else ""), 0
+        first = isinstance(payload.get("extra"), dict) and \
+            payload["extra"].get("is_first_turn")
+        parts = []
+        if first:
+            # Hermes shows nothing a SessionStart hook says: its first turn
+            # carries the digest instead.
+            parts.append(_hook_join(store, ctx, opts, key, harness))
+        if event_name == "UserPromptSubmit":
+            pid = harness_pid(os.getppid())
+            ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
+        text = call_tool(store, ctx, "signal_tool_event", {
+            "harness_key": key, "turn_start": event_name == "UserPromptSubmit" and
+            harness != "hermes"})["text"]
+        if text:
+            parts.append(text)
+        return (hook_output(harness, event_name, "\n".join(parts)) if parts else ""), 0
+    finally:
+        store.close()
+
+
+def pre_tool_use(store, ctx, key, payload):
+    """Before an edit tool writes a file that another live session holds
+    exclusively (or that sits under a directory it holds, or that an active
+    quiet window covers), ask the user first: the answer names the holder,
+    its purpose and the expiry."""
+    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"),
+                                                         dict) else {}
+    target = next((tool_input[k] for k in ("file_path", "notebook_path", "path")
+                   if isinstance(tool_input.get(k), str) and tool_input[k]), None)
+    if target is None:
+        return ""
+    session = session_by_key(store, key)
+    if session is None:
+        return ""
+    result = call_tool(store, ctx, "lease_guard", {
+        "session_id": session, "path": target, "mode": "shared"})
+    reasons = [_holder_text(l) for l in result["conflicts"]] + [
+        w["reason"] for w in result["windows"]]
+    if not reasons:
+        return ""
+    reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
+             "before editing." % (target, "; ".join(reasons))
+    return json.dumps({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": "ask",
+        "permissionDecisionReason": one_line(reason, SIGNAL_MAX_CHARS * 2)}})
+
+
+def wait_for_wake(store, ctx, key, env):
+    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
+    the session's armed waiter, poll the store cheaply, and when a message sent
+    after arming is unread, print the signal to stderr and exit 2 (which wakes
+    the model).  Ends quietly when replaced by a newer waiter, when the session
+    leaves or ends or its harness is gone, or after WAITER_LIFETIME_S.  Under
+    `claude -p` it does not wait at all: -p waits for its hooks before it can
+    print its result and exit, and a scripted run has no idle time to wake."""
+    if env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli":
+        return "", 0
+    pid = os.getpid()
+    armed_at = store.now()        # the store's clock: messages are stamped by it
+    lifetime = env_number("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
+    poll = env_number("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
+    # At SessionStart the join runs beside this hook (a harness starts a
+    # group's hooks together): give it a moment to create the session.
+    for _ in range(int(WAITER_JOIN_WAIT_S / 0.1)):
+        session = call_tool(store, ctx, "waiter_arm", {
+            "harness_key": key, "pid": pid, "pid_start": process_start(pid),
+            "until": armed_at + lifetime})["session_id"]
+        if session is not None:
+            break
+        time.sleep(0.1)
+    else:
+        return "", 0
+    checks = 0
+    if store.tells_commits:
+        # A server says when something committed (LISTEN): no need to ask
+        # it often, and each ask takes the room's write lock.
+        poll = max(poll, WAITER_POLL_SERVER_S)
+    while store.now() < armed_at + lifetime:
+        store.wait_change(poll, mail=True)
+        checks += 1
+        try:
+            answer = call_tool(store, ctx, "waiter_poll", {
+                "session_id": session, "pid": pid, "armed_at": armed_at,
+                "check_alive": checks % 30 == 0})
+        except RoomError as error:
+            if not _passing(error):
+                raise
+            continue              # a server restarting: keep waiting
+        if answer.get("text"):
+            # Exit 2 wakes the model with stderr; the decision on stdout keeps
+            # Claude Code from prefixing the hook's command line to it.
+            sys.stderr.write(answer["text"] + "\n")
+            return json.dumps({"decision": "block", "reason": answer["text"]}), 2
+        if answer["stop"]:
+            return "", 0
+    return "", 0
+
+
+def _quick_key(text):
+    """The top-level "session_id" of a hook's JSON without the json module
+    (which costs more than the rest of a quiet hook): the value when the key
+    occurs once and the value has no escapes, else None (the slow path)."""
+    first = text.find('"session_id"')
+    if first < 0 or text.find('"session_id"', first + 1) >= 0:
+        return None
+    rest = text[first + 12:].lstrip()
+    if not rest.startswith(":"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith('"'):
+        return None
+    end = rest.find('"', 1)
+    value = rest[1:end] if end > 0 else ""
+    return value if value and "\\" not in value else None
+
+
+def nothing_to_say(argv, stdin_text):
+    """A PostToolUse hook for a session without a signal marker has nothing
+    to say: answer it without importing json or sqlite3 or opening the store.
+    (UserPromptSubmit, once a turn, always takes the full path: it marks the
+    session busy, so no wake lever fires into a running turn.)  Anything
+    unusual takes the full path."""
+    if "--event=PostToolUse" not in argv:
+        return False
+    key = _quick_key(stdin_text)
+    if key is None:
+        return False
+    try:
+        path = default_db_path()
+        marker = signal_marker(path, key)
+        if os.path.exists(marker):
+            return False
+        if not store_kind(path).shared_by_hosts:
+            return True
+        # A send from another host raises no marker here: ask the store when
+        # the last look is older than REMOTE_CHECK_S.
+        checked = os.stat(signal_marker(path, key + ".checked")).st_mtime
+        return 0 <= time.time() - checked < env_number("AGENTS_ROOM_REMOTE_CHECK_S",
+                                                      REMOTE_CHECK_S)
+    except (OSError, ValueError, RoomError):
+        return False
+
+
+def hook_main(argv):
+    """Entry for `hook`: never fails the harness.  Any error prints nothing,
+    exits 0, and leaves a line in hook.log beside the store."""
+    if "--help" in argv or "-h" in argv:
+        sys.stdout.write(HOOK_HELP)
+        return 0
+
+    def too_slow(signum, frame):
+        raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
+    waiting = "--wait" in argv
+    stdin_text = sys.stdin.read() if not sys.stdin.isatty() else ""
+    if nothing_to_say(argv, stdin_text):
+        return 0
+    import signal        # (enum behind it: not on the quiet path)
+    if not waiting and hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, too_slow)
+        signal.alarm(HOOK_TIMEOUT_S)
+    try:
+        text, code = run_hook(argv, stdin_text)
+    except BaseException as error:  # noqa: a hook must never break the harness
+        if isinstance(error, KeyboardInterrupt):
+            return 0
+        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
+                                              error))
+        return 0
+    finally:
+        if not waiting and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+    if text:
+        sys.stdout.write(text + "\n")
+    return code
+
+
+def _hook_log(line):
+    try:
+        try:
+            directory = local_dir(default_db_path())
+        except RoomError:
+            directory = os.path.join(os.path.expanduser("~"), ".agents-room")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(directory, "hook.log"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        with os.fdopen(fd, "a") as handle:
+            handle.write("%s %s\n" % (iso(time.time()), one_line(line, 2000)))
+    except OSError:
+        pass
+    sys.stderr.write("agents-room: %s\n" % one_line(line, 2000))
+
+
+# ---- CLI -----------------------------------------------------------------
+# One command table: every command, tool or not, is a row with its parser
+# arguments, its runner and its renderer.  Tool commands are derived from the
+# tool's schema; the others are declared below with help written for a person
+# at a terminal.  main() looks a command up, parses, runs and renders.
+
+def _short(session_id):
+    return (session_id or "")[:16]
+
+
+def _who_name(item):
+    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
+
+
+def ago(ts_iso, at=None):
+    """'2m ago' for a person, from an ISO time (or None)."""
+    if not ts_iso:
+        return "never"
+    import calendar
+    try:
+        ts = calendar.timegm(time.strptime(ts_iso[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return ts_iso
+    delta = (at or time.time()) - ts
+    if delta < 0:
+        return "in " + duration_text(-delta)
+    return duration_text(delta) + " ago"
+
+
+def _render_messages(messages, empty):
+    if not messages:
+        return empty
+    lines = []
+    for m in messages:
+        head = "#%d  %s  from %s" % (m["message_id"], m["created_at"], _who_name(
+            {"label": m["sender_label"], "session_id": m["sender"]}))
+        if m.get("reply_to"):
+            head += "  (reply to #%d)" % m["reply_to"]
+        if m.get("importance") not in (None, "normal"):
+            head += "  [%s]" % m["importance"]
+        if m.get("ack_required"):
+            head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
+        lines.append(head)
+        if m.get("subject"):
+            lines.append("    subject: " + one_line(m["subject"], 200))
+        for line in (m.get("body") or "").splitlines():
+            lines.append("    " + clean(line))
+    return "\n".join(lines)
+
+
+def _table(rows):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in rows)
+
+
+def _render_session_table(sessions):
+    if not sessions:
+        return "nobody here"
+    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "BRANCH",
+             "ROOMS")]
+    for s in sessions:
+        level = "%d" % s["autonomy"] + (
+            " (asked %d)" % s["autonomy_requested"]
+            if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
+        if s.get("lever"):
+            level += " " + s["lever"]
+        rows.append((s["session_id"] + ("*" if s.get("you") else ""),
+                     one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
+                     s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
+                     ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
+                         " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
+                     one_line(",".join(s["rooms"]), 200) or "(left)"))
+    return _table(rows)
+
+
+def _render_lease(lease):
+    return "%s  %s  %s  until %s  (%s)%s" % (
+        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
+        lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
+        if lease.get("purpose") else "")
+
+
+def _render_sent(result):
+    if not result["messages"]:
+        return "nothing sent yet"
+    lines = []
+    for m in result["messages"]:
+        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left%s" % (
+            m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
+            m["sent"], m["pending"], m["left"], ", %d acks owed (%d overdue)" % (
+                m["acks_owed"], m["acks_overdue"]) if "acks_owed" in m else ""))
+        for d in m["deliveries"]:
+            lines.append("    %-13s %s%s%s" % (
+                d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
+                "  wake failed: " + one_line(d["wake_failed"], 80)
+                if d.get("wake_failed") else ""))
+    return "\n".join(lines)
+
+
+def _render_recv(result):
+    if result["messages"]:
+        return _render_messages(result["messages"], "") + (
+            "\n(%d more unread: recv again)" % result["more"] if result.get("more") else "")
+    inbox = result["inbox"]
+    return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
+        ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
+        inbox["read_total"], inbox["last_created_at"] or "never"))
+
+
+def _render_window(w):
+    text = "quiet window #%d %s by %s: %s on %s until %s" % (
+        w["window_id"], w["state"], one_line(w["label"] or w["session_id"], 40),
+        one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
+        w["expires_at"])
+    if w["state"] == "pending" and w["missing_acks"]:
+        text += "\n    waiting for acks from %s (by %s)" % (", ".join(
+            one_line(l, 30) for l in w.get("missing_labels", w["missing_acks"])),
+            w["ack_deadline"])
+    if w.get("reason") and not w.get("ok", True):
+        text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
+    return text
+
+
+def _render_status(r):
+    lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
+    for room in r["rooms"]:
+        count = len(room["sessions"])
+        lines.append("== %s (cap %s, %d session%s)" % (
+            one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
+        for t in room.get("tasks", []):
+            lines.append("   task #%d %s: %s" % (t["task_id"], t["state"],
+                                                one_line(t["title"], 70)))
+        for m in room["recent"]:
+            lines.append("   #%d %s: %s" % (m["message_id"], one_line(
+                m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
+    if r["sessions"]:
+        lines.append("== sessions")
+    for s in r["sessions"]:
+        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
+            w["summary"], 40) if w["summary"] else "") for w in s["work"])
+        lines.append(("   %s  %-8s autonomy %d  unread %d%s  %s" % (
+            _who_name(s), s["liveness"], s["autonomy"], s["unread"],
+            "  on " + one_line(s["branch"], 40) + (" (%s)" % one_line(s["worktree"], 40)
+                                                  if s.get("worktree") else "")
+            if s.get("branch") else "", work)).rstrip())
+    if r["leases"]:
+        lines.append("== leases")
+    lines += ["   " + _render_lease(l) for l in r["leases"]]
+    if r["windows"]:
+        lines.append("== quiet windows")
+    lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
+    return "\n".join(lines)
+
+
+def _render_send(r):
+    text = "message #%d -> %d recipient%s" % (
+        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s")
+    if r.get("recipient_labels"):
+        text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
+    return text
+
+
+def _render_task(t):
+    return "#%d  %-7s %s  (%s)%s%s" % (
+        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
+        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
+                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
+        "  - " + one_line(t["note"], 80) if t.get("note") else "")
+
+
+RENDER = {
+    "room_join": lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
+    % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
+       r["session_id"]),
+    "room_leave": lambda r: "left %s" % (", ".join(r["left_rooms"]) or "no rooms"),
+    "room_leave_room": lambda r: "left %s; still in %s" % (r["room"],
+                                                          ", ".join(r["rooms"]) or "none"),
+    "room_who": lambda r: _render_session_table(r["sessions"]),
+    "room_set_autonomy_cap": lambda r: "autonomy cap of %s is %s%s" % (
+        r["room"], autonomy_name(r["autonomy"]),
+        "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""),
+    "msg_send": _render_send,
+    "msg_recv": _render_recv,
+    "msg_ack": lambda r: "acked #%d" % r["message_id"],
+    "msg_get": lambda r: _render_messages([r["message"]], ""),
+    "msg_thread": lambda r: _render_messages(r["messages"], "(no messages)"),
+    "msg_unread": lambda r: "%d" % r["count"],
+    "msg_sent": _render_sent,
+    "room_history": lambda r: "%s\n%s%s" % (r["room"], _render_messages(
+        r["messages"], "(no messages yet)"), "\nolder messages: history --before %d" % (
+            r["messages"][0]["message_id"]) if r.get("more") and r["messages"] else ""),
+    "lease_claim": lambda r: ("%s %s lease on %s until %s" % (
+        r["reason"], r["lease"]["mode"], one_line(r["lease"]["path"], 200),
+        r["lease"]["expires_at"]) if r["ok"] else "refused: " + one_line(r["reason"], 1000)),
+    "lease_renew": lambda r: "renewed %s until %s" % (one_line(r["path"], 200),
+                                                    r["expires_at"]),
+    "lease_release": lambda r: "released %s" % one_line(r["path"], 200),
+    "lease_check": lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
+                              "taken: " + _render_lease(r["lease"])) + (
+        "\n  held by you too" if r["free"] and r["lease"] else ""),
+    "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
+    "note_read": lambda r: "%s  %s" % (r["hash"], one_line(r["path"], 200)),
+    "drift_check": lambda r: "%s  %s" % (r["severity"], one_line(r["message"], 400)),
+    "work_set": lambda r: "%s %s%s" % (one_line(r["scope"], 60), r["state"], (
+        "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
+        if r["message_id"] else ""),
+    "window_request": _render_window, "window_ack": _render_window,
+    "window_activate": _render_window, "window_release": _render_window,
+    "window_cancel": _render_window,
+    "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
+    or "no open quiet windows",
+    "room_status": _render_status,
+    "task": lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
+    if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
+        r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200),
+}
+
+
+class Command:
+    """One row of the command table."""
+
+    def __init__(self, name, summary, description, example, arguments=None, run=None,
+                 hidden=False, raw=None, tool=None):
+        self.name, self.summary, self.description = name, summary, description
+        self.example, self.arguments, self.run = example, arguments, run
+        self.hidden, self.raw, self.tool = hidden, raw, tool
+
+
+COMMANDS = {}
+
+
+def command(name, summary, description, example, arguments=None, hidden=False, raw=None):
+    """Register a non-tool command; the decorated function runs it:
+    run(args) -> (text, exit code)."""
+    def register(fn):
+        COMMANDS[name] = Command(name, summary, description, example, arguments, fn,
+                                 hidden, raw)
+        return fn
+    return register
+
+
+def _cli_flag(tool_, name):
+    return tool_.flags.get(name, "--" + name.replace("_", "-"))
+
+
+def _tool_arguments(tool_, sub):
+    """A tool's subcommand options, derived from its input schema."""
+    for name, schema in tool_.params.items():
+        kinds = schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        help_text = schema.get("description")
+        convert = str
+        if name.endswith("_s"):
+            convert = parse_duration
+        elif kinds == ["integer"]:
+            convert = parse_int
+        if name == "session_id":
+            sub.add_argument("--session", dest="session_id", metavar="ID",
+                             help="your session id (default $AGENTS_ROOM_SESSION)")
+        elif name in tool_.positional:
+            nargs = "+" if "array" in kinds else None
+            if tool_.name == "lease_guard":
+                nargs = "*"          # guard --staged names none
+            elif name not in tool_.required and nargs is None:
+                nargs = "?"          # task add (a task id only for some actions)
+            sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
+                             metavar="RESOURCE" if "array" in kinds else name.upper())
+        elif kinds == ["boolean"]:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, action="store_true",
+                             default=None, help=help_text)
+        elif "array" in kinds:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
+                             metavar=name.upper().rstrip("S") if name != "to" else
+                             "SELECTOR", help=(help_text or "") + " (repeatable)")
+        else:
+            sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
+                             metavar=name.upper().replace("_S", ""), help=help_text)
+    if tool_.name == "room_join":
+        sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
+                         "session's (default: the shell you typed the command in)")
+        sub.add_argument("--shell", choices=["sh", "fish"],
+                         help="print only the line that sets AGENTS_ROOM_SESSION, for "
+                              "eval \"$(... join --shell sh)\" (fish: ... | source)")
+    if tool_.name == "msg_recv":
+        _wait_arguments(sub)
+    if tool_.name == "lease_guard":
+        sub.add_argument("--staged", action="store_true",
+                         help="check the files staged in this git repository "
+                              "against exclusive leases of other live sessions")
+
+
+def _wait_arguments(sub):
+    sub.add_argument("--wait", action="store_true",
+                     help="block until a message arrives (exit 2 when --timeout, "
+                          "default 10m, passes)")
+
+
+
+
+def wait_for_unread(store, session_id, timeout, thread=None):
+    """Block until session_id has an unread delivery (in thread, if given) or
+    timeout passes; True if one came.  Cheap: PRAGMA data_version changes only
+    when another connection commits, so the store is read again only then,
+    polled with a backoff up to a quarter second (a PRAGMA: no busy loop, no
+    daemon), so a message is seen well within a second."""
+    deadline = time.time() + min(timeout, WAIT_MAX_S)
+    delay, version, asked = 0.05, None, 0.0
+    while True:
+        try:
+            seen = store.change_mark(mail=True)
+            # Ask on a change, and every few seconds anyway (a pooler in
+            # transaction mode passes no NOTIFY).
+            if seen != version or time.time() - asked > WAIT_ASK_EVERY_S:
+                version, delay, asked = seen, 0.05, time.time()
+                if _store_call(store, lambda conn: conn.execute(
+                        "SELECT 1 FROM deliveries d JOIN messages m ON m.id = "
+                        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+                        "m.expires_at > ?%s LIMIT 1" % (UNREAD_SQL, "" if thread is None
+                                                        else " AND m.thread_id=?"),
+                        [session_id, store.now()] + ([] if thread is None else [thread])
+                        ).fetchone()):
+                    return True
+        except RoomError as error:
+            if not _passing(error):
+                raise
+            version = None            # connect again and ask once it is back
+        left = deadline - time.time()
+        if left <= 0:
+            return False
+        store.wait_change(min(delay, left), mail=True)
+        delay = min(delay * 2, 0.25)
+
+
+def receive_waiting(store, ctx, values, timeout, render):
+    """recv --wait and ask: msg_recv until something comes or timeout passes:
+    (text, 0), or ('', 2) with one line on stderr."""
+    deadline = time.time() + timeout
+    while True:
+        result = call_tool(store, ctx, "msg_recv", values, public_only=True)
+        if result["messages"]:
+            return render(result), 0
+        left = deadline - time.time()
+        if left <= 0 or not wait_for_unread(store, values["session_id"], left,
+                                            values.get("thread")):
+            sys.stderr.write("agents-room: nothing arrived within %s\n"
+                             % duration_text(timeout))
+            return "", 2
+
+
+def _tool_command(tool_):
+    doc = " ".join((tool_.fn.__doc__ or "").split())
+    epilog = ""
+    if tool_.name == "lease_guard":
+        epilog = ("\n\nexit status: 0 safe, 3 a conflict (or, with --require-held, a "
+                  "resource you do not hold), 1 an error.\nAGENTS_ROOM_GUARD=warn reports "
+                  "conflicts but exits 0; AGENTS_ROOM_GUARD=off skips the check.")
+    name = tool_.cli.split()[-1]
+    return Command(name, tool_.title + ".", cli_words(doc),
+                   tool_.example, lambda sub: _tool_arguments(tool_, sub),
+                   run_guard if tool_.name == "lease_guard" else None, tool=tool_), epilog
+
+
+def _add_command(commands, cmd, epilog="", argparse=None):
+    sub = commands.add_parser(
+        cmd.name, help=cmd.summary, description=cmd.description,
+        epilog=("example:\n  python3 agents_room.py " + cmd.example + epilog)
+        if cmd.example else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.set_defaults(command=cmd)
+    if cmd.arguments:
+        cmd.arguments(sub)
+    if cmd.raw is None:
+        sub.add_argument("--json", action="store_true",
+                         help="print the result as JSON (the object the MCP tool returns)")
+    return sub
+
+
+def build_parser(only=None):
+    """The argparse parser from the command table.  With only=<command> just
+    that command is built: a CLI call pays for one parser, not for thirty."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise UsageError("%s: %s" % (self.prog, message),
+                             "%s --help shows the usage" % self.prog)
+
+    parser = Parser(prog="agents_room.py", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog="Run '<command> --help' for each command's options and an "
+                           "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
+    parser.add_argument("--version", action="version", version="agents-room " + __version__)
+    commands = parser.add_subparsers(dest="name", metavar="<command>", parser_class=Parser)
+    commands.required = True
+    groups = {}
+    for tool_ in TOOLS.values():
+        if tool_.public and tool_.cli:
+            words = tool_.cli.split()
+            groups.setdefault(words[0] if len(words) > 1 else None, []).append(tool_)
+    table = []
+    for tool_ in groups.get(None, []):
+        table.append(("tool", tool_))
+    for group in sorted(g for g in groups if g):
+        table.append(("group", group))
+    for cmd in COMMANDS.values():
+        table.append(("command", cmd))
+    for kind, item in table:
+        name = item.cli if kind == "tool" else item if kind == "group" else item.name
+        if only is not None and name != only:
+            continue
+        if kind == "tool":
+            cmd, epilog = _tool_command(item)
+            _add_command(commands, cmd, epilog, argparse)
+        elif kind == "command":
+            if item.hidden and only != item.name:
+                continue
+            _add_command(commands, item, "", argparse)
+        else:
+            verbs = [t for t in groups[item]]
+            sub = commands.add_parser(
+                item, help=WINDOW_SUMMARY, description=WINDOW_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="example:\n  python3 agents_room.py " + verbs[0].example)
+            inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
+            inner.required = True
+            for tool_ in verbs:
+                cmd, epilog = _tool_command(tool_)
+                _add_command(inner, cmd, epilog, argparse)
+    return parser
+
+
+WINDOW_SUMMARY = "Quiet windows: ask for quiet on resources before a delicate operation."
+WINDOW_HELP = """Quiet windows: before an operation that must not be disturbed (a migration,
+a release), ask the holders of overlapping leases and named sessions for quiet.
+
+  request   ask for quiet on resources (holders and required sessions are told)
+  ack       agree to a window you were asked about
+  activate  start your window once every ack is in and the leases are released
+  release   end your active window when the operation is done
+  cancel    cancel your pending or active window
+  status    list open windows, or one by id
+
+Each verb takes --help."""
+
+
+# CLI words for the MCP names that errors and hints use: one translation, at
+# the CLI's edge, so operations speak one language.
+CLI_WORDS = {"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout", "reply_to": "--reply-to",
+             "session_id": "--session", "extra_rooms": "--also", "harness_key":
+             "--harness-key", "require_held": "--require-held", "window_id": "the window id",
+             "message_id": "the message id"}
+
+
+def cli_words(text):
+    import re
+    words = dict(CLI_WORDS)
+    for tool_ in TOOLS.values():
+        if tool_.public and tool_.cli and tool_.cli != tool_.name:
+            words[tool_.name] = "'%s'" % tool_.cli
+    pattern = re.compile(r"\b(%s)\b" % "|".join(sorted(map(re.escape, words), key=len,
+                                                       reverse=True)))
+    return pattern.sub(lambda m: words[m.group(1)], text)
+
+
+def cli_args_to_tool(tool_, args):
+    """argparse namespace -> the tool's argument dict (None means not given)."""
+    values = {}
+    for name in tool_.params:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "to" and isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        values[name] = value
+    if "session_id" in tool_.params and not values.get("session_id"):
+        env_session = os.environ.get("AGENTS_ROOM_SESSION")
+        if env_session:
+            values["session_id"] = env_session
+        elif "session_id" in tool_.required:
+            raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
+                             "'python3 agents_room.py join' prints your session id")
+    if values.get("body") == "-":
+        values["body"] = sys.stdin.read()
+    return values
+
+
+def run_tool_command(args):
+    tool_ = args.command.tool
+    values = cli_args_to_tool(tool_, args)
+    pid = getattr(args, "pid", None)
+    if tool_.name == "room_join" and pid is None and not values.get("harness_key") and \
+            not harness_key_from(os.environ):
+        # A terminal session lives as long as the shell it was joined from.
+        pid = terminal_shell(os.getppid())
+    ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
+    store = open_store()
+    try:
+        timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
+        if getattr(args, "wait", False) or timeout is not None:
+            return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
+                                   lambda r: json.dumps(
+                r, indent=2, ensure_ascii=False) if args.json else RENDER[tool_.name](r))
+        result = call_tool(store, ctx, tool_.name, values, public_only=True)
+    finally:
+        store.close()
+    code = 1 if tool_.name in ("lease_claim", "window_activate", "task") and \
+        not result["ok"] else 0
+    if getattr(args, "shell", None):
+        return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
+                "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
+    if args.json:
+        return json.dumps(result, indent=2, ensure_ascii=False), code
+    text = RENDER[tool_.name](result)
+    if result.get("warning"):
+        text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
+    return text, code
+
+
+@command("serve", "Run the MCP server on stdin/stdout.",
+         "Run agents-room as an MCP server over stdio: newline-delimited JSON-RPC on\n"
+         "stdin and stdout, logs on stderr, until stdin closes or SIGTERM.  A harness\n"
+         "starts it from its MCP configuration (setup writes that entry).",
+         "serve")
+def run_serve(args):
+    return "", serve()
+
+
+command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
+        raw=lambda argv: hook_main(argv))(None)
+
+
+def _setup_arguments(sub):
+    sub.add_argument("harness", choices=sorted(SETUP_HARNESSES))
+    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
+    sub.add_argument("--scope", choices=["project", "user"], default="project",
+                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
+    sub.add_argument("--also", action="append", metavar="ROOM",
+                     help="a shared room the SessionStart hook joins (repeatable)")
+    sub.add_argument("--label", help="the label the SessionStart hook joins with")
+    sub.add_argument("--write", action="store_true",
+                     help="merge into the files (default: print what would be written)")
+
+
+@command("setup", "Configure a harness: MCP entry and hooks.",
+         "Write (with --write) or show the MCP server entry and the hook entries a\n"
+         "harness needs, merged into its configuration, keeping every entry that is\n"
+         "not agents-room's.  Claude Code: .mcp.json and .claude/settings.json at the\n"
+         "project's git top level (or ~/.claude with --scope user).  Codex:\n"
+         "$CODEX_HOME/config.toml and hooks.json.  Hermes: $HERMES_HOME/config.yaml.",
+         "setup claude --autonomy hold --also storefront --label api --write",
+         _setup_arguments)
+def run_setup(args):
+    result = setup(args.harness, args.autonomy, args.write, args.scope,
+                   also=args.also or (), label=args.label)
+    if args.json:
+        return json.dumps(result, indent=2), 0
+    lines = []
+    for item in result["files"]:
+        lines.append("== %s (%s)" % (item["path"], item["action"]))
+        if not args.write or item["action"].startswith("merge by hand"):
+            lines.append(item["content"].rstrip("\n"))
+    lines += ["note: " + note for note in result["notes"]]
+    return "\n".join(lines), 0
+
+
+@command("doctor", "Check the store, harness, key, wake lever and configuration.",
+         "Check, line by line, what agents-room sees from here: the store (path,\n"
+         "journal mode, schema), the harness and its key in this environment, this\n"
+         "session's autonomy and wake lever, and for each harness whether its MCP\n"
+         "entry and hooks are configured and the configured hook command runs.\n"
+         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
+         "doctor")
+def run_doctor(args):
+    checks = doctor()
+    if args.json:
+        return json.dumps([{"status": s, "check": c, "advice": a}
+                           for s, c, a in checks], indent=2), 0
+    lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
+             for s, c, a in checks]
+    return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
+
+
+def stop_on_signals():
+    """A command that runs until stopped (watch, ui) ends with exit 0 on
+    SIGTERM too, and on SIGINT even where a shell started it with SIGINT
+    ignored (a background job): both raise KeyboardInterrupt."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _watch_arguments(sub):
+    sub.add_argument("--room", help="only events of this room's sessions")
+    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
+                                     "(10m, 2h)")
+    sub.add_argument("--last", type=parse_int, metavar="N",
+                     help="print the last N events and exit (does not follow)")
+    sub.add_argument("--type", action="append", metavar="KIND",
+                     help="only events of this kind or family (msg, lease.claim); "
+                          "repeatable")
+    sub.add_argument("--from", dest="sender", metavar="SESSION",
+                     help="only events of this session (id or label)")
+    sub.add_argument("--to-me", action="store_true",
+                     help="only messages sent to your session (--session)")
+    sub.add_argument("--session", dest="session_id", metavar="ID",
+                     help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
+
+
+@command("watch", "Follow the room's events live, like tail -f.",
+         "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
+         "releases, windows, work states.  --since replays from a time, --last N\n"
+         "prints the newest N and exits.  Ctrl-C stops (exit 0).",
+         "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
+def run_watch(args):
+    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
+    stop_on_signals()
+    me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
+    if args.to_me and not me:
+        raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
+    store = open_store()
+    since = parse_since(args.since) if args.since else None
+    last = None
+    if args.last is not None:
+        last = args.last
+        since = 0.0
+    sender = None
+    if args.sender:
+        sender = args.sender if is_session_id(args.sender) else args.sender.lower()
+    if last is None and not args.json:
+        sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
+            store.shown, " (room %s)" % args.room if args.room else ""))
+        sys.stderr.flush()
+
+    def wanted(item):
+        if args.type and not any(item["kind"] == t or item["kind"].startswith(
+                t.rstrip(".") + ".") for t in args.type):
+            return False
+        if sender and item["session_id"] != sender and (
+                (item["label"] or "").lower() != sender):
+            return False
+        if args.to_me and not (item["kind"] == "msg.send" and me in (
+                item["data"].get("recipients") or [])):
+            return False
+        return True
+    labels = {}
+
+    def label_of(sid):
+        if sid not in labels:
+            labels[sid] = call_tool(store, Context(via="cli"), "session_label",
+                                    {"of": sid})["label"]
+        return labels[sid]
+
+    def line_of(item):
+        if args.json:
+            return json.dumps({k: v for k, v in item.items() if k != "ts"},
+                              ensure_ascii=False)
+        data = dict(item["data"])
+        for field in ("recipients", "holders", "required", "lowered"):
+            if isinstance(data.get(field), list):
+                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
+        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str) else ",".join(
+            v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
+            else json.dumps(v, ensure_ascii=False), 60))
+                           for k, v in sorted(data.items()) if v not in (None, [], {}))
+        who = (_who_name(item) + " ") if item["session_id"] else ""
+        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
+                                      one_line(data.get("shown") or item["subject"] or
+                                               item["room"] or "", 200),
+                                      ("  " + detail) if detail else "")
+    try:
+        if last is not None:
+            items = [i for i in call_tool(store, Context(via="cli"), "events_tail", {
+                "room": args.room, "limit": max(1, min(last * 20, 100000))})["events"]
+                if wanted(i)][-last:] if last else []
+            for item in items:
+                sys.stdout.write(line_of(item) + "\n")
+            sys.stdout.flush()
+            return "", 0
+        for item in follow_events(args.room, since, store=store):
+            if wanted(item):
+                sys.stdout.write(line_of(item) + "\n")
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        _quiet_stdout()
+    return "", 0
+
+
+@command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
+         "Print which agents-room this is (version and the SHA-256 of this file),\n"
+         "under which Python and SQLite, and which store it uses with its schema\n"
+         "version: so two agents can tell whether they run the same copy.",
+         "version --json")
+def run_version(args):
+    info = version_info()
+    if args.json:
+        return json.dumps(info, indent=2), 0
+    return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
+            "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
+            "version)s; this copy writes %(schema_version)s)" % info), 0
+
+
+@command("install-guard", "Install a git pre-commit hook that runs guard --staged.",
+         "Write a git pre-commit hook into this repository that runs\n"
+         "'guard --staged': a commit touching files another live session holds\n"
+         "exclusively is refused.  A pre-commit hook already there is kept and run\n"
+         "first.  AGENTS_ROOM_GUARD=warn reports only; =off skips the check.",
+         "install-guard")
+def run_install_guard(args):
+    result = install_guard()
+    return (json.dumps(result) if args.json else
+            "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
+
+
+def _store_arguments(sub):
+    sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
+    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path or a "
+                     "postgresql:// URL")
+    sub.add_argument("target", metavar="TO", help="an empty store (created if need be)")
+
+
+@command("store", "Copy a room between stores (SQLite and PostgreSQL).",
+         "store copy FROM TO copies a room with everything in it (sessions, rooms,\n"
+         "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
+         "audit log) from one store to another, in one transaction on each, and\n"
+         "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
+         "URL; TO must hold no room yet.  Stop the agents using FROM first: what\n"
+         "they write during the copy stays behind.",
+         "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
+         _store_arguments)
+def run_store(args):
+    counts = copy_store(os.path.expanduser(args.source), os.path.expanduser(args.target))
+    if args.json:
+        return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
+                                      for t, a, b in counts]}, indent=2), 0
+    lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
+    return "\n".join(["copied %s -> %s (row counts verified)" % (
+        store_kind(args.source).shown_path(args.source), store_kind(
+            args.target).shown_path(args.target))] + lines), 0
+
+
+def _prune_arguments(sub):
+    sub.add_argument("--older-than", default="24h", type=parse_duration, metavar="DURATION",
+                     help="quiet for longer than this (default 24h)")
+    sub.add_argument("--dry-run", action="store_true", help="only show what would go")
+    sub.add_argument("--host", metavar="HOST", help="a host gone for good (as who "
+                     "--json shows it): its quiet sessions count as gone")
+
+
+@command("prune", "Remove sessions that are quiet and gone.",
+         "Remove sessions that have been quiet longer than --older-than (24h) and\n"
+         "whose process is gone (never one that may be alive, never an unknown one).\n"
+         "Their messages stay; their leases, windows and deliveries go.  Also\n"
+         "removes audit events older than 30 days and messages 90 days past expiry.",
+         "prune --older-than 24h --dry-run", _prune_arguments)
+def run_prune(args):
+    store = open_store()
+    try:
+        result = call_tool(store, Context(via="cli"), "prune", {
+            "quiet_s": args.older_than, "dry_run": args.dry_run, "host": args.host})
+    finally:
+        store.close()
+    if args.json:
+        return json.dumps(result, indent=2, ensure_ascii=False), 0
+    lines = ["%s %s (label %s, %s, last seen %s)" % (
+        "would remove" if args.dry_run else "removed", r["session_id"],
+        one_line(r["label"] or "-", 40), r["liveness"], ago(r["last_seen"]))
+        for r in result["removed"]]
+    lines += ["kept %s (label %s): %s, not gone" % (
+        r["session_id"], one_line(r["label"] or "-", 40), r["liveness"])
+        for r in result["kept"]]
+    if not args.dry_run:
+        lines.append("removed %d audit events and %d messages past retention" % (
+            result["events_removed"], result["messages_removed"]))
+    return "\n".join(lines) or "nothing to prune", 0
+
+
+def _mail_arguments(sub, ask=False):
+    sub.add_argument("--session", dest="session_id", metavar="ID",
+                     help="your session id (default $AGENTS_ROOM_SESSION)")
+    if ask:
+        sub.add_argument("--to", action="append", metavar="SELECTOR", required=True,
+                         help="who to ask, as for send (repeatable)")
+        sub.add_argument("--timeout", type=parse_duration, default=600,
+                         metavar="DURATION", help="how long to wait (default 10m)")
+        sub.set_defaults(wait_s=None)
+    else:
+        sub.add_argument("reply_to", type=parse_int, metavar="MESSAGE_ID",
+                         help="the message you answer; the reply goes to its sender")
+    sub.add_argument("--subject")
+    sub.add_argument("--body", help="the body ('-' reads stdin)")
+    sub.add_argument("--importance", choices=IMPORTANCE)
+
+
+def _send_from_cli(args):
+    store, ctx = open_store(), Context(via="cli")
+    try:
+        values = cli_args_to_tool(TOOLS["msg_send"], args)
+        return store, ctx, values, call_tool(store, ctx, "msg_send", values,
+                                             public_only=True)
+    except BaseException:
+        store.close()
+        raise
+
+
+@command("reply", "Reply to a message.",
+         "Send a reply to a message's sender, in its thread (send --reply-to N).",
+         'reply --session $ID 42 --subject "done" --body "phone is in v2"',
+         _mail_arguments)
+def run_reply(args):
+    store, ctx, values, result = _send_from_cli(args)
+    store.close()
+    return (json.dumps(result, indent=2, ensure_ascii=False) if args.json
+            else _render_send(result)), 0
+
+
+@command("ask", "Send and wait for the first reply.",
+         "Send a message, then wait for the first reply in its thread and print it\n"
+         "(marked read).  Exit 2, with one line on stderr, when --timeout passes.",
+         'ask --session $ID --to label:api --subject "phone field?" --timeout 5m',
+         lambda sub: _mail_arguments(sub, ask=True))
+def run_ask(args):
+    store, ctx, values, sent = _send_from_cli(args)
+    try:
+        if not sent["recipients"]:
+            # Nobody could answer: waiting would only run out the timeout.
+            raise RoomError("message #%d reached nobody" % sent["message_id"],
+                            sent.get("warning"))
+        return receive_waiting(
+            store, ctx, {"session_id": values["session_id"], "thread": sent["message_id"]},
+            args.timeout, lambda r: json.dumps(r, indent=2, ensure_ascii=False)
+            if args.json else _render_messages(r["messages"], ""))
+    finally:
+        store.close()
+
+
+def _wake_run_arguments(sub):
+    sub.add_argument("payload")
+
+
+@command("wake-run", "", "The detached half of a process wake lever (internal).", "",
+         _wake_run_arguments, hidden=True)
+def run_wake_run(args):
+    return "", wake_run(args.payload)
+
+
+def parse_since(text):
+    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
+    return parse_iso(text) if looks_iso(text) else now() - parse_duration(text)
+
+
+def staged_paths(cwd):
+    """Absolute paths of the files staged in cwd's git repository, both sides
+    of a rename, and whether core.ignorecase is on.  A name that is not UTF-8
+    keeps its bytes as backslash escapes: it is checked, never refused."""
+    import subprocess
+
+    def git(*argv):
+        done = subprocess.run(["git"] + list(argv), cwd=cwd, capture_output=True)
+        if done.returncode != 0:
+            raise RoomError("git %s failed: %s" % (argv[0], done.stderr.decode(
+                "utf-8", "replace").strip() or "not a git repository?"))
+        return done.stdout.decode("utf-8", "backslashreplace")
+    top = git("rev-parse", "--show-toplevel").strip()
+    ignorecase = git("config", "--bool", "--default", "false", "core.ignorecase").strip()
+    fields = git("diff", "--cached", "--name-status", "-M", "-z").split("\0")
+    paths, index = [], 0
+    while index < len(fields) and fields[index]:
+        status = fields[index]
+        count = 2 if status[:1] in ("R", "C") else 1
+        paths += [os.path.join(top, p) for p in fields[index + 1:index + 1 + count]]
+        index += 1 + count
+    return paths, ignorecase == "true"
+
+
+def run_guard(args):
+    """guard: exit 0 safe, 3 conflict or not held, 1 error; AGENTS_ROOM_GUARD
+    =warn turns refusals (and errors) into warnings, =off skips the check."""
+    setting = os.environ.get("AGENTS_ROOM_GUARD", "").strip().lower()
+    if setting == "off":
+        return "agents-room guard: off (AGENTS_ROOM_GUARD=off), nothing checked", 0
+    try:
+        return _run_guard(args, setting)
+    except RoomError as error:
+        if setting != "warn" or isinstance(error, GuardRefused):
+            raise
+        return "agents-room guard (warn only): could not check: %s" % one_line(
+            error.message, 300), 0
+
+
+def _run_guard(args, setting):
+    resources = list(args.resources or [])
+    mode = args.mode or "exclusive"
+    ignorecase = False
+    if args.staged:
+        staged, ignorecase = staged_paths(_getcwd())
+        resources += staged
+        mode = "shared"          # a commit collides with exclusive leases only
+    if not resources:
+        return "agents-room guard: nothing to check", 0
+    session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
+    store = open_store()
+    result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": []}
+    try:
+        if not session:
+            key = harness_key_from(os.environ)
+            session = session_by_key(store, key) if key else None
+        # Any number of files: checked in batches of what one call takes.
+        for start in range(0, len(resources), LEASE_TARGETS_MAX):
+            values = {"resources": resources[start:start + LEASE_TARGETS_MAX],
+                      "mode": mode, "require_held": bool(args.require_held),
+                      "ignorecase": ignorecase}
+            if session:
+                values["session_id"] = session
+            part = call_tool(store, Context(via="cli"), "lease_guard", values)
+            result["safe"] = result["safe"] and part["safe"]
+            for field in ("conflicts", "missing", "stale", "windows"):
+                result[field] += part[field]
+    finally:
+        store.close()
+    lines = ["%s is held by %s" % (one_line(l["resource"], 200), _holder_text(l))
+             for l in result["conflicts"]]
+    lines += ["%s is in %s" % (one_line(", ".join(w["blocks"]), 200), w["reason"])
+              for w in result["windows"]]
+    lines += ["%s is not covered by a lease of yours" % one_line(m, 200)
+              for m in result["missing"]]
+    lines += ["%s: stale lease of %s (gone), ignored" % (one_line(l["resource"], 200),
+                                                        l["session_id"])
+              for l in result["stale"]]
+    safe = result["safe"]
+    if args.json:
+        return json.dumps(result, indent=2), 0 if safe or setting == "warn" else 3
+    if safe:
+        return "\n".join(lines + ["agents-room guard: ok (%d checked)" % len(resources)]), 0
+    if setting == "warn":
+        return "\n".join(["agents-room guard (warn only, AGENTS_ROOM_GUARD=warn):"] +
+                         ["  " + l for l in lines]), 0
+    raise GuardRefused("agents-room guard: refused\n" + "\n".join("  " + l for l in lines),
+                       "release the leases, ask their holders, or set "
+                       "AGENTS_ROOM_GUARD=warn (report only) or =off")
+
+
+def _looks_globbed(argv):
+    """Whether what follows --to names files here: an unquoted * expanded."""
+    if "--to" not in argv:
+        return False
+    names = []
+    for word in argv[argv.index("--to") + 1:]:
+        if word.startswith("-"):
+            break
+        names.append(word)
+    return bool(names) and all(os.path.exists(n) for n in names)
+
+
+def _quiet_stdout():
+    """The reader went away (| head): not our failure; keep Python quiet."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+# ---- main ----------------------------------------------------------------
+
+def main(argv=None):
+    """The command line: returns the exit code (0 ok, 1 refused or failed, 2
+    usage, 3 guard refused).  Errors go to stderr as 'error: ...' with a hint."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = argv[0] if argv else None
+    row = COMMANDS.get(name)
+    if row is not None and row.raw is not None:
+        return row.raw(argv[1:])
+    try:
+        sys.stdout.reconfigure(errors="backslashreplace")
+    except (AttributeError, ValueError):
+        pass
+    want_json = "--json" in argv
+    try:
+        groups = {t.cli.split()[0] for t in TOOLS.values() if t.public and t.cli}
+        known = {t.cli for t in TOOLS.values() if t.public and t.cli} | set(COMMANDS) | \
+            groups
+        args = build_parser(name if name in known else None).parse_args(argv)
+        cmd = args.command
+        text, code = cmd.run(args) if cmd.run else run_tool_command(args)
+    except RoomError as error:
+        if name == "send" and _looks_globbed(argv) and ("unrecognized arguments" in
+                                                        error.message or isinstance(
+                                                            error, UnknownSession)):
+            error.hint = ("your shell expanded * into file names: quote it, "
+                          "--to '*'")
+        if want_json:
+            sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
+        sys.stderr.write("error: %s\n" % clean(cli_words(error.message)))
+        if error.hint:
+            sys.stderr.write("hint: %s\n" % clean(cli_words(error.hint)))
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+    try:
+        if text:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    return code
+
+
+# ==== Part II: appendices =======================================================
+# Add-ons the core does not need to be read: the PostgreSQL store, the
+# benchmark, the operator page (its HTML, CSS and JavaScript last, as data).
+# Each registers itself in a table the core reads at run time (STORE_KINDS,
+# COMMANDS); this is the one place the file's order bends, and why: main()
+# runs only after the whole module is loaded.
+
+
+# ---- appendix: PostgreSQL store ------------------------------------------
 #
 # AGENTS_ROOM_DB=postgresql://user[:password]@host[:port]/dbname[?sslmode=...]
 # puts the room on PostgreSQL.  The client below speaks the wire protocol (v3)
@@ -1525,17 +7601,69 @@ def sweep(conn, at, real=None):
 # table of what differs: the operations' SQL is written once, in SQLite's
 # dialect, and rewritten here on its first use.
 
+# A libpq connection string ("host=db dbname=room ...") is not a path: taken
+# as one, it would become a file named after it, password and all.
+CONNINFO_WORDS = ("host=", "hostaddr=", "dbname=", "user=", "password=", "port=",
+                  "sslmode=", "service=")
+
+
+def is_postgres_url(path):
+    """Whether a store names a PostgreSQL database (see "store: PostgreSQL")."""
+    return isinstance(path, str) and path[:13].lower().startswith(
+        ("postgresql://", "postgres://"))
+
+
+def _unquote(text):
+    """Percent-decoding, as urllib.parse.unquote does (whose import, with re
+    behind it, costs a hook milliseconds)."""
+    if "%" not in text:
+        return text
+    head, *rest = text.split("%")
+    out = bytearray(head.encode("utf-8"))
+    for part in rest:
+        try:
+            out += bytes.fromhex(part[:2]) + part[2:].encode("utf-8")
+        except ValueError:
+            out += b"%" + part.encode("utf-8")
+    return out.decode("utf-8", "replace")
+
+
+def _authority_end(rest):
+    """Where a URL's authority (user, host, port) ends: at its path or query."""
+    return min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+
+
+def parse_postgres_url(url):
+    """postgresql://[user[:password]@][host][:port][/database][?key=value&...]
+    -> {user, password, host, port, database, query}, decoded; a host may be
+    a socket directory written %2F... (or [v6] in brackets)."""
+    rest = url.split("://", 1)[1]
+    cut = _authority_end(rest)
+    userinfo, _, hostport = rest[:cut].rpartition("@")     # as libpq: percent-encode
+    rest = rest[cut:]                                      # '/', '?', '@' in a password
+    rest, _, query_text = rest.partition("?")
+    database = rest[1:] if rest.startswith("/") else rest
+    user, colon, password = userinfo.partition(":")
+    if hostport.startswith("["):
+        host, _, port = hostport[1:].partition("]")
+        port = port[1:]
+    else:
+        host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+    query = {}
+    for item in query_text.split("&"):
+        if item:
+            key, _, value = item.partition("=")
+            query[_unquote(key)] = _unquote(value)
+    return {"user": _unquote(user), "password": _unquote(password) if colon else None,
+            "host": _unquote(host), "port": port, "database": _unquote(database),
+            "query": query}
+
+
 PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
 PG_CONNECT_TIMEOUT_S = 10
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
-VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
-VERDICT_REFRESH_S = 60               # a verdict is written again after this
-WAITER_POLL_SERVER_S = 5            # the rewake waiter's ask on a server, at most
-REMOTE_CHECK_S = 2                   # a quiet hook asks a server at least this often
-
-
 
 
 def redact_url(url, mask="***"):
@@ -2334,9 +8462,6 @@ CREATE TABLE tasks (id BIGSERIAL PRIMARY KEY, room TXT NOT NULL, title TXT NOT N
 CREATE INDEX tasks_room ON tasks(room, state, id);
 """.replace("TXT", 'TEXT COLLATE "C"')
 PG_FIRST_VERSION = 5                  # PostgreSQL stores begin at schema 5
-PG_TABLES = ("meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
-             "deliveries", "leases", "reads", "events", "work", "windows",
-             "window_resources", "tasks")
 
 # What differs between the dialects, in one place.  The operations write their
 # SQL once, in SQLite's dialect; on PostgreSQL each statement is rewritten on
@@ -2418,24 +8543,6 @@ def _pg_rules(text):
     return re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
 
 
-def _passing(error):
-    """Whether a store error is the kind that passes (a server restarting, a
-    connection dropped): followers and waiters wait it out; others report it."""
-    if isinstance(error, PgError):
-        return error.lost
-    return getattr(error, "code", None) == "unavailable"
-
-
-def _store_call(store, fn):
-    """fn(connection) outside the door, its store errors explained."""
-    try:
-        return fn(store.connection())
-    except PgError as error:
-        raise explain_pg(error, store.path)
-    except sqlite3.Error as error:
-        raise explain_sqlite(error, store.path)
-
-
 def explain_pg(error, url):
     """A PgError as a StoreError naming the server (never the password), the
     SQLSTATE and a remedy."""
@@ -2484,6 +8591,90 @@ class PgStore:
     in the operations keeps it."""
 
     kind = "postgresql"
+    # Other hosts write it (a quiet hook asks it now and then: their sends
+    # raise no marker here), and LISTEN tells a waiter of every commit.
+    shared_by_hosts = True
+    tells_commits = True
+
+    @staticmethod
+    def claims(path):
+        """A postgresql:// URL, and a libpq connection string, which is
+        refused rather than taken for a file name (normal_path)."""
+        return isinstance(path, str) and (is_postgres_url(path) or path.lstrip().lower(
+        ).startswith(CONNINFO_WORDS))
+
+    @staticmethod
+    def normal_path(path):
+        if not is_postgres_url(path):
+            # Taken as a file name it would become a file named after it,
+            # password and all.
+            raise StoreError("that store looks like a libpq connection string "
+                             "(host=... dbname=...); write it as a URL",
+                             "postgresql://user@host:5432/dbname?sslmode=verify-full (the "
+                             "password in ~/.pgpass or PGPASSWORD)")
+        return path
+
+    @staticmethod
+    def shown_path(path, mask="***"):
+        return redact_url(path, mask)
+
+    @staticmethod
+    def local_dir(path):
+        return os.path.join(os.path.expanduser("~"), ".agents-room")
+
+    @staticmethod
+    def marker_dir(path):
+        """This host's markers for one database: the database, not who logs
+        in how (binascii is built in: hashlib costs a quiet hook
+        milliseconds)."""
+        import binascii
+        url = parse_postgres_url(path)
+        return "signals-%08x" % binascii.crc32(("%s:%s/%s" % (
+            url["host"], url["port"], url["database"])).encode("utf-8", "surrogatepass"))
+
+    @staticmethod
+    def exists(path):
+        return True               # a server: connecting says whether it answers
+
+    @staticmethod
+    def peek_schema(path):
+        try:
+            store = PgStore.__new__(PgStore)      # look, never create or migrate
+            store.conn = PgConnection(path)
+            try:
+                return store.schema_version()
+            finally:
+                store.close()
+        except PgError:
+            return None
+
+    @staticmethod
+    def access_checks(path):
+        return []                 # a server's access is its roles' (link_checks)
+
+    def link_checks(self):
+        link = self.journal()
+        safe = link.startswith(("TLS", "local"))
+        return [("ok" if safe else "warn", "connection: %s" % link, "" if safe else
+                 "across a network use sslmode=verify-full (see 'Beyond one machine')")]
+
+    @property
+    def errors(self):
+        return (PgError,)
+
+    def explain(self, error):
+        return explain_pg(error, self.path)
+
+    def table_columns(self, table):
+        return [r[0] for r in self.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = ? ORDER BY ordinal_position", (table,))]
+
+    def serving(self):
+        """Nothing to tune: the server keeps its own log."""
+
+    def idle(self):
+        """Nothing to do while serve's input pauses."""
 
     @property
     def shown(self):
@@ -2770,95 +8961,7 @@ class _PgTransaction:
         return False
 
 
-def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
-    """The store AGENTS_ROOM_DB (or path) names: a SQLite file, or a
-    PostgreSQL database for a postgresql:// URL.  Both offer the same
-    interface: write() and read() transactions, conn, change_mark(),
-    wait_change() and close()."""
-    path = path or default_db_path()
-    if is_postgres_url(path):
-        return PgStore(path, busy_ms)
-    refuse_conninfo(path)
-    return SqliteStore(path, busy_ms)
-
-
-def _table_columns(store, table):
-    if store.kind == "sqlite":
-        return [r[1] for r in store.conn.execute("PRAGMA table_info(%s)" % table)]
-    return [r[0] for r in store.conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = "
-        "current_schema() AND table_name = ? ORDER BY ordinal_position", (table,))]
-
-
-COPY_BATCH = 200                      # rows per INSERT while copying a room
-COPY_META_SKIP = ("schema_version", "fts_indexed_to")   # each store's own
-
-
-def copy_store(source_path, target_path, progress=None):
-    """Copy a room, everything in it, from one store to another (SQLite to
-    PostgreSQL and back) and verify the row counts; the target must be empty.
-    Returns [(table, rows in source, rows in target)]."""
-    for path in (source_path, target_path):
-        if not is_postgres_url(path):
-            refuse_conninfo(path)
-    if not is_postgres_url(source_path) and not os.path.exists(source_path):
-        raise UsageError("no store at %s" % source_path)
-    source = open_store(source_path)
-    try:
-        target = open_store(target_path)
-    except BaseException:
-        source.close()
-        raise
-    counts = []
-    try:
-        with source.read() as src, target.write() as dst:
-            if dst.execute("SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) "
-                           "FROM messages) + (SELECT COUNT(*) FROM events WHERE kind <> "
-                           "'store.migrate')").fetchone()[0]:
-                raise UsageError("%s already holds a room; copy into an empty store"
-                                 % target.shown, "give it a new database, schema or file")
-            dst.execute("DELETE FROM events")        # its creation: the log comes along
-            own = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP)
-            where = {"meta": own}      # meta keys each store keeps for itself
-            dst.execute("DELETE FROM meta" + own)
-            for table in PG_TABLES:
-                theirs = set(_table_columns(target, table))
-                columns = [c for c in _table_columns(source, table) if c in theirs]
-                names = ", ".join(columns)
-                row_marks = "(%s)" % ", ".join("?" * len(columns))
-                # SQLite before 3.32 binds at most 999 values in one statement.
-                rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
-                batch = []
-
-                def flush():
-                    dst.execute("INSERT INTO %s (%s) VALUES %s" % (
-                        table, names, ", ".join([row_marks] * len(batch))),
-                        [value for row in batch for value in row])
-                    del batch[:]
-                for row in source.rows(src, "SELECT %s FROM %s%s" % (
-                        names, table, where.get(table, ""))):
-                    batch.append(tuple(row))
-                    if len(batch) == rows_per_insert:
-                        flush()
-                if batch:
-                    flush()
-                if progress:
-                    progress(table)
-            target.after_copy(dst)
-            for table in PG_TABLES:
-                count = "SELECT COUNT(*) FROM %s%s" % (table, where.get(table, ""))
-                counts.append((table, src.execute(count).fetchone()[0],
-                               dst.execute(count).fetchone()[0]))
-            wrong = [c for c in counts if c[1] != c[2]]
-            if wrong:
-                raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(
-                    "%s %d rows, copied %d" % c for c in wrong))
-            event(dst, "store.copy", data={"from": source.shown, "rows": sum(
-                c[1] for c in counts)})
-    finally:
-        source.close()
-        target.close()
-    return counts
+STORE_KINDS.append(PgStore)
 
 
 # PG_MIGRATIONS[n] takes a PostgreSQL store from schema n to n + 1; they begin
@@ -2866,4884 +8969,7 @@ def copy_store(source_path, target_path, progress=None):
 PG_MIGRATIONS = {}
 
 
-# ---- liveness (process scan) ---------------------------------------------
-
-
-def proc_root():
-    return os.environ.get("AGENTS_ROOM_PROC_ROOT") or "/proc"
-
-
-def scanner_kind():
-    forced = os.environ.get("AGENTS_ROOM_PROCSCAN")
-    if forced in ("proc", "ps"):
-        return forced
-    return "proc" if os.path.isdir(os.path.join(proc_root(), "self")) or \
-        os.environ.get("AGENTS_ROOM_PROC_ROOT") else "ps"
-
-
-def _proc_boot_time(root):
-    try:
-        with open(os.path.join(root, "stat")) as handle:
-            for line in handle:
-                if line.startswith("btime "):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _proc_start(root, pid, boot):
-    """Start time (epoch seconds) of pid under a /proc tree, or None."""
-    try:
-        with open(os.path.join(root, str(pid), "stat")) as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-    if boot is None:
-        return None
-    return boot + ticks // os.sysconf("SC_CLK_TCK")
-
-
-def _ps_lstart(text):
-    try:
-        return int(time.mktime(time.strptime(" ".join(text.split()),
-                                             "%a %b %d %H:%M:%S %Y")))
-    except ValueError:
-        return None
-
-
-def process_start(pid):
-    """Start time of a running process, to tell it from a later one with the same
-    pid; None when it does not run or cannot be read."""
-    if not pid:
-        return None
-    if scanner_kind() == "proc":
-        root = proc_root()
-        return _proc_start(root, pid, _proc_boot_time(root))
-    import subprocess
-    try:
-        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)],
-                             capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _ps_lstart(out) if out.strip() else None
-
-
-# Launchers between a harness and its hook.  Not python: Hermes is a Python
-# program, and the walk starts at the hook's parent, never the hook itself.
-SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
-          "nice", "nohup", "sudo"}
-
-
-INTERACTIVE_SHELLS = {"bash", "zsh", "fish", "sh", "dash", "ksh", "tcsh", "csh"}
-
-
-def _has_tty(pid):
-    """Whether pid has a controlling terminal (a shell a person types in)."""
-    if scanner_kind() == "proc":
-        try:
-            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
-                return int(handle.read().rsplit(")", 1)[1].split()[4]) != 0
-        except (OSError, ValueError, IndexError):
-            return False
-    import subprocess
-    try:
-        out = subprocess.run(["ps", "-o", "tty=", "-p", str(pid)], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return bool(out) and out not in ("?", "??", "-")
-
-
-def terminal_shell(start_pid):
-    """The shell a person typed a command in: up through subshells ($(...)
-    forks one) to the outermost of an unbroken chain of shells that have a
-    controlling terminal; None when the command was not typed in a terminal
-    (a script's or a harness's `sh -c` lives a moment, not a session)."""
-    pid, found = start_pid, None
-    for _ in range(16):
-        if not pid or pid <= 1:
-            break
-        comm, parent = _proc_comm_ppid(pid)
-        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS \
-                or not _has_tty(pid):
-            break
-        found, pid = pid, parent
-    return found
-
-
-def process_argv(pid):
-    """A process's command line (Linux /proc; [] elsewhere or when unreadable)."""
-    try:
-        with open(os.path.join(proc_root(), str(pid), "cmdline"), "rb") as handle:
-            return [a.decode("utf-8", "replace") for a in handle.read().split(b"\0") if a]
-    except (OSError, TypeError):
-        return []
-
-
-def _is_mcp_watchdog(pid):
-    """Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
-    --ppid <hermes> -- <server>`: a launcher, not the harness."""
-    return any("mcp_stdio_watchdog" in a for a in process_argv(pid)[:3])
-
-
-def harness_pid(start_pid):
-    """The first ancestor of a hook that is not a shell or launcher: the harness
-    process whose lifetime is the session's."""
-    pid = start_pid
-    for _ in range(16):
-        if pid <= 1:
-            return None
-        comm, parent = _proc_comm_ppid(pid)
-        if comm is None:
-            return None
-        if os.path.basename(comm) not in SHELLS and not (
-                comm.startswith("python") and _is_mcp_watchdog(pid)):
-            return pid
-        pid = parent
-    return None
-
-
-def _proc_comm_ppid(pid):
-    if scanner_kind() == "proc":
-        try:
-            with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
-                text = handle.read()
-            comm = text[text.index("(") + 1:text.rindex(")")]
-            return comm, int(text.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None, 0
-    import subprocess
-    try:
-        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)],
-                             capture_output=True, text=True, timeout=5).stdout.split(None, 1)
-        return out[1].strip(), int(out[0])
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None, 0
-
-
-class ProcessScan:
-    """One look at the running processes of this user, shared by every session a
-    call answers for: which harness keys are in some process's environment, and
-    the start time of each process."""
-
-    def __init__(self):
-        self.keys = set()
-        self.starts = {}          # pid -> start epoch, or None if not inspectable
-        self.own = set()          # pids of this user's running processes
-        self.kind = scanner_kind()
-        self.root = proc_root()
-        self.boot = None
-        if self.kind == "proc":
-            self._scan_proc()
-        else:
-            self._scan_ps()
-
-    def _scan_proc(self):
-        root = self.root
-        uid = os.getuid()
-        markers = tuple(var.encode() + b"=" for var in HARNESS_KEY_VARS)
-        try:
-            names = os.listdir(root)
-        except OSError:
-            return
-        for name in names:
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            base = os.path.join(root, name)
-            try:
-                if os.stat(base).st_uid != uid:
-                    continue
-            except OSError:
-                continue
-            self.own.add(pid)
-            try:
-                with open(os.path.join(base, "environ"), "rb") as handle:
-                    data = handle.read()
-            except OSError:
-                # Many own processes refuse this (pid 1 in a container,
-                # ssh-agent): skip it, it proves nothing about anyone.
-                continue
-            if not any(marker in data for marker in markers):
-                continue
-            for item in data.split(b"\0"):
-                for marker in markers:
-                    if item.startswith(marker) and len(item) > len(marker):
-                        self.keys.add(item[len(marker):].decode("utf-8", "replace"))
-
-    def _scan_ps(self):
-        import subprocess
-        env_flag = {"darwin": "-E"}.get(sys.platform, "e" if sys.platform.startswith(
-            "linux") else "-e")
-        command = ["ps", env_flag, "-ww", "-U", str(os.getuid()),
-                   "-o", "pid=,lstart=,command="]
-        if env_flag == "e":
-            command = ["ps", "eww", "-U", str(os.getuid()), "-o", "pid=,lstart=,args="]
-        plain = ["ps", "-ww", "-U", str(os.getuid()), "-o", "pid=,args="]
-        try:
-            out = subprocess.run(command, capture_output=True, text=True,
-                                 timeout=10, errors="replace").stdout
-            args_out = subprocess.run(plain, capture_output=True, text=True,
-                                      timeout=10, errors="replace").stdout
-        except (OSError, subprocess.SubprocessError):
-            return
-        # ps prints a process's arguments and then its environment on one
-        # line; only the environment may name a harness key, so the arguments
-        # (read without the environment) are cut off first.
-        commands = {}
-        for line in args_out.splitlines():
-            pid_text, _, args = line.strip().partition(" ")
-            if pid_text.isdigit():
-                commands[int(pid_text)] = args.strip()
-        prefixes = tuple(var + "=" for var in HARNESS_KEY_VARS)
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) < 6 or not parts[0].isdigit():
-                continue
-            pid = int(parts[0])
-            self.own.add(pid)
-            self.starts[pid] = _ps_lstart(" ".join(parts[1:6]))
-            rest = line.split(None, 6)[6] if len(parts) > 6 else ""
-            args = commands.get(pid)
-            if args is None or not rest.startswith(args):
-                continue              # cannot tell arguments from environment
-            for token in rest[len(args):].split():
-                if token.startswith(prefixes):
-                    value = token.split("=", 1)[1]
-                    if value:
-                        self.keys.add(value)
-
-    def start_of(self, pid):
-        """Start time of one of the scanned processes, read when first asked:
-        only recorded pids need it, so the scan does not read every stat file."""
-        if pid not in self.starts:
-            if self.boot is None:
-                self.boot = _proc_boot_time(self.root)
-            self.starts[pid] = _proc_start(self.root, pid, self.boot)
-        return self.starts[pid]
-
-    def runs_elsewhere(self, pid):
-        """Whether pid runs as another user: EPERM is not absence."""
-        if self.kind == "proc":
-            return os.path.exists(os.path.join(self.root, str(pid)))
-        try:
-            os.kill(pid, 0)             # it exists; not ours (not in the scan)
-        except PermissionError:
-            return True
-        except (OSError, OverflowError):
-            return False
-        return True
-
-    def liveness(self, harness_key, pid, pid_start, ended=False):
-        """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
-        that runs decides; when it is gone the harness key decides, except for
-        a session whose harness said it ended (SessionEnd): a child that
-        inherited the key must not keep it alive."""
-        if pid:
-            if pid in self.own:
-                started = self.start_of(pid)
-                if started is None:
-                    return "unknown"
-                if pid_start is None or abs(started - pid_start) <= 2:
-                    return "alive"
-            elif self.runs_elsewhere(pid):
-                return "unknown"            # EPERM is not absence
-            if ended or not harness_key:
-                return "gone"
-        if harness_key:
-            return "alive" if harness_key in self.keys and not ended else "gone"
-        return "unknown"
-
-
-class LazyScan:
-    """Scan at most once, and only if some answer needs liveness.
-
-    The caller's own process needs no scan: if it carries the session's harness
-    key, or is the session's recorded process, it is running right now, which
-    is exactly what the scan would find.  That keeps a claim or a check by an
-    MCP server or a hook from reading every process on the machine."""
-
-    def __init__(self, ctx=None, at=None):
-        self._scan = None
-        self.at = at              # the call's clock (the server's, on PostgreSQL)
-        self.key = harness_key_from(ctx.env) if ctx is not None else None
-        self.pid = ctx.pid if ctx is not None else None
-        self.pid_start = ctx.pid_start if ctx is not None else None
-        self.host = host_name()
-        self.judged = {}          # session id -> verdict, for this host's sessions
-
-    def __call__(self, row):
-        keys = row.keys()
-        if "host" in keys and (row["host"] not in (None, self.host) or (
-                row["uid"] is not None and row["uid"] != os.getuid())):
-            # Another host's session, or another user's: its processes are not
-            # ours to see.  What its own host (and user) last recorded, while
-            # that is recent; else unknown, never gone on a guess.
-            at = row["verdict_at"] if "verdict_at" in keys else None
-            clock = self.at if self.at is not None else real_time()
-            if at is None or clock - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
-                                                     VERDICT_STALE_S):
-                return "unknown"
-            return row["verdict"] or "unknown"
-        if (self.key and row["harness_key"] == self.key) or (
-                self.pid and row["pid"] == self.pid and row["pid_start"] == self.pid_start):
-            verdict = "alive"
-        else:
-            if self._scan is None:
-                self._scan = ProcessScan()
-            ended = "ended_at" in keys and row["ended_at"] is not None
-            verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"],
-                                          ended)
-        clock = self.at if self.at is not None else real_time()
-        if "verdict" in keys and (row["verdict"] != verdict or row["verdict_at"] is None
-                                  or clock - row["verdict_at"] > VERDICT_REFRESH_S):
-            self.judged[row["id"]] = verdict
-        return verdict
-
-    def record(self, conn):
-        """Write the verdicts this scan reached that changed or grew old: the
-        record another host reads (SPEC: liveness across hosts)."""
-        at = self.at if self.at is not None else real_time()
-        conn.executemany("UPDATE sessions SET verdict=?, verdict_at=? WHERE id=?",
-                         [(v, at, i) for i, v in sorted(self.judged.items())])
-        self.judged.clear()
-
-
-# ---- tool registry and the door --------------------------------------------
-# Each operation is registered with its MCP metadata and CLI shape beside it, so
-# adding a tool is one edit in one place.  Every operation enters through one
-# door, call_tool: it reads the clock once, opens the one write transaction,
-# moves time forward (sweep), finds and touches the caller, and after commit
-# runs what rides a tool event.  An operation holds only its business rule.
-# Liveness sits above this section because who, leases and prune answer with it.
-
-# How a tool finds its caller: required (session_id must name a session; one
-# that has left may still read), present (and it must not have left), optional
-# (session_id may be omitted), key (found by harness key; internal operations
-# of the hook front end), none.
-CALLER_FORMS = ("required", "present", "optional", "key", "none")
-
-
-class Tool:
-    def __init__(self, fn, name, title, params, required, output, cli, positional,
-                 flags, example, read_only, destructive, idempotent, caller, prepare,
-                 public, after, degrades):
-        self.fn, self.name, self.title = fn, name, title
-        self.params, self.required, self.output = params, tuple(required), output
-        self.cli, self.positional, self.flags = cli, positional, flags
-        self.example = example
-        self.read_only = read_only
-        self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
-        # Answered from a plain read when the disk is full (op.readonly): a
-        # read-only tool, or one that says how it degrades (msg_recv).
-        self.degrades = degrades or read_only
-        # Hints at their defaults are left out (the title is the tool's own),
-        # except readOnly and destructive, which clients ask for by name.
-        self.annotations = {"readOnlyHint": read_only, "destructiveHint": destructive,
-                            "openWorldHint": False}
-        if idempotent:
-            self.annotations["idempotentHint"] = True
-
-    @property
-    def description(self):
-        return " ".join((self.fn.__doc__ or "").split())
-
-    def input_schema(self):
-        return {"type": "object", "properties": self.params,
-                "required": list(self.required), "additionalProperties": False}
-
-
-TOOLS = {}
-
-
-def tool(name, title, params, required=(), output=None, cli=None, positional=(),
-         flags=None, example="", read_only=False, destructive=False, idempotent=False,
-         caller=None, prepare=None, public=True, after=True, degrades=False):
-    """Register an operation.  public=False keeps it off tools/list and out of
-    the MCP server (the hook front end and guard use such operations)."""
-    if caller is None:
-        caller = "none" if "session_id" not in params else (
-            "required" if "session_id" in required else "optional")
-    assert caller in CALLER_FORMS, caller
-
-    def register(fn):
-        TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
-                           cli, positional, flags or {}, example, read_only,
-                           destructive, idempotent, caller, prepare, public, after,
-                           degrades)
-        return fn
-    return register
-
-
-def check_value(schema, value, where):
-    """Check value against the subset of JSON Schema the tools use."""
-    types = schema.get("type")
-    if types:
-        types = types if isinstance(types, list) else [types]
-        ok = False
-        for kind in types:
-            if kind == "string" and isinstance(value, str):
-                ok = True
-            elif kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
-                ok = True
-            elif kind == "number" and isinstance(value, (int, float)) \
-                    and not isinstance(value, bool):
-                ok = True
-            elif kind == "boolean" and isinstance(value, bool):
-                ok = True
-            elif kind == "array" and isinstance(value, list):
-                ok = True
-            elif kind == "object" and isinstance(value, dict):
-                ok = True
-            elif kind == "null" and value is None:
-                ok = True
-        if not ok:
-            raise UsageError("%s must be %s, not %s" % (
-                where, " or ".join(types), type(value).__name__ if value is not None
-                else "null"))
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UsageError("%s is not valid Unicode (a lone surrogate)" % where)
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            raise UsageError("%s is longer than %d characters" % (where, schema["maxLength"]))
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            raise UsageError("%s must not be empty" % where)
-        if "enum" in schema and value not in schema["enum"]:
-            raise UsageError("%s must be one of %s, not %r" % (
-                where, ", ".join(map(str, schema["enum"])), value))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise UsageError("%s must be a finite number" % where)
-        if "minimum" in schema and value < schema["minimum"]:
-            raise UsageError("%s must be at least %s, not %s" % (where, schema["minimum"],
-                                                                 value))
-        if "maximum" in schema and value > schema["maximum"]:
-            raise UsageError("%s must be at most %s, not %s" % (where, schema["maximum"],
-                                                                value))
-        if "enum" in schema and value not in schema["enum"]:
-            raise UsageError("%s must be one of %s" % (where, schema["enum"]))
-    if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise UsageError("%s has more than %d items" % (where, schema["maxItems"]))
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            raise UsageError("%s needs at least %d item(s)" % (where, schema["minItems"]))
-        for index, item in enumerate(value):
-            check_value(schema.get("items", {}), item, "%s[%d]" % (where, index))
-
-
-def check_args(tool_, args):
-    if not isinstance(args, dict):
-        raise UsageError("arguments must be an object")
-    unknown = sorted(set(args) - set(tool_.params))
-    if unknown:
-        raise UsageError("%s takes no argument %s" % (tool_.name, ", ".join(unknown)),
-                         "it takes: %s" % ", ".join(sorted(tool_.params)))
-    missing = [name for name in tool_.required if args.get(name) is None]
-    if missing:
-        raise UsageError("%s needs %s" % (tool_.name, ", ".join(missing)))
-    for name, value in args.items():
-        if value is not None:
-            check_value(tool_.params[name], value, name)
-
-
-class Context:
-    """Who is calling: the front end ('cli', 'mcp', 'hook' or 'ui'), its
-    working directory, environment, and the pid a join should record."""
-
-    def __init__(self, via="cli", cwd=None, env=None, pid=None, pid_start=None,
-                 harness_pid=None, harness_start=None):
-        self.via = via
-        self.cwd = cwd or _getcwd()
-        self.env = os.environ if env is None else env
-        self.pid = pid
-        self.pid_start = pid_start
-        # An MCP server's harness process: its session is the one the
-        # harness's hooks joined (see room_join).
-        self.harness_pid, self.harness_start = harness_pid, harness_start
-        self.harness_argv = None      # a hook's harness command line (Hermes' lever)
-        self.signal = None            # the last MCP call's signal, if one was due
-
-
-class Op:
-    """What the door hands an operation: the open transaction (conn), one
-    clock reading (at), the caller's session row (or None), one liveness scan
-    shared by every answer, and the rule for relative paths."""
-
-    def __init__(self, store, conn, ctx, at, caller=None, prepared=None):
-        self.store, self.conn, self.ctx, self.at = store, conn, ctx, at
-        self.caller = caller
-        self.prepared = prepared
-        self.liveness = LazyScan(ctx, at)
-        self.after = []           # run once the transaction committed
-        self.readonly = False     # a plain read: the disk is full (see call_tool)
-        self._rows = {}
-
-    @property
-    def me(self):
-        return self.caller["id"] if self.caller is not None else None
-
-    @property
-    def base(self):
-        """Relative paths resolve against the caller's cwd on the CLI and in
-        hooks, and against the session's recorded cwd over MCP (the server's
-        cwd at join is the agent's project; the process may sit anywhere)."""
-        if self.ctx.via == "mcp" and self.caller is not None:
-            return self.caller["cwd"]
-        return self.ctx.cwd
-
-    def event(self, kind, session_id=None, room=None, subject=None, data=None):
-        event(self.conn, kind, session_id, room, subject, data, at=self.at)
-
-    def session(self, session_id):
-        """A session row, read once per operation (a send reads its recipients'
-        rows for the selector, the delivery and the answer)."""
-        if session_id not in self._rows:
-            self._rows[session_id] = session_row(self.conn, session_id)
-        return self._rows[session_id]
-
-    def resources(self, path=None, resources=None):
-        """The resources a lease call names (path and/or resources), parsed
-        once into Resource values, deduplicated, in order."""
-        items = ([path] if path else []) + list(resources or [])
-        if not items:
-            raise UsageError("name a path or resources (a list of paths or kind:name)")
-        if len(items) > LEASE_TARGETS_MAX:
-            raise UsageError("at most %d resources in one call" % LEASE_TARGETS_MAX)
-        seen, found = set(), []
-        for item in items:
-            resource = Resource.parse(item, self.base)
-            if resource.ident not in seen:
-                seen.add(resource.ident)
-                found.append(resource)
-        return found
-
-
-def untold_signal(op):
-    """For MCP clients without hooks: the one-line signal while the caller has
-    unread deliveries it was never told about (then they count as offered), so
-    mail reaches a model through any tool result; None otherwise."""
-    me = op.me
-    if not op.conn.execute("SELECT 1 FROM deliveries WHERE session_id=? AND state IN "
-                           "('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
-                           (me,)).fetchone():
-        return None
-    text = signal_text(op.conn, me)
-    advance(op.conn, "offered", op.at, "session_id=?", (me,))
-    op.conn.execute("UPDATE deliveries SET offered_at=? WHERE session_id=? AND state IN %s "
-                    "AND offered_at IS NULL" % UNREAD_SQL, (op.at, me))
-    op.event("signal.result", me, data={"text": text})
-    return {"text": text, "count": unread_count(op.conn, me)}
-
-
-def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
-    conn = op.conn
-    form = tool_.caller
-    row = None
-    if form == "key":
-        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
-                           (harness_key,)).fetchone() if harness_key else None
-    elif form != "none" and (session_id is not None or form in ("required", "present")):
-        row = session_row(conn, session_id) if is_session_id(session_id) else None
-        if row is None:
-            raise unknown_session(conn, session_id, op.store.shown)
-        if form == "present" and row["left_at"] is not None:
-            raise RoomError("session %s has left; join again" % row["id"],
-                            "room_join with the same harness key gives it back its id")
-    if row is not None and touch and op.at - row["last_seen"] >= TOUCH_EVERY_S:
-        # last_seen is read in seconds and hours (who, prune): a write per
-        # call would cost every call a page for nothing.
-        # Its own call proves it alive, the verdict other hosts go by.
-        conn.execute("UPDATE sessions SET last_seen=?, verdict='alive', verdict_at=? "
-                     "WHERE id=?", (op.at, op.at, row["id"]))
-    return row
-
-
-# What rides every tool event after commit (the wake levers register here: they
-# sit in a later section, and a section only calls earlier ones).
-AFTER_TOOL_EVENT = []
-
-
-def call_tool(store, ctx, name, args, public_only=False):
-    """The one door every operation enters by (MCP, CLI, hooks, guard, the
-    page): check the arguments, then in one write transaction read the clock,
-    sweep, find and touch the caller and run the operation; after commit, run
-    what rides a tool event (due wakes).  A read-only tool whose write fails
-    because the disk is full is answered from a plain read instead."""
-    tool_ = TOOLS.get(name)
-    if tool_ is None or (public_only and not tool_.public):
-        raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(
-            sorted(n for n, t in TOOLS.items() if t.public)))
-    args = dict(args) if isinstance(args, dict) else args
-    check_args(tool_, args)
-    args = {k: v for k, v in args.items() if v is not None}
-    session_id = args.pop("session_id", None)
-    harness_key = args.get("harness_key") if tool_.caller == "key" else None
-    for attempt in (1, 2):
-        try:
-            result = _through_door(store, ctx, tool_, name, args, session_id, harness_key)
-            break
-        except StoreError as error:
-            # A connection to a server lost in the middle of a read: read
-            # again, once.  A write is reported, never replayed.
-            if error.code != "unavailable" or not tool_.read_only or attempt == 2:
-                raise
-    if tool_.after:
-        for work in AFTER_TOOL_EVENT:
-            work(store, ctx)
-    return result
-
-
-def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
-    try:
-        prepared = None
-        if tool_.prepare is not None:
-            # Work that must not hold the write lock (hashing a file) runs
-            # first, against the caller as it is now.
-            op = Op(store, store.connection(), ctx, now())
-            op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
-            prepared = tool_.prepare(op, **args)
-        try:
-            with store.write() as conn:
-                op = Op(store, conn, ctx, store.now(), prepared=prepared)
-                sweep(conn, op.at, store.real_now())
-                op.caller = _find_caller(op, tool_, session_id, harness_key)
-                result = tool_.fn(op, **args)
-                op.liveness.record(conn)
-                if ctx.via == "mcp" and op.caller is not None and tool_.public and \
-                        name not in ("msg_recv", "msg_unread"):
-                    ctx.signal = untold_signal(op)
-            for work in op.after:
-                work()
-        except StoreError as error:
-            if not (tool_.degrades and error.code == "disk_full"):
-                raise
-            with store.read() as conn:
-                op = Op(store, conn, ctx, store.now(), prepared=prepared)
-                op.readonly = True
-                op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
-                result = tool_.fn(op, **args)
-    except PgError as error:
-        raise explain_pg(error, store.path)
-    except sqlite3.Error as error:
-        raise explain_sqlite(error, store.path)
-    except RecursionError:
-        raise UsageError("arguments nested too deeply")
-    return result
-
-
-# Schema fragments shared by the tools.
-# session_id is described once, in the server's instructions: a description
-# on each of thirty tools would cost every model's context thirty times.
-S_SESSION = {"type": "string", "maxLength": 200}
-S_SESSION_OPT = S_SESSION
-S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
-          "description": "a file path; relative paths resolve against your session's cwd"}
-S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
-          "description": "repo:<name> or shared:<name>; a bare name matches either"}
-S_LIMIT = {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}
-S_MESSAGE_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
-S_AUTONOMY = {"type": ["integer", "string"],
-              "description": "0/notify, 1/hold or 2/wake"}
-S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
-S_LIVENESS = {"type": "string", "enum": ["alive", "gone", "unknown"]}
-S_LEASE = {"type": "object", "properties": {
-    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
-    "path": {"type": "string"}, "resource": {"type": "string"},
-    "kind": {"type": "string"}, "purpose": {"type": ["string", "null"]},
-    "mode": {"type": "string"},
-    "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS},
-    "required": ["session_id", "label", "path", "mode", "acquired_at", "expires_at",
-                 "liveness"]}
-S_LEASE_OR_NULL = dict(S_LEASE, type=["object", "null"])
-S_MESSAGE = {"type": "object", "properties": {
-    "message_id": {"type": "integer"}, "sender": {"type": "string"},
-    "sender_label": {"type": ["string", "null"]}, "subject": {"type": ["string", "null"]},
-    "body": {"type": ["string", "null"]}, "reply_to": {"type": ["integer", "null"]},
-    "created_at": S_TIME, "expires_at": S_TIME,
-    "rooms": {"type": "array", "items": {"type": "string"}}},
-    "required": ["message_id", "sender", "sender_label", "subject", "body", "reply_to",
-                 "created_at", "expires_at", "rooms"]}
-S_SESSION_ROW = {"type": "object", "properties": {
-    "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
-    "harness": {"type": "string"}, "cwd": {"type": "string"},
-    "tags": {"type": "array", "items": {"type": "string"}},
-    "rooms": {"type": "array", "items": {"type": "string"}},
-    "autonomy": {"type": "integer"}, "autonomy_requested": {"type": "integer"},
-    "liveness": S_LIVENESS, "last_seen": S_TIME, "host": {"type": ["string", "null"]}},
-    "required": ["session_id", "label", "harness", "cwd", "tags", "rooms", "autonomy",
-                 "liveness", "last_seen"]}
-S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-
-
-def out_schema(required, **props):
-    return {"type": "object", "properties": props, "required": list(required)}
-
-
-# ---- operations: sessions and rooms ---------------------------------------
-
-
-def session_row(conn, session_id):
-    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
-
-
-def unknown_session(conn, value, path):
-    """The error for a session id that names nothing, naming what was meant."""
-    if not isinstance(value, str):
-        return UnknownSession("not a session id (expected 16 lowercase hex)")
-    text = value.strip()
-    row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
-                       (text,)).fetchone()
-    if row:
-        return UnknownSession(
-            "that is a harness key; your session id is %s" % row["id"],
-            "pass session_id=%s (room_join returns it)" % row["id"])
-    candidates = []
-    lowered = text.lower()
-    if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
-        candidates = conn.execute(
-            "SELECT id, label FROM sessions WHERE id >= ? AND id < ? ORDER BY last_seen "
-            "DESC LIMIT 6", (lowered, lowered + "g")).fetchall()
-    if not candidates and text:
-        candidates = conn.execute(
-            "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
-            "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
-    if candidates:
-        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
-                 for r in candidates[:5]]
-        return UnknownSession("no session %r; did you mean %s?"
-                              % (one_line(text, 80), " or ".join(names)),
-                              "session ids are 16 lowercase hex; use the whole id")
-    if is_session_id(text):
-        return UnknownSession(
-            "no such session: %s may have left, or belong to another store "
-            "(this store is %s)" % (text, path),
-            "join again with room_join, or check AGENTS_ROOM_DB")
-    return UnknownSession("not a session id: %r (expected 16 lowercase hex)"
-                          % one_line(text, 80),
-                          "room_join returns your session id")
-
-
-def session_by_key(store, key):
-    """The id of the session a harness key names, or None (one indexed read)."""
-    row = store.conn.execute("SELECT id FROM sessions WHERE harness_key=?",
-                             (key,)).fetchone()
-    return row["id"] if row else None
-
-
-def rooms_of(conn, session_id):
-    return [r[0] for r in conn.execute(
-        "SELECT room FROM memberships WHERE session_id=? ORDER BY room", (session_id,))]
-
-
-def effective_autonomy(conn, row):
-    cap = conn.execute(
-        "SELECT MIN(r.cap) FROM memberships m JOIN rooms r ON r.name=m.room "
-        "WHERE m.session_id=?", (row["id"],)).fetchone()[0]
-    return row["autonomy"] if cap is None else min(row["autonomy"], cap)
-
-
-def resolve_room(conn, name):
-    """An existing room from a full or bare name; a bare name matching both
-    repo:x and shared:x is ambiguous and the error lists both."""
-    if not isinstance(name, str) or not name.strip():
-        raise UsageError("a room name must be a non-empty string")
-    name = name.strip()
-    if ":" in name:
-        full = room_name(name, "shared:")
-        if conn.execute("SELECT 1 FROM rooms WHERE name=?", (full,)).fetchone():
-            return full
-        candidates = [full]
-    else:
-        candidates = [p + name for p in ROOM_PREFIXES]
-        found = [c for c in candidates if
-                 conn.execute("SELECT 1 FROM rooms WHERE name=?", (c,)).fetchone()]
-        if len(found) == 1:
-            return found[0]
-        if len(found) == 2:
-            raise UsageError("room %r is ambiguous: both %s exist" % (name, " and ".join(found)),
-                             "name it with its prefix")
-    known = [r[0] for r in conn.execute("SELECT name FROM rooms ORDER BY name LIMIT 20")]
-    raise RoomError("no room %s" % " or ".join(candidates),
-                    "rooms in this store: %s" % (", ".join(known) or "none yet"),
-                    code="unknown_room")
-
-
-def default_room_of(conn, row):
-    rooms = rooms_of(conn, row["id"])
-    repo = [r for r in rooms if r.startswith("repo:")]
-    if repo:
-        return repo[0]
-    if rooms:
-        return rooms[0]
-    raise RoomError("session %s is in no room" % row["id"], "join a room first")
-
-
-def room_for(op, room, command):
-    """The room a command acts on: the one named, else the caller's repository
-    room; with neither, a usage error."""
-    if room:
-        return resolve_room(op.conn, room)
-    if op.caller is not None:
-        return default_room_of(op.conn, op.caller)
-    raise UsageError("%s needs a room (or a session, for its repository room)" % command)
-
-
-def ensure_room(conn, name, at):
-    conn.execute("INSERT OR IGNORE INTO rooms (name, cap, created_at) VALUES (?, 2, ?)",
-                 (name, at))
-
-
-def work_of(conn, session_id):
-    return [{"scope": r["scope"], "state": r["state"], "summary": r["summary"],
-             "updated_at": iso(r["updated_at"])} for r in conn.execute(
-        "SELECT * FROM work WHERE session_id=? ORDER BY updated_at", (session_id,))]
-
-
-def session_dict(conn, row, liveness, at=None):
-    lever = row["lever"]
-    if lever is None and waiter_armed(row, at if at is not None else now()):
-        lever = "claude-rewake"
-    return {
-        "session_id": row["id"], "label": row["label"], "harness": row["harness"],
-        "cwd": row["cwd"], "tags": json.loads(row["tags"]),
-        "rooms": rooms_of(conn, row["id"]),
-        "autonomy": effective_autonomy(conn, row),
-        "autonomy_requested": row["autonomy"],
-        "liveness": liveness(row), "last_seen": iso(row["last_seen"]),
-        "created_at": iso(row["created_at"]), "pid": row["pid"],
-        "lever": lever, "left": row["left_at"] is not None,
-        "ended": row["ended_at"] is not None,
-        "worktree": row["worktree"], "branch": row["branch"],
-        "work": work_of(conn, row["id"]), "host": row["host"],
-    }
-
-
-def where_text(row):
-    """' Worktree api-feature, branch fix-1.' as far as known, for a digest."""
-    parts = []
-    if row["worktree"]:
-        parts.append("worktree " + one_line(row["worktree"], 60))
-    if row["branch"]:
-        parts.append("branch " + one_line(row["branch"], 60))
-    return (" " + ", ".join(parts).capitalize() + ".") if parts else ""
-
-
-def waiter_armed(row, at):
-    """Whether the session's Claude Code rewake waiter is running now."""
-    if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
-        return False
-    started = process_start(row["waiter_pid"])
-    return started is not None and (row["waiter_start"] is None or
-                                    abs(started - row["waiter_start"]) <= 2)
-
-
-def _string_list(value, what, limit):
-    if value is None:
-        return None
-    values = [value] if isinstance(value, str) else list(value)
-    values = [v.strip() for v in values if isinstance(v, str) and v.strip()]
-    if len(values) > limit:
-        raise UsageError("at most %d %s" % (limit, what))
-    return values
-
-
-@tool("room_join", "Join rooms", {
-    "room": dict(S_ROOM, description="your repository room; default repo:<git top level "
-                 "of cwd>; a bare name gets repo:"),
-    "extra_rooms": {"type": "array", "items": S_ROOM, "maxItems": ROOMS_MAX,
-                    "description": "shared rooms to join too; a bare name gets shared:"},
-    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS,
-              "description": "a short name others see, e.g. api"},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 100},
-             "maxItems": TAGS_MAX, "description": "tags others can address with tag:<tag>"},
-    "autonomy": S_AUTONOMY,
-    "harness": {"type": "string", "enum": list(HARNESSES)},
-    "harness_key": {"type": "string", "maxLength": 200,
-                    "description": "the harness's own session key; read from the "
-                    "environment when not given"},
-    "cwd": {"type": "string", "maxLength": PATH_MAX_CHARS,
-            "description": "working directory to record; default the caller's"},
-}, output=out_schema(["session_id", "rooms", "autonomy"],
-                     session_id={"type": "string"},
-                     rooms={"type": "array", "items": {"type": "string"}},
-                     autonomy={"type": "integer"},
-                     autonomy_requested={"type": "integer"},
-                     warning={"type": "string"}),
-    cli="join", flags={"extra_rooms": "--also", "tags": "--tag"},
-    example="join --room repo:api --also storefront --label api --autonomy 2",
-    idempotent=True)
-def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
-              autonomy=None, harness=None, harness_key=None, cwd=None):
-    """Join your repository room and any shared rooms; returns the session_id
-    every other tool takes: call it once at the start and keep the id.
-    Rejoining with the same harness key returns the same session and adds the
-    rooms named; label and tags change only when given; autonomy is kept
-    unless raised (only a room cap lowers it)."""
-    ctx, conn, at = op.ctx, op.conn, op.at
-    level = parse_autonomy(autonomy)
-    cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else ctx.cwd
-    key = harness_key or harness_key_from(ctx.env)
-    record_pid, record_start = ctx.pid, ctx.pid_start
-    if not key and ctx.harness_pid:
-        # An MCP server started by a harness that passes it no key (Codex,
-        # Hermes) belongs to the session its harness's hooks joined: the one
-        # whose recorded process is the server's own harness process.
-        linked = conn.execute(
-            "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
-            "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
-            (ctx.harness_pid,)).fetchone()
-        if linked and (linked["pid_start"] is None or ctx.harness_start is None or
-                       abs(linked["pid_start"] - ctx.harness_start) <= 2):
-            key, record_pid, record_start = linked["harness_key"], None, None
-    # A rejoin from a plain terminal detects nothing: it keeps the harness the
-    # session was joined with rather than overwrite it with 'generic'.
-    detected = harness or detect_harness(ctx.env)
-    tags = _string_list(tags, "tags", TAGS_MAX)
-    repo = RepoInfo.of(cwd)
-    warning = None
-    if room:
-        home = room_name(room, "repo:")
-    else:
-        # The repository's room, whichever worktree of it this is.
-        name = repo.name if repo else os.path.basename(cwd.rstrip(os.sep)) or "root"
-        home = room_name("repo:" + "".join(c if c.isalnum() or c in "-_." else "-"
-                                            for c in name), "repo:")
-        if repo is not None:
-            other = conn.execute("SELECT repo FROM rooms WHERE name=?",
-                                 (home,)).fetchone()
-            if other is not None and other["repo"] and other["repo"] != repo.identity:
-                # Two unrelated checkouts share a directory name: not one room.
-                distinct = "%s~%s" % (home, repo.ident_hash[:6])
-                warning = ("%s is another repository (%s); this one (%s) joins %s"
-                           % (home, other["repo"], repo.identity, distinct))
-                home = distinct
-    wanted = [home] + [room_name(r, "shared:") for r in (extra_rooms or [])]
-    wanted = list(dict.fromkeys(wanted))
-    if label is not None:
-        label = one_line(label, LABEL_MAX_CHARS) or None
-    row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
-                       (key,)).fetchone() if key else None
-    current = ctx.env.get("AGENTS_ROOM_SESSION") if ctx.via == "cli" else None
-    if row is None and not key and is_session_id(current):
-        # A terminal that already holds a session of this store joins again
-        # as that session, not as another one.
-        row = session_row(conn, current)
-        row = row if row is not None and row["left_at"] is None else None
-    if row is None:
-        session_id = new_session_id()
-        harness = detected
-        conn.execute(
-            "INSERT INTO sessions (id, harness, harness_key, cwd, pid, pid_start, label,"
-            " tags, autonomy, created_at, last_seen, uid, host) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (session_id, harness, key, cwd, record_pid, record_start, label,
-             json.dumps(tags or []), level or 0, at, at, os.getuid(), host_name()))
-        op.event("session.join", session_id, data={
-            "harness": harness, "label": label, "cwd": cwd, "pid": record_pid})
-    else:
-        session_id = row["id"]
-        harness = row["harness"] if detected == "generic" else detected
-        requested = row["autonomy"]
-        if level is not None and level < requested:
-            warning = (warning + "; " if warning else "") + ("autonomy stays %s: a rejoin cannot lower it (asked %s); "
-                       "a room cap (room_set_autonomy_cap) is the way down"
-                       % (autonomy_name(requested), autonomy_name(level)))
-        elif level is not None:
-            requested = level
-        conn.execute(
-            "UPDATE sessions SET harness=?, cwd=?, pid=COALESCE(?, pid), "
-            "pid_start=CASE WHEN ? IS NULL THEN pid_start ELSE ? END, "
-            "label=COALESCE(?, label), tags=COALESCE(?, tags), autonomy=?, "
-            "last_seen=?, left_at=NULL, ended_at=NULL, uid=?, host=? WHERE id=?",
-            (harness, cwd, record_pid, record_pid, record_start, label,
-             json.dumps(tags) if tags is not None else None, requested, at,
-             os.getuid(), host_name(), session_id))
-        op.event("session.rejoin", session_id, data={
-            "label": label, "autonomy": requested, "pid": record_pid,
-            "was_left": row["left_at"] is not None})
-    have = set(rooms_of(conn, session_id))
-    if len(have | set(wanted)) > ROOMS_MAX:
-        raise UsageError("a session can be in at most %d rooms" % ROOMS_MAX)
-    conn.execute("UPDATE sessions SET worktree=?, branch=? WHERE id=?",
-                 (repo.worktree if repo else None, repo.branch if repo else None,
-                  session_id))
-    for name in wanted:
-        if name not in have:
-            ensure_room(conn, name, at)
-            if name == home and repo is not None and not room:
-                conn.execute("UPDATE rooms SET repo=? WHERE name=? AND repo IS NULL",
-                             (repo.identity, name))
-            conn.execute("INSERT INTO memberships (session_id, room, joined_at) "
-                         "VALUES (?,?,?)", (session_id, name, at))
-            op.event("room.join", session_id, room=name)
-    lever, lever_data = detect_lever(ctx.env, harness, key, cwd, ctx.harness_argv)
-    if lever:
-        conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
-                     (lever, json.dumps(lever_data), session_id))
-    row = session_row(conn, session_id)
-    op.liveness(row)              # its host's verdict, recorded for other hosts
-    result = {"session_id": session_id, "rooms": rooms_of(conn, session_id),
-              "autonomy": effective_autonomy(conn, row),
-              "autonomy_requested": row["autonomy"], "label": row["label"],
-              "harness": row["harness"], "cwd": row["cwd"]}
-    if warning:
-        result["warning"] = warning
-    return result
-
-
-def release_all(op, session_id, why):
-    for lease in op.conn.execute("SELECT * FROM leases WHERE session_id=?",
-                                 (session_id,)).fetchall():
-        op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-        op.event("lease.release", session_id, subject=lease["key"],
-                 data={"mode": lease["mode"], "why": why, "shown": lease["path"],
-                       "kind": lease["kind"]})
-
-
-def end_windows(op, session_id, why):
-    """Quiet windows end with their owner: a leave or a prune cancels them."""
-    for window in op.conn.execute(
-            "SELECT id, state FROM windows WHERE session_id=? AND state IN "
-            "('pending', 'active')", (session_id,)).fetchall():
-        op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
-                        (op.at, window["id"]))
-        op.event("window.cancel", session_id, subject=window["id"],
-                 data={"was": window["state"], "why": why})
-
-
-@tool("room_leave", "Leave every room", {"session_id": S_SESSION}, ["session_id"],
-      output=out_schema(["ok"], ok={"type": "boolean"}, session_id={"type": "string"},
-                        left_rooms={"type": "array", "items": {"type": "string"}}),
-      cli="leave", example="leave --session $ID", destructive=True, idempotent=True)
-def room_leave(op):
-    """Leave every room and release your leases. The session stays on record
-    (marked left) so history and errors can still name it; joining again with
-    the same harness key brings it back."""
-    me = op.me
-    rooms = rooms_of(op.conn, me)
-    op.conn.execute("DELETE FROM memberships WHERE session_id=?", (me,))
-    release_all(op, me, "leave")
-    end_windows(op, me, "leave")
-    op.conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
-                    (op.at, me))
-    op.event("session.leave", me, data={"rooms": rooms})
-    return {"ok": True, "session_id": me, "left_rooms": rooms}
-
-
-@tool("room_leave_room", "Leave one room", {"session_id": S_SESSION, "room": S_ROOM},
-      ["session_id", "room"],
-      output=out_schema(["ok"], ok={"type": "boolean"}, room={"type": "string"},
-                        rooms={"type": "array", "items": {"type": "string"}}),
-      cli="leave-room", positional=("room",),
-      example="leave-room --session $ID shared:storefront", destructive=True)
-def room_leave_room(op, room):
-    """Leave one room and stay in the rest (your session, leases and other
-    rooms are kept). A bare name matches the repo: or shared: room you are in."""
-    mine = rooms_of(op.conn, op.me)
-    if ":" in room.strip():
-        full = room_name(room, "shared:")
-        matches = [full] if full in mine else []
-    else:
-        matches = [r for r in mine if r in (p + room.strip() for p in ROOM_PREFIXES)]
-    if len(matches) > 1:
-        raise UsageError("room %r is ambiguous: you are in %s" % (room, " and ".join(
-            matches)), "name it with its prefix")
-    if not matches:
-        raise RoomError("you are not in room %s" % room,
-                        "your rooms: %s" % (", ".join(mine) or "none"))
-    op.conn.execute("DELETE FROM memberships WHERE session_id=? AND room=?",
-                    (op.me, matches[0]))
-    op.event("room.leave", op.me, room=matches[0])
-    return {"ok": True, "room": matches[0], "rooms": rooms_of(op.conn, op.me)}
-
-
-@tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
-      output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
-                        room={"type": ["string", "null"]}),
-      cli="who", example="who --room shared:storefront", read_only=True, idempotent=True)
-def room_who(op, room=None):
-    """List sessions with their liveness (alive, gone or unknown), autonomy and
-    rooms: those in room, else those sharing a room with session_id, else
-    everyone present in the store."""
-    conn, caller = op.conn, op.caller
-    if room:
-        full = resolve_room(conn, room)
-        ids = [r[0] for r in conn.execute(
-            "SELECT session_id FROM memberships WHERE room=?", (full,))]
-    elif caller is not None:
-        full = None
-        ids = [r[0] for r in conn.execute(
-            "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
-            "ON m1.room = m2.room WHERE m1.session_id=?", (caller["id"],))]
-        if caller["id"] not in ids:
-            ids.append(caller["id"])
-    else:
-        full = None
-        ids = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM memberships")]
-    rows = [session_row(conn, i) for i in ids]
-    rows.sort(key=lambda r: (r["label"] or "~", r["created_at"]))
-    sessions = [session_dict(conn, r, op.liveness, op.at) for r in rows]
-    if caller is not None:
-        for item in sessions:
-            item["you"] = item["session_id"] == caller["id"]
-    return {"room": full, "sessions": sessions}
-
-
-@tool("room_set_autonomy_cap", "Cap a room's autonomy", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM, "autonomy": S_AUTONOMY}, ["autonomy"],
-    output=out_schema(["room", "autonomy"], room={"type": "string"},
-                      autonomy={"type": "integer"},
-                      lowered={"type": "array", "items": {"type": "string"}}),
-    cli="set-cap", flags={"autonomy": "autonomy"}, positional=("autonomy",),
-    example="set-cap --room shared:storefront hold", idempotent=True)
-def room_set_autonomy_cap(op, autonomy, room=None):
-    """Set the highest autonomy any member of a room may use (0 notify, 1 hold,
-    2 wake). Members above it are lowered at once and later joins are clamped;
-    raising the cap again restores what each session asked for. The room
-    defaults to session_id's repository room."""
-    level = parse_autonomy(autonomy)
-    full = room_for(op, room, "set-cap")
-    op.conn.execute("UPDATE rooms SET cap=? WHERE name=?", (level, full))
-    lowered = [r[0] for r in op.conn.execute(
-        "SELECT s.id FROM sessions s JOIN memberships m ON m.session_id=s.id "
-        "WHERE m.room=? AND s.autonomy > ?", (full, level))]
-    op.event("room.cap", op.me, room=full, data={"autonomy": level, "lowered": lowered})
-    return {"room": full, "autonomy": level, "lowered": lowered}
-
-
-# ---- operations: messages -------------------------------------------------
-
-def _roommates(conn, session_id):
-    """Ids of present sessions sharing at least one room with session_id."""
-    return [r[0] for r in conn.execute(
-        "SELECT DISTINCT m2.session_id FROM memberships m1 JOIN memberships m2 "
-        "ON m1.room = m2.room JOIN sessions s ON s.id = m2.session_id "
-        "WHERE m1.session_id=? AND m2.session_id != ? AND s.left_at IS NULL",
-        (session_id, session_id))]
-
-
-def lease_forms(lease, holder_cwd):
-    """The forms a file: selector is matched against, for one lease: the
-    absolute path (as typed and resolved), relative to the holder's cwd (the
-    holder's, not the room's: src/wire.go is a different file in each
-    repository of a shared room), and the base name."""
-    forms = []
-    for path, cwd in ((lease["path"], holder_cwd),
-                      (lease["real"], os.path.realpath(holder_cwd) if holder_cwd else None)):
-        if path not in forms:
-            forms.append(path)
-        if cwd:
-            try:
-                relative = os.path.relpath(path, cwd)
-            except ValueError:
-                relative = None
-            if relative and not relative.startswith(".." + os.sep) and relative != ".." \
-                    and relative not in forms:
-                forms.append(relative)
-    if lease["key"].startswith("@") and "/" in lease["key"]:
-        relative = lease["key"].split("/", 1)[1]     # under its repository's top level
-        if relative not in forms:
-            forms.append(relative)
-    forms.append(os.path.basename(lease["path"].rstrip(os.sep)) or lease["path"])
-    return forms
-
-
-def resolve_selectors(op, sender, to):
-    """Recipients of a send: the union over the selectors, among sessions that
-    share a room with the sender, never the sender itself."""
-    conn = op.conn
-    selectors = [to] if isinstance(to, str) else list(to)
-    if not selectors:
-        raise UsageError("to needs at least one selector: *, a session id, "
-                         "file:<glob>, tag:<tag> or label:<label>")
-    if len(selectors) > SELECTORS_MAX:
-        raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
-    mates = set(_roommates(conn, sender["id"]))
-    found = []
-    for selector in selectors:
-        selector = selector.strip()
-        if selector == "*":
-            found.extend(sorted(mates))
-        elif selector.startswith("file:"):
-            from fnmatch import fnmatchcase
-            glob = selector[5:]
-            if not glob:
-                raise UsageError("file: needs a glob, e.g. file:src/api/*.go")
-            for lease in conn.execute(
-                    "SELECT l.session_id, l.path, l.key, l.real, s.cwd FROM leases l JOIN "
-                    "sessions "
-                    "s ON s.id = l.session_id WHERE l.expires_at > ? AND l.kind = 'path'",
-                    (op.at,)):
-                if lease["session_id"] not in mates:
-                    continue
-                forms = lease_forms(lease, lease["cwd"])
-                # A file under a leased directory reaches the directory's holder.
-                if any(fnmatchcase(form, glob) for form in forms) or any(
-                        glob.startswith(form.rstrip(os.sep) + os.sep)
-                        for form in forms[:-1]):
-                    found.append(lease["session_id"])
-        elif selector.startswith("label:"):
-            label = selector[6:]
-            if not label:
-                raise UsageError("label: needs a label, e.g. label:api")
-            found.extend(sid for sid in sorted(mates) if op.session(sid)["label"] == label)
-        elif selector.startswith("tag:"):
-            tag = selector[4:]
-            if not tag:
-                raise UsageError("tag: needs a tag, e.g. tag:backend")
-            for session_id in sorted(mates):
-                tags = json.loads(session_row(conn, session_id)["tags"])
-                if tag in tags:
-                    found.append(session_id)
-        else:
-            row = op.session(selector) if is_session_id(selector) else None
-            if row is None:
-                error = unknown_session(conn, selector, op.store.shown)
-                error.hint = ("selectors are *, a session id, file:<glob>, tag:<tag> "
-                              "or label:<label>"
-                              + ("; " + error.hint if error.hint else ""))
-                raise error
-            if row["id"] == sender["id"]:
-                continue
-            if row["id"] not in mates:
-                raise RoomError(
-                    "session %s (label %s) shares no room with you" % (
-                        row["id"], one_line(row["label"] or "-", 40)),
-                    "your rooms: %s; theirs: %s" % (
-                        ", ".join(rooms_of(conn, sender["id"])) or "none",
-                        ", ".join(rooms_of(conn, row["id"])) or "none (left)"))
-            found.append(row["id"])
-    return list(dict.fromkeys(found))
-
-
-def within_budget(rows):
-    """The leading rows whose subjects and bodies fit one answer's byte budget
-    (at least one): an inbox of large bodies is read in several calls, never
-    as one answer of hundreds of megabytes."""
-    kept, size = [], 0
-    for row in rows:
-        size += len(row["body"] or "") + len(row["subject"] or "")
-        if kept and size > ANSWER_MAX_BYTES:
-            break
-        kept.append(row)
-    return kept
-
-
-def message_dict(conn, row):
-    item = {
-        "message_id": row["id"], "sender": row["sender"],
-        "sender_label": row["sender_label"], "subject": row["subject"],
-        "body": row["body"], "reply_to": row["reply_to"],
-        "thread_id": row["thread_id"] or row["id"], "importance": row["importance"],
-        "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
-        "rooms": [r[0] for r in conn.execute(
-            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
-            (row["id"],))],
-    }
-    if row["ack_required"]:
-        item["ack_required"] = True
-        item["ack_by"] = iso(row["ack_by"]) if row["ack_by"] else None
-    return item
-
-
-def visible_message(op, message_id):
-    """The message row if the caller may see it (sent it, was sent it, or it
-    was sent in a room the caller is in); an error naming why not otherwise."""
-    row = op.conn.execute(
-        "SELECT m.* FROM messages m WHERE m.id=? AND (m.sender=? OR EXISTS (SELECT 1 "
-        "FROM deliveries d WHERE d.message_id=m.id AND d.session_id=?) OR EXISTS ("
-        "SELECT 1 FROM message_rooms r JOIN memberships s ON s.room=r.room WHERE "
-        "r.message_id=m.id AND s.session_id=?))",
-        (message_id, op.me, op.me, op.me)).fetchone()
-    if row is None:
-        raise RoomError("no message %d that you can see" % message_id,
-                        "you see messages you sent or were sent, and those of your rooms")
-    return row
-
-
-def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
-                 importance="normal", ack_by=None, ack_required=False):
-    """Store one message in the sender's rooms with a delivery per recipient
-    (wake-level recipients get their wake scheduled) and its event, all in the
-    caller's transaction.  msg_send, work handoffs and window notices use it.
-    A reply joins its parent's thread; any other message is its own root."""
-    conn, at = op.conn, op.at
-    size = len(subject or "") + len(body or "")
-    limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
-    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
-    if stored + size > limit:
-        # One session cannot fill the disk for everyone: what it stored goes
-        # when retention removes its messages (90 days after they expire).
-        raise RoomError("session %s has stored %d characters of messages; at most %d "
-                        "per session" % (sender["id"], stored, limit),
-                        "send a path to a file instead of large bodies; prune removes "
-                        "messages 90 days after they expire")
-    conn.execute("UPDATE sessions SET stored_chars = stored_chars + ? WHERE id=?",
-                 (size, sender["id"]))
-    thread = conn.execute("SELECT COALESCE(thread_id, id) FROM messages WHERE id=?",
-                          (reply_to,)).fetchone() if reply_to else None
-    # The id is taken here (under the write lock, so it is the next one) so a
-    # root message names its own thread in the same INSERT.
-    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='messages'").fetchone()
-    message_id = (seq[0] if seq else 0) + 1
-    conn.execute(
-        "INSERT INTO messages (id, sender, sender_label, selector, subject, body, reply_to,"
-        " created_at, expires_at, thread_id, importance, ack_required, ack_by) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (message_id, sender["id"], sender["label"], json.dumps(selector), subject, body,
-         reply_to, at, at + ttl, thread[0] if thread else message_id, importance,
-         1 if ack_required or ack_by else 0, ack_by))
-    rooms = rooms_of(conn, sender["id"])
-    conn.executemany("INSERT INTO message_rooms (room, message_id) VALUES (?, ?)",
-                     [(room, message_id) for room in rooms])
-    for recipient in recipients:
-        row = op.session(recipient)
-        wake = effective_autonomy(conn, row) == 2
-        conn.execute(
-            "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
-            "wake_next_at) VALUES (?,?,?,?,?)",
-            (recipient, message_id, "stored", at, at if wake else None))
-        if row["harness_key"]:
-            # Before commit too (a process killed between commit and its
-            # after-work must not leave a delivery unsignalled; a marker left by
-            # a rollback costs one slow hook), and after commit, so a hook that
-            # cleared it meanwhile under the lock sees the delivery next time.
-            raise_marker(op.store.path, row["harness_key"])
-            op.after.append(lambda key=row["harness_key"]: raise_marker(
-                op.store.path, key))
-    op.event("msg.send", sender["id"], subject=message_id, data={
-        "to": selector, "recipients": recipients, "rooms": rooms, "subject": subject})
-    return message_id
-
-
-@tool("msg_send", "Send a message", {
-    "session_id": S_SESSION,
-    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
-           "minItems": 1, "maxItems": SELECTORS_MAX, "description":
-           "*, a session id, file:<glob>, tag:<tag>, label:<label>, or a list"},
-    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
-    "body": {"type": "string"},
-    "reply_to": S_MESSAGE_ID,
-    "importance": {"type": "string", "enum": list(IMPORTANCE)},
-    "ack_required": {"type": "boolean"},
-    "ack_by": {"type": ["string", "integer"], "maxLength": 40, "minimum": 1,
-               "description": "ISO time or seconds from now"},
-    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S},
-}, ["session_id"],
-    output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
-                      recipients={"type": "integer"},
-                      recipient_ids={"type": "array", "items": {"type": "string"}},
-                      recipient_labels={"type": "array", "items": {"type": "string"}},
-                      warning={"type": "string"}),
-    cli="send", flags={"ttl_s": "--ttl"}, caller="present",
-    example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
-def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
-             importance="normal", ack_required=False, ack_by=None):
-    """Send to the sessions sharing a room with you that `to` picks: '*', a
-    session id, 'file:<glob>' (lease holders), 'tag:<tag>', 'label:<label>'.
-    A reply (reply_to) without `to` goes to the parent's sender. Urgent holds
-    the recipient's turn end once; ack_by (ISO time or seconds) asks for an
-    ack. Zero recipients is a warning, not an error. ttl_s: default 7 days."""
-    if not subject and not body:
-        raise UsageError("a message needs a subject or a body")
-    if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
-        raise UsageError("body is larger than 1 MiB (%d bytes)" % len(
-            body.encode("utf-8", "surrogatepass")), "send a path to a file instead")
-    ttl = MESSAGE_TTL_S if ttl_s is None else ttl_s
-    sender = op.caller
-    parent = op.conn.execute("SELECT sender FROM messages WHERE id=?",
-                             (reply_to,)).fetchone() if reply_to is not None else None
-    if reply_to is not None and parent is None:
-        raise RoomError("reply_to names no message: %s" % reply_to,
-                        "message ids come from msg_recv or room_history")
-    if to is None:
-        if parent is None:
-            raise UsageError("msg_send needs to (or reply_to: a reply goes to the "
-                             "parent's sender)")
-        to = parent[0]
-    if isinstance(ack_by, int) or (ack_by is not None and not looks_iso(ack_by)):
-        ack_by = op.at + (ack_by if isinstance(ack_by, int) else parse_duration(ack_by))
-    elif ack_by is not None:
-        ack_by = parse_iso(ack_by)
-    recipients = resolve_selectors(op, sender, to)
-    message_id = post_message(op, sender, recipients, subject, body, reply_to, ttl, to,
-                              importance, ack_by, ack_required)
-    result = {"message_id": message_id, "recipients": len(recipients),
-              "recipient_ids": recipients}
-    labels = {r: (op.session(r)["label"] or r[:8]) for r in recipients}
-    result["recipient_labels"] = [labels[r] for r in recipients]
-    if not recipients:
-        selectors = [to] if isinstance(to, str) else to
-        result["warning"] = (
-            "stored, but delivered to nobody: no other session matched %s in your "
-            "rooms (%s)%s" % (json.dumps(to), ", ".join(rooms_of(op.conn, sender["id"]))
-                              or "none", "; file: matches a live lease's absolute path, "
-                              "its path relative to the holder's directory or to its "
-                              "repository's top level, or its base name" if any(
-                                  x.strip().startswith("file:") for x in selectors)
-                              else ""))
-    return result
-
-
-@tool("msg_recv", "Receive messages", {"session_id": S_SESSION, "limit": S_LIMIT,
-                                      "peek": {"type": "boolean"}, "thread": S_MESSAGE_ID,
-                                      "wait_s": {"type": "integer", "minimum": 0,
-                                                 "maximum": RECV_WAIT_MAX_S}},
-      ["session_id"],
-      output=out_schema(["messages"], messages={"type": "array", "items": S_MESSAGE},
-                        inbox={"type": "object", "properties": {
-                            "rooms": {"type": "array", "items": {"type": "string"}},
-                            "deliveries_total": {"type": "integer"},
-                            "read_total": {"type": "integer"},
-                            "last_created_at": S_TIME},
-                            "required": ["rooms", "deliveries_total", "read_total",
-                                         "last_created_at"]},
-                        more={"type": "integer"}, warning={"type": "string"}),
-      cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
-      degrades=True)
-def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
-    """Fetch your unread messages (of one thread, if given), oldest first, and
-    mark them read (peek: mark nothing). wait_s: wait up to that long for one.
-    Messages with ack_required want msg_ack. When empty, an inbox block
-    (rooms, deliveries, read, newest) tells 'caught up' from 'wrong room'."""
-    # wait_s is the front end's: the MCP server parks the request and the
-    # CLI polls (see McpServer.poll_waits, receive_waiting); here it is 0.
-    conn, me = op.conn, op.me
-    # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
-    # both (PostgreSQL prepares each statement) cannot use the inbox index.
-    messages = within_budget(conn.execute(
-        "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s%s ORDER BY d.message_id LIMIT ?" % (
-            UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
-        [me] + ([] if thread is None else [thread]) + [limit]).fetchall())
-    result = [message_dict(conn, m) for m in messages]
-    if messages and peek:
-        return {"messages": result, "peek": True}
-    if messages and op.readonly:
-        return {"messages": result, "warning": "the store's disk is full: these "
-                "messages were not marked read and will come again"}
-    if messages:
-        ids = [m["id"] for m in messages]
-        advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
-                % ",".join("?" * len(ids)), [me] + ids)
-        op.event("msg.read", me, data={"messages": ids})
-        answer = {"messages": result}
-        more = unread_count(conn, me)
-        if more:
-            answer["more"] = more       # still unread: call recv again
-        return answer
-    # Each figure from an index of the session's own deliveries; the newest
-    # message is one primary-key lookup, not a join over every delivery.
-    total, newest = conn.execute(
-        "SELECT COUNT(*), MAX(message_id) FROM deliveries WHERE session_id=?",
-        (me,)).fetchone()
-    read_total = conn.execute(
-        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN "
-        "('read', 'acked')", (me,)).fetchone()[0]
-    created = conn.execute("SELECT created_at FROM messages WHERE id=?",
-                           (newest,)).fetchone() if newest else None
-    return {"messages": [], "inbox": {
-        "rooms": rooms_of(conn, me), "deliveries_total": total,
-        "read_total": read_total,
-        "last_created_at": iso(created[0]) if created else None}}
-
-
-@tool("msg_get", "One message by id", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
-      ["session_id", "message_id"], output=out_schema(["message"], message=S_MESSAGE),
-      cli="show", positional=("message_id",), example="show --session $ID 42",
-      read_only=True, idempotent=True)
-def msg_get(op, message_id):
-    """One message you can see (yours, sent to you, or in one of your rooms),
-    changing nothing: not even marking it read."""
-    return {"message": message_dict(op.conn, visible_message(op, message_id))}
-
-
-def thread_of(op, message_id):
-    """The whole thread of a message the caller can see, oldest first: the
-    messages of it the caller can see."""
-    root = visible_message(op, message_id)["thread_id"] or message_id
-    rows = op.conn.execute("SELECT id FROM messages WHERE thread_id=? ORDER BY id",
-                           (root,)).fetchall()
-    shown = []
-    for row in rows:
-        try:
-            shown.append(visible_message(op, row[0]))
-        except RoomError:
-            continue
-    return root, within_budget(shown)
-
-
-@tool("msg_thread", "A whole thread", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
-      ["session_id", "message_id"],
-      output=out_schema(["thread_id", "messages"], thread_id={"type": "integer"},
-                        messages={"type": "array", "items": S_MESSAGE}),
-      cli="thread", positional=("message_id",), example="thread --session $ID 42",
-      read_only=True, idempotent=True)
-def msg_thread(op, message_id):
-    """The thread a message belongs to (its root and every reply), oldest
-    first. Marks nothing read."""
-    root, rows = thread_of(op, message_id)
-    return {"thread_id": root, "messages": [message_dict(op.conn, m) for m in rows]}
-
-
-@tool("msg_ack", "Acknowledge a message", {
-    "session_id": S_SESSION, "message_id": S_MESSAGE_ID},
-    ["session_id", "message_id"],
-    output=out_schema(["ok"], ok={"type": "boolean"}, message_id={"type": "integer"},
-                      state={"type": "string"}),
-    cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True)
-def msg_ack(op, message_id):
-    """Confirm a message you were sent (after acting on it). Acking an unread
-    message is allowed; an expired one is an error; a second ack changes
-    nothing."""
-    conn, me = op.conn, op.me
-    delivery = conn.execute(
-        "SELECT state FROM deliveries WHERE session_id=? AND message_id=?",
-        (me, message_id)).fetchone()
-    if delivery is None:
-        exists = conn.execute("SELECT 1 FROM messages WHERE id=?", (message_id,)).fetchone()
-        raise RoomError(("message %d was not delivered to you" if exists else
-                         "no message %d") % message_id,
-                        "msg_recv lists the messages sent to you")
-    if delivery["state"] == "expired":
-        raise RoomError("message %d expired before you read it" % message_id,
-                        "ask its sender to send it again")
-    if advance(conn, "acked", op.at, "session_id=? AND message_id=?", (me, message_id)):
-        op.event("msg.ack", me, subject=message_id)
-    return {"ok": True, "message_id": message_id, "state": "acked"}
-
-
-@tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
-      output=out_schema(["count"], count={"type": "integer"}),
-      cli="unread", example="unread --session $ID", read_only=True, idempotent=True)
-def msg_unread(op):
-    """How many messages wait for you, without marking anything read."""
-    return {"count": unread_count(op.conn, op.me)}
-
-
-@tool("msg_sent", "Messages you sent", {"session_id": S_SESSION, "limit": S_LIMIT},
-      ["session_id"],
-      output=out_schema(["messages"], messages={"type": "array", "items": {
-          "type": "object", "properties": {
-              "message_id": {"type": "integer"}, "subject": {"type": ["string", "null"]},
-              "created_at": S_TIME, "deliveries": {"type": "array", "items": {
-                  "type": "object", "properties": {
-                      "session_id": {"type": "string"},
-                      "label": {"type": ["string", "null"]},
-                      "state": {"type": "string"}},
-                  "required": ["session_id", "label", "state"]}},
-              "sent": {"type": "integer"}, "pending": {"type": "integer"},
-              "left": {"type": "integer"}},
-          "required": ["message_id", "subject", "created_at", "deliveries", "sent",
-                       "pending", "left"]}}),
-      cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
-def msg_sent(op, limit=20):
-    """Your newest sent messages (shown oldest first) with each recipient's
-    delivery state (stored, offered, accepted, undeliverable, read, acked,
-    expired) and counts: sent, pending (unread), left, acks owed and overdue.
-    Answers 'why did they not hear me'."""
-    conn = op.conn
-    messages = conn.execute(
-        "SELECT id, subject, created_at, ack_required, ack_by FROM messages WHERE sender=? "
-        "ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
-    result = []
-    for message in reversed(messages):
-        deliveries = conn.execute(
-            "SELECT d.session_id, s.label, d.state, s.left_at, d.wake_failed FROM "
-            "deliveries d JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
-            "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
-        counts = {state: 0 for state in STATE_ORDER}
-        for d in deliveries:
-            counts[d["state"]] += 1
-        items = []
-        for d in deliveries:
-            item = {"session_id": d["session_id"], "label": d["label"],
-                    "state": d["state"], "left": d["left_at"] is not None}
-            if d["wake_failed"] and d["state"] in UNREAD_STATES:
-                item["wake_failed"] = d["wake_failed"]
-            items.append(item)
-        result.append(dict({
-            "message_id": message["id"], "subject": message["subject"],
-            "created_at": iso(message["created_at"]),
-            "deliveries": items,
-            "sent": len(deliveries),
-            "pending": sum(1 for d in deliveries if d["state"] in UNREAD_STATES
-                           and d["left_at"] is None),
-            "left": sum(1 for d in deliveries if d["left_at"] is not None),
-        }, **counts))
-        if message["ack_required"]:
-            owed = sum(1 for d in deliveries if d["state"] not in ("acked", "expired")
-                       and d["left_at"] is None)
-            result[-1].update(ack_by=iso(message["ack_by"]), acks_owed=owed,
-                              acks_overdue=owed if message["ack_by"] and
-                              message["ack_by"] < op.at else 0)
-    return {"messages": result}
-
-
-def acks_owed(conn, session_id, at):
-    """(owed, overdue): acks session_id owes for messages that asked for one."""
-    return conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN m.ack_by < ? THEN 1 ELSE 0 END), 0) "
-        "FROM deliveries d JOIN messages m "
-        "ON m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
-        "d.state NOT IN ('acked', 'expired')", (at, session_id)).fetchone()
-
-
-def search_messages(op, rooms, query, before, limit):
-    """Messages of rooms whose subject or body hold every word of query,
-    newest first: FTS5 where the store has its index, else LIKE."""
-    words = query.split()
-    if not words:
-        raise UsageError("query needs a word")
-    marks = ",".join("?" * len(rooms)) or "''"
-    fts = os.environ.get("AGENTS_ROOM_NO_FTS") != "1" and op.conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE name='messages_fts'").fetchone()
-    if fts and not op.readonly:
-        # Catch the index up with what was sent since the last search.
-        done = int(op.conn.execute("SELECT value FROM meta WHERE key='fts_indexed_to'"
-                                   ).fetchone()[0])
-        newest = op.conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
-        if newest > done:
-            op.conn.execute("INSERT INTO messages_fts (rowid, subject, body) SELECT id, "
-                            "subject, body FROM messages WHERE id > ?", (done,))
-            op.conn.execute("UPDATE meta SET value=? WHERE key='fts_indexed_to'",
-                            (str(newest),))
-    elif fts:
-        fts = None                      # a full disk: no catching up, LIKE instead
-    if fts:
-        match = " ".join('"%s"' % w.replace('"', '""') for w in words)
-        where, params = "m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts " \
-            "MATCH ?)", [match]
-    else:
-        where = " AND ".join(
-            "(m.subject LIKE ? ESCAPE '\\' OR m.body LIKE ? ESCAPE '\\')" for _ in words)
-        params = []
-        for w in words:
-            like = "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace(
-                "_", "\\_") + "%"
-            params += [like, like]
-    return op.conn.execute(
-        "SELECT m.* FROM messages m WHERE m.id < ? AND %s AND EXISTS (SELECT 1 FROM "
-        "message_rooms r WHERE r.message_id = m.id AND r.room IN (%s)) "
-        "ORDER BY m.id DESC LIMIT ?" % (where, marks),
-        [before or ID_MAX] + params + rooms + [limit + 1]).fetchall()
-
-
-@tool("room_history", "A room's history", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
-    "before": S_MESSAGE_ID, "query": {"type": "string", "maxLength": 1000},
-    "thread": S_MESSAGE_ID},
-    output=out_schema(["room", "messages"], room={"type": "string"},
-                      messages={"type": "array", "items": S_MESSAGE},
-                      more={"type": "integer"}),
-    cli="history", example="history --room shared:storefront", read_only=True,
-    idempotent=True)
-def room_history(op, room=None, limit=50, before=None, query=None, thread=None):
-    """A room's newest messages (shown oldest first), complete even for
-    sessions that joined later; marks nothing read. Room: default your
-    repository room. before=<message_id> pages back. query: words searched in
-    subject and body of your rooms (or room), newest first. thread=<id>: that
-    message's thread."""
-    if thread is not None:
-        if op.me is None:
-            raise UsageError("thread needs session_id")
-        root, rows = thread_of(op, thread)
-        return {"room": "thread #%d" % root, "messages": [message_dict(op.conn, m)
-                                                          for m in rows]}
-    if query is not None:
-        if room or op.me is None:
-            rooms = [room_for(op, room, "history")]
-        else:
-            rooms = rooms_of(op.conn, op.me)
-        rows = search_messages(op, rooms, query, before, limit)
-        shown = within_budget(rows[:limit])
-        result = {"room": ", ".join(rooms), "query": query,
-                  "messages": [message_dict(op.conn, m) for m in shown]}
-    else:
-        full = room_for(op, room, "history")
-        rows = op.conn.execute(
-            "SELECT m.* FROM message_rooms r JOIN messages m ON m.id = r.message_id "
-            "WHERE r.room=? AND r.message_id < ? ORDER BY r.message_id DESC LIMIT ?",
-            (full, before or ID_MAX, limit + 1)).fetchall()
-        shown = within_budget(rows[:limit])
-        result = {"room": full, "messages": [message_dict(op.conn, m)
-                                             for m in reversed(shown)]}
-    if len(rows) > len(shown):
-        result["more"] = 1          # at least one older message: page with before
-    return result
-
-
-# ---- operations: leases ---------------------------------------------------
-# A lease is on a Resource (small utilities): a path (the default: a bare path
-# means path:) or any <kind>:<name> (db:main, service:api, branch:main,
-# port:5432, ...).  Paths conflict when equal or when one is an ancestor of the
-# other, compared by the resource key (symlinks resolved); other kinds only on
-# equal names.  Events name a lease by its key, so every reader (drift, the
-# digest, selectors) sees one identity.
-
-
-def window_dict(conn, window, liveness=None):
-    required = json.loads(window["required"])
-    acked = json.loads(window["acked"])
-    return {"window_id": window["id"], "session_id": window["session_id"],
-            "label": (session_row(conn, window["session_id"]) or {"label": None})["label"],
-            "purpose": window["purpose"], "state": window["state"],
-            "resources": [r[0] for r in conn.execute(
-                "SELECT shown FROM window_resources WHERE window_id=? ORDER BY shown",
-                (window["id"],))],
-            "required": required, "acked": sorted(acked),
-            "missing_acks": [r for r in required if r not in acked],
-            "missing_labels": [(session_row(conn, r) or {"label": None})["label"] or r
-                               for r in required if r not in acked],
-            "created_at": iso(window["created_at"]),
-            "ack_deadline": iso(window["ack_deadline"]),
-            "expires_at": iso(window["expires_at"]),
-            "activated_at": iso(window["activated_at"]), "ended_at": iso(window["ended_at"])}
-
-
-S_WINDOW = {"type": "object", "properties": {
-    "window_id": {"type": "integer"}, "session_id": {"type": "string"},
-    "state": {"type": "string", "enum": ["pending", "active", "released", "cancelled",
-                                         "expired"]},
-    "purpose": {"type": ["string", "null"]},
-    "resources": {"type": "array", "items": {"type": "string"}},
-    "required": {"type": "array", "items": {"type": "string"}},
-    "missing_acks": {"type": "array", "items": {"type": "string"}}},
-    "required": ["window_id", "session_id", "state", "resources", "required",
-                 "missing_acks"]}
-S_WINDOW_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
-
-
-def overlapping_leases(conn, resource, at, exclude=None):
-    """Live leases that overlap the resource: same key, or for paths an ancestor
-    or a descendant (indexed: the ancestors by equality, the descendants by a
-    key range)."""
-    kind, key = resource.kind, resource.key
-    if kind != "path":
-        rows = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND expires_at > ?",
-                            (kind, key, at)).fetchall()
-    else:
-        ancestors = path_ancestors(key)
-        low, high = descendant_range(key)
-        outer = path_ancestors(resource.real)
-        real_low, real_high = descendant_range(resource.real)
-        rows = conn.execute(
-            "SELECT * FROM leases WHERE kind='path' AND key IN (%s) AND expires_at > ? "
-            "UNION SELECT * FROM leases WHERE kind='path' AND key >= ? AND key < ? AND "
-            "expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND real IN (%s) "
-            "AND expires_at > ? UNION SELECT * FROM leases WHERE kind='path' AND "
-            "real >= ? AND real < ? AND expires_at > ? "
-            "UNION SELECT * FROM leases WHERE inode = ? AND expires_at > ?"
-            % (",".join("?" * len(ancestors)), ",".join("?" * len(outer))),
-            ancestors + [at, low, high, at] + outer + [at, real_low, real_high, at,
-                                                       resource.inode, at]).fetchall()
-        rows = [r for r in rows if not _only_by_inode(r, resource, ancestors, outer)]
-    return [r for r in rows if r["session_id"] != exclude]
-
-
-def _only_by_inode(lease, resource, ancestors, outer):
-    """A lease found only through its file's inode, whose file no longer has
-    that inode (deleted, or replaced by an atomic save): the number now names
-    another file, which is not this lease's."""
-    if lease["key"] in ancestors or lease["real"] in outer or \
-            lease["key"].startswith(resource.key.rstrip(os.sep) + os.sep) or \
-            (lease["real"] or "").startswith(resource.real.rstrip(os.sep) + os.sep):
-        return False
-    try:
-        info = os.stat(lease["real"])
-        return "%d:%d" % (info.st_dev, info.st_ino) != lease["inode"]
-    except (OSError, TypeError, ValueError):
-        return True
-
-
-def _window_rows(conn, resource, at, states=WINDOW_OPEN):
-    """Open quiet windows on resources overlapping this one, still open at `at`."""
-    if resource.kind != "path":
-        where, params = "r.key = ?", [resource.key]
-    else:
-        ancestors = path_ancestors(resource.key)
-        low, high = descendant_range(resource.key)
-        where = "(r.key IN (%s) OR (r.key >= ? AND r.key < ?))" % ",".join(
-            "?" * len(ancestors))
-        params = ancestors + [low, high]
-    marks = ",".join("?" * len(states))
-    return conn.execute(
-        "SELECT DISTINCT w.* FROM window_resources r JOIN windows w ON w.id = r.window_id "
-        "WHERE r.kind = ? AND %s AND w.state IN (%s) AND w.expires_at > ?" % (where, marks),
-        [resource.kind] + params + list(states) + [at]).fetchall()
-
-
-def window_blocking(op, resource, session_id, active_only=False):
-    """The quiet windows of other sessions that block this resource: a pending
-    window blocks new overlapping leases and their renewal, an active one
-    blocks everything that overlaps it.  A window whose owner is gone blocks
-    nothing (like a stale lease)."""
-    found = []
-    for window in _window_rows(op.conn, resource, op.at,
-                               ("active",) if active_only else WINDOW_OPEN):
-        if window["session_id"] == session_id:
-            continue
-        owner = session_row(op.conn, window["session_id"])
-        if owner is None or op.liveness(owner) == "gone":
-            continue
-        found.append(dict(window_dict(op.conn, window), reason=(
-            "quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
-                window["id"], window["state"], window["session_id"],
-                one_line(owner["label"] or "-", 40), one_line(window["purpose"], 80),
-                iso(window["expires_at"])))))
-    return found
-
-
-def _refuse_windows(op, resource):
-    blocked = window_blocking(op, resource, op.me)
-    if blocked:
-        raise RoomError(blocked[0]["reason"], "wait for it to end, or ask its owner")
-
-
-def _overlapping_ignoring_case(conn, key, at):
-    """Path leases overlapping key when case does not matter (a filesystem that
-    ignores case: Readme.md and README.md are one file).  Not indexed; leases
-    are few."""
-    ancestors = [a.lower() for a in path_ancestors(key)]
-    prefix = key.lower().rstrip(os.sep) + os.sep
-    return [lease for lease in conn.execute(
-        "SELECT * FROM leases WHERE kind='path' AND expires_at > ?", (at,))
-        if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
-
-
-def lease_dict(conn, lease, liveness):
-    holder = session_row(conn, lease["session_id"])
-    return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
-            "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
-            "mode": lease["mode"], "purpose": lease["purpose"],
-            "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
-            "liveness": liveness(holder) if holder else "gone"}
-
-
-def _holder_text(lease):
-    return "%s (label %s, %s, %s until %s%s)" % (
-        lease["session_id"], one_line(lease["label"] or "-", 40), lease["liveness"],
-        lease["mode"], lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
-        if lease.get("purpose") else "")
-
-
-def _refuse_broad(resources, broad, what):
-    """A lease or window on a filesystem root or a repository's top level
-    blocks everyone's work there: it takes an explicit flag."""
-    if broad:
-        return
-    for resource in resources:
-        if resource.kind == "path" and resource.is_root():
-            raise UsageError("%s on %s covers a whole %s; pass broad (--broad) if "
-                             "that is what you mean" % (
-                                 what, resource.shown, "filesystem" if
-                                 os.path.dirname(resource.key) == resource.key
-                                 else "repository"))
-
-
-S_TTL_LEASE = {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
-               "description": "seconds the lease lives (default 900, at most 86400)"}
-S_RESOURCES = {"type": "array", "items": {"type": "string", "minLength": 1,
-                                          "maxLength": PATH_MAX_CHARS},
-               "minItems": 1, "maxItems": LEASE_TARGETS_MAX,
-               "description": "several resources at once, all or nothing: paths or "
-                              "kind:name (db:main, service:api, branch:x, port:5432)"}
-S_RESOURCE = dict(S_PATH, description="a path or kind:name (db:main)")
-S_LEASE_ARGS = {"session_id": S_SESSION, "path": S_RESOURCE, "resources": S_RESOURCES}
-S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository root"}
-
-
-@tool("lease_claim", "Claim a lease", dict(S_LEASE_ARGS, **{
-    "ttl_s": S_TTL_LEASE,
-    "mode": {"type": "string", "enum": ["exclusive", "shared"],
-             "description": "exclusive (default): one holder; shared: many, no exclusive"},
-    "purpose": {"type": "string", "maxLength": 500,
-                "description": "why you hold it, shown to others"},
-    "broad": S_BROAD,
-}), ["session_id"],
-    output=out_schema(["ok", "holder", "reason"], ok={"type": "boolean"},
-                      holder=S_LEASE_OR_NULL, holders={"type": "array", "items": S_LEASE},
-                      reason={"type": "string"}, lease=S_LEASE_OR_NULL,
-                      leases={"type": "array", "items": S_LEASE},
-                      taken_over={"type": "array", "items": S_LEASE}),
-    cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
-    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
-def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
-                purpose=None, broad=False):
-    """Claim a lease before editing files (or using a database, service,
-    branch or port) others may touch: path, or resources (all or nothing). A
-    directory lease covers what is under it. exclusive (default): one holder;
-    shared: several, blocking exclusive claims. Claiming again renews. A gone
-    holder's lease is taken over (taken_over). A conflict is a normal answer:
-    ok false, holder, holders, reason."""
-    conn, me, at = op.conn, op.me, op.at
-    targets = op.resources(path, resources)
-    if mode == "exclusive":
-        _refuse_broad(targets, broad, "an exclusive lease")
-    held = conn.execute("SELECT COUNT(*) FROM leases WHERE session_id=?", (me,)).fetchone()[0]
-    if held + len(targets) > LEASES_PER_SESSION_MAX:
-        raise RoomError("you hold %d leases; at most %d per session" % (
-            held, LEASES_PER_SESSION_MAX), "release what you are done with")
-    conflicts, stale = {}, {}
-    for resource in targets:
-        for lease in overlapping_leases(conn, resource, at, exclude=me):
-            if mode == "exclusive" or lease["mode"] == "exclusive":
-                holder = session_row(conn, lease["session_id"])
-                if holder is None or op.liveness(holder) == "gone":
-                    stale[lease["id"]] = lease
-                else:
-                    conflicts[lease["id"]] = lease
-        _refuse_windows(op, resource)
-    if conflicts:
-        holders = [lease_dict(conn, lease, op.liveness) for lease in
-                   sorted(conflicts.values(), key=lambda l: l["acquired_at"])]
-        op.event("lease.refused", me, subject=targets[0].key,
-                 data={"mode": mode, "resources": [t.shown for t in targets],
-                       "holders": [h["session_id"] for h in holders]})
-        return {"ok": False, "holder": holders[0], "holders": holders, "lease": None,
-                "leases": [], "reason": "held by %s; nothing was claimed" % (
-                    "; ".join("%s on %s" % (_holder_text(h), h["resource"])
-                              for h in holders))}
-    taken = [lease_dict(conn, lease, op.liveness) for lease in stale.values()]
-    for lease in stale.values():
-        # The holder's process is gone: its lease would block for up to its
-        # TTL (24 h at most) with nobody to release it.
-        conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-        op.event("lease.takeover", me, subject=lease["key"],
-                 data={"from": lease["session_id"], "shown": lease["path"],
-                       "mode": lease["mode"], "kind": lease["kind"]})
-        old = session_row(conn, lease["session_id"])
-        if old is not None:
-            post_message(op, op.caller, [old["id"]],
-                         "[lease taken over] %s" % lease["path"][:SUBJECT_MAX_CHARS - 30],
-                         "%s took over your lease on %s because your session was gone."
-                         % (op.caller["label"] or me, lease["path"]), None,
-                         MESSAGE_TTL_S, old["id"])
-    reasons, granted = [], []
-    for resource in targets:
-        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
-        if mine:
-            conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
-                         "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
-            reason, lease_id = "renewed", mine["id"]
-        else:
-            lease_id = conn.execute(
-                "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
-                "acquired_at, expires_at, inode, real) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
-                 at + ttl_s, resource.inode, resource.real)).lastrowid
-            reason = "acquired"
-        reasons.append(reason)
-        op.event("lease.claim", me, subject=resource.key,
-                 data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
-                       "kind": resource.kind, "purpose": purpose, "shown": resource.shown})
-        granted.append(lease_dict(conn, conn.execute(
-            "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), op.liveness))
-    reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
-    result = {"ok": True, "holder": None, "holders": [], "reason": reason,
-              "lease": granted[0], "leases": granted}
-    if taken:
-        result["taken_over"] = taken
-        result["reason"] += "; took over %s from %s (gone)" % (
-            ", ".join(t["resource"] for t in taken),
-            ", ".join(sorted({t["label"] or t["session_id"] for t in taken})))
-    return result
-
-
-@tool("lease_renew", "Renew your leases", dict(S_LEASE_ARGS, ttl_s=S_TTL_LEASE),
-      ["session_id"],
-      output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
-          "type": "array", "items": S_LEASE})),
-      cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
-      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
-def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
-    """Extend live leases you hold (all named, or none). An expired lease, or
-    one held by another session, is not renewed: the error says which (claim
-    it again instead)."""
-    conn, me, at = op.conn, op.me, op.at
-    renewed = []
-    for resource in op.resources(path, resources):
-        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
-        if mine is None:
-            other = overlapping_leases(conn, resource, at, exclude=me)
-            if other:
-                raise RoomError("%s is held by %s, not by you; not renewed" % (
-                    resource.shown, _holder_text(lease_dict(conn, other[0], op.liveness))))
-            expired = conn.execute(
-                "SELECT at FROM events WHERE subject=? AND session_id=? AND kind="
-                "'lease.expire' ORDER BY at DESC LIMIT 1", (resource.key, me)).fetchone()
-            if expired:
-                raise RoomError("your lease on %s expired at %s; it was not renewed"
-                                % (resource.shown, iso(expired[0])),
-                                "claim it again (lease_claim): someone may have "
-                                "changed it meanwhile")
-            raise RoomError("you hold no lease on %s" % resource.shown,
-                            "claim it (lease_claim)")
-        _refuse_windows(op, resource)
-        conn.execute("UPDATE leases SET expires_at=? WHERE id=?", (at + ttl_s, mine["id"]))
-        op.event("lease.renew", me, subject=resource.key,
-                 data={"mode": mine["mode"], "expires_at": at + ttl_s,
-                       "kind": resource.kind, "shown": resource.shown})
-        renewed.append(lease_dict(conn, conn.execute(
-            "SELECT * FROM leases WHERE id=?", (mine["id"],)).fetchone(), op.liveness))
-    return dict(renewed[0], leases=renewed)
-
-
-@tool("lease_release", "Release your leases", S_LEASE_ARGS, ["session_id"],
-      output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
-                        released={"type": "array", "items": {"type": "string"}}),
-      cli="release", positional=("resources",), example="release --session $ID src/a.go",
-      destructive=True)
-def lease_release(op, path=None, resources=None):
-    """Release leases you hold (all named, or none), as soon as you are done,
-    so others waiting for them can claim them."""
-    conn, me = op.conn, op.me
-    released = []
-    for resource in op.resources(path, resources):
-        mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
-                            "session_id=?", (resource.kind, resource.key, me)).fetchone()
-        if mine is None:
-            raise RoomError("you hold no lease on %s; nothing was released"
-                            % resource.shown, "lease_list shows the leases in your rooms")
-        conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
-        op.event("lease.release", me, subject=resource.key,
-                 data={"mode": mine["mode"], "expired": mine["expires_at"] <= op.at,
-                       "kind": resource.kind, "shown": resource.shown})
-        released.append(resource.shown)
-    return {"ok": True, "path": released[0], "released": released}
-
-
-def _check_one(op, resource):
-    leases = overlapping_leases(op.conn, resource, op.at)
-    leases.sort(key=lambda l: (l["session_id"] == op.me, l["acquired_at"]))
-    shown_leases = [lease_dict(op.conn, lease, op.liveness) for lease in leases]
-    free = not any(lease["session_id"] != op.me for lease in leases)
-    return {"path": resource.shown, "resource": resource.shown, "free": free,
-            "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
-
-
-@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
-      output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
-                        leases={"type": "array", "items": S_LEASE},
-                        path={"type": "string"},
-                        resources={"type": "array", "items": {"type": "object"}}),
-      cli="check", positional=("resources",), example="check --session $ID src/a.go",
-      read_only=True, idempotent=True)
-def lease_check(op, path=None, resources=None):
-    """Whether resources are free of other sessions' live leases, counting
-    leases on a directory above a path or on anything under it. lease is the
-    first other holder's lease (or your own if only you hold it); leases lists
-    all; with several resources, resources has one answer each."""
-    answers = [_check_one(op, resource) for resource in op.resources(path, resources)]
-    first = dict(answers[0])
-    if len(answers) > 1:
-        first["free"] = all(a["free"] for a in answers)
-        first["leases"] = [l for a in answers for l in a["leases"]]
-        first["lease"] = next((a["lease"] for a in answers if not a["free"]),
-                              first["lease"])
-        first["resources"] = answers
-    return first
-
-
-@tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
-      output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
-      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
-def lease_list(op):
-    """Live leases held by you and by the sessions sharing a room with you, with
-    each holder's label, liveness, purpose and expiry."""
-    holders = set(_roommates(op.conn, op.me)) | {op.me}
-    leases = op.conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path, "
-                             "acquired_at", (op.at,)).fetchall()
-    return {"leases": [lease_dict(op.conn, lease, op.liveness) for lease in leases
-                       if lease["session_id"] in holders]}
-
-
-@tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
-    "session_id": S_SESSION_OPT,
-    "require_held": {"type": "boolean",
-                     "description": "also require that you hold a covering lease"},
-    "mode": {"type": "string", "enum": ["exclusive", "shared"],
-             "description": "exclusive (default): any other lease conflicts; shared: "
-                            "only exclusive leases of others do"},
-    "ignorecase": {"type": "boolean",
-                   "description": "compare paths ignoring case (git core.ignorecase)"},
-}), [], output=out_schema(
-    ["safe", "conflicts", "missing"], safe={"type": "boolean"},
-    conflicts={"type": "array", "items": S_LEASE},
-    missing={"type": "array", "items": {"type": "string"}},
-    stale={"type": "array", "items": S_LEASE},
-    windows={"type": "array", "items": {"type": "object"}}),
-    cli="guard", positional=("resources",),
-    example="guard --session $ID src/api/users.go --require-held", read_only=True,
-    idempotent=True)
-def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
-                ignorecase=False):
-    """May a script or git hook touch these resources? safe is false when
-    one is leased by another live session or in another session's active
-    quiet window (or, with require_held, not covered by a lease of yours);
-    conflicts, windows and missing say why. Gone holders' leases are listed as
-    stale and do not block."""
-    me = op.me
-    if me is None and require_held:
-        raise UsageError("require_held needs your session (--session or "
-                         "AGENTS_ROOM_SESSION)")
-    conflicts, stale, missing, windows = [], [], [], {}
-    for resource in op.resources(path, resources):
-        leases = overlapping_leases(op.conn, resource, op.at)
-        if ignorecase and resource.kind == "path":
-            seen = {m["id"] for m in leases}
-            leases += [l for l in _overlapping_ignoring_case(op.conn, resource.key, op.at)
-                       if l["id"] not in seen]
-        for lease in leases:
-            if lease["session_id"] == me:
-                continue
-            if mode == "shared" and lease["mode"] != "exclusive":
-                continue
-            item = lease_dict(op.conn, lease, op.liveness)
-            (stale if item["liveness"] == "gone" else conflicts).append(item)
-        if require_held:
-            covering = set(path_ancestors(resource.key)) | set(path_ancestors(
-                resource.real)) if resource.kind == "path" else {resource.key}
-            if not any(l["session_id"] == me and (l["key"] in covering or
-                                                  l["real"] in covering) for l in leases):
-                missing.append(resource.shown)
-        for window in window_blocking(op, resource, me, active_only=True):
-            window.setdefault("blocks", [])
-            windows.setdefault(window["window_id"], window)["blocks"].append(
-                resource.shown)
-    return {"safe": not conflicts and not missing and not windows,
-            "conflicts": conflicts, "missing": missing, "stale": stale,
-            "windows": list(windows.values())}
-
-
-# ---- operations: work states and quiet windows ----------------------------
-# A work state says what a session is doing on a scope; a quiet window asks
-# the holders of overlapping leases and named sessions for quiet on resources
-# before an operation that must not be disturbed (a migration, a release).
-
-
-@tool("work_set", "Say what you are doing", {
-    "session_id": S_SESSION,
-    "state": {"type": "string", "enum": list(WORK_STATES)},
-    "scope": {"type": "string", "minLength": 1, "maxLength": 200,
-              "description": "what the state is about, e.g. api-v2 or ticket-42"},
-    "summary": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
-    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
-           "minItems": 1, "maxItems": SELECTORS_MAX,
-           "description": "with handoff or blocked: who to tell (a message is sent)"},
-}, ["session_id", "state", "scope"],
-    output=out_schema(["state", "scope"], state={"type": "string"},
-                      scope={"type": "string"}, message_id={"type": ["integer", "null"]},
-                      recipients={"type": "integer"}),
-    cli="work", positional=("state",), caller="present",
-    example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
-            '--to tag:reviewer')
-def work_set(op, state, scope, summary=None, to=None):
-    """Record your work state on a scope: started, waiting, blocked, completed,
-    handoff or failed. who and status show the latest per scope; completed and
-    failed clear it (the event log keeps it). handoff or blocked with 'to'
-    also sends a message, so the addressee is signalled like any message."""
-    if to is not None and state not in ("handoff", "blocked"):
-        raise UsageError("'to' goes with handoff or blocked, not %s" % state)
-    conn, me = op.conn, op.me
-    result = {"state": state, "scope": scope, "message_id": None, "recipients": 0}
-    if state in ("completed", "failed"):
-        conn.execute("DELETE FROM work WHERE session_id=? AND scope=?", (me, scope))
-    else:
-        conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
-                     "updated_at) VALUES (?,?,?,?,?)", (me, scope, state, summary, op.at))
-    if to is not None:
-        recipients = resolve_selectors(op, op.caller, to)
-        subject = "[%s] %s%s" % (state, scope, ": " + summary if summary else "")
-        result["message_id"] = post_message(op, op.caller, recipients,
-                                            subject[:SUBJECT_MAX_CHARS], None, None,
-                                            MESSAGE_TTL_S, to)
-        result["recipients"] = len(recipients)
-    op.event("work." + state, me, subject=scope,
-             data={"summary": summary, "message_id": result["message_id"]})
-    return result
-
-
-def _load_window(conn, window_id):
-    window = conn.execute("SELECT * FROM windows WHERE id=?", (window_id,)).fetchone()
-    if window is None:
-        raise RoomError("no quiet window #%s" % window_id, "window_status lists them")
-    return window
-
-
-def _own_window(op, window_id, allowed, verb):
-    window = _load_window(op.conn, window_id)
-    if window["session_id"] != op.me:
-        raise RoomError("quiet window #%d belongs to %s, not to you"
-                        % (window_id, window["session_id"]))
-    if window["state"] not in allowed:
-        raise RoomError("quiet window #%d is %s; it cannot be %s"
-                        % (window_id, window["state"], verb))
-    return window
-
-
-@tool("window_request", "Ask for quiet", {
-    "session_id": S_SESSION, "resources": S_RESOURCES,
-    "purpose": {"type": "string", "minLength": 1, "maxLength": 500},
-    "require": {"type": ["string", "array"], "items": {"type": "string"},
-                "minItems": 1, "maxItems": SELECTORS_MAX,
-                "description": "sessions that must ack first: session ids, tag:<t> or *"},
-    "ttl_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
-              "description": "how long the window may last (default 1800)"},
-    "ack_timeout_s": {"type": "integer", "minimum": 1, "maximum": LEASE_TTL_MAX_S,
-                      "description": "how long acks may take (default 300)"},
-    "broad": S_BROAD,
-}, ["session_id", "resources", "purpose"], output=S_WINDOW,
-    cli="window request", positional=("resources",),
-    flags={"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout"}, caller="present",
-    example='window request --session $ID db:main --purpose "apply migration" '
-            '--require tag:reviewer')
-def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
-                   ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
-    """Ask for quiet on resources before an operation that must not be
-    disturbed. Holders of overlapping leases and required sessions get a
-    message. While pending it blocks others' new overlapping leases and
-    renewals; window_activate succeeds once every required session acked in
-    time and every overlapping lease is released. It ends when you leave."""
-    conn, row, at = op.conn, op.caller, op.at
-    targets = op.resources(None, resources)
-    _refuse_broad(targets, broad, "a quiet window")
-    required = resolve_selectors(op, row, require) if require else []
-    holders = []
-    for resource in targets:
-        for lease in overlapping_leases(conn, resource, at, exclude=row["id"]):
-            if lease["session_id"] not in holders:
-                holders.append(lease["session_id"])
-    window_id = conn.execute(
-        "INSERT INTO windows (session_id, purpose, state, required, acked, created_at, "
-        "ack_deadline, expires_at) VALUES (?,?,?,?,?,?,?,?)",
-        (row["id"], purpose, "pending", json.dumps(required), "[]", at,
-         at + ack_timeout_s, at + ttl_s)).lastrowid
-    conn.executemany("INSERT INTO window_resources (window_id, kind, key, shown) "
-                     "VALUES (?,?,?,?)", [(window_id, r.kind, r.key, r.shown)
-                                          for r in targets])
-    shown = ", ".join(r.shown for r in targets)
-    op.event("window.request", row["id"], subject=window_id, data={
-        "resources": [r.shown for r in targets], "purpose": purpose,
-        "required": required, "holders": holders})
-    notified = list(dict.fromkeys(required + holders))
-    if notified:
-        who = row["label"] or row["id"]
-        subject = ("[quiet window #%d] %s on %s: %s" % (
-            window_id, who, shown, purpose))[:SUBJECT_MAX_CHARS]
-        body = ("%s asks for quiet on %s until %s.\n%s"
-                "Release your overlapping leases; required sessions: window_ack %d "
-                "before %s." % (who, shown, iso(at + ttl_s),
-                               "You hold an overlapping lease. " if holders else "",
-                               window_id, iso(at + ack_timeout_s)))
-        post_message(op, row, notified, subject, body, None, MESSAGE_TTL_S,
-                     {"window": window_id})
-    return window_dict(conn, _load_window(conn, window_id))
-
-
-@tool("window_ack", "Agree to a quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window ack", positional=("window_id",),
-    example="window ack --session $ID 3", idempotent=True)
-def window_ack(op, window_id):
-    """Acknowledge a quiet window you were asked about (before its deadline).
-    Release your overlapping leases too: the window activates only when they
-    are gone."""
-    window = _load_window(op.conn, window_id)
-    if window["state"] != "pending":
-        raise RoomError("quiet window #%d is %s; there is nothing to ack"
-                        % (window_id, window["state"]))
-    if op.at > window["ack_deadline"]:
-        raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
-                        % (window_id, iso(window["ack_deadline"])),
-                        "its requester has to ask again")
-    acked = json.loads(window["acked"])
-    if op.me not in acked:
-        acked.append(op.me)
-        op.conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
-                                                                   window_id))
-        op.event("window.ack", op.me, subject=window_id)
-    return window_dict(op.conn, _load_window(op.conn, window_id))
-
-
-@tool("window_activate", "Start the quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=dict(S_WINDOW, properties=dict(S_WINDOW["properties"], ok={"type": "boolean"},
-                                          reason={"type": "string"},
-                                          holders={"type": "array", "items": S_LEASE})),
-    cli="window activate", positional=("window_id",), caller="present",
-    example="window activate --session $ID 3")
-def window_activate(op, window_id):
-    """Start your pending window: it succeeds (ok true) only when every required
-    session acked in time, every overlapping lease of others is released, and
-    no other active window overlaps it; otherwise ok is false and reason says
-    what is missing."""
-    conn = op.conn
-    window = _own_window(op, window_id, ("pending",), "activated")
-    shown = window_dict(conn, window)
-    problems, holders = [], []
-    if shown["missing_acks"]:
-        problems.append("waiting for acks from %s" % ", ".join(shown["missing_acks"]))
-    for r in conn.execute("SELECT * FROM window_resources WHERE window_id=?",
-                          (window_id,)).fetchall():
-        resource = Resource(r["kind"], r["key"], r["shown"])
-        for lease in overlapping_leases(conn, resource, op.at, exclude=op.me):
-            holders.append(lease_dict(conn, lease, op.liveness))
-        for other in _window_rows(conn, resource, op.at, ("active",)):
-            if other["id"] != window_id:
-                problems.append("quiet window #%d of %s is active on it"
-                                % (other["id"], other["session_id"]))
-    if holders:
-        problems.append("leases still held: %s" % "; ".join(
-            "%s by %s" % (h["resource"], _holder_text(h)) for h in holders))
-    if problems:
-        op.event("window.refused", op.me, subject=window_id, data={"problems": problems})
-        return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
-    conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
-                 (op.at, window_id))
-    op.event("window.activate", op.me, subject=window_id)
-    return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
-                reason="active", holders=[])
-
-
-def _end_window(op, window_id, state, allowed):
-    _own_window(op, window_id, allowed, state)
-    op.conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
-                    (state, op.at, window_id))
-    op.event({"released": "window.release", "cancelled": "window.cancel"}[state],
-             op.me, subject=window_id)
-    return window_dict(op.conn, _load_window(op.conn, window_id))
-
-
-@tool("window_release", "End the quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window release", positional=("window_id",),
-    example="window release --session $ID 3", destructive=True)
-def window_release(op, window_id):
-    """End your active quiet window once the operation is done: others may
-    claim the resources again."""
-    return _end_window(op, window_id, "released", ("active",))
-
-
-@tool("window_cancel", "Cancel a quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    output=S_WINDOW, cli="window cancel", positional=("window_id",),
-    example="window cancel --session $ID 3", destructive=True)
-def window_cancel(op, window_id):
-    """Cancel your pending or active quiet window."""
-    return _end_window(op, window_id, "cancelled", WINDOW_OPEN)
-
-
-@tool("window_status", "Quiet windows", {
-    "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
-    output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
-    cli="window status", example="window status", read_only=True, idempotent=True)
-def window_status(op, window_id=None):
-    """One quiet window by id, or every open (pending or active) one."""
-    if window_id:
-        return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
-    return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
-        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
-
-
-# ---- operations: task board ------------------------------------------------
-# A room's shared to-do list.  A claim is atomic (the door's BEGIN IMMEDIATE);
-# a task whose claimant is gone -- by the liveness who and leases use, never
-# unknown -- may be claimed by another, as a stale lease may be taken over.
-
-TASK_ACTIONS = ("add", "list", "claim", "done", "fail", "release")
-TASK_STATES = ("open", "claimed", "done", "failed")
-S_TASK = {"type": "object", "properties": {
-    "task_id": {"type": "integer"}, "room": {"type": "string"},
-    "title": {"type": "string"}, "state": {"type": "string", "enum": list(TASK_STATES)},
-    "claimed_by": {"type": ["string", "null"]}},
-    "required": ["task_id", "room", "title", "state", "claimed_by"]}
-
-
-def task_dict(op, row):
-    claimant = op.session(row["claimed_by"]) if row["claimed_by"] else None
-    return {"task_id": row["id"], "room": row["room"], "title": row["title"],
-            "body": row["body"], "state": row["state"], "created_by": row["created_by"],
-            "claimed_by": row["claimed_by"],
-            "claimant_label": claimant["label"] if claimant else None,
-            "claimant_liveness": op.liveness(claimant) if claimant and
-            row["state"] == "claimed" else None,
-            "note": row["note"], "created_at": iso(row["created_at"]),
-            "updated_at": iso(row["updated_at"])}
-
-
-@tool("task", "The room's task board", {
-    "session_id": S_SESSION, "action": {"type": "string", "enum": list(TASK_ACTIONS)},
-    "task_id": S_MESSAGE_ID, "title": {"type": "string", "minLength": 1, "maxLength": 500},
-    "body": {"type": "string", "maxLength": 100000}, "room": S_ROOM,
-    "note": {"type": "string", "maxLength": 10000}, "limit": S_LIMIT},
-    ["session_id", "action"],
-    output=out_schema(["ok"], ok={"type": "boolean"}, reason={"type": "string"},
-                      task=S_TASK, tasks={"type": "array", "items": S_TASK}),
-    cli="task", positional=("action", "task_id"), caller="present",
-    example='task --session $ID add --title "add the phone field"')
-def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
-         limit=50):
-    """A room's task board. add (title, body?, room?: default your repository
-    room); list (your rooms, or room; open and claimed first); claim (task_id,
-    or the oldest open one; a task whose claimant is gone may be claimed);
-    done / fail (note?) and release: yours only."""
-    conn, me = op.conn, op.me
-    if action == "add":
-        if not title:
-            raise UsageError("task add needs a title")
-        full = room_for(op, room, "task")
-        if full not in rooms_of(conn, me):
-            raise RoomError("you are not in %s" % full, "join it first")
-        new = conn.execute(
-            "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
-            "updated_at) VALUES (?,?,?,'open',?,?,?)",
-            (full, title, body, me, op.at, op.at)).lastrowid
-        op.event("task.add", me, room=full, subject=new, data={"title": title})
-        return {"ok": True, "task": task_dict(op, conn.execute(
-            "SELECT * FROM tasks WHERE id=?", (new,)).fetchone())}
-    rooms = [room_for(op, room, "task")] if room else rooms_of(conn, me)
-    marks = ",".join("?" * len(rooms)) or "''"
-    if action == "list":
-        rows = conn.execute(
-            "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
-            "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
-        return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
-    if task_id is None:
-        if action != "claim":
-            raise UsageError("task %s needs task_id" % action)
-        row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
-                           "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
-        if row is None:
-            return {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
-    else:
-        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
-        if row is None or row["room"] not in rooms_of(conn, me):
-            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
-    mine = row["claimed_by"] == me and row["state"] == "claimed"
-    if action == "claim":
-        if row["state"] in ("done", "failed"):
-            return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
-                    "task": task_dict(op, row)}
-        taken_from = None
-        if row["state"] == "claimed" and not mine:
-            holder = op.session(row["claimed_by"])
-            if holder is not None and op.liveness(holder) != "gone":
-                return {"ok": False, "task": task_dict(op, row), "reason":
-                        "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
-                                                         40), op.liveness(holder))}
-            taken_from = row["claimed_by"]
-        conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
-                     "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
-        op.event("task.claim", me, room=row["room"], subject=row["id"],
-                 data={"taken_from": taken_from} if taken_from else None)
-        reason = "taken over from a gone claimant" if taken_from else (
-            "renewed" if mine else "claimed")
-    else:
-        if not mine:
-            raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
-                            "claim it first")
-        state = {"done": "done", "fail": "failed", "release": "open"}[action]
-        conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
-                     "updated_at=? WHERE id=?", (state, None if state == "open" else me,
-                                                 note, op.at, row["id"]))
-        op.event("task." + action, me, room=row["room"], subject=row["id"])
-        reason = state
-    return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
-        "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
-
-
-# ---- operations: status ---------------------------------------------------
-
-STATUS_SCHEMA_VERSION = 1
-
-
-@tool("room_status", "The room at a glance", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM},
-    output=out_schema(["schema_version", "rooms", "sessions", "leases", "windows"],
-                      schema_version={"type": "integer"},
-                      generated_at=S_TIME,
-                      rooms={"type": "array", "items": {"type": "object"}},
-                      sessions={"type": "array", "items": {"type": "object"}},
-                      leases={"type": "array", "items": S_LEASE},
-                      windows={"type": "array", "items": S_WINDOW}),
-    cli="status", example="status --room shared:storefront --json", read_only=True,
-    idempotent=True)
-def room_status(op, room=None):
-    """One snapshot: sessions with liveness, autonomy, work states and unread
-    counts; live leases with purpose and expiry; open quiet windows; the last
-    messages' subjects per room. For one room, or everything in the store.
-    The JSON shape is stable for scripts (schema_version)."""
-    conn, at = op.conn, op.at
-    if room:
-        rooms = [resolve_room(conn, room)]
-    else:
-        rooms = [r[0] for r in conn.execute(
-            "SELECT DISTINCT room FROM memberships ORDER BY room")]
-    marks = ",".join("?" * len(rooms)) or "''"
-    ids = [r[0] for r in conn.execute(
-        "SELECT DISTINCT session_id FROM memberships WHERE room IN (%s)" % marks, rooms)]
-    sessions = []
-    for sid in ids:
-        item = session_dict(conn, session_row(conn, sid), op.liveness, at)
-        item["unread"] = unread_count(conn, sid)
-        item["acks_owed"], item["acks_overdue"] = acks_owed(conn, sid, at)
-        sessions.append(item)
-    sessions.sort(key=lambda s: (s["label"] or "~", s["session_id"]))
-    leases = [lease_dict(conn, lease, op.liveness) for lease in conn.execute(
-        "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
-        if lease["session_id"] in ids or not room]
-    windows = [window_dict(conn, w) for w in conn.execute(
-        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
-        if w["session_id"] in ids or not room]
-    room_items = []
-    for name in rooms:
-        recent = conn.execute(
-            "SELECT m.id, m.subject, m.sender_label, m.created_at FROM message_rooms r "
-            "JOIN messages m ON m.id = r.message_id WHERE r.room=? "
-            "ORDER BY r.message_id DESC LIMIT 5", (name,)).fetchall()
-        room_items.append({
-            "room": name,
-            "cap": conn.execute("SELECT cap FROM rooms WHERE name=?", (name,)).fetchone()[0],
-            "sessions": [r[0] for r in conn.execute(
-                "SELECT session_id FROM memberships WHERE room=? ORDER BY session_id",
-                (name,))],
-            "recent": [{"message_id": m["id"], "subject": m["subject"],
-                        "sender_label": m["sender_label"],
-                        "created_at": iso(m["created_at"])} for m in reversed(recent)],
-            "tasks": [{"task_id": t["id"], "title": t["title"], "state": t["state"],
-                       "claimed_by": t["claimed_by"]} for t in conn.execute(
-                "SELECT * FROM tasks WHERE room=? AND state IN ('open', 'claimed') "
-                "ORDER BY id LIMIT 50", (name,))]})
-    return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
-            "store": op.store.shown, "rooms": room_items, "sessions": sessions,
-            "leases": leases, "windows": windows}
-
-
-# ---- operations: reads and drift ------------------------------------------
-
-
-def _hash_now(op, path):
-    """Prepare step of note_read and drift_check: resolve the path and hash the
-    file before the write transaction, so a slow, huge or endless file never
-    holds the store's lock."""
-    resource = Resource.parse(path, op.base, kind="path")
-    try:
-        return {"resource": resource, "hash": hash_file(resource.shown), "error": None}
-    except RoomError as error:
-        return {"resource": resource, "hash": None, "error": error}
-
-
-@tool("note_read", "Record what you read", {"session_id": S_SESSION, "path": S_PATH},
-      ["session_id", "path"],
-      output=out_schema(["hash"], hash={"type": "string"}, path={"type": "string"},
-                        read_at=S_TIME),
-      cli="note-read", positional=("path",), example="note-read --session $ID src/a.go",
-      idempotent=True, prepare=_hash_now)
-def note_read(op, path):
-    """Record the SHA-256 of a file as you read it now, the baseline drift_check
-    compares against later."""
-    resource, digest = op.prepared["resource"], op.prepared["hash"]
-    if op.prepared["error"]:
-        raise op.prepared["error"]
-    if digest is None:
-        raise RoomError("cannot read %s: no such file" % resource.shown)
-    op.conn.execute("INSERT OR REPLACE INTO reads (session_id, path, hash, read_at) "
-                    "VALUES (?,?,?,?)", (op.me, resource.key, digest, op.at))
-    op.event("read.note", op.me, subject=resource.key,
-             data={"hash": digest, "shown": resource.shown})
-    return {"path": resource.shown, "hash": digest, "read_at": iso(op.at)}
-
-
-def lease_holders_between(conn, key, session_id, start, end, real=None):
-    """Other sessions' leases on the file (by its key) that were live at some
-    time in [start, end], from the event log: each claim or renewal lives until
-    its expiry or the holder's next release, whichever comes first."""
-    horizon = start - LEASE_TTL_MAX_S
-    found = []
-    # A lease on a directory covers the file: above it in the repository (by
-    # key) or above the repository itself (by real path).
-    covering = list(dict.fromkeys(path_ancestors(key) + path_ancestors(real or key)))
-    marks = ",".join("?" * len(covering))
-    for claim in conn.execute(
-            "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
-            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at" % marks,
-            covering + [horizon, end, session_id]).fetchall():
-        data = json.loads(claim["data"] or "{}")
-        until = data.get("expires_at", claim["at"])
-        released = conn.execute(
-            "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
-            "kind IN ('lease.release', 'lease.takeover')",
-            (claim["subject"], claim["session_id"], claim["at"])).fetchone()[0]
-        if released is not None:
-            until = min(until, released)
-        if until >= start:
-            found.append((claim, data, until))
-    return found
-
-
-@tool("drift_check", "Has a file changed since you read it", {
-    "session_id": S_SESSION, "path": S_PATH}, ["session_id", "path"],
-    output=out_schema(["path", "severity", "changed", "holder", "since", "message"],
-                      path={"type": "string"},
-                      severity={"type": "string", "enum": ["SAFE", "MINOR", "CRITICAL"]},
-                      changed={"type": "boolean"}, holder=S_LEASE_OR_NULL, since=S_TIME,
-                      message={"type": "string"}),
-    cli="drift", positional=("path",), example="drift --session $ID src/a.go",
-    read_only=True, idempotent=True, prepare=_hash_now)
-def drift_check(op, path):
-    """Compare a file with the hash note_read recorded. SAFE: unchanged, or no
-    baseline. MINOR: changed (or deleted), no other session leased it meanwhile.
-    CRITICAL: changed while another session held a lease on it (holder names
-    it, since says from when): re-read before you write."""
-    conn = op.conn
-    resource, current = op.prepared["resource"], op.prepared["hash"]
-    full = resource.shown
-    base = conn.execute("SELECT * FROM reads WHERE session_id=? AND path=?",
-                        (op.me, resource.key)).fetchone()
-    result = {"path": full, "severity": "SAFE", "changed": False, "holder": None,
-              "since": None}
-    if base is None:
-        result["message"] = "no baseline recorded for %s (note_read it first)" % full
-        return result
-    if op.prepared["error"]:
-        raise op.prepared["error"]
-    if current == base["hash"]:
-        result["message"] = "unchanged since you read it at %s" % iso(base["read_at"])
-        return result
-    result["changed"] = True
-    what = "deleted" if current is None else "changed"
-    holders = lease_holders_between(conn, resource.key, op.me, base["read_at"], op.at,
-                                    resource.real)
-    if not holders:
-        result["severity"] = "MINOR"
-        result["message"] = "%s since you read it at %s; nobody else leased it" % (
-            what, iso(base["read_at"]))
-        return result
-    claim, data, until = holders[-1]
-    holder_row = session_row(conn, claim["session_id"])
-    shown = data.get("shown", claim["subject"])
-    result["severity"] = "CRITICAL"
-    result["since"] = iso(max(claim["at"], base["read_at"]))
-    result["holder"] = {
-        "session_id": claim["session_id"],
-        "label": holder_row["label"] if holder_row else None, "path": shown,
-        "resource": shown, "kind": "path", "purpose": data.get("purpose"),
-        "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
-        "expires_at": iso(until),
-        "liveness": op.liveness(holder_row) if holder_row else "gone"}
-    result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
-        "it from %s: re-read before writing" % (
-            what, claim["session_id"], one_line(result["holder"]["label"] or "-", 40),
-            result["since"])
-    return result
-
-
-# ---- operations: signals and wakes -----------------------------------------
-# The signal is one line saying something waits (counts and sender labels);
-# subjects and bodies never ride it, so a recipient's context stays small and
-# 'read' means the agent fetched the content itself.  These operations are the
-# hook front end's and the wake levers' way into the store; they are not MCP
-# tools (public=False).
-
-SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
-STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
-WAKE_RETRY_FIRST_S = 60
-WAKE_RETRY_MAX_S = 30 * 60
-WAKE_ATTEMPTS_MAX = 6
-WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
-SOCKET_TIMEOUT_S = 1.0
-WAITER_LIFETIME_S = 12 * 3600
-WAITER_POLL_S = 1.0
-WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
-TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
-S_KEY = {"type": "string", "maxLength": 200}
-
-
-def mark_offered(op, session_id, stop=False):
-    """Signalling moves stored (and undeliverable) deliveries to offered and
-    stamps when; it never moves a state backwards."""
-    advance(op.conn, "offered", op.at, "session_id=?", (session_id,))
-    column = "stop_held_at" if stop else "offered_at"
-    op.conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
-                    % (column, UNREAD_SQL), (op.at, session_id))
-
-
-@tool("signal_tool_event", "Signal on a tool event", {
-    "harness_key": S_KEY, "turn_start": {"type": "boolean"}}, ["harness_key"],
-    caller="key", public=False)
-def signal_tool_event(op, harness_key, turn_start=False):
-    """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
-    window of 0 every tool event mentions what is still unread; with a window,
-    only deliveries never offered or offered longer ago than it.  A turn's
-    start (UserPromptSubmit) marks the session busy until its Stop."""
-    row = op.caller
-    if row is None or row["left_at"] is not None:
-        if op.store.kind != "sqlite":
-            raise_marker(op.store.path, harness_key + ".checked")   # asked: nobody
-        return {"text": None}
-    if turn_start:
-        op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
-    ctx = op.ctx
-    if ctx.pid and (row["ended_at"] is not None or row["pid"] != ctx.pid):
-        # A resumed session runs again, in a new harness process (Hermes
-        # resumes without a session-start hook).
-        op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
-                        (ctx.pid, ctx.pid_start, row["id"]))
-    if not unread_count(op.conn, row["id"]):
-        # Under the write lock, so no send can commit between the count and
-        # this: the next send raises the marker again after its commit.
-        try:
-            os.unlink(signal_marker(op.store.path, harness_key))
-        except OSError:
-            pass
-        if op.store.kind != "sqlite":
-            # Asked just now: a quiet hook may skip the store for a while.
-            raise_marker(op.store.path, harness_key + ".checked")
-        return {"text": None}
-    window = env_number("AGENTS_ROOM_SIGNAL_RETRY_S", SIGNAL_RETRY_S)
-    due = op.conn.execute(
-        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN %s AND "
-        "(offered_at IS NULL OR offered_at <= ?)" % UNREAD_SQL,
-        (row["id"], op.at - window)).fetchone()[0]
-    if not due:
-        return {"text": None}
-    text = signal_text(op.conn, row["id"])
-    mark_offered(op, row["id"])
-    op.event("signal.tool", row["id"], data={"text": text})
-    return {"text": text}
-
-
-@tool("signal_stop", "Hold the end of a turn", {
-    "harness_key": S_KEY, "stop_hook_active": {"type": "boolean"},
-    "urgent_only": {"type": "boolean"}}, ["harness_key"], caller="key", public=False)
-def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
-    """Stop: the reason to block, or None: at hold or wake, when some unread
-    delivery (not a low one) has not held a Stop yet, or held one longer ago
-    than the window; at notify, an urgent delivery that never held one (once).
-    Never when the harness says this Stop was already blocked once this turn."""
-    row = op.caller
-    if row is None or row["left_at"] is not None:
-        return {"text": None}
-    window = env_number("AGENTS_ROOM_STOP_RETRY_S", STOP_RETRY_S)
-    notify = urgent_only or effective_autonomy(op.conn, row) < 1
-    due = 0 if stop_hook_active else op.conn.execute(
-        "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s AND m.importance != 'low' AND %s"
-        % (UNREAD_SQL, "m.importance = 'urgent' AND d.stop_held_at IS NULL" if notify
-           else "(d.stop_held_at IS NULL OR d.stop_held_at <= ?)"),
-        (row["id"],) if notify else (row["id"], op.at - window)).fetchone()[0]
-    if not due:
-        # The turn ends here: wakes put off while it ran are due now.
-        op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
-        op.conn.execute("UPDATE deliveries SET wake_next_at=? WHERE session_id=? AND "
-                        "wake_next_at > ?", (op.at, row["id"], op.at))
-        return {"text": None}
-    text = signal_text(op.conn, row["id"])
-    mark_offered(op, row["id"], stop=True)
-    op.event("signal.stop", row["id"], data={"text": text})
-    return {"text": text}
-
-
-@tool("session_end", "The harness session ended", {"harness_key": S_KEY},
-      ["harness_key"], caller="key", public=False)
-def session_end(op, harness_key):
-    """SessionEnd: the session is no longer running.  It keeps its rooms (a
-    resume of the same harness session is the same session, in the same
-    rooms, and messages sent meanwhile wait for it); its leases and quiet
-    windows end, because nobody is working under them any more."""
-    row = op.caller
-    if row is None or row["left_at"] is not None:
-        return {"ok": False}
-    release_all(op, row["id"], "session end")
-    end_windows(op, row["id"], "session end")
-    op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
-                    (op.at, row["id"]))
-    op.event("session.end", row["id"])
-    return {"ok": True}
-
-
-@tool("session_digest", "What a starting session should know", {
-    "session_id": S_SESSION, "cwd": {"type": "string"}}, ["session_id"],
-    read_only=True, public=False, after=False)
-def session_digest(op, cwd=None):
-    """SessionStart's context: the session id first, then blockers (live leases
-    of others in this repository), unread count, rooms and who is here."""
-    conn, me, row = op.conn, op.me, op.caller
-    root = Resource.parse(repo_root(cwd or row["cwd"]) or cwd or row["cwd"], "/",
-                          kind="path")
-    rooms = rooms_of(conn, me)
-    lines = ["agents-room: your session_id is %s - pass it to every agents-room "
-             "tool (it is not the harness's session id)." % me]
-    blockers = []
-    low, high = descendant_range(root.key)
-    for lease in conn.execute(
-            "SELECT * FROM leases WHERE kind = 'path' AND (key = ? OR (key >= ? AND "
-            "key < ?)) AND session_id != ? AND expires_at > ? ORDER BY key LIMIT 20",
-            (root.key, low, high, me, op.at)):
-        shown = lease_dict(conn, lease, op.liveness)
-        blockers.append("%s (%s by %s, %s, until %s)" % (
-            one_line(os.path.relpath(lease["key"], root.key), 120), shown["mode"],
-            one_line(shown["label"] or shown["session_id"], 40), shown["liveness"],
-            shown["expires_at"]))
-    if blockers:
-        lines.append("Leased by others here: " + "; ".join(blockers))
-    count = unread_count(conn, me)
-    if count:
-        lines.append("%d unread message%s: call msg_recv." % (
-            count, "" if count == 1 else "s"))
-    lines.append("Rooms: %s. Autonomy: %s.%s" % (
-        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row)), where_text(row)))
-    others = []
-    for room in rooms:
-        for mate in conn.execute(
-                "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
-                "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
-                (room, me)):
-            entry = "%s (%s)" % (one_line(mate["label"] or mate["id"], 40),
-                                 op.liveness(mate))
-            if entry not in others:
-                others.append(entry)
-    lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
-    open_tasks = conn.execute(
-        "SELECT COUNT(*) FROM tasks WHERE state='open' AND room IN (%s)" % ",".join(
-            "?" * len(rooms)), rooms).fetchone()[0] if rooms else 0
-    if open_tasks:
-        lines.append("%d open task%s in your rooms: task list." % (
-            open_tasks, "" if open_tasks == 1 else "s"))
-    return {"text": "\n".join(lines)}
-
-
-@tool("waiter_arm", "Arm the rewake waiter", {
-    "harness_key": S_KEY, "pid": {"type": "integer"}, "pid_start": {"type": "integer"},
-    "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
-    after=False)
-def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
-    """Register a Claude Code rewake waiter as the session's armed waiter."""
-    if op.caller is None or op.caller["left_at"] is not None:
-        return {"session_id": None}
-    op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
-                    "WHERE id=?", (pid, pid_start, until, op.me))
-    op.event("wake.armed", op.me, data={"pid": pid})
-    return {"session_id": op.me}
-
-
-@tool("waiter_poll", "Has the waiter something to wake for", {
-    "session_id": S_SESSION, "pid": {"type": "integer"},
-    "armed_at": {"type": "number"}, "check_alive": {"type": "boolean"}},
-    ["session_id", "pid", "armed_at"], public=False, after=False)
-def waiter_poll(op, pid, armed_at, check_alive=False):
-    """One look of the rewake waiter: {"stop": True} when it was replaced or the
-    session left or ended; {"text": signal} when a message sent after arming is
-    unread (its deliveries become accepted: the wake is under way)."""
-    row = op.caller
-    if row["left_at"] is not None or row["ended_at"] is not None or \
-            row["waiter_pid"] != pid:
-        return {"stop": True}
-    if check_alive and row["pid"] and op.liveness(row) == "gone":
-        return {"stop": True}
-    fresh = [r[0] for r in op.conn.execute(
-        "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
-        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-        "m.created_at >= ?" % UNREAD_SQL, (op.me, armed_at))]
-    if not fresh:
-        return {"stop": False, "text": None}
-    text = signal_text(op.conn, op.me)
-    mark_accepted(op, op.me, fresh, "claude-rewake")
-    op.conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (op.me,))
-    return {"stop": True, "text": text}
-
-
-def mark_accepted(op, session_id, message_ids, lever, detail=None):
-    """A lever confirmed: its deliveries move to accepted (forward only, so a
-    read or acked one stays) and stop being retried; the event says which."""
-    advance(op.conn, "accepted", op.at, "session_id=? AND message_id IN (%s)"
-            % ",".join("?" * len(message_ids)), [session_id] + list(message_ids))
-    op.conn.execute("UPDATE deliveries SET wake_failed=NULL WHERE session_id=? AND "
-                    "message_id IN (%s)" % ",".join("?" * len(message_ids)),
-                    [session_id] + list(message_ids))
-    op.event("wake.accepted", session_id,
-             data={"lever": lever, "messages": message_ids, "detail": detail})
-
-
-@tool("wake_record", "A lever's outcome", {
-    "session_id": S_SESSION, "messages": {"type": "array", "items": {"type": "integer"}},
-    "lever": {"type": "string"}, "outcome": {"type": "string",
-                                              "enum": ["accepted", "offered", "failed"]},
-    "detail": {"type": "string"}}, ["session_id", "messages", "lever", "outcome"],
-    public=False, after=False)
-def wake_record(op, messages, lever, outcome, detail=""):
-    """accepted: the lever confirmed (no more retries); offered: it ran but
-    whether a turn starts is unknown (codex queue to a thread not known to be
-    running); failed: it stays offered, the failure is shown by sent until a
-    retry succeeds, and the retry already scheduled stands."""
-    if outcome == "accepted":
-        mark_accepted(op, op.me, messages, lever, detail)
-        return {"ok": True}
-    marks = ",".join("?" * len(messages))
-    op.conn.execute("UPDATE deliveries SET wake_failed=? WHERE session_id=? AND "
-                    "message_id IN (%s)" % marks, [
-                        one_line(detail, 200) if outcome == "failed" else None, op.me]
-                    + list(messages))
-    op.event("wake." + outcome, op.me,
-             data={"lever": lever, "messages": messages, "detail": detail})
-    return {"ok": outcome != "failed"}
-
-
-def _wake_retry_at(attempts, at):
-    if attempts >= WAKE_ATTEMPTS_MAX:
-        return None
-    return at + min(WAKE_RETRY_FIRST_S * (2 ** (attempts - 1)), WAKE_RETRY_MAX_S)
-
-
-def wakes_due(conn, at):
-    """Whether a wake of one of this user's sessions on this host is due: an
-    indexed read, so most tool events never take the write lock for it.  In
-    wake time order, so every planner reads the wake index (few rows have a
-    wake time) rather than each of this host's sessions' deliveries: 6 ms at
-    40,000 deliveries on PostgreSQL, 0.05 ms in order."""
-    return conn.execute(
-        "SELECT 1 FROM deliveries d JOIN sessions s ON s.id = d.session_id "
-        "WHERE d.wake_next_at <= ? AND s.uid = ? AND s.host = ? "
-        "ORDER BY d.wake_next_at LIMIT 1",
-        (at, os.getuid(), host_name())).fetchone() is not None
-
-
-@tool("wake_plan", "Plan due wakes", {"limit": {"type": "integer"}}, public=False,
-      after=False)
-def wake_plan(op, limit=20):
-    """The wakes due now for this user's sessions on this host, as jobs for the
-    caller to run after commit.  A lever runs only in a process of the
-    recipient's own uid and host, with the program, environment and cwd
-    recorded at its join: never the caller's.  The next attempt is scheduled
-    before the lever runs, so two processes never fire the same wake."""
-    conn, at = op.conn, op.at
-    due = conn.execute(
-        "SELECT d.session_id, d.message_id, d.wake_attempts FROM deliveries d JOIN "
-        "sessions s ON s.id = d.session_id WHERE d.wake_next_at IS NOT NULL AND "
-        "d.wake_next_at <= ? AND s.uid = ? AND s.host = ? ORDER BY d.wake_next_at "
-        "LIMIT ?",
-        (at, os.getuid(), host_name(), limit)).fetchall()
-    plans = {}
-    for d in due:
-        attempts = d["wake_attempts"] + 1
-        conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
-                     "WHERE session_id=? AND message_id=?",
-                     (attempts, _wake_retry_at(attempts, at), d["session_id"],
-                      d["message_id"]))
-        plans.setdefault(d["session_id"], []).append(d["message_id"])
-    jobs = []
-    for session_id, message_ids in plans.items():
-        row = session_row(conn, session_id)
-        scope = "session_id=? AND message_id IN (%s)" % ",".join("?" * len(message_ids))
-        params = [session_id] + message_ids
-        text = signal_text(conn, session_id)
-        if row["left_at"] is not None or effective_autonomy(conn, row) < 2 or text is None:
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
-            continue
-        data = json.loads(row["lever_data"] or "{}")
-        lever = row["lever"]
-        if lever != "claude-socket" and waiter_armed(row, at):
-            lever = "claude-rewake"
-        busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
-        if busy or (lever is None and row["harness"] == "claude-code" and
-                    row["ended_at"] is None and op.liveness(row) == "alive"):
-            # Mid-turn, the turn's own hooks signal the message and its Stop
-            # holds it (a lever fired now would start a stale turn later);
-            # Claude Code arms its wake when a turn ends.  Try again later,
-            # without spending one of the lever's attempts.
-            conn.execute("UPDATE deliveries SET wake_attempts=wake_attempts-1, "
-                         "wake_next_at=? WHERE " + scope, [at + WAKE_RETRY_FIRST_S] + params)
-            op.event("wake.later", session_id, data={"messages": message_ids,
-                                                     "busy": busy})
-            continue
-        if lever is None:
-            advance(conn, "undeliverable", at, scope, params)
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
-            op.event("wake.none", session_id, data={"messages": message_ids})
-            continue
-        advance(conn, "offered", at, scope, params)
-        conn.execute("UPDATE deliveries SET offered_at=COALESCE(offered_at, ?) WHERE "
-                     + scope, [at] + params)
-        if lever == "claude-rewake":
-            # The armed waiter sees the delivery and wakes the session itself.
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
-        op.event("wake.try", session_id, data={"lever": lever, "messages": message_ids})
-        if lever != "claude-rewake":
-            jobs.append({"session_id": session_id, "messages": message_ids,
-                         "lever": lever, "data": data, "text": text,
-                         "alive": op.liveness(row) == "alive"})
-    return {"jobs": jobs}
-
-
-# ---- operations: housekeeping ---------------------------------------------
-
-
-@tool("prune", "Remove quiet, gone sessions", {
-    "quiet_s": {"type": "integer", "minimum": 0},
-    "dry_run": {"type": "boolean"},
-    "host": {"type": "string", "maxLength": 300}}, public=False)
-def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False, host=None):
-    """Remove sessions quiet longer than quiet_s *and* gone (the liveness room_who
-    reports).  Their messages stay, each keeping its sender's label; their
-    memberships, leases, windows, reads and deliveries go.  Also finishes
-    retention: audit events past 30 days, messages 90 days past their TTL.
-    host: a host the operator says is gone for good (a retired laptop, a CI
-    runner): its quiet sessions count as gone, since no process of it will
-    ever record so."""
-    conn, at = op.conn, op.at
-    removed, kept = [], []
-    events_removed = messages_removed = 0
-    if not dry_run:
-        while True:          # prune is the explicit call: finish the job
-            batch = retention(conn, real_time(at), 5000)
-            events_removed += batch[0]
-            messages_removed += batch[1]
-            if batch == (0, 0):
-                break
-    for row in conn.execute("SELECT * FROM sessions WHERE last_seen < ? ORDER BY "
-                            "last_seen", (at - quiet_s,)).fetchall():
-        state = op.liveness(row)
-        if host is not None and row["host"] == host and host != host_name():
-            state = "gone"                  # the operator's word for that host
-        item = {"session_id": row["id"], "label": row["label"], "liveness": state,
-                "last_seen": iso(row["last_seen"])}
-        if state != "gone":
-            kept.append(item)
-            continue
-        removed.append(item)
-        if not dry_run:
-            release_all(op, row["id"], "prune")
-            end_windows(op, row["id"], "prune")
-            conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
-            op.event("session.prune", row["id"], data=item)
-    return {"removed": removed, "kept": kept, "dry_run": dry_run,
-            "quiet_s": quiet_s, "events_removed": events_removed,
-            "messages_removed": messages_removed}
-
-
-@tool("store_info", "The store and this session", {"harness_key": S_KEY},
-      caller="key", read_only=True, public=False, after=False)
-def store_info(op, harness_key=None):
-    """What doctor reports about the store, and the session of a harness key."""
-    session = None
-    if op.caller is not None:
-        session = session_dict(op.conn, op.caller, op.liveness, op.at)
-    return {"journal": op.store.journal(), "schema": op.store.schema_version(),
-            "engine": op.store.engine(),
-            "sessions": op.conn.execute("SELECT COUNT(*) FROM sessions WHERE left_at "
-                                        "IS NULL").fetchone()[0],
-            "session": session}
-
-
-def _event_item(conn, row, room, labels):
-    """An event row as a dict for watch, or None when `room` is given and the
-    event is neither in it nor by one of its sessions."""
-    sid = row["session_id"]
-    if room and row["room"] != room and not conn.execute(
-            "SELECT 1 FROM memberships WHERE session_id=? AND room=?",
-            (sid, room)).fetchone():
-        return None
-    if sid and sid not in labels:
-        found = session_row(conn, sid)
-        labels[sid] = found["label"] if found else None
-    return {"id": row["id"], "at": iso(row["at"]), "ts": row["at"], "kind": row["kind"],
-            "session_id": sid, "label": labels.get(sid), "room": row["room"],
-            "subject": row["subject"],
-            "data": json.loads(row["data"]) if row["data"] else {}}
-
-
-@tool("events_tail", "The newest events", {
-    "room": S_ROOM, "limit": {"type": "integer", "minimum": 1, "maximum": 100000}},
-    read_only=True, public=False, after=False)
-def events_tail(op, room=None, limit=50):
-    """The newest `limit` events (of `room`'s sessions when given), oldest first."""
-    full = resolve_room(op.conn, room) if room else None
-    labels = {}
-    items = [_event_item(op.conn, row, full, labels) for row in op.conn.execute(
-        "SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,)).fetchall()]
-    return {"events": [item for item in reversed(items) if item is not None]}
-
-
-@tool("session_label", "A session's label", {"of": {"type": "string", "maxLength": 200}},
-      ["of"], read_only=True, public=False, after=False)
-def session_label(op, of):
-    row = session_row(op.conn, of)
-    return {"label": row["label"] if row else None}
-
-
-def follow_events(room=None, since=None, poll_s=0.5, store=None):
-    """Yield event rows as dicts, oldest first, forever: those after `since`
-    (epoch seconds; default: from now on), only of `room`'s sessions when given.
-    Polls the store with an indexed read of new event ids: no write, no busy
-    loop."""
-    store = store or open_store()
-    try:
-        conn = store.conn
-        if since is not None:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events WHERE at < ?",
-                                (since,)).fetchone()[0]
-        else:
-            last = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-        full = resolve_room(conn, room) if room else None
-        labels = {}
-        while True:
-            try:
-                conn = store.connection()
-                rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id "
-                                    "LIMIT 500", (last,)).fetchall()
-                items = [(row["id"], _event_item(conn, row, full, labels)) for row in rows]
-            except (PgError, RoomError) as error:
-                if not _passing(error):
-                    raise
-                time.sleep(RECONNECT_PAUSE_S)   # a server restarting: look again
-                continue
-            for last, item in items:
-                if item is not None:
-                    yield item
-            if not rows:
-                time.sleep(poll_s)
-    finally:
-        store.close()
-
-
-def version_info():
-    """This copy and its store: so two agents can tell whether they run the same."""
-    import hashlib
-    from urllib.parse import quote
-    with open(this_file(), "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
-    path = default_db_path()
-    schema = None
-    if is_postgres_url(path):
-        try:
-            store = PgStore.__new__(PgStore)      # look, never create or migrate
-            store.conn = PgConnection(path)
-            schema = store.schema_version()
-            store.close()
-        except PgError:
-            schema = None
-        path = redact_url(path)
-    elif os.path.exists(path):
-        try:
-            conn = sqlite3.connect("file:%s?mode=ro" % quote(path), uri=True)
-            schema = conn.execute("PRAGMA user_version").fetchone()[0]
-            conn.close()
-        except sqlite3.Error:
-            schema = None
-    return {"version": __version__, "python": sys.version.split()[0],
-            "sqlite": sqlite3.sqlite_version, "file": this_file(), "sha256": digest,
-            "store": path, "store_schema_version": schema,
-            "schema_version": SCHEMA_VERSION}
-
-
-# ---- signals: wake levers --------------------------------------------------
-# Running a lever is process work, not a rule about the room: the operations
-# above decide which wakes are due and record outcomes; this section connects
-# to a socket or starts the recorded program, as the recipient, after commit.
-
-
-def _send_socket(data, text):
-    """Claude Code's inbox socket: auth line, then a user message line."""
-    import socket
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(SOCKET_TIMEOUT_S)
-    try:
-        client.connect(data["socket"])
-        client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
-                        + json.dumps({"type": "user", "message": {
-                            "role": "user", "content": text}, "priority": "next"})
-                        + "\n").encode("utf-8"))
-    finally:
-        client.close()
-
-
-def lever_argv(job):
-    data = job["data"]
-    if job["lever"] == "codex-queue":
-        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
-                "--message", job["text"]]
-    if job["lever"] == "hermes-resume":
-        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q",
-                                     job["text"]]
-    return list(data["argv"]) + [job["text"]]
-
-
-def run_due_wakes(store, ctx):
-    """Work that rides any tool event: fire the wakes due now for this user's
-    sessions on this host (there is no daemon).  Socket levers run inline
-    (bounded by 1 s); process levers run detached (see _spawn_wake)."""
-    if not _store_call(store, lambda conn: wakes_due(conn, store.now())):
-        return 0
-    jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
-    for job in jobs:
-        if job["lever"] == "claude-socket":
-            try:
-                _send_socket(job["data"], job["text"])
-                outcome, detail = "accepted", "socket accepted"
-            except OSError as error:
-                outcome, detail = "failed", "socket: %s" % error
-            call_tool(store, ctx, "wake_record", {
-                "session_id": job["session_id"], "messages": job["messages"],
-                "lever": job["lever"], "outcome": outcome, "detail": detail})
-        elif job["lever"] == "hermes-resume" and job["alive"]:
-            # Still open in a running Hermes: a resume would fork its history.
-            # The retry already scheduled fires once that process is gone.
-            continue
-        else:
-            _spawn_wake(store, ctx, job)
-    return len(jobs)
-
-
-def after_tool_event(store, ctx):
-    """Runs after a call committed: nothing here may fail that call (a client
-    that saw an error would send again)."""
-    try:
-        run_due_wakes(store, ctx)
-    except RoomError as error:
-        sys.stderr.write("agents-room: wake: %s\n" % clean(error.message))
-    except Exception as error:          # noqa: the call itself succeeded
-        sys.stderr.write("agents-room: wake: %s: %s\n" % (type(error).__name__,
-                                                          clean(str(error))))
-
-
-AFTER_TOOL_EVENT.append(after_tool_event)
-
-
-def _spawn_wake(store, ctx, job):
-    """Run a process lever detached, in its own process group, through
-    `agents_room.py wake-run`, which bounds it by a timeout and records the
-    outcome in the store itself: no caller waits on a slow lever.  It runs in
-    the environment and cwd recorded for the recipient, never the caller's."""
-    import subprocess
-    data = job["data"]
-    payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
-                          "lever": job["lever"], "argv": lever_argv(job),
-                          "alive": job["alive"],
-                          "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
-                                                  WAKE_TIMEOUT_S)})
-    # The store as this process reaches it (a password in the URL included:
-    # the lever runs as this same user, on this host, and stores nothing).
-    env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
-    cwd = data.get("cwd")
-    if not cwd or not os.path.isdir(cwd):
-        cwd = os.path.expanduser("~")
-    try:
-        subprocess.Popen([sys.executable, "-I", "-S", this_file(), "wake-run", payload],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, env=env,
-                         cwd=cwd, close_fds=True)
-    except OSError as error:
-        call_tool(store, ctx, "wake_record", {
-            "session_id": job["session_id"], "messages": job["messages"],
-            "lever": job["lever"], "outcome": "failed", "detail": "spawn: %s" % error})
-
-
-def wake_run(payload):
-    """The detached half of a process lever (see _spawn_wake)."""
-    import subprocess
-    job = json.loads(payload)
-    timeout = job.get("timeout") or WAKE_TIMEOUT_S
-    try:
-        done = subprocess.run(job["argv"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=timeout)
-        ok = done.returncode == 0
-        detail = "exit %d %s" % (done.returncode, one_line(
-            done.stderr.decode("utf-8", "replace"), 200))
-    except subprocess.TimeoutExpired:
-        ok, detail = False, "timed out after %gs" % timeout
-    except OSError as error:
-        ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error.strerror or error)
-    # codex queue exits 0 whether or not anyone runs the thread: a turn is only
-    # known to start when the recipient's harness is running.
-    outcome = "failed" if not ok else (
-        "accepted" if job["lever"] != "codex-queue" or job.get("alive") else "offered")
-    store = open_store()
-    try:
-        call_tool(store, Context(via="cli"), "wake_record", {
-            "session_id": job["session_id"], "messages": job["messages"],
-            "lever": job["lever"], "outcome": outcome, "detail": detail})
-    finally:
-        store.close()
-    return 0
-
-
-# ---- harnesses: setup and doctor ------------------------------------------
-# One row per harness: its names, where its configuration lives, which of its
-# hook events mean which of ours, how it takes context from a hook, and its
-# wake lever.  setup, doctor and the hook front end read the same rows.
-
-HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
-               "PreToolUse")
-EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
-HOOK_TIMEOUT_S = 8
-HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up quietly
-
-HARNESS_ROWS = {
-    "claude-code": {
-        "setup": "claude", "title": "Claude Code",
-        # the harness's hook event -> ours
-        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
-                   "PostToolUse": "PostToolUse", "Stop": "Stop",
-                   "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"},
-        "context": "claude",      # hookSpecificOutput.additionalContext
-        # Claude Code continues a turn whose Stop hook adds context, as a
-        # system reminder; a decision block shows the user "Stop hook error".
-        "hold": "context",
-        "max_autonomy": 2, "lever": "claude-rewake",
-        "mcp_name": "mcp__agents-room__",
-    },
-    "codex": {
-        "setup": "codex", "title": "Codex",
-        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
-                   "PostToolUse": "PostToolUse", "Stop": "Stop",
-                   "SessionEnd": "SessionEnd"},
-        "context": "claude", "hold": "decision",
-        "max_autonomy": 2, "lever": "codex-queue",
-        "mcp_name": "mcp__agents_room__",
-    },
-    "hermes": {
-        "setup": "hermes", "title": "Hermes",
-        # Hermes injects context only from pre_llm_call (once per user turn),
-        # and its on_session_end fires after every turn: on_session_finalize
-        # is the real end of a session.
-        # pre_verify may block the end of a turn that edited files (Hermes asks
-        # again up to 3 times; extra.attempt > 0 is its stop_hook_active).
-        "events": {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
-                   "pre_verify": "Stop", "on_session_finalize": "SessionEnd"},
-        "context": "hermes",      # {"context": ...}
-        "hold": "decision", "max_autonomy": 2, "lever": "hermes-resume",
-        "mcp_name": "mcp__agents_room__",
-    },
-}
-SETUP_HARNESSES = {row["setup"]: name for name, row in HARNESS_ROWS.items()}
-SETUP_MARK = "agents_room"
-
-
-def hook_output(harness, event_name, text, hold=False):
-    """The answer a harness presents as a normal continuation: Claude Code and
-    Codex take hookSpecificOutput.additionalContext and a Stop decision;
-    Hermes takes {"context": ...}."""
-    row = HARNESS_ROWS.get(harness, HARNESS_ROWS["claude-code"])
-    if hold and row["hold"] != "context":
-        return json.dumps({"decision": "block", "reason": text})
-    if row["context"] == "hermes":
-        return json.dumps({"context": text})
-    return json.dumps({"hookSpecificOutput": {"hookEventName": event_name,
-                                              "additionalContext": text}})
-
-
-def _launcher_code(missing_exit):
-    """The -c program of the launcher: take the directory of agents_room.py
-    from argv, import it (so Python uses the bytecode cache; the directory goes
-    last on the path, so a json.py beside the copy never shadows the standard
-    library), and when it is
-    not there say what to run instead of failing with an import traceback
-    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
-    say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
-    stop = "sys.exit(%s)" % say if missing_exit else \
-        "sys.exit(print(%s,file=sys.stderr))" % say
-    return ('import sys,os;d=sys.argv.pop(1);sys.path.append(d);'
-            'os.path.isfile(d+"/agents_room.py")or %s;'
-            'from agents_room import main;sys.exit(main())' % stop)
-
-
-def launcher(where=None, missing_exit=0, python=None):
-    """argv that runs this program by importing it.  -I -S: isolated mode (no
-    current directory, user site or PYTHON* variables on the path, so a
-    repository's json.py can never run in a hook or a commit) and no site
-    (a stdlib-only hook needs none of it; it is most of a start on some
-    interpreters).  where: the directory as the command should name it."""
-    return [python or sys.executable, "-I", "-S", "-c", _launcher_code(missing_exit),
-            where or os.path.dirname(this_file())]
-
-
-def precompile():
-    """Write this file's bytecode cache now (best effort), so the first hook
-    is fast even where PYTHONDONTWRITEBYTECODE is set."""
-    import importlib.util
-    import py_compile
-    try:
-        return py_compile.compile(this_file(), doraise=True,
-                                  cfile=importlib.util.cache_from_source(this_file()))
-    except (OSError, py_compile.PyCompileError):
-        return None
-
-
-class Placement:
-    """How a configuration names this file: relative to the project root when
-    the file is inside the project (a vendored copy: the project can move or be
-    cloned, and a plain python3 from PATH runs it), absolute otherwise."""
-
-    def __init__(self, root=None, project_var=None):
-        here = os.path.realpath(os.path.dirname(this_file()))
-        self.relative = None
-        if root and project_var:
-            rel = os.path.relpath(here, os.path.realpath(root))
-            if rel != ".." and not rel.startswith(".." + os.sep):
-                self.relative = "" if rel == "." else rel
-        self.project_var = project_var
-        self.python = "python3" if self.relative is not None else sys.executable
-        if self.relative is None:
-            self.directory, self.script = os.path.dirname(this_file()), this_file()
-        else:
-            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
-                                             if self.relative else "")
-            self.script = self.directory + "/agents_room.py"
-
-    def command(self, args, missing_exit=0):
-        """A shell command line: the harness runs hooks through sh, which
-        expands the project directory."""
-        import shlex
-        parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
-        if self.relative is None:
-            parts.append(shlex.quote(self.directory))
-        else:
-            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
-                "/" + self.relative) if self.relative else ""))
-        return " ".join(parts + [shlex.quote(a) for a in args])
-
-
-def hook_args(harness, event_name, autonomy=None, extra=()):
-    args = ["hook", "--harness", harness, "--event=" + event_name]
-    if autonomy is not None and event_name == "SessionStart":
-        args += ["--autonomy", str(autonomy)]
-    return args + list(extra)
-
-
-def _claude_style_hooks(placement, harness, autonomy, start_extra=(), wake=False):
-    """Hook entries in the Claude Code settings shape (Codex reads the same)."""
-    hooks = {}
-    for name, ours in HARNESS_ROWS[harness]["events"].items():
-        # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
-        entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
-                 HOOK_TIMEOUT_S + 2,
-                 "command": placement.command(hook_args(
-                     harness, ours, autonomy, start_extra if ours == "SessionStart"
-                     else ()))}
-        group = {"hooks": [entry]}
-        if name == "PostToolUse":
-            group["matcher"] = "*"
-        if name == "PreToolUse":
-            group["matcher"] = EDIT_TOOLS
-        hooks[name] = [group]
-    if wake and "Stop" in hooks:
-        # The waiter arms at every turn's end, and at the session's start so
-        # that an interactive session is woken before its first turn too.
-        for name in ("Stop", "SessionStart"):
-            hooks[name][0]["hooks"].append({
-                "type": "command", "command": placement.command(hook_args(
-                    harness, "Stop", None, ["--wait"])),
-                "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
-    return hooks
-
-
-def _is_ours(entry):
-    """An entry setup wrote: a command that runs agents_room's hook verb."""
-    command = entry.get("command") if isinstance(entry, dict) else None
-    if not isinstance(command, str):
-        return False
-    import shlex
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    return any(os.path.basename(w) == "agents_room.py" or
-               "from agents_room import main" in w for w in words) and "hook" in words
-
-
-def merge_hooks(settings, hooks):
-    """Replace agents-room's hook entries in settings, keeping every other
-    entry (and every group that holds anything that is not ours) as it was."""
-    existing = settings.setdefault("hooks", {})
-    if not isinstance(existing, dict):
-        raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
-    for name, groups in hooks.items():
-        current = existing.get(name, [])
-        if not isinstance(current, list):
-            raise RoomError("'hooks.%s' in the settings file is not a list; fix it by "
-                            "hand" % name)
-        kept = []
-        for group in current:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                others = [h for h in group["hooks"] if not _is_ours(h)]
-                if others:
-                    kept.append(dict(group, hooks=others))
-                elif not group["hooks"]:
-                    kept.append(group)
-            else:
-                kept.append(group)
-        existing[name] = kept + groups
-    return settings
-
-
-def _read_json(path):
-    text = _read_text(path)
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError as error:
-        raise RoomError("cannot read %s as JSON: %s" % (path, error),
-                        "fix or move the file; nothing was written")
-    if not isinstance(data, dict):
-        raise RoomError("%s does not hold a JSON object; nothing was written" % path)
-    return data
-
-
-def _read_text(path):
-    """A config file's text, or "" when it does not exist yet."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
-    except (OSError, UnicodeDecodeError) as error:
-        raise RoomError("cannot read %s: %s" % (path, getattr(error, "strerror", None)
-                                                 or error), "nothing was written")
-
-
-def write_private(path, text, mode=None):
-    """Write a file atomically through a temporary created exclusively (never
-    following a link planted at a predictable name), keeping the old file's
-    mode.  A configuration that is a symlink (dotfiles) is written where it
-    points, not replaced by a plain file."""
-    path = os.path.realpath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    for _ in range(100):
-        temporary = os.path.join(directory, ".%s.%s.tmp" % (
-            os.path.basename(path), os.urandom(6).hex()))
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
-                         getattr(os, "O_NOFOLLOW", 0), 0o600)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise RoomError("cannot create a temporary file in %s" % directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _toml_string(text):
-    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
-    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
-    out = []
-    for char in text:
-        if ord(char) > 0xFFFF:
-            out.append("\\U%08X" % ord(char))
-        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(json.dumps(char)[1:-1])
-        else:
-            out.append(char)
-    return '"%s"' % "".join(out)
-
-
-def _toml_block():
-    return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
-            'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
-            % (_toml_string(sys.executable), ", ".join(
-                _toml_string(a) for a in ["-I", "-S", this_file(), "serve"])))
-
-
-def merge_codex_toml(text):
-    """Add (or replace) the agents-room MCP table and turn hooks on, leaving the
-    rest of config.toml as it was.  Line-based: no TOML library in the stdlib."""
-    import re
-    lines = text.splitlines()
-    out, skipping = [], False
-    for line in lines:
-        header = line.split("#", 1)[0].strip()
-        if header.startswith("["):
-            skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
-                                                   '[mcp_servers."agents-room"]')
-        if not skipping:
-            out.append(line)
-    # Hooks are on by default in current Codex; `hooks` is the canonical key
-    # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
-    out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
-    section, has_hooks = None, False
-    headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
-    for index, (l, header) in enumerate(zip(out, headers)):
-        if header.startswith("["):
-            section = header
-        elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
-                section is None and l.split("=")[0].strip().replace(" ", "") ==
-                "features.hooks"):
-            has_hooks = True
-            out[index] = l.split("=")[0] + "= true"
-    if not has_hooks:
-        if "[features]" in headers:
-            out.insert(headers.index("[features]") + 1, "hooks = true")
-        elif any(h.startswith("features.") for h in headers):
-            out.insert(next(i for i, h in enumerate(headers) if h.startswith("features.")),
-                       "features.hooks = true")
-        else:
-            out += ["", "[features]", "hooks = true"]
-    while out and not out[-1].strip():
-        out.pop()
-    while out and not out[0].strip():
-        out.pop(0)
-    merged = "\n".join(out) + ("\n\n" if out else "") + _toml_block()
-    try:
-        import tomllib                  # 3.11+: check what is written
-    except ImportError:
-        return merged
-    try:
-        tomllib.loads(merged)
-    except tomllib.TOMLDecodeError as error:
-        raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
-                        "table by hand (setup codex without --write prints it)" % error)
-    return merged
-
-
-def _yaml_entries(placement, autonomy):
-    """The two top-level mappings setup hermes owns, as YAML lines: the MCP
-    server (with the store passed in env:, since Hermes starts servers with a
-    filtered environment) and one hook per Hermes event."""
-    mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
-           "    args: [%s]" % ", ".join(json.dumps(a) for a in
-                                        ["-I", "-S", this_file(), "serve"]),
-           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(
-               redact_url(default_db_path(), None))]     # a password stays in ~/.pgpass
-    hooks = {}
-    for event_name, ours in HARNESS_ROWS["hermes"]["events"].items():
-        hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
-            hook_args("hermes", ours, autonomy))),
-            "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
-    return mcp, hooks
-
-
-def merge_hermes_yaml(text, placement, autonomy):
-    """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
-    config.yaml, creating the sections where absent and replacing earlier
-    agents-room entries, leaving every other line as it was.  A small
-    line-based writer for the block-style subset Hermes' own config uses; a
-    flow-style section ({...} on one line) is refused rather than guessed."""
-    mcp, hooks = _yaml_entries(placement, autonomy)
-    newline = "\r\n" if "\r\n" in text else "\n"
-    lines = text.splitlines()
-
-    def by_hand(why):
-        return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
-                         "hermes without --write prints them)" % why)
-
-    def section(name):
-        for index, line in enumerate(lines):
-            for spelled in (name, '"%s"' % name, "'%s'" % name):
-                if line.startswith(spelled + ":"):
-                    break
-            else:
-                continue
-            rest = line[len(spelled) + 1:].strip()
-            if rest and not rest.startswith("#"):
-                raise by_hand("has %s: in flow style" % name)
-            end = index + 1
-            while end < len(lines) and (not lines[end].strip() or
-                                        lines[end].startswith((" ", "\t"))):
-                end += 1
-            while end > index + 1 and not lines[end - 1].strip():
-                end -= 1
-            for child in lines[index + 1:end]:
-                if child.strip() and not child.strip().startswith("#"):
-                    indent = len(child) - len(child.lstrip(" "))
-                    if "\t" in child[:indent + 1] or indent != 2:
-                        raise by_hand("indents %s: other than by two spaces" % name)
-                    break
-            return index, end
-        lines.extend(["", name + ":"])
-        return len(lines) - 1, len(lines)
-
-    # mcp_servers: drop an earlier agents-room entry, append ours.
-    start, end = section("mcp_servers")
-    body = lines[start + 1:end]
-    kept, skipping = [], False
-    for line in body:
-        if line.startswith("  ") and not line.startswith("   ") and line.strip():
-            skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
-        if not skipping:
-            kept.append(line)
-    lines[start + 1:end] = kept + mcp
-    # hooks: per event, drop our earlier list items, append ours.
-    start, end = section("hooks")
-    body = lines[start + 1:end]
-    events, order, current = {}, [], None
-    for line in body:
-        if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
-                not line.strip().startswith(("#", "-")):
-            current = line.strip().rstrip(":").strip("'\"")
-            order.append(current)
-            events[current] = [line]
-        elif current is None:
-            order.append(None)
-            events.setdefault(None, []).append(line)
-        else:
-            events[current].append(line)
-    rebuilt = []
-    for name in order:
-        if name is None:
-            continue
-        block = events[name]
-        items, item = [], []
-        for line in block[1:]:
-            if line.strip().startswith("- ") and item:
-                items.append(item)
-                item = []
-            item.append(line)
-        if item:
-            items.append(item)
-        items = [i for i in items if not any(_is_ours({"command": _yaml_scalar(
-            l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
-            l.split(":", 1)[1])}) for l in i if "command:" in l)]
-        if name in hooks:
-            ours = hooks.pop(name)
-            theirs = [l for i in items for l in i if l.strip().startswith("- ")]
-            if theirs:
-                # Our item at the indentation their items use (YAML requires
-                # one indentation per sequence).
-                shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
-                ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
-                        for l in ours]
-            items.append(ours)
-        rebuilt.append(block[0])
-        for i in items:
-            rebuilt.extend(i)
-    for name, item in hooks.items():
-        rebuilt.append("  %s:" % name)
-        rebuilt.extend(item)
-    lines[start + 1:end] = events.get(None, []) + rebuilt
-    if not any(l.startswith("hooks_auto_accept:") for l in lines):
-        lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
-                  "hooks_auto_accept: true"]
-    return newline.join(lines).strip("\r\n") + newline
-
-
-def _yaml_scalar(text):
-    text = text.strip()
-    if text[:1] == '"':
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    if text[:1] == "'":
-        return text[1:-1].replace("''", "'")
-    return text
-
-
-def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
-          also=(), label=None):
-    """What to configure for a harness -> {"files": [{path, content, action}],
-    "notes": [...]}; with write=True the files are merged and written."""
-    cwd = cwd or _getcwd()
-    home = home or os.path.expanduser("~")
-    name = SETUP_HARNESSES.get(harness)
-    if name is None:
-        raise UsageError("setup takes %s, not %r" % (", ".join(SETUP_HARNESSES), harness))
-    row = HARNESS_ROWS[name]
-    level = parse_autonomy(autonomy) or 0
-    files, notes = [], []
-    start_extra = []
-    for room in also or ():
-        start_extra += ["--also", room]
-    if label:
-        start_extra += ["--label", label]
-    if level > row["max_autonomy"]:
-        notes.append("%s offers no way to %s; autonomy %s is used" % (
-            row["title"], "hold the end of a turn" if row["max_autonomy"] == 0 else
-            "start a turn", autonomy_name(row["max_autonomy"])))
-        level = row["max_autonomy"]
-    root = repo_root(cwd)
-    if harness == "claude":
-        if scope == "project" and root is None:
-            raise RoomError("%s is not inside a git repository" % cwd,
-                            "run setup claude in your project, or use --scope user")
-        placement = Placement(root if scope == "project" else None, "CLAUDE_PROJECT_DIR")
-        hooks = _claude_style_hooks(placement, name, level, start_extra, wake=level == 2)
-        if scope == "user":
-            settings_path = os.path.join(home, ".claude", "settings.json")
-            notes.append("MCP server for every project: claude mcp add --scope user "
-                         "agents-room -- %s -I -S %s serve" % (sys.executable, this_file()))
-        else:
-            settings_path = os.path.join(root, ".claude", "settings.json")
-            mcp_path = os.path.join(root, ".mcp.json")
-            mcp = _read_json(mcp_path)
-            servers = mcp.setdefault("mcpServers", {})
-            if not isinstance(servers, dict):
-                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
-                                % mcp_path)
-            servers["agents-room"] = {"command": placement.python,
-                                      "args": ["-I", "-S", placement.script, "serve"]}
-            files.append({"path": mcp_path, "content": json.dumps(mcp, indent=2) + "\n"})
-        settings = merge_hooks(_read_json(settings_path), hooks)
-        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
-        if isinstance(allow, list) and row["mcp_name"] + "*" not in allow:
-            # Without it, every agents-room call waits for a person to approve
-            # it: a woken, unattended session could not even read its mail.
-            allow.append(row["mcp_name"] + "*")
-        files.append({"path": settings_path,
-                      "content": json.dumps(settings, indent=2) + "\n"})
-        notes.append("allowed without asking: the agents-room MCP tools "
-                     "(permissions.allow %s*)" % row["mcp_name"])
-        if level == 2:
-            notes.append("wake: a Stop hook with asyncRewake waits in the background "
-                         "after each turn and wakes the session when a message arrives "
-                         "(not under claude -p, which must exit)")
-    elif harness == "codex":
-        codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
-        config_path = os.path.join(codex_home, "config.toml")
-        files.append({"path": config_path,
-                      "content": merge_codex_toml(_read_text(config_path))})
-        hooks_path = os.path.join(codex_home, "hooks.json")
-        hooks = _claude_style_hooks(Placement(None), name, level, start_extra)
-        settings = merge_hooks(_read_json(hooks_path), hooks)
-        files.append({"path": hooks_path, "content": json.dumps(settings, indent=2) + "\n"})
-        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
-                     "in the Codex TUI and trust the agents-room entries (codex exec "
-                     "skips untrusted hooks silently; --dangerously-bypass-hook-trust "
-                     "runs them)")
-        if level == 2:
-            notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
-                         "Codex session; the thread is the hook's session id")
-    else:
-        hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
-        config_path = os.path.join(hermes_home, "config.yaml")
-        try:
-            content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
-            files.append({"path": config_path, "content": content})
-        except RoomError as error:
-            # A config this writer does not understand is left alone: the
-            # entries are printed for a person to add.
-            files.append({"path": config_path, "content": merge_hermes_yaml(
-                "", Placement(None), level), "action": "merge by hand: " + error.message})
-        notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
-                     "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
-        notes.append("Hermes shows the model agents-room's context once per user turn "
-                     "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
-                     "edited files; at wake, a session whose Hermes has exited is resumed "
-                     "(hermes chat --resume) when a message arrives")
-    if write:
-        precompile()
-        for item in files:
-            if item.get("action"):
-                continue                        # merge by hand
-            if _read_text(item["path"]) == item["content"]:
-                item["action"] = "unchanged"
-                continue
-            write_private(item["path"], item["content"])
-            item["action"] = "written"
-        notes.append("next: restart %s so it reads the new configuration, then run "
-                     "python3 %s doctor inside it" % (row["title"], this_file()))
-    for item in files:
-        item.setdefault("action", "would write (use --write)")
-    return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
-
-
-GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
-
-
-def install_guard(cwd=None):
-    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
-    already there: it is renamed and run first, and its failure stops the
-    commit as before."""
-    import shlex
-    import subprocess
-    cwd = cwd or _getcwd()
-    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
-                          cwd=cwd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
-    top, hooks_rel = done.stdout.splitlines()[:2]
-    hooks = os.path.join(cwd, hooks_rel)
-    try:
-        os.makedirs(hooks, exist_ok=True)
-    except OSError as error:
-        raise RoomError("cannot create the hooks directory %s: %s" % (
-            hooks, error.strerror or error), "check core.hooksPath and its permissions")
-    hook = os.path.join(hooks, "pre-commit")
-    chained = hook + ".agents-room-chained"
-    action = "installed"
-    if os.path.exists(hook):
-        with open(hook, errors="replace") as handle:
-            ours = GUARD_MARK in handle.read()
-        if ours:
-            action = "updated"
-        elif os.path.exists(chained):
-            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
-        else:
-            os.replace(hook, chained)
-            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
-                chained)
-    here = os.path.dirname(this_file())
-    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
-    if rel.startswith(".."):
-        argv = launcher(here, 1)
-    else:
-        # git runs hooks at the top level: a path relative to it survives a
-        # move or a clone of the project.
-        argv = launcher(rel, 1, "python3")
-    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
-    script = ("#!/bin/sh\n# %s\n"
-              "# It refuses a commit that touches files another live session holds\n"
-              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
-              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
-              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
-              "exec %s\n" % (GUARD_MARK, command))
-    try:
-        write_private(hook, script, 0o755)
-    except OSError as error:
-        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
-                        "check core.hooksPath and its permissions")
-    precompile()
-    return {"hook": hook, "action": action}
-
-
-def _configured(path, needle):
-    try:
-        with open(path, errors="replace") as handle:
-            return needle in handle.read()
-    except OSError:
-        return False
-
-
-def _configured_commands(settings_path):
-    """The agents-room hook commands in a Claude-style settings file."""
-    try:
-        settings = _read_json(settings_path)
-    except RoomError:
-        return []
-    found = []
-    for groups in (settings.get("hooks") or {}).values():
-        for group in groups if isinstance(groups, list) else []:
-            for entry in (group.get("hooks") or []) if isinstance(group, dict) else []:
-                if _is_ours(entry) and "--wait" not in entry["command"]:
-                    found.append(entry["command"])
-    return found
-
-
-def _try_command(command, env, cwd):
-    """Run a configured hook command as the harness would, with a harmless
-    event (no session: it must answer nothing and exit 0)."""
-    import subprocess
-    try:
-        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
-                                                           "--event=PostToolUse")],
-                              input=b'{"session_id": "agents-room-doctor-probe"}',
-                              capture_output=True, env=env, cwd=cwd, timeout=15)
-    except (OSError, subprocess.SubprocessError) as error:
-        return False, str(error)
-    text = done.stderr.decode("utf-8", "replace").strip()
-    return done.returncode == 0 and not text, text or "exit %d" % done.returncode
-
-
-def doctor(env=None, cwd=None, home=None):
-    """Checks, each (status, what, advice): status is ok, warn or fail."""
-    env = os.environ if env is None else env
-    cwd = cwd or _getcwd()
-    home = home or os.path.expanduser("~")
-    root = repo_root(cwd) or cwd
-    checks = []
-    path = default_db_path()
-    checks.append(("ok", "store: %s" % (redact_url(path) if is_postgres_url(path)
-                                        else path), ""))
-    server = is_postgres_url(path)
-    if server or os.path.exists(path):
-        mode, dir_mode = (0, 0) if server else (stat_mode(path),
-                                                stat_mode(os.path.dirname(path)))
-        if server:
-            pass                  # a server's access is its roles' (see below)
-        elif mode & 0o077 or dir_mode & 0o077:
-            checks.append(("warn", "store permissions: file %03o, directory %03o" % (
-                mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
-                % (path, os.path.dirname(path))))
-        else:
-            checks.append(("ok", "store permissions: file %03o, directory %03o"
-                           % (mode, dir_mode), ""))
-        try:
-            store = open_store(path)
-            try:
-                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
-                                 "store_info", {"harness_key": harness_key_from(env)})
-            finally:
-                store.close()
-            if server:
-                link = info["journal"]
-                checks.append(("ok" if link.startswith(("TLS", "local")) else "warn",
-                               "connection: %s" % link, "" if link.startswith((
-                                   "TLS", "local")) else "across a network use "
-                               "sslmode=verify-full (see 'Beyond one machine')"))
-            else:
-                checks.append(("ok" if info["journal"] == "wal" else "warn",
-                               "journal mode: %s" % info["journal"],
-                               "" if info["journal"] == "wal" else
-                               "the store should be in WAL mode"))
-            checks.append(("ok", "schema version %d, %d present sessions, %s"
-                           % (info["schema"], info["sessions"], info["engine"]), ""))
-        except RoomError as error:
-            info = None
-            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
-    else:
-        info = None
-        checks.append(("ok", "store not created yet", "the first join creates it"))
-    harness = detect_harness(env)
-    checks.append(("ok", "harness detected: %s" % harness, ""))
-    key = harness_key_from(env)
-    var = next((v for v in HARNESS_KEY_VARS if env.get(v)), None)
-    if key:
-        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
-    else:
-        checks.append(("warn", "no harness key in the environment",
-                       "rejoins cannot find the same session and liveness relies on a "
-                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
-    session = info and info.get("session")
-    if session:
-        lever = session["lever"] or "none"
-        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
-            session["session_id"], session["label"] or "-",
-            autonomy_name(session["autonomy"]), lever), ""))
-        if session["autonomy"] == 2 and lever == "none":
-            checks.append(("warn", "at wake with no lever armed right now",
-                           "Claude Code arms its rewake waiter when a turn ends; "
-                           "messages wait until then"))
-    elif key:
-        checks.append(("warn", "no session for this harness key yet",
-                       "the SessionStart hook or room_join creates it"))
-    for name, row in HARNESS_ROWS.items():
-        checks += _doctor_harness(name, row, env, root, home)
-    return checks
-
-
-def stat_mode(path):
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        return 0
-
-
-def _doctor_harness(name, row, env, root, home):
-    checks = []
-    title = row["title"]
-    fix = "python3 %s setup %s --write" % (this_file(), row["setup"])
-    if name == "claude-code":
-        settings = [os.path.join(root, ".claude", "settings.json"),
-                    os.path.join(home, ".claude", "settings.json")]
-        mcp_files = [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json")]
-        served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
-        checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
-            title, ", ".join(served) or "not configured"), "" if served else fix))
-    elif name == "codex":
-        codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
-        settings = [os.path.join(codex_home, "hooks.json")]
-        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
-        checks.append(("ok" if ok else "warn", "%s MCP entry: %s" % (
-            title, "configured" if ok else "not configured"), "" if ok else fix))
-    else:
-        hermes_home = env.get("HERMES_HOME") or os.path.join(home, ".hermes")
-        config = os.path.join(hermes_home, "config.yaml")
-        text = _read_text(config) if os.path.exists(config) else ""
-        ok = "agents_room" in text
-        checks.append(("ok" if ok else "warn", "%s: %s" % (
-            title, "configured" if ok else "not configured"), "" if ok else fix))
-        if ok and "hooks_auto_accept: true" not in text and \
-                env.get("HERMES_ACCEPT_HOOKS", "").lower() not in ("1", "true", "yes", "on"):
-            checks.append(("warn", "Hermes asks before running each hook",
-                           "set hooks_auto_accept: true in %s (or run hermes with "
-                           "--accept-hooks)" % config))
-        return checks
-    commands = [c for p in settings for c in _configured_commands(p)]
-    hooked = [p for p in settings if _configured_commands(p)]
-    checks.append(("ok" if hooked else "warn", "%s hooks: %s" % (
-        title, ", ".join(hooked) or "not configured"), "" if hooked else fix))
-    probe_env = {k: v for k, v in env.items() if k not in HARNESS_KEY_VARS}
-    if name == "claude-code":
-        probe_env["CLAUDE_PROJECT_DIR"] = root
-    for command in list(dict.fromkeys(commands))[:1]:
-        ok, detail = _try_command(command, probe_env, root)
-        checks.append(("ok" if ok else "fail", "%s hook command runs" % title
-                       if ok else "%s hook command fails: %s" % (title, one_line(
-                           detail, 160)), "" if ok else fix))
-    if name == "codex" and hooked:
-        checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
-                       "open /hooks in the Codex TUI and trust the agents-room entries; "
-                       "codex exec skips untrusted hooks silently"))
-    return checks
-
-
-# ---- MCP server -----------------------------------------------------------
-
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-LINE_MAX_BYTES = 16 * 1024 * 1024
-JSON_DEPTH_MAX = 64
-
-INSTRUCTIONS = """agents-room connects you with agent sessions in other repositories.
-1. Call room_join once at the start (add extra_rooms for shared rooms); keep the
-   session_id it returns and pass it to every other tool. It is not the
-   harness's own session id.
-2. When told messages are waiting, call msg_recv; msg_ack what you acted on.
-3. Before editing a file others may touch, lease_claim it; release it after.
-4. note_read files you rely on; drift_check them before writing: CRITICAL
-   means another session changed it while holding a lease - re-read first.
-5. msg_send to '*', a session id, file:<glob>, tag:<tag> or label:<label>;
-   answer with reply_to. room_who shows who is here and alive; room_history
-   shows what was decided in a room (query searches it)."""
-
-
-def _rpc_error(id_, code, message, data=None):
-    error = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": id_, "error": error}
-
-
-def _rpc_result(id_, result):
-    return {"jsonrpc": "2.0", "id": id_, "result": result}
-
-
-def _too_deep(value, depth=0):
-    if depth > JSON_DEPTH_MAX:
-        return True
-    if isinstance(value, dict):
-        return any(_too_deep(v, depth + 1) for v in value.values())
-    if isinstance(value, list):
-        return any(_too_deep(v, depth + 1) for v in value)
-    return False
-
-
-def shared_defs(schema):
-    """An outputSchema as tools/list sends it: without descriptions (the tool's
-    description says what matters), and each object schema it repeats given
-    once under $defs and referred to (a nullable copy as anyOf the reference
-    and null).  Every model reads tools/list on every turn: what it costs
-    shrinks, what a client validates does not."""
-    def bare(node):
-        if isinstance(node, dict):
-            return {k: bare(v) for k, v in node.items() if k != "description"}
-        return [bare(v) for v in node] if isinstance(node, list) else node
-
-    def key(node):
-        if isinstance(node, dict) and node.get("properties"):
-            kinds = node.get("type")
-            nullable = isinstance(kinds, list) and sorted(kinds) == ["null", "object"]
-            return json.dumps(dict(node, type="object"), sort_keys=True), nullable
-        return None, False
-
-    counts = {}
-
-    def count(node):
-        if isinstance(node, dict):
-            found = key(node)[0]
-            if found:
-                counts[found] = counts.get(found, 0) + 1
-            for value in node.values():
-                count(value)
-        elif isinstance(node, list):
-            for value in node:
-                count(value)
-    schema = bare(schema)
-    for value in schema.get("properties", {}).values():
-        count(value)
-    names, defs = {}, {}
-
-    def swap(node):
-        if isinstance(node, list):
-            return [swap(v) for v in node]
-        if not isinstance(node, dict):
-            return node
-        found, nullable = key(node)
-        if found and counts.get(found, 0) > 1:
-            if found not in names:
-                names[found] = "o%d" % len(names)
-                defs[names[found]] = json.loads(found)
-            ref = {"$ref": "#/$defs/" + names[found]}
-            return {"anyOf": [ref, {"type": "null"}]} if nullable else ref
-        return {k: swap(v) for k, v in node.items()}
-    result = dict(schema, properties={k: swap(v) for k, v in
-                                      schema.get("properties", {}).items()})
-    if defs:
-        result["$defs"] = defs
-    return result
-
-
-class McpServer:
-    """Newline-delimited JSON-RPC 2.0 over stdio: one line in, at most one line
-    out.  No input can end the loop: every line gets its answer (or, for a
-    notification or a response, none) and the next line is read."""
-
-    def __init__(self, store, ctx, log=None, store_path=None):
-        self.store, self.ctx, self.store_path = store, ctx, store_path
-        self.protocol = None
-        self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
-        self.in_batch = False
-        self.called = False       # a tools/call since the parked waits were checked
-        self.data_version = None
-        self.wrote = False        # a tools/call since the last idle checkpoint
-        self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
-
-    def handle_line(self, line):
-        """One raw line (bytes) -> the response object or list, or None."""
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            return _rpc_error(None, -32700, "Parse error: the line is not valid UTF-8 "
-                              "(byte %d)" % error.start)
-        if not text.strip():
-            return None
-        try:
-            message = json.loads(text)
-        except ValueError as error:
-            return _rpc_error(None, -32700, "Parse error: %s" % error)
-        except RecursionError:
-            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
-                              % JSON_DEPTH_MAX)
-        if _too_deep(message):
-            return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
-                              % JSON_DEPTH_MAX)
-        if isinstance(message, list):
-            if self.protocol != "2025-03-26":
-                return _rpc_error(None, -32600, "Invalid Request: batches are only "
-                                  "accepted under protocol 2025-03-26 (negotiated: %s)"
-                                  % (self.protocol or "none"))
-            if not message:
-                return _rpc_error(None, -32600, "Invalid Request: empty batch")
-            answers, size = [], 0
-            for item in message:
-                if size > LINE_MAX_BYTES // 2:
-                    # The batch's answer is one line: past half the line bound
-                    # the rest is refused unrun (nothing read and then lost).
-                    if isinstance(item, dict) and "id" in item and "method" in item:
-                        answers.append(_rpc_error(self._id_or_null(item), -32603,
-                                                  "Internal error: the batch's answers "
-                                                  "are too large; send this again alone"))
-                    continue
-                self.in_batch = True       # a batch is answered as one: never parked
-                try:
-                    answer = self.handle_message(item)
-                finally:
-                    self.in_batch = False
-                if answer is not None:
-                    size += len(json.dumps(answer, ensure_ascii=False))
-                    answers.append(answer)
-            return answers or None
-        return self.handle_message(message)
-
-    def handle_message(self, message):
-        if not isinstance(message, dict):
-            return _rpc_error(None, -32600, "Invalid Request: expected a JSON object")
-        if "method" not in message:
-            if "result" in message or "error" in message:
-                return None         # a response to nothing we asked: ignore it
-            return _rpc_error(self._id_or_null(message), -32600,
-                              "Invalid Request: no method")
-        has_id = "id" in message
-        id_ = message.get("id")
-        if has_id and not self._valid_id(id_):
-            return _rpc_error(None, -32600, "Invalid Request: id must be a string or an "
-                              "integer")
-        if message.get("jsonrpc") != "2.0" or not isinstance(message["method"], str):
-            return _rpc_error(id_ if has_id else None, -32600,
-                              "Invalid Request: needs jsonrpc \"2.0\" and a string method")
-        params = message.get("params", {})
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            if not has_id:
-                return None
-            return _rpc_error(id_, -32602, "Invalid params: params must be an object")
-        if not has_id:
-            if message["method"] == "notifications/cancelled":
-                # A cancelled parked wait is dropped unanswered, as MCP asks.
-                self.waits = [w for w in self.waits if w[0] != params.get("requestId")]
-            return None             # notifications (initialized, cancelled, ...)
-        method = message["method"]
-        try:
-            if method == "initialize":
-                return _rpc_result(id_, self.initialize(params))
-            if method == "ping":
-                return _rpc_result(id_, {})
-            if method == "tools/list":
-                return _rpc_result(id_, {"tools": [self.describe(t) for t in
-                                                   TOOLS.values() if t.public]})
-            if method == "tools/call":
-                return self.call(id_, params)
-        except Exception as error:   # a bug must cost one answer, not the server
-            import traceback
-            self.log("internal error on %s: %s\n%s" % (method, error,
-                                                        traceback.format_exc()))
-            return _rpc_error(id_, -32603, "Internal error: %s" % error)
-        return _rpc_error(id_, -32601, "Method not found: %s" % method)
-
-    @staticmethod
-    def _valid_id(id_):
-        return isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))
-
-    def _id_or_null(self, message):
-        id_ = message.get("id")
-        return id_ if self._valid_id(id_) else None
-
-    def poll_waits(self, force=False):
-        """Answers for parked msg_recv calls whose mail came (the store
-        changed: PRAGMA data_version moves when another connection commits)
-        or whose wait is over.  Cheap when nothing changed."""
-        if not self.waits:
-            return []
-        try:
-            version = self.store.change_mark(mail=True)
-        except RoomError:
-            version = None        # the store is out of reach: the calls below say so
-        changed = force or version is None or version != self.data_version
-        self.data_version = version
-        answers, at = [], time.time()
-        for wait in list(self.waits):
-            id_, arguments, deadline, result = wait
-            if changed:
-                self.ctx.signal = None
-                try:
-                    result = call_tool(self.store, self.ctx, "msg_recv", arguments,
-                                       public_only=True)
-                except RoomError as error:
-                    if _passing(error) and at < deadline:
-                        continue          # a server restarting: wait it out
-                    self.waits.remove(wait)
-                    answers.append(_rpc_result(id_, {"content": [
-                        {"type": "text", "text": error.text()}], "isError": True}))
-                    continue
-            if result["messages"] or at >= deadline:
-                self.waits.remove(wait)
-                answers.append(self.answer(id_, result))
-        return answers
-
-    def initialize(self, params):
-        asked = params.get("protocolVersion")
-        self.protocol = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-        return {"protocolVersion": self.protocol,
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": "agents-room", "title": "agents-room",
-                               "version": __version__},
-                "instructions": INSTRUCTIONS}
-
-    @staticmethod
-    def describe(tool_):
-        return {"name": tool_.name, "title": tool_.title,
-                "description": tool_.description, "inputSchema": tool_.input_schema(),
-                "outputSchema": shared_defs(tool_.output), "annotations": tool_.annotations}
-
-    def call(self, id_, params):
-        name = params.get("name")
-        if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
-            return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
-                              {"tools": sorted(n for n, t in TOOLS.items() if t.public)})
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        self.wrote = self.called = True
-        self.ctx.signal = None
-        try:
-            if self.store is None:
-                self.store = open_store(self.store_path)
-            result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
-        except RoomError as error:
-            return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
-                                     "isError": True})
-        if name == "msg_recv" and arguments.get("wait_s") and not result["messages"] \
-                and not self.in_batch:
-            # Parked, not slept on: the loop goes on answering other requests
-            # and poll_waits answers this one when mail comes or time is up.
-            self.waits.append([id_, dict(arguments, wait_s=None),
-                               time.time() + arguments["wait_s"], result])
-            return None
-        return self.answer(id_, result)
-
-    def answer(self, id_, result):
-        answer = {
-            "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
-            "structuredContent": result, "isError": False}
-        if self.ctx.signal:
-            # The signal rides beside the result, never inside it (clients
-            # validate structuredContent against the outputSchema).
-            answer["content"].append({"type": "text", "text": self.ctx.signal["text"]})
-            answer["_meta"] = {"agents-room/unread": self.ctx.signal["count"]}
-        return _rpc_result(id_, answer)
-
-
-class LineReader:
-    """Reads newline-terminated lines from a file descriptor, at most
-    LINE_MAX_BYTES each, and wakes on a signal.
-
-    A blocking readline cannot be interrupted reliably: a SIGTERM that lands
-    between Python's signal check and the read() call is only noticed when the
-    next line arrives, which may be never.  So the reader selects on stdin and
-    on the signal wakeup pipe together.  An overlong line is drained without
-    being kept and reported as None, so memory stays bounded."""
-
-    def __init__(self, fd, wake_fd):
-        self.fd, self.wake_fd = fd, wake_fd
-        self.buffer = bytearray()
-        self.start = 0
-        self.draining = False
-        self.stopped = False
-        self.eof = False
-
-    def readline(self, idle=None, idle_s=1.0, poll=None):
-        """The next line (bytes), None for an overlong one, b"" at EOF or stop.
-        idle() is called once whenever input pauses for idle_s; poll(), while
-        it asks for it, every few hundredths to a second (backing off): it
-        returns the seconds until it wants to run again, or None."""
-        import select
-        idled = False
-        poll_s = poll() if poll else None
-        while True:
-            newline = self.buffer.find(b"\n", self.start)
-            if newline >= 0:
-                line = bytes(self.buffer[:newline + 1])
-                del self.buffer[:newline + 1]
-                self.start = 0
-                if self.draining or len(line) > LINE_MAX_BYTES + 1:
-                    self.draining = False
-                    return None
-                return line
-            if self.eof or self.stopped:
-                line, self.buffer = bytes(self.buffer), bytearray()
-                return None if self.draining else line
-            if len(self.buffer) > LINE_MAX_BYTES:
-                self.draining = True
-                self.buffer = bytearray()
-            self.start = len(self.buffer)
-            wait = None if idle is None or idled else idle_s
-            if poll_s is not None:
-                wait = poll_s if wait is None else min(wait, poll_s)
-            ready, _, _ = select.select([self.fd, self.wake_fd], [], [], wait)
-            if not ready:
-                if poll_s is not None:
-                    poll_s = poll()
-                if wait == idle_s and not idled:
-                    idled = True
-                    idle()
-                continue
-            if self.wake_fd in ready:
-                os.read(self.wake_fd, 512)
-                if self.stopped:
-                    continue
-            if self.fd in ready:
-                chunk = os.read(self.fd, 1 << 16)
-                if chunk:
-                    self.buffer += chunk
-                else:
-                    self.eof = True
-
-
-def serve(store_path=None):
-    """Run the MCP server on stdin/stdout until EOF or SIGTERM (exit 0 both)."""
-    import signal
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
-    os.set_blocking(wake_read, False)
-    reader = LineReader(sys.stdin.fileno(), wake_read)
-
-    def stop(signum, frame):
-        reader.stopped = True
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        store = open_store(store_path)
-    except StoreError as error:
-        # Serve anyway: every call answers why (and tries the store again), so
-        # the agent reads the reason instead of finding a dead server.
-        sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
-        store = None
-    # A WAL checkpoint fsyncs; left to SQLite it lands on whichever call crosses
-    # 1,000 pages (the p99 of msg_send, measured: 4.7 ms with, 0.5 ms without).
-    # The server checkpoints when its input pauses instead, with a larger
-    # automatic threshold kept as the backstop for a server that is never idle.
-    if store is not None and store.kind == "sqlite":
-        store.conn.execute("PRAGMA wal_autocheckpoint=10000")
-    pid = os.getpid()
-    harness = harness_pid(os.getppid())
-    ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
-                  harness_start=process_start(harness) if harness else None)
-    server = McpServer(store, ctx, store_path=store_path)
-    stdout = sys.stdout.buffer
-
-    def emit(answer):
-        stdout.write(json.dumps(answer, ensure_ascii=False).encode(
-            "utf-8", "backslashreplace") + b"\n")
-        stdout.flush()
-
-    delay = [0.05]
-
-    def poll():
-        """Parked waits: answer those that are due; the next poll backs off
-        from 50 to 250 ms while nothing changes."""
-        if not server.waits:
-            return None
-        answers = server.poll_waits()
-        for answer in answers:
-            emit(answer)
-        delay[0] = 0.05 if answers else min(delay[0] * 2, 0.25)
-        if not server.waits:
-            return None
-        return max(0.01, min(delay[0], min(w[2] for w in server.waits) - time.time()))
-
-    def idle():
-        if server.wrote and server.store is not None and server.store.kind == "sqlite":
-            server.wrote = False
-            try:
-                server.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:
-                pass          # busy or locked: the next pause, or SQLite, does it
-    try:
-        while not reader.stopped:
-            line = reader.readline(idle, poll=poll)
-            if line == b"" or reader.stopped:
-                break
-            if line is None:
-                answer = _rpc_error(None, -32700, "Parse error: line longer than %d bytes"
-                                    % LINE_MAX_BYTES)
-            else:
-                answer = server.handle_line(line)
-            if answer is not None:
-                emit(answer)
-            if server.waits and server.called:
-                # This server's own writes do not move data_version for it.
-                server.called = False
-                for answer in server.poll_waits(force=True):
-                    emit(answer)
-    except BrokenPipeError:
-        pass
-    finally:
-        if server.store is not None:
-            server.store.close()
-    return 0
-
-
-# ---- hook front end -------------------------------------------------------
-# The third front end, beside the MCP server and the CLI: a harness runs
-# `hook --harness H --event=E` with its hook JSON on stdin.  It translates the
-# harness's event into an internal operation and the answer into the form that
-# harness presents as a normal continuation; it holds no rule of its own.
-
-
-def hook_harness(opts, env):
-    """The harness a hook runs in: named by setup (--harness), else detected,
-    else Claude Code, whose hook format this is."""
-    named = opts.get("harness")
-    if named in HARNESS_ROWS:
-        return named
-    detected = detect_harness(env)
-    return "claude-code" if detected == "generic" else detected
-
-
-HOOK_HELP = """usage: agents_room.py hook --event=EVENT [--harness H] [options] < hook.json
-
-Answer one harness hook event: the harness writes its hook JSON on stdin and
-reads the answer on stdout.  setup writes these commands for you; you run one
-by hand only to see what a harness would get.
-
-  --event=E      SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd
-                 or PreToolUse
-  --harness H    claude-code, codex or hermes (how to answer); default: detected
-  --autonomy N   SessionStart: 0/notify, 1/hold or 2/wake
-  --label L, --room R, --also S, --tag T
-                 SessionStart: passed to the join
-  --wait         Stop: wait in the background for a message and wake the
-                 session (Claude Code's asyncRewake hook)
-
-A hook never fails the harness: on any error it prints nothing, exits 0 and
-writes a line to hook.log beside the store.
-
-example:
-  echo '{"session_id": "k1", "cwd": "'$PWD'"}' | python3 agents_room.py hook --event=SessionStart
-"""
-
-
-def _hook_options(argv):
-    """--event=E --harness H --autonomy N --label L --room R --also S --tag T
-    --wait, parsed by hand: argparse alone costs more than the rest of a hook."""
-    opts = {"also": [], "tag": [], "wait": False}
-    items = list(argv)
-    while items:
-        item = items.pop(0)
-        if item == "--wait":
-            opts["wait"] = True
-            continue
-        if not item.startswith("--"):
-            raise UsageError("hook: unexpected argument %r" % item)
-        name, _, value = item[2:].partition("=")
-        if not _:
-            if not items:
-                raise UsageError("hook: --%s needs a value" % name)
-            value = items.pop(0)
-        if name in ("also", "tag"):
-            opts[name].append(value)
-        elif name in ("event", "autonomy", "label", "room", "harness"):
-            opts[name] = value
-        else:
-            raise UsageError("hook: unknown option --%s" % name)
-    if opts.get("event") not in HOOK_EVENTS:
-        raise UsageError("hook needs --event=%s" % "|".join(HOOK_EVENTS))
-    return opts
-
-
-def _hook_join(store, ctx, opts, key, harness):
-    pid = harness_pid(os.getppid())
-    ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
-    ctx.harness_argv = process_argv(pid) if pid else None
-    joined = call_tool(store, ctx, "room_join", {
-        "room": opts.get("room"), "extra_rooms": opts["also"] or None,
-        "label": opts.get("label"), "tags": opts["tag"] or None,
-        "autonomy": opts.get("autonomy"), "harness": harness, "harness_key": key})
-    return call_tool(store, ctx, "session_digest", {
-        "session_id": joined["session_id"], "cwd": ctx.cwd})["text"]
-
-
-def run_hook(argv, stdin_text, env=None):
-    """One harness hook event -> (stdout text, exit code).  Raises on failure;
-    hook_main turns any failure into silence, because a hook must never break
-    the harness."""
-    env = os.environ if env is None else env
-    opts = _hook_options(argv)
-    event_name = opts["event"]
-    payload = json.loads(stdin_text) if stdin_text.strip() else {}
-    if not isinstance(payload, dict):
-        raise UsageError("hook input is not a JSON object")
-    key = payload.get("session_id") or harness_key_from(env)
-    if not key or not isinstance(key, str):
-        return "", 0
-    harness = hook_harness(opts, env)
-    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else _getcwd()
-    ctx = Context(via="hook", cwd=cwd, env=env)
-    store = open_store(busy_ms=HOOK_BUSY_MS)
-    try:
-        if event_name == "SessionStart":
-            digest = _hook_join(store, ctx, opts, key, harness)
-            return hook_output(harness, event_name, digest), 0
-        if event_name == "SessionEnd":
-            call_tool(store, ctx, "session_end", {"harness_key": key})
-            return "", 0
-        if event_name == "PreToolUse":
-            return pre_tool_use(store, ctx, key, payload), 0
-        if event_name == "Stop":
-            if opts["wait"]:
-                return wait_for_wake(store, ctx, key, env)
-            text = call_tool(store, ctx, "signal_stop", {
-                "harness_key": key,
-                "stop_hook_active": bool(payload.get("stop_hook_active") or (
-                    isinstance(payload.get("extra"), dict) and
-                    payload["extra"].get("attempt")))})["text"]
-            return (hook_output(harness, event_name, text, hold=True) if text else ""), 0
-        first = isinstance(payload.get("extra"), dict) and \
-            payload["extra"].get("is_first_turn")
-        parts = []
-        if first:
-            # Hermes shows nothing a SessionStart hook says: its first turn
-            # carries the digest instead.
-            parts.append(_hook_join(store, ctx, opts, key, harness))
-        if event_name == "UserPromptSubmit":
-            pid = harness_pid(os.getppid())
-            ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
-        text = call_tool(store, ctx, "signal_tool_event", {
-            "harness_key": key, "turn_start": event_name == "UserPromptSubmit" and
-            harness != "hermes"})["text"]
-        if text:
-            parts.append(text)
-        return (hook_output(harness, event_name, "\n".join(parts)) if parts else ""), 0
-    finally:
-        store.close()
-
-
-def pre_tool_use(store, ctx, key, payload):
-    """Before an edit tool writes a file that another live session holds
-    exclusively (or that sits under a directory it holds, or that an active
-    quiet window covers), ask the user first: the answer names the holder,
-    its purpose and the expiry."""
-    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"),
-                                                         dict) else {}
-    target = next((tool_input[k] for k in ("file_path", "notebook_path", "path")
-                   if isinstance(tool_input.get(k), str) and tool_input[k]), None)
-    if target is None:
-        return ""
-    session = session_by_key(store, key)
-    if session is None:
-        return ""
-    result = call_tool(store, ctx, "lease_guard", {
-        "session_id": session, "path": target, "mode": "shared"})
-    reasons = [_holder_text(l) for l in result["conflicts"]] + [
-        w["reason"] for w in result["windows"]]
-    if not reasons:
-        return ""
-    reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
-             "before editing." % (target, "; ".join(reasons))
-    return json.dumps({"hookSpecificOutput": {
-        "hookEventName": "PreToolUse", "permissionDecision": "ask",
-        "permissionDecisionReason": one_line(reason, SIGNAL_MAX_CHARS * 2)}})
-
-
-def wait_for_wake(store, ctx, key, env):
-    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
-    the session's armed waiter, poll the store cheaply, and when a message sent
-    after arming is unread, print the signal to stderr and exit 2 (which wakes
-    the model).  Ends quietly when replaced by a newer waiter, when the session
-    leaves or ends or its harness is gone, or after WAITER_LIFETIME_S.  Under
-    `claude -p` it does not wait at all: -p waits for its hooks before it can
-    print its result and exit, and a scripted run has no idle time to wake."""
-    if env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli":
-        return "", 0
-    pid = os.getpid()
-    armed_at = store.now()        # the store's clock: messages are stamped by it
-    lifetime = env_number("AGENTS_ROOM_WAITER_LIFETIME_S", WAITER_LIFETIME_S)
-    poll = env_number("AGENTS_ROOM_WAITER_POLL_S", WAITER_POLL_S)
-    # At SessionStart the join runs beside this hook (a harness starts a
-    # group's hooks together): give it a moment to create the session.
-    for _ in range(int(WAITER_JOIN_WAIT_S / 0.1)):
-        session = call_tool(store, ctx, "waiter_arm", {
-            "harness_key": key, "pid": pid, "pid_start": process_start(pid),
-            "until": armed_at + lifetime})["session_id"]
-        if session is not None:
-            break
-        time.sleep(0.1)
-    else:
-        return "", 0
-    checks = 0
-    if store.kind != "sqlite":
-        # A server says when something committed (LISTEN): no need to ask
-        # it often, and each ask takes the room's write lock.
-        poll = max(poll, WAITER_POLL_SERVER_S)
-    while store.now() < armed_at + lifetime:
-        store.wait_change(poll, mail=True)
-        checks += 1
-        try:
-            answer = call_tool(store, ctx, "waiter_poll", {
-                "session_id": session, "pid": pid, "armed_at": armed_at,
-                "check_alive": checks % 30 == 0})
-        except RoomError as error:
-            if not _passing(error):
-                raise
-            continue              # a server restarting: keep waiting
-        if answer.get("text"):
-            # Exit 2 wakes the model with stderr; the decision on stdout keeps
-            # Claude Code from prefixing the hook's command line to it.
-            sys.stderr.write(answer["text"] + "\n")
-            return json.dumps({"decision": "block", "reason": answer["text"]}), 2
-        if answer["stop"]:
-            return "", 0
-    return "", 0
-
-
-def _quick_key(text):
-    """The top-level "session_id" of a hook's JSON without the json module
-    (which costs more than the rest of a quiet hook): the value when the key
-    occurs once and the value has no escapes, else None (the slow path)."""
-    first = text.find('"session_id"')
-    if first < 0 or text.find('"session_id"', first + 1) >= 0:
-        return None
-    rest = text[first + 12:].lstrip()
-    if not rest.startswith(":"):
-        return None
-    rest = rest[1:].lstrip()
-    if not rest.startswith('"'):
-        return None
-    end = rest.find('"', 1)
-    value = rest[1:end] if end > 0 else ""
-    return value if value and "\\" not in value else None
-
-
-def nothing_to_say(argv, stdin_text):
-    """A PostToolUse hook for a session without a signal marker has nothing
-    to say: answer it without importing json or sqlite3 or opening the store.
-    (UserPromptSubmit, once a turn, always takes the full path: it marks the
-    session busy, so no wake lever fires into a running turn.)  Anything
-    unusual takes the full path."""
-    if "--event=PostToolUse" not in argv:
-        return False
-    key = _quick_key(stdin_text)
-    if key is None:
-        return False
-    try:
-        path = default_db_path()
-        marker = signal_marker(path, key)
-        if os.path.exists(marker):
-            return False
-        if not is_postgres_url(path):
-            return True
-        # A send from another host raises no marker here: ask the store when
-        # the last look is older than REMOTE_CHECK_S.
-        checked = os.stat(signal_marker(path, key + ".checked")).st_mtime
-        return 0 <= time.time() - checked < env_number("AGENTS_ROOM_REMOTE_CHECK_S",
-                                                      REMOTE_CHECK_S)
-    except (OSError, ValueError, RoomError):
-        return False
-
-
-def hook_main(argv):
-    """Entry for `hook`: never fails the harness.  Any error prints nothing,
-    exits 0, and leaves a line in hook.log beside the store."""
-    if "--help" in argv or "-h" in argv:
-        sys.stdout.write(HOOK_HELP)
-        return 0
-
-    def too_slow(signum, frame):
-        raise TimeoutError("hook took longer than %ds" % HOOK_TIMEOUT_S)
-    waiting = "--wait" in argv
-    stdin_text = sys.stdin.read() if not sys.stdin.isatty() else ""
-    if nothing_to_say(argv, stdin_text):
-        return 0
-    import signal        # (enum behind it: not on the quiet path)
-    if not waiting and hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, too_slow)
-        signal.alarm(HOOK_TIMEOUT_S)
-    try:
-        text, code = run_hook(argv, stdin_text)
-    except BaseException as error:  # noqa: a hook must never break the harness
-        if isinstance(error, KeyboardInterrupt):
-            return 0
-        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
-                                              error))
-        return 0
-    finally:
-        if not waiting and hasattr(signal, "SIGALRM"):
-            signal.alarm(0)
-    if text:
-        sys.stdout.write(text + "\n")
-    return code
-
-
-def _hook_log(line):
-    try:
-        try:
-            directory = local_dir(default_db_path())
-        except RoomError:
-            directory = os.path.join(os.path.expanduser("~"), ".agents-room")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(directory, "hook.log"),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
-                     0o600)
-        with os.fdopen(fd, "a") as handle:
-            handle.write("%s %s\n" % (iso(time.time()), one_line(line, 2000)))
-    except OSError:
-        pass
-    sys.stderr.write("agents-room: %s\n" % one_line(line, 2000))
-
-
-# ---- benchmark ------------------------------------------------------------
+# ---- appendix: benchmark -------------------------------------------------
 # `bench` measures the hot paths against the machine's own limits in the same
 # run (the bare interpreter, a stdlib JSON-RPC echo, a raw SQLite commit), on
 # a temporary store beside the configured one so the user's own filesystem is
@@ -8445,752 +9671,6 @@ def render_bench(result):
     return "\n".join(lines)
 
 
-# ---- CLI ------------------------------------------------------------------
-# One command table: every command, tool or not, is a row with its parser
-# arguments, its runner and its renderer.  Tool commands are derived from the
-# tool's schema; the others are declared below with help written for a person
-# at a terminal.  main() looks a command up, parses, runs and renders.
-
-
-def _short(session_id):
-    return (session_id or "")[:16]
-
-
-def _who_name(item):
-    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
-
-
-def ago(ts_iso, at=None):
-    """'2m ago' for a person, from an ISO time (or None)."""
-    if not ts_iso:
-        return "never"
-    import calendar
-    try:
-        ts = calendar.timegm(time.strptime(ts_iso[:19], "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return ts_iso
-    delta = (at or time.time()) - ts
-    if delta < 0:
-        return "in " + duration_text(-delta)
-    return duration_text(delta) + " ago"
-
-
-def _render_messages(messages, empty):
-    if not messages:
-        return empty
-    lines = []
-    for m in messages:
-        head = "#%d  %s  from %s" % (m["message_id"], m["created_at"], _who_name(
-            {"label": m["sender_label"], "session_id": m["sender"]}))
-        if m.get("reply_to"):
-            head += "  (reply to #%d)" % m["reply_to"]
-        if m.get("importance") not in (None, "normal"):
-            head += "  [%s]" % m["importance"]
-        if m.get("ack_required"):
-            head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
-        lines.append(head)
-        if m.get("subject"):
-            lines.append("    subject: " + one_line(m["subject"], 200))
-        for line in (m.get("body") or "").splitlines():
-            lines.append("    " + clean(line))
-    return "\n".join(lines)
-
-
-def _table(rows):
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-                     for r in rows)
-
-
-def _render_session_table(sessions):
-    if not sessions:
-        return "nobody here"
-    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "BRANCH",
-             "ROOMS")]
-    for s in sessions:
-        level = "%d" % s["autonomy"] + (
-            " (asked %d)" % s["autonomy_requested"]
-            if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
-        if s.get("lever"):
-            level += " " + s["lever"]
-        rows.append((s["session_id"] + ("*" if s.get("you") else ""),
-                     one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
-                     s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
-                     ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
-                         " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
-                     one_line(",".join(s["rooms"]), 200) or "(left)"))
-    return _table(rows)
-
-
-def _render_lease(lease):
-    return "%s  %s  %s  until %s  (%s)%s" % (
-        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
-        lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
-        if lease.get("purpose") else "")
-
-
-def _render_sent(result):
-    if not result["messages"]:
-        return "nothing sent yet"
-    lines = []
-    for m in result["messages"]:
-        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left%s" % (
-            m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
-            m["sent"], m["pending"], m["left"], ", %d acks owed (%d overdue)" % (
-                m["acks_owed"], m["acks_overdue"]) if "acks_owed" in m else ""))
-        for d in m["deliveries"]:
-            lines.append("    %-13s %s%s%s" % (
-                d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
-                "  wake failed: " + one_line(d["wake_failed"], 80)
-                if d.get("wake_failed") else ""))
-    return "\n".join(lines)
-
-
-def _render_recv(result):
-    if result["messages"]:
-        return _render_messages(result["messages"], "") + (
-            "\n(%d more unread: recv again)" % result["more"] if result.get("more") else "")
-    inbox = result["inbox"]
-    return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
-        ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
-        inbox["read_total"], inbox["last_created_at"] or "never"))
-
-
-def _render_window(w):
-    text = "quiet window #%d %s by %s: %s on %s until %s" % (
-        w["window_id"], w["state"], one_line(w["label"] or w["session_id"], 40),
-        one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
-        w["expires_at"])
-    if w["state"] == "pending" and w["missing_acks"]:
-        text += "\n    waiting for acks from %s (by %s)" % (", ".join(
-            one_line(l, 30) for l in w.get("missing_labels", w["missing_acks"])),
-            w["ack_deadline"])
-    if w.get("reason") and not w.get("ok", True):
-        text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
-    return text
-
-
-def _render_status(r):
-    lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
-    for room in r["rooms"]:
-        count = len(room["sessions"])
-        lines.append("== %s (cap %s, %d session%s)" % (
-            one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
-        for t in room.get("tasks", []):
-            lines.append("   task #%d %s: %s" % (t["task_id"], t["state"],
-                                                one_line(t["title"], 70)))
-        for m in room["recent"]:
-            lines.append("   #%d %s: %s" % (m["message_id"], one_line(
-                m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
-    if r["sessions"]:
-        lines.append("== sessions")
-    for s in r["sessions"]:
-        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
-            w["summary"], 40) if w["summary"] else "") for w in s["work"])
-        lines.append(("   %s  %-8s autonomy %d  unread %d%s  %s" % (
-            _who_name(s), s["liveness"], s["autonomy"], s["unread"],
-            "  on " + one_line(s["branch"], 40) + (" (%s)" % one_line(s["worktree"], 40)
-                                                  if s.get("worktree") else "")
-            if s.get("branch") else "", work)).rstrip())
-    if r["leases"]:
-        lines.append("== leases")
-    lines += ["   " + _render_lease(l) for l in r["leases"]]
-    if r["windows"]:
-        lines.append("== quiet windows")
-    lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
-    return "\n".join(lines)
-
-
-def _render_send(r):
-    text = "message #%d -> %d recipient%s" % (
-        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s")
-    if r.get("recipient_labels"):
-        text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
-    return text
-
-
-def _render_task(t):
-    return "#%d  %-7s %s  (%s)%s%s" % (
-        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
-        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
-                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
-        "  - " + one_line(t["note"], 80) if t.get("note") else "")
-
-
-RENDER = {
-    "room_join": lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
-    % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
-       r["session_id"]),
-    "room_leave": lambda r: "left %s" % (", ".join(r["left_rooms"]) or "no rooms"),
-    "room_leave_room": lambda r: "left %s; still in %s" % (r["room"],
-                                                          ", ".join(r["rooms"]) or "none"),
-    "room_who": lambda r: _render_session_table(r["sessions"]),
-    "room_set_autonomy_cap": lambda r: "autonomy cap of %s is %s%s" % (
-        r["room"], autonomy_name(r["autonomy"]),
-        "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""),
-    "msg_send": _render_send,
-    "msg_recv": _render_recv,
-    "msg_ack": lambda r: "acked #%d" % r["message_id"],
-    "msg_get": lambda r: _render_messages([r["message"]], ""),
-    "msg_thread": lambda r: _render_messages(r["messages"], "(no messages)"),
-    "msg_unread": lambda r: "%d" % r["count"],
-    "msg_sent": _render_sent,
-    "room_history": lambda r: "%s\n%s%s" % (r["room"], _render_messages(
-        r["messages"], "(no messages yet)"), "\nolder messages: history --before %d" % (
-            r["messages"][0]["message_id"]) if r.get("more") and r["messages"] else ""),
-    "lease_claim": lambda r: ("%s %s lease on %s until %s" % (
-        r["reason"], r["lease"]["mode"], one_line(r["lease"]["path"], 200),
-        r["lease"]["expires_at"]) if r["ok"] else "refused: " + one_line(r["reason"], 1000)),
-    "lease_renew": lambda r: "renewed %s until %s" % (one_line(r["path"], 200),
-                                                    r["expires_at"]),
-    "lease_release": lambda r: "released %s" % one_line(r["path"], 200),
-    "lease_check": lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
-                              "taken: " + _render_lease(r["lease"])) + (
-        "\n  held by you too" if r["free"] and r["lease"] else ""),
-    "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
-    "note_read": lambda r: "%s  %s" % (r["hash"], one_line(r["path"], 200)),
-    "drift_check": lambda r: "%s  %s" % (r["severity"], one_line(r["message"], 400)),
-    "work_set": lambda r: "%s %s%s" % (one_line(r["scope"], 60), r["state"], (
-        "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
-        if r["message_id"] else ""),
-    "window_request": _render_window, "window_ack": _render_window,
-    "window_activate": _render_window, "window_release": _render_window,
-    "window_cancel": _render_window,
-    "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
-    or "no open quiet windows",
-    "room_status": _render_status,
-    "task": lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
-    if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
-        r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200),
-}
-
-
-class Command:
-    """One row of the command table."""
-
-    def __init__(self, name, summary, description, example, arguments=None, run=None,
-                 hidden=False, raw=None, tool=None):
-        self.name, self.summary, self.description = name, summary, description
-        self.example, self.arguments, self.run = example, arguments, run
-        self.hidden, self.raw, self.tool = hidden, raw, tool
-
-
-COMMANDS = {}
-
-
-def command(name, summary, description, example, arguments=None, hidden=False, raw=None):
-    """Register a non-tool command; the decorated function runs it:
-    run(args) -> (text, exit code)."""
-    def register(fn):
-        COMMANDS[name] = Command(name, summary, description, example, arguments, fn,
-                                 hidden, raw)
-        return fn
-    return register
-
-
-def _cli_flag(tool_, name):
-    return tool_.flags.get(name, "--" + name.replace("_", "-"))
-
-
-def _tool_arguments(tool_, sub):
-    """A tool's subcommand options, derived from its input schema."""
-    for name, schema in tool_.params.items():
-        kinds = schema.get("type")
-        kinds = kinds if isinstance(kinds, list) else [kinds]
-        help_text = schema.get("description")
-        convert = str
-        if name.endswith("_s"):
-            convert = parse_duration
-        elif kinds == ["integer"]:
-            convert = parse_int
-        if name == "session_id":
-            sub.add_argument("--session", dest="session_id", metavar="ID",
-                             help="your session id (default $AGENTS_ROOM_SESSION)")
-        elif name in tool_.positional:
-            nargs = "+" if "array" in kinds else None
-            if tool_.name == "lease_guard":
-                nargs = "*"          # guard --staged names none
-            elif name not in tool_.required and nargs is None:
-                nargs = "?"          # task add (a task id only for some actions)
-            sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
-                             metavar="RESOURCE" if "array" in kinds else name.upper())
-        elif kinds == ["boolean"]:
-            sub.add_argument(_cli_flag(tool_, name), dest=name, action="store_true",
-                             default=None, help=help_text)
-        elif "array" in kinds:
-            sub.add_argument(_cli_flag(tool_, name), dest=name, action="append",
-                             metavar=name.upper().rstrip("S") if name != "to" else
-                             "SELECTOR", help=(help_text or "") + " (repeatable)")
-        else:
-            sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
-                             metavar=name.upper().replace("_S", ""), help=help_text)
-    if tool_.name == "room_join":
-        sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
-                         "session's (default: the shell you typed the command in)")
-        sub.add_argument("--shell", choices=["sh", "fish"],
-                         help="print only the line that sets AGENTS_ROOM_SESSION, for "
-                              "eval \"$(... join --shell sh)\" (fish: ... | source)")
-    if tool_.name == "msg_recv":
-        _wait_arguments(sub)
-    if tool_.name == "lease_guard":
-        sub.add_argument("--staged", action="store_true",
-                         help="check the files staged in this git repository "
-                              "against exclusive leases of other live sessions")
-
-
-def _wait_arguments(sub):
-    sub.add_argument("--wait", action="store_true",
-                     help="block until a message arrives (exit 2 when --timeout, "
-                          "default 10m, passes)")
-
-
-
-
-def wait_for_unread(store, session_id, timeout, thread=None):
-    """Block until session_id has an unread delivery (in thread, if given) or
-    timeout passes; True if one came.  Cheap: PRAGMA data_version changes only
-    when another connection commits, so the store is read again only then,
-    polled with a backoff up to a quarter second (a PRAGMA: no busy loop, no
-    daemon), so a message is seen well within a second."""
-    deadline = time.time() + min(timeout, WAIT_MAX_S)
-    delay, version, asked = 0.05, None, 0.0
-    while True:
-        try:
-            seen = store.change_mark(mail=True)
-            # Ask on a change, and every few seconds anyway (a pooler in
-            # transaction mode passes no NOTIFY).
-            if seen != version or time.time() - asked > WAIT_ASK_EVERY_S:
-                version, delay, asked = seen, 0.05, time.time()
-                if _store_call(store, lambda conn: conn.execute(
-                        "SELECT 1 FROM deliveries d JOIN messages m ON m.id = "
-                        "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-                        "m.expires_at > ?%s LIMIT 1" % (UNREAD_SQL, "" if thread is None
-                                                        else " AND m.thread_id=?"),
-                        [session_id, store.now()] + ([] if thread is None else [thread])
-                        ).fetchone()):
-                    return True
-        except RoomError as error:
-            if not _passing(error):
-                raise
-            version = None            # connect again and ask once it is back
-        left = deadline - time.time()
-        if left <= 0:
-            return False
-        store.wait_change(min(delay, left), mail=True)
-        delay = min(delay * 2, 0.25)
-
-
-def receive_waiting(store, ctx, values, timeout, render):
-    """recv --wait and ask: msg_recv until something comes or timeout passes:
-    (text, 0), or ('', 2) with one line on stderr."""
-    deadline = time.time() + timeout
-    while True:
-        result = call_tool(store, ctx, "msg_recv", values, public_only=True)
-        if result["messages"]:
-            return render(result), 0
-        left = deadline - time.time()
-        if left <= 0 or not wait_for_unread(store, values["session_id"], left,
-                                            values.get("thread")):
-            sys.stderr.write("agents-room: nothing arrived within %s\n"
-                             % duration_text(timeout))
-            return "", 2
-
-
-def _tool_command(tool_):
-    doc = " ".join((tool_.fn.__doc__ or "").split())
-    epilog = ""
-    if tool_.name == "lease_guard":
-        epilog = ("\n\nexit status: 0 safe, 3 a conflict (or, with --require-held, a "
-                  "resource you do not hold), 1 an error.\nAGENTS_ROOM_GUARD=warn reports "
-                  "conflicts but exits 0; AGENTS_ROOM_GUARD=off skips the check.")
-    name = tool_.cli.split()[-1]
-    return Command(name, tool_.title + ".", cli_words(doc),
-                   tool_.example, lambda sub: _tool_arguments(tool_, sub),
-                   run_guard if tool_.name == "lease_guard" else None, tool=tool_), epilog
-
-
-def _add_command(commands, cmd, epilog="", argparse=None):
-    sub = commands.add_parser(
-        cmd.name, help=cmd.summary, description=cmd.description,
-        epilog=("example:\n  python3 agents_room.py " + cmd.example + epilog)
-        if cmd.example else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub.set_defaults(command=cmd)
-    if cmd.arguments:
-        cmd.arguments(sub)
-    if cmd.raw is None:
-        sub.add_argument("--json", action="store_true",
-                         help="print the result as JSON (the object the MCP tool returns)")
-    return sub
-
-
-def build_parser(only=None):
-    """The argparse parser from the command table.  With only=<command> just
-    that command is built: a CLI call pays for one parser, not for thirty."""
-    import argparse
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise UsageError("%s: %s" % (self.prog, message),
-                             "%s --help shows the usage" % self.prog)
-
-    parser = Parser(prog="agents_room.py", description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter,
-                    epilog="Run '<command> --help' for each command's options and an "
-                           "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
-    parser.add_argument("--version", action="version", version="agents-room " + __version__)
-    commands = parser.add_subparsers(dest="name", metavar="<command>", parser_class=Parser)
-    commands.required = True
-    groups = {}
-    for tool_ in TOOLS.values():
-        if tool_.public and tool_.cli:
-            words = tool_.cli.split()
-            groups.setdefault(words[0] if len(words) > 1 else None, []).append(tool_)
-    table = []
-    for tool_ in groups.get(None, []):
-        table.append(("tool", tool_))
-    for group in sorted(g for g in groups if g):
-        table.append(("group", group))
-    for cmd in COMMANDS.values():
-        table.append(("command", cmd))
-    for kind, item in table:
-        name = item.cli if kind == "tool" else item if kind == "group" else item.name
-        if only is not None and name != only:
-            continue
-        if kind == "tool":
-            cmd, epilog = _tool_command(item)
-            _add_command(commands, cmd, epilog, argparse)
-        elif kind == "command":
-            if item.hidden and only != item.name:
-                continue
-            _add_command(commands, item, "", argparse)
-        else:
-            verbs = [t for t in groups[item]]
-            sub = commands.add_parser(
-                item, help=WINDOW_SUMMARY, description=WINDOW_HELP,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="example:\n  python3 agents_room.py " + verbs[0].example)
-            inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
-            inner.required = True
-            for tool_ in verbs:
-                cmd, epilog = _tool_command(tool_)
-                _add_command(inner, cmd, epilog, argparse)
-    return parser
-
-
-WINDOW_SUMMARY = "Quiet windows: ask for quiet on resources before a delicate operation."
-WINDOW_HELP = """Quiet windows: before an operation that must not be disturbed (a migration,
-a release), ask the holders of overlapping leases and named sessions for quiet.
-
-  request   ask for quiet on resources (holders and required sessions are told)
-  ack       agree to a window you were asked about
-  activate  start your window once every ack is in and the leases are released
-  release   end your active window when the operation is done
-  cancel    cancel your pending or active window
-  status    list open windows, or one by id
-
-Each verb takes --help."""
-
-
-# CLI words for the MCP names that errors and hints use: one translation, at
-# the CLI's edge, so operations speak one language.
-CLI_WORDS = {"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout", "reply_to": "--reply-to",
-             "session_id": "--session", "extra_rooms": "--also", "harness_key":
-             "--harness-key", "require_held": "--require-held", "window_id": "the window id",
-             "message_id": "the message id"}
-
-
-def cli_words(text):
-    import re
-    words = dict(CLI_WORDS)
-    for tool_ in TOOLS.values():
-        if tool_.public and tool_.cli and tool_.cli != tool_.name:
-            words[tool_.name] = "'%s'" % tool_.cli
-    pattern = re.compile(r"\b(%s)\b" % "|".join(sorted(map(re.escape, words), key=len,
-                                                       reverse=True)))
-    return pattern.sub(lambda m: words[m.group(1)], text)
-
-
-def cli_args_to_tool(tool_, args):
-    """argparse namespace -> the tool's argument dict (None means not given)."""
-    values = {}
-    for name in tool_.params:
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        if name == "to" and isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        values[name] = value
-    if "session_id" in tool_.params and not values.get("session_id"):
-        env_session = os.environ.get("AGENTS_ROOM_SESSION")
-        if env_session:
-            values["session_id"] = env_session
-        elif "session_id" in tool_.required:
-            raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
-                             "'python3 agents_room.py join' prints your session id")
-    if values.get("body") == "-":
-        values["body"] = sys.stdin.read()
-    return values
-
-
-def run_tool_command(args):
-    tool_ = args.command.tool
-    values = cli_args_to_tool(tool_, args)
-    pid = getattr(args, "pid", None)
-    if tool_.name == "room_join" and pid is None and not values.get("harness_key") and \
-            not harness_key_from(os.environ):
-        # A terminal session lives as long as the shell it was joined from.
-        pid = terminal_shell(os.getppid())
-    ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
-    store = open_store()
-    try:
-        timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
-        if getattr(args, "wait", False) or timeout is not None:
-            return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
-                                   lambda r: json.dumps(
-                r, indent=2, ensure_ascii=False) if args.json else RENDER[tool_.name](r))
-        result = call_tool(store, ctx, tool_.name, values, public_only=True)
-    finally:
-        store.close()
-    code = 1 if tool_.name in ("lease_claim", "window_activate", "task") and \
-        not result["ok"] else 0
-    if getattr(args, "shell", None):
-        return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
-                "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
-    if args.json:
-        return json.dumps(result, indent=2, ensure_ascii=False), code
-    text = RENDER[tool_.name](result)
-    if result.get("warning"):
-        text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
-    return text, code
-
-
-@command("serve", "Run the MCP server on stdin/stdout.",
-         "Run agents-room as an MCP server over stdio: newline-delimited JSON-RPC on\n"
-         "stdin and stdout, logs on stderr, until stdin closes or SIGTERM.  A harness\n"
-         "starts it from its MCP configuration (setup writes that entry).",
-         "serve")
-def run_serve(args):
-    return "", serve()
-
-
-command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
-        raw=lambda argv: hook_main(argv))(None)
-
-
-def _setup_arguments(sub):
-    sub.add_argument("harness", choices=sorted(SETUP_HARNESSES))
-    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
-    sub.add_argument("--scope", choices=["project", "user"], default="project",
-                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
-    sub.add_argument("--also", action="append", metavar="ROOM",
-                     help="a shared room the SessionStart hook joins (repeatable)")
-    sub.add_argument("--label", help="the label the SessionStart hook joins with")
-    sub.add_argument("--write", action="store_true",
-                     help="merge into the files (default: print what would be written)")
-
-
-@command("setup", "Configure a harness: MCP entry and hooks.",
-         "Write (with --write) or show the MCP server entry and the hook entries a\n"
-         "harness needs, merged into its configuration, keeping every entry that is\n"
-         "not agents-room's.  Claude Code: .mcp.json and .claude/settings.json at the\n"
-         "project's git top level (or ~/.claude with --scope user).  Codex:\n"
-         "$CODEX_HOME/config.toml and hooks.json.  Hermes: $HERMES_HOME/config.yaml.",
-         "setup claude --autonomy hold --also storefront --label api --write",
-         _setup_arguments)
-def run_setup(args):
-    result = setup(args.harness, args.autonomy, args.write, args.scope,
-                   also=args.also or (), label=args.label)
-    if args.json:
-        return json.dumps(result, indent=2), 0
-    lines = []
-    for item in result["files"]:
-        lines.append("== %s (%s)" % (item["path"], item["action"]))
-        if not args.write or item["action"].startswith("merge by hand"):
-            lines.append(item["content"].rstrip("\n"))
-    lines += ["note: " + note for note in result["notes"]]
-    return "\n".join(lines), 0
-
-
-@command("doctor", "Check the store, harness, key, wake lever and configuration.",
-         "Check, line by line, what agents-room sees from here: the store (path,\n"
-         "journal mode, schema), the harness and its key in this environment, this\n"
-         "session's autonomy and wake lever, and for each harness whether its MCP\n"
-         "entry and hooks are configured and the configured hook command runs.\n"
-         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
-         "doctor")
-def run_doctor(args):
-    checks = doctor()
-    if args.json:
-        return json.dumps([{"status": s, "check": c, "advice": a}
-                           for s, c, a in checks], indent=2), 0
-    lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
-             for s, c, a in checks]
-    return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
-
-
-def stop_on_signals():
-    """A command that runs until stopped (watch, ui) ends with exit 0 on
-    SIGTERM too, and on SIGINT even where a shell started it with SIGINT
-    ignored (a background job): both raise KeyboardInterrupt."""
-    import signal
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-
-
-def _watch_arguments(sub):
-    sub.add_argument("--room", help="only events of this room's sessions")
-    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
-                                     "(10m, 2h)")
-    sub.add_argument("--last", type=parse_int, metavar="N",
-                     help="print the last N events and exit (does not follow)")
-    sub.add_argument("--type", action="append", metavar="KIND",
-                     help="only events of this kind or family (msg, lease.claim); "
-                          "repeatable")
-    sub.add_argument("--from", dest="sender", metavar="SESSION",
-                     help="only events of this session (id or label)")
-    sub.add_argument("--to-me", action="store_true",
-                     help="only messages sent to your session (--session)")
-    sub.add_argument("--session", dest="session_id", metavar="ID",
-                     help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
-
-
-@command("watch", "Follow the room's events live, like tail -f.",
-         "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
-         "releases, windows, work states.  --since replays from a time, --last N\n"
-         "prints the newest N and exits.  Ctrl-C stops (exit 0).",
-         "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
-def run_watch(args):
-    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
-    stop_on_signals()
-    me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
-    if args.to_me and not me:
-        raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
-    store = open_store()
-    since = parse_since(args.since) if args.since else None
-    last = None
-    if args.last is not None:
-        last = args.last
-        since = 0.0
-    sender = None
-    if args.sender:
-        sender = args.sender if is_session_id(args.sender) else args.sender.lower()
-    if last is None and not args.json:
-        sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
-            store.shown, " (room %s)" % args.room if args.room else ""))
-        sys.stderr.flush()
-
-    def wanted(item):
-        if args.type and not any(item["kind"] == t or item["kind"].startswith(
-                t.rstrip(".") + ".") for t in args.type):
-            return False
-        if sender and item["session_id"] != sender and (
-                (item["label"] or "").lower() != sender):
-            return False
-        if args.to_me and not (item["kind"] == "msg.send" and me in (
-                item["data"].get("recipients") or [])):
-            return False
-        return True
-    labels = {}
-
-    def label_of(sid):
-        if sid not in labels:
-            labels[sid] = call_tool(store, Context(via="cli"), "session_label",
-                                    {"of": sid})["label"]
-        return labels[sid]
-
-    def line_of(item):
-        if args.json:
-            return json.dumps({k: v for k, v in item.items() if k != "ts"},
-                              ensure_ascii=False)
-        data = dict(item["data"])
-        for field in ("recipients", "holders", "required", "lowered"):
-            if isinstance(data.get(field), list):
-                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
-        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str) else ",".join(
-            v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
-            else json.dumps(v, ensure_ascii=False), 60))
-                           for k, v in sorted(data.items()) if v not in (None, [], {}))
-        who = (_who_name(item) + " ") if item["session_id"] else ""
-        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
-                                      one_line(data.get("shown") or item["subject"] or
-                                               item["room"] or "", 200),
-                                      ("  " + detail) if detail else "")
-    try:
-        if last is not None:
-            items = [i for i in call_tool(store, Context(via="cli"), "events_tail", {
-                "room": args.room, "limit": max(1, min(last * 20, 100000))})["events"]
-                if wanted(i)][-last:] if last else []
-            for item in items:
-                sys.stdout.write(line_of(item) + "\n")
-            sys.stdout.flush()
-            return "", 0
-        for item in follow_events(args.room, since, store=store):
-            if wanted(item):
-                sys.stdout.write(line_of(item) + "\n")
-                sys.stdout.flush()
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:
-        _quiet_stdout()
-    return "", 0
-
-
-@command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
-         "Print which agents-room this is (version and the SHA-256 of this file),\n"
-         "under which Python and SQLite, and which store it uses with its schema\n"
-         "version: so two agents can tell whether they run the same copy.",
-         "version --json")
-def run_version(args):
-    info = version_info()
-    if args.json:
-        return json.dumps(info, indent=2), 0
-    return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
-            "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
-            "version)s; this copy writes %(schema_version)s)" % info), 0
-
-
-@command("install-guard", "Install a git pre-commit hook that runs guard --staged.",
-         "Write a git pre-commit hook into this repository that runs\n"
-         "'guard --staged': a commit touching files another live session holds\n"
-         "exclusively is refused.  A pre-commit hook already there is kept and run\n"
-         "first.  AGENTS_ROOM_GUARD=warn reports only; =off skips the check.",
-         "install-guard")
-def run_install_guard(args):
-    result = install_guard()
-    return (json.dumps(result) if args.json else
-            "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
-
-
-def _store_arguments(sub):
-    sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
-    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path or a "
-                     "postgresql:// URL")
-    sub.add_argument("target", metavar="TO", help="an empty store (created if need be)")
-
-
-@command("store", "Copy a room between stores (SQLite and PostgreSQL).",
-         "store copy FROM TO copies a room with everything in it (sessions, rooms,\n"
-         "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
-         "audit log) from one store to another, in one transaction on each, and\n"
-         "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
-         "URL; TO must hold no room yet.  Stop the agents using FROM first: what\n"
-         "they write during the copy stays behind.",
-         "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
-         _store_arguments)
-def run_store(args):
-    counts = copy_store(os.path.expanduser(args.source), os.path.expanduser(args.target))
-    if args.json:
-        return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
-                                      for t, a, b in counts]}, indent=2), 0
-    lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
-    return "\n".join(["copied %s -> %s (row counts verified)" % (
-        redact_url(args.source), redact_url(args.target))] + lines), 0
-
-
 def _bench_arguments(sub):
     sub.add_argument("--quick", action="store_true", help="a reduced set, under 30 s")
     sub.add_argument("--db", metavar="URL", help="also measure on this PostgreSQL "
@@ -9214,112 +9694,7 @@ def run_bench(args):
     return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
 
 
-def _prune_arguments(sub):
-    sub.add_argument("--older-than", default="24h", type=parse_duration, metavar="DURATION",
-                     help="quiet for longer than this (default 24h)")
-    sub.add_argument("--dry-run", action="store_true", help="only show what would go")
-    sub.add_argument("--host", metavar="HOST", help="a host gone for good (as who "
-                     "--json shows it): its quiet sessions count as gone")
-
-
-@command("prune", "Remove sessions that are quiet and gone.",
-         "Remove sessions that have been quiet longer than --older-than (24h) and\n"
-         "whose process is gone (never one that may be alive, never an unknown one).\n"
-         "Their messages stay; their leases, windows and deliveries go.  Also\n"
-         "removes audit events older than 30 days and messages 90 days past expiry.",
-         "prune --older-than 24h --dry-run", _prune_arguments)
-def run_prune(args):
-    store = open_store()
-    try:
-        result = call_tool(store, Context(via="cli"), "prune", {
-            "quiet_s": args.older_than, "dry_run": args.dry_run, "host": args.host})
-    finally:
-        store.close()
-    if args.json:
-        return json.dumps(result, indent=2, ensure_ascii=False), 0
-    lines = ["%s %s (label %s, %s, last seen %s)" % (
-        "would remove" if args.dry_run else "removed", r["session_id"],
-        one_line(r["label"] or "-", 40), r["liveness"], ago(r["last_seen"]))
-        for r in result["removed"]]
-    lines += ["kept %s (label %s): %s, not gone" % (
-        r["session_id"], one_line(r["label"] or "-", 40), r["liveness"])
-        for r in result["kept"]]
-    if not args.dry_run:
-        lines.append("removed %d audit events and %d messages past retention" % (
-            result["events_removed"], result["messages_removed"]))
-    return "\n".join(lines) or "nothing to prune", 0
-
-
-def _mail_arguments(sub, ask=False):
-    sub.add_argument("--session", dest="session_id", metavar="ID",
-                     help="your session id (default $AGENTS_ROOM_SESSION)")
-    if ask:
-        sub.add_argument("--to", action="append", metavar="SELECTOR", required=True,
-                         help="who to ask, as for send (repeatable)")
-        sub.add_argument("--timeout", type=parse_duration, default=600,
-                         metavar="DURATION", help="how long to wait (default 10m)")
-        sub.set_defaults(wait_s=None)
-    else:
-        sub.add_argument("reply_to", type=parse_int, metavar="MESSAGE_ID",
-                         help="the message you answer; the reply goes to its sender")
-    sub.add_argument("--subject")
-    sub.add_argument("--body", help="the body ('-' reads stdin)")
-    sub.add_argument("--importance", choices=IMPORTANCE)
-
-
-def _send_from_cli(args):
-    store, ctx = open_store(), Context(via="cli")
-    try:
-        values = cli_args_to_tool(TOOLS["msg_send"], args)
-        return store, ctx, values, call_tool(store, ctx, "msg_send", values,
-                                             public_only=True)
-    except BaseException:
-        store.close()
-        raise
-
-
-@command("reply", "Reply to a message.",
-         "Send a reply to a message's sender, in its thread (send --reply-to N).",
-         'reply --session $ID 42 --subject "done" --body "phone is in v2"',
-         _mail_arguments)
-def run_reply(args):
-    store, ctx, values, result = _send_from_cli(args)
-    store.close()
-    return (json.dumps(result, indent=2, ensure_ascii=False) if args.json
-            else _render_send(result)), 0
-
-
-@command("ask", "Send and wait for the first reply.",
-         "Send a message, then wait for the first reply in its thread and print it\n"
-         "(marked read).  Exit 2, with one line on stderr, when --timeout passes.",
-         'ask --session $ID --to label:api --subject "phone field?" --timeout 5m',
-         lambda sub: _mail_arguments(sub, ask=True))
-def run_ask(args):
-    store, ctx, values, sent = _send_from_cli(args)
-    try:
-        if not sent["recipients"]:
-            # Nobody could answer: waiting would only run out the timeout.
-            raise RoomError("message #%d reached nobody" % sent["message_id"],
-                            sent.get("warning"))
-        return receive_waiting(
-            store, ctx, {"session_id": values["session_id"], "thread": sent["message_id"]},
-            args.timeout, lambda r: json.dumps(r, indent=2, ensure_ascii=False)
-            if args.json else _render_messages(r["messages"], ""))
-    finally:
-        store.close()
-
-
-def _wake_run_arguments(sub):
-    sub.add_argument("payload")
-
-
-@command("wake-run", "", "The detached half of a process wake lever (internal).", "",
-         _wake_run_arguments, hidden=True)
-def run_wake_run(args):
-    return "", wake_run(args.payload)
-
-
-# ---- operator page (ui) -------------------------------------------------------
+# ---- appendix: operator page ---------------------------------------------
 # `ui` serves one live page of the store on 127.0.0.1 for as long as it runs.
 # The page is a front end like the CLI: it reads through internal operations
 # and acts through the same door (call_tool) as the operator's own session.
@@ -9333,90 +9708,9 @@ def run_wake_run(args):
 #    and the script renders every stored string with textContent.
 
 UI_POLL_S = 0.3             # change detection: PRAGMA data_version, MAX(events.id)
-UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
-UI_EVENTS = 300             # the newest events the timeline holds
+
+
 UI_TOKENS_MAX = 256         # per-page tokens remembered (oldest forgotten first)
-
-
-def _ui_deliveries(conn, message_ids):
-    found = {}
-    if not message_ids:
-        return found
-    marks = ",".join("?" * len(message_ids))
-    for d in conn.execute(
-            "SELECT d.message_id, d.session_id, s.label, d.state FROM deliveries d "
-            "JOIN sessions s ON s.id = d.session_id WHERE d.message_id IN (%s) "
-            "ORDER BY s.label, d.session_id" % marks, message_ids):
-        found.setdefault(d["message_id"], []).append(
-            {"session_id": d["session_id"], "label": d["label"], "state": d["state"]})
-    return found
-
-
-@tool("ui_state", "The operator page's snapshot", {
-    "before": S_MESSAGE_ID,
-    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}},
-    read_only=True, public=False, after=False)
-def ui_state(op, before=None, limit=UI_MESSAGES):
-    """Everything the page shows: room_status for the whole store, the newest
-    messages (older ones with before=) with each recipient's delivery state,
-    and the newest events."""
-    conn = op.conn
-    status = room_status(op)
-    rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
-                        (before or ID_MAX, limit + 1)).fetchall()
-    shown = rows[:limit]
-    deliveries = _ui_deliveries(conn, [m["id"] for m in shown])
-    messages = []
-    for row in reversed(shown):
-        item = message_dict(conn, row)
-        item["to"] = json.loads(row["selector"]) if row["selector"] else None
-        item["deliveries"] = deliveries.get(row["id"], [])
-        messages.append(item)
-    events = events_tail(op, limit=UI_EVENTS)["events"]
-    for item in events:
-        item.pop("ts", None)
-    return dict(status, messages=messages, more=len(rows) > limit, events=events)
-
-
-@tool("ui_window_cancel", "The operator cancels a quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    caller="present", public=False, destructive=True)
-def ui_window_cancel(op, window_id):
-    """The operator ends someone's pending or active quiet window; the event
-    is the operator's and names the window's owner."""
-    window = _load_window(op.conn, window_id)
-    if window["state"] not in WINDOW_OPEN:
-        raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
-    op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
-                    (op.at, window_id))
-    op.event("window.cancel", op.me, subject=window_id, data={
-        "was": window["state"], "why": "operator", "owner": window["session_id"]})
-    return window_dict(op.conn, _load_window(op.conn, window_id))
-
-
-@tool("ui_lease_release", "The operator releases a stale lease", {
-    "session_id": S_SESSION, "holder": {"type": "string", "maxLength": 200},
-    "resource": {"type": "string", "maxLength": PATH_MAX_CHARS}},
-    ["session_id", "holder", "resource"], caller="present", public=False,
-    destructive=True)
-def ui_lease_release(op, holder, resource):
-    """The operator removes a lease whose holder is gone (never one of a
-    session that may be alive); the event is the operator's and names the
-    holder."""
-    lease = op.conn.execute("SELECT * FROM leases WHERE session_id=? AND path=?",
-                            (holder, resource)).fetchone()
-    if lease is None:
-        raise RoomError("no lease of %s on %s" % (holder, resource))
-    row = session_row(op.conn, holder)
-    liveness = op.liveness(row) if row else "gone"
-    if liveness != "gone":
-        raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
-            resource, liveness))
-    op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-    op.event("lease.release", op.me, subject=lease["key"], data={
-        "mode": lease["mode"], "why": "operator", "holder": holder,
-        "shown": lease["path"], "kind": lease["kind"]})
-    return {"ok": True, "released": lease["path"]}
 
 
 def _ui_same(given, secret):
@@ -9496,7 +9790,7 @@ class OperatorPage:
                 try:
                     seen = (store.change_mark(),
                             store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
-                except (sqlite3.Error, PgError, RoomError):
+                except (RoomError,) + store.errors:
                     seen = last       # a server restarting: the next look connects
                 if seen != last:
                     last = seen
@@ -9692,6 +9986,74 @@ UI_ACTIONS = {
 
 UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
           "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _ui_arguments(sub):
+    sub.add_argument("--port", type=parse_int, default=0,
+                     help="the port on 127.0.0.1 (default: a free one)")
+    sub.add_argument("--open", action="store_true", help="open the page in a browser")
+    sub.add_argument("--label", help="the operator's label (default: your user name)")
+
+
+@command("ui", "Serve a live page of the rooms on 127.0.0.1.",
+         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: rooms, sessions,\n"
+         "leases, quiet windows, the conversation in threads with delivery states and\n"
+         "the event log, updated as they change.  Prints one URL with a secret; the\n"
+         "page acts as the operator's own session (send, reply, ack, set a room's\n"
+         "cap, cancel a quiet window, release a gone holder's lease).",
+         "ui --open --label alice", _ui_arguments)
+def run_ui(args):
+    """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
+    import getpass
+    import threading
+    from http.server import ThreadingHTTPServer
+    stop_on_signals()
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    label = args.label
+    if not label:
+        try:
+            label = getpass.getuser()
+        except Exception:
+            label = "operator"
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", args.port), None)
+    except OSError as error:
+        raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
+            args.port, error.strerror or error), "pick another --port, or none")
+    server.daemon_threads = True
+    page = OperatorPage(server.server_address[1], label)
+    server.RequestHandlerClass = _ui_handler(page)
+    try:
+        page.join()
+    except RoomError:
+        pass                    # no room yet: the page joins at its first action
+    watcher = threading.Thread(target=page.watch, daemon=True)
+    watcher.start()
+    url = "%s/?k=%s" % (page.origin, page.secret)
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+    sys.stderr.write("agents-room ui: serving %s as %s on 127.0.0.1:%d; Ctrl-C stops\n"
+                     % (page.store.shown, label, page.port))
+    sys.stderr.flush()
+    if args.open:
+        import webbrowser
+        webbrowser.open(url)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        page.stopping = True
+        with page.changed:
+            page.changed.notify_all()
+        server.server_close()
+    return "", 0
+
+
+# ---- appendix: the operator page's HTML, CSS and JavaScript --------------
+# The page itself, as data (bottle keeps its templates the same way): served
+# by _ui_handler from this process, never from anywhere else (UI_CSP).
 
 # The page itself: no external asset, so it works offline and the CSP can be
 # strict.  Only {token} is filled in on the server; every stored string reaches
@@ -10117,227 +10479,6 @@ UI_JS = r"""
 """
 
 
-def _ui_arguments(sub):
-    sub.add_argument("--port", type=parse_int, default=0,
-                     help="the port on 127.0.0.1 (default: a free one)")
-    sub.add_argument("--open", action="store_true", help="open the page in a browser")
-    sub.add_argument("--label", help="the operator's label (default: your user name)")
-
-
-@command("ui", "Serve a live page of the rooms on 127.0.0.1.",
-         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: rooms, sessions,\n"
-         "leases, quiet windows, the conversation in threads with delivery states and\n"
-         "the event log, updated as they change.  Prints one URL with a secret; the\n"
-         "page acts as the operator's own session (send, reply, ack, set a room's\n"
-         "cap, cancel a quiet window, release a gone holder's lease).",
-         "ui --open --label alice", _ui_arguments)
-def run_ui(args):
-    """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
-    import getpass
-    import threading
-    from http.server import ThreadingHTTPServer
-    stop_on_signals()
-    if not 0 <= args.port <= 65535:
-        raise UsageError("--port must be 0..65535")
-    label = args.label
-    if not label:
-        try:
-            label = getpass.getuser()
-        except Exception:
-            label = "operator"
-    try:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), None)
-    except OSError as error:
-        raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
-            args.port, error.strerror or error), "pick another --port, or none")
-    server.daemon_threads = True
-    page = OperatorPage(server.server_address[1], label)
-    server.RequestHandlerClass = _ui_handler(page)
-    try:
-        page.join()
-    except RoomError:
-        pass                    # no room yet: the page joins at its first action
-    watcher = threading.Thread(target=page.watch, daemon=True)
-    watcher.start()
-    url = "%s/?k=%s" % (page.origin, page.secret)
-    sys.stdout.write(url + "\n")
-    sys.stdout.flush()
-    sys.stderr.write("agents-room ui: serving %s as %s on 127.0.0.1:%d; Ctrl-C stops\n"
-                     % (page.store.shown, label, page.port))
-    sys.stderr.flush()
-    if args.open:
-        import webbrowser
-        webbrowser.open(url)
-    try:
-        server.serve_forever(poll_interval=0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        page.stopping = True
-        with page.changed:
-            page.changed.notify_all()
-        server.server_close()
-    return "", 0
-
-
-def parse_since(text):
-    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
-    return parse_iso(text) if looks_iso(text) else now() - parse_duration(text)
-
-
-def staged_paths(cwd):
-    """Absolute paths of the files staged in cwd's git repository, both sides
-    of a rename, and whether core.ignorecase is on.  A name that is not UTF-8
-    keeps its bytes as backslash escapes: it is checked, never refused."""
-    import subprocess
-
-    def git(*argv):
-        done = subprocess.run(["git"] + list(argv), cwd=cwd, capture_output=True)
-        if done.returncode != 0:
-            raise RoomError("git %s failed: %s" % (argv[0], done.stderr.decode(
-                "utf-8", "replace").strip() or "not a git repository?"))
-        return done.stdout.decode("utf-8", "backslashreplace")
-    top = git("rev-parse", "--show-toplevel").strip()
-    ignorecase = git("config", "--bool", "--default", "false", "core.ignorecase").strip()
-    fields = git("diff", "--cached", "--name-status", "-M", "-z").split("\0")
-    paths, index = [], 0
-    while index < len(fields) and fields[index]:
-        status = fields[index]
-        count = 2 if status[:1] in ("R", "C") else 1
-        paths += [os.path.join(top, p) for p in fields[index + 1:index + 1 + count]]
-        index += 1 + count
-    return paths, ignorecase == "true"
-
-
-def run_guard(args):
-    """guard: exit 0 safe, 3 conflict or not held, 1 error; AGENTS_ROOM_GUARD
-    =warn turns refusals (and errors) into warnings, =off skips the check."""
-    setting = os.environ.get("AGENTS_ROOM_GUARD", "").strip().lower()
-    if setting == "off":
-        return "agents-room guard: off (AGENTS_ROOM_GUARD=off), nothing checked", 0
-    try:
-        return _run_guard(args, setting)
-    except RoomError as error:
-        if setting != "warn" or isinstance(error, GuardRefused):
-            raise
-        return "agents-room guard (warn only): could not check: %s" % one_line(
-            error.message, 300), 0
-
-
-def _run_guard(args, setting):
-    resources = list(args.resources or [])
-    mode = args.mode or "exclusive"
-    ignorecase = False
-    if args.staged:
-        staged, ignorecase = staged_paths(_getcwd())
-        resources += staged
-        mode = "shared"          # a commit collides with exclusive leases only
-    if not resources:
-        return "agents-room guard: nothing to check", 0
-    session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
-    store = open_store()
-    result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": []}
-    try:
-        if not session:
-            key = harness_key_from(os.environ)
-            session = session_by_key(store, key) if key else None
-        # Any number of files: checked in batches of what one call takes.
-        for start in range(0, len(resources), LEASE_TARGETS_MAX):
-            values = {"resources": resources[start:start + LEASE_TARGETS_MAX],
-                      "mode": mode, "require_held": bool(args.require_held),
-                      "ignorecase": ignorecase}
-            if session:
-                values["session_id"] = session
-            part = call_tool(store, Context(via="cli"), "lease_guard", values)
-            result["safe"] = result["safe"] and part["safe"]
-            for field in ("conflicts", "missing", "stale", "windows"):
-                result[field] += part[field]
-    finally:
-        store.close()
-    lines = ["%s is held by %s" % (one_line(l["resource"], 200), _holder_text(l))
-             for l in result["conflicts"]]
-    lines += ["%s is in %s" % (one_line(", ".join(w["blocks"]), 200), w["reason"])
-              for w in result["windows"]]
-    lines += ["%s is not covered by a lease of yours" % one_line(m, 200)
-              for m in result["missing"]]
-    lines += ["%s: stale lease of %s (gone), ignored" % (one_line(l["resource"], 200),
-                                                        l["session_id"])
-              for l in result["stale"]]
-    safe = result["safe"]
-    if args.json:
-        return json.dumps(result, indent=2), 0 if safe or setting == "warn" else 3
-    if safe:
-        return "\n".join(lines + ["agents-room guard: ok (%d checked)" % len(resources)]), 0
-    if setting == "warn":
-        return "\n".join(["agents-room guard (warn only, AGENTS_ROOM_GUARD=warn):"] +
-                         ["  " + l for l in lines]), 0
-    raise GuardRefused("agents-room guard: refused\n" + "\n".join("  " + l for l in lines),
-                       "release the leases, ask their holders, or set "
-                       "AGENTS_ROOM_GUARD=warn (report only) or =off")
-
-
-def _looks_globbed(argv):
-    """Whether what follows --to names files here: an unquoted * expanded."""
-    if "--to" not in argv:
-        return False
-    names = []
-    for word in argv[argv.index("--to") + 1:]:
-        if word.startswith("-"):
-            break
-        names.append(word)
-    return bool(names) and all(os.path.exists(n) for n in names)
-
-
-def _quiet_stdout():
-    """The reader went away (| head): not our failure; keep Python quiet."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-def main(argv=None):
-    """The command line: returns the exit code (0 ok, 1 refused or failed, 2
-    usage, 3 guard refused).  Errors go to stderr as 'error: ...' with a hint."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    name = argv[0] if argv else None
-    row = COMMANDS.get(name)
-    if row is not None and row.raw is not None:
-        return row.raw(argv[1:])
-    try:
-        sys.stdout.reconfigure(errors="backslashreplace")
-    except (AttributeError, ValueError):
-        pass
-    want_json = "--json" in argv
-    try:
-        groups = {t.cli.split()[0] for t in TOOLS.values() if t.public and t.cli}
-        known = {t.cli for t in TOOLS.values() if t.public and t.cli} | set(COMMANDS) | \
-            groups
-        args = build_parser(name if name in known else None).parse_args(argv)
-        cmd = args.command
-        text, code = cmd.run(args) if cmd.run else run_tool_command(args)
-    except RoomError as error:
-        if name == "send" and _looks_globbed(argv) and ("unrecognized arguments" in
-                                                        error.message or isinstance(
-                                                            error, UnknownSession)):
-            error.hint = ("your shell expanded * into file names: quote it, "
-                          "--to '*'")
-        if want_json:
-            sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
-        sys.stderr.write("error: %s\n" % clean(cli_words(error.message)))
-        if error.hint:
-            sys.stderr.write("hint: %s\n" % clean(cli_words(error.hint)))
-        return error.exit_code
-    except KeyboardInterrupt:
-        return 130
-    try:
-        if text:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-    except BrokenPipeError:
-        _quiet_stdout()
-    return code
-
-
+# Run as a program only once every appendix has registered itself.
 if __name__ == "__main__":
     sys.exit(main())
