@@ -4,42 +4,85 @@
 Each agent session joins its repository's room (``repo:<name>``) and any shared
 rooms (``shared:<name>``).  Sessions message each other by session id, by tag or
 by the files they hold leases on; they lease paths, record the hash of what they
-read and check it for drift.  One SQLite file, no daemon, standard library only.
+read and check it for drift.  A quiet session is signalled on its next tool
+call, held at the end of its turn or woken, through its harness's hooks.  The
+store is one SQLite file (or a PostgreSQL database); no daemon; standard
+library only; Python 3.9 or newer.  Tests: ``python3 test_agents_room.py``.
 
-Subcommands (``python3 agents_room.py <command> --help`` shows an example each):
-  join leave leave-room who set-cap status   rooms and sessions
-  send recv ack unread sent history          messages
-  claim renew release check leases guard     leases on paths and kind:name resources
-  install-guard                              git pre-commit hook running guard
-  note-read drift                            reads and drift
-  work window (request|ack|activate|...)     work states and quiet windows
-  serve                                      MCP server over stdio
-  hook setup doctor                          harness hooks and wake levers
-  watch version bench prune                  follow, identify, measure, clean up
-  ui                                         the operator's live page (127.0.0.1)
+Commands (``python3 agents_room.py <command> --help`` shows an example each):
+  join leave leave-room who set-cap status        rooms and sessions
+  send recv show thread reply ask ack unread      messages
+  sent history                                    what you sent, a room's history
+  claim renew release check leases guard          leases on paths and kind:name
+  install-guard                                   a git pre-commit hook running guard
+  note-read drift                                 reads and drift
+  work window task                                work states, quiet windows, tasks
+  serve                                           the MCP server over stdio
+  hook setup doctor                               harness hooks, their setup, checks
+  watch version prune store                       follow, identify, clean up, copy
+  bench                                           measure (appendix)
+  ui                                              the operator's live page (appendix)
 
-Python 3.9 or newer.  Tests: ``python3 test_agents_room.py`` (or ``make test``).
+Contents: Part I, the core, in dependency order (a section calls only itself
+and earlier ones), ends with main; Part II, the appendices, register
+themselves in tables the core reads (STORE_KINDS, COMMANDS).
+  constants                            limits, defaults, states as data
+  errors                               RoomError and its kinds: exit and RPC codes
+  small utilities                      time, text, ids, hosts, paths, resources
+  store                                schema, migrations, SQLite, the store kinds
+  liveness (process scan)              alive, gone or unknown, from the processes
+  tool registry and the door           @tool, call_tool: every operation's way in
+  results as text                      how commands show answers to a person
+  operations: sessions and rooms       join, leave, who, caps
+  operations: messages                 send, recv, threads, acks, history, search
+  operations: leases                   claims on paths and resources, guard
+  operations: work states and quiet windows
+                                       what a session does; asking for quiet
+  operations: task board               a room's shared to-do list
+  operations: status                   the room at a glance (and the page's)
+  operations: reads and drift          what you read, and whether it changed
+  operations: signals and wakes        what hooks and levers ask of the store
+  operations: housekeeping             prune, store facts, the event log
+  signals: wake levers                 starting a turn in an idle session
+  harnesses: setup and doctor          each harness's files, hooks and checks
+  MCP server                           JSON-RPC over stdio
+  hook front end                       a harness's hook event in, its answer out
+  CLI                                  the command table and its runners
+  main                                 the command line's one entry
+  appendix: PostgreSQL store           a wire-protocol client and its dialect
+  appendix: benchmark                  bench: hot paths against measured limits
+  appendix: operator page              ui: a live page on 127.0.0.1
+  appendix: the operator page's HTML, CSS and JavaScript
+                                       the page itself, as data
 
 Environment:
-  AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db)
+  AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
+                            postgresql:// URL
   AGENTS_ROOM_SESSION       default for --session in the CLI
-  AGENTS_ROOM_HARNESS_KEY   harness key, before CLAUDE_CODE_SESSION_ID,
-                            CODEX_THREAD_ID and HERMES_SESSION_ID
+  AGENTS_ROOM_HARNESS_KEY   harness key, before each harness's own variable
   AGENTS_ROOM_WAKE_CMD      a wake lever: a command run with the signal as its
                             last argument (split like a shell would, never run
                             by one)
   AGENTS_ROOM_GUARD         warn: guard reports but never refuses; off: skip it
-  AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S, AGENTS_ROOM_WAKE_TIMEOUT_S
-                            signal windows and the process-lever timeout
-  AGENTS_ROOM_SHARED_STORE=1  accept a group-writable store owned by another
+  AGENTS_ROOM_SHARED_STORE  1: accept a group-writable store owned by another
                             user (levers still run only as their recipient)
+  AGENTS_ROOM_NO_FTS        1: search with LIKE even where SQLite has FTS5
+Tuning (seconds unless said; defaults in the constants):
+  AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S   signal and hold windows
+  AGENTS_ROOM_WAKE_TIMEOUT_S                             a process lever's bound
+  AGENTS_ROOM_WAITER_LIFETIME_S, AGENTS_ROOM_WAITER_POLL_S
+                                                         the rewake waiter
+  AGENTS_ROOM_REMOTE_CHECK_S      a quiet hook asks a shared store this often
+  AGENTS_ROOM_VERDICT_STALE_S     another host's liveness verdict, at most
+  AGENTS_ROOM_EVENT_RETENTION_S, AGENTS_ROOM_MESSAGE_RETENTION_S   retention
+  AGENTS_ROOM_SESSION_STORED_MAX  characters of messages one session may keep
 Test seams (documented so tests never patch private names):
   AGENTS_ROOM_PROCSCAN=proc|ps   force the process scanner
   AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
-  AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests); only
-                                 with AGENTS_ROOM_TEST_SEAMS=1
+  AGENTS_ROOM_TEST_SEAMS=1       honour the two below (never by accident)
+  AGENTS_ROOM_TIME_OFFSET=SECS   shift this process's clock (TTL tests)
   AGENTS_ROOM_TEST_HOST=NAME     this process's host name (a second host on one
-                                 machine); only with AGENTS_ROOM_TEST_SEAMS=1
+                                 machine)
 """
 
 __version__ = "0.2.0"
@@ -124,6 +167,16 @@ RECV_WAIT_MAX_S = 300                 # msg_recv's wait_s over MCP
 
 WORK_STATES = ("started", "waiting", "blocked", "completed", "handoff", "failed")
 WINDOW_OPEN = ("pending", "active")
+WINDOW_OPEN_SQL = "(%s)" % ", ".join("'%s'" % state for state in WINDOW_OPEN)
+# Quiet windows' states as data, beside the deliveries' below: each state with
+# the states a window may enter it from, the column the move stamps and the
+# event it writes.  move_window is the one place a window's state changes.
+WINDOW_TRANSITIONS = {
+    "active": (("pending",), "activated_at", "window.activate"),
+    "released": (("active",), "ended_at", "window.release"),
+    "cancelled": (WINDOW_OPEN, "ended_at", "window.cancel"),
+    "expired": (WINDOW_OPEN, "ended_at", "window.expire"),
+}
 WINDOW_TTL_S = 30 * 60
 WINDOW_ACK_TIMEOUT_S = 5 * 60
 
@@ -147,6 +200,12 @@ TRANSITIONS = {
     "acked": (UNREAD_STATES + ("read",), ("read_at", "wake_next_at")),
     "expired": (UNREAD_STATES, ("wake_next_at",)),
 }
+# A delivery's stamps, which record what happened to it without changing its
+# state: when a signal last reached it (offered_at) or it last held a Stop
+# (stop_held_at), when its next wake is due and how many were tried, how the
+# last wake failed.  stamp is the one place they are written.
+DELIVERY_STAMPS = ("offered_at", "stop_held_at", "wake_next_at", "wake_attempts",
+                   "wake_failed")
 
 
 VERDICT_STALE_S = 10 * 60            # another host's liveness verdict, at most
@@ -1481,6 +1540,39 @@ def advance(conn, state, at, where, params):
         values + list(params) + list(before)).rowcount
 
 
+class Sql(str):
+    """An SQL expression written in code (never from data), for stamp."""
+
+
+def stamp(conn, where, params, keep=False, **values):
+    """Set stamps (DELIVERY_STAMPS) of the deliveries matching `where` (an SQL
+    condition written in code); keep: only where a stamp is not set yet.  A
+    value may be an Sql expression (wake_attempts=Sql("wake_attempts-1")).
+    Returns how many deliveries matched."""
+    sets, bound = [], []
+    for column, value in sorted(values.items()):
+        assert column in DELIVERY_STAMPS, column
+        if isinstance(value, Sql):
+            sets.append("%s=%s" % (column, value))
+            continue
+        sets.append("%s=COALESCE(%s, ?)" % (column, column) if keep else "%s=?" % column)
+        bound.append(value)
+    return conn.execute("UPDATE deliveries SET %s WHERE %s" % (", ".join(sets), where),
+                        bound + list(params)).rowcount
+
+
+def move_window(conn, window_id, state, at, session_id, data=None):
+    """Move a quiet window to `state` from a state allowed to precede it
+    (WINDOW_TRANSITIONS), stamp when and write its event; False when the
+    window was in no such state."""
+    before, column, kind = WINDOW_TRANSITIONS[state]
+    moved = conn.execute("UPDATE windows SET state=?, %s=? WHERE id=? AND state IN (%s)" % (
+        column, ",".join("?" * len(before))), [state, at, window_id] + list(before)).rowcount
+    if moved:
+        event(conn, kind, session_id, subject=window_id, data=data, at=at)
+    return bool(moved)
+
+
 def unread_count(conn, session_id):
     return conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=? AND "
                         "state IN " + UNREAD_SQL, (session_id,)).fetchone()[0]
@@ -1513,17 +1605,15 @@ def sweep_windows(conn, at):
     """Windows move on with time: pending past its ack deadline without every
     ack, or any open window past its end, expires."""
     for window in conn.execute(
-            "SELECT * FROM windows WHERE state IN ('pending', 'active') AND "
-            "(expires_at <= ? OR (state = 'pending' AND ack_deadline <= ?))",
-            (at, at)).fetchall():
+            "SELECT * FROM windows WHERE state IN %s AND "
+            "(expires_at <= ? OR (state = 'pending' AND ack_deadline <= ?))"
+            % WINDOW_OPEN_SQL, (at, at)).fetchall():
         required = set(json.loads(window["required"]))
         acked = set(json.loads(window["acked"]))
         if window["expires_at"] > at and required <= acked:
             continue          # acked in time: it may still activate until it ends
-        conn.execute("UPDATE windows SET state='expired', ended_at=? WHERE id=?",
-                     (at, window["id"]))
-        event(conn, "window.expire", window["session_id"], subject=window["id"], at=at,
-              data={"was": window["state"], "missing_acks": sorted(required - acked)})
+        move_window(conn, window["id"], "expired", at, window["session_id"], {
+            "was": window["state"], "missing_acks": sorted(required - acked)})
 
 
 def retention(conn, at, batch=RETENTION_BATCH):
@@ -2029,13 +2119,23 @@ CALLER_FORMS = ("required", "present", "optional", "key", "none")
 
 
 class Tool:
+    """Everything about one operation, for every front end: its MCP metadata,
+    its command (cli, positional, flags, example, cli_extra), how the command
+    renders its answer and which answers exit 1 (refusal: ok is false), and
+    how the door runs it (caller, prepare, after, degrades).  parks names the
+    argument that makes a call wait (the MCP server parks it, the CLI polls);
+    tells_mail: the answer is about the caller's mail, so no signal rides it."""
+
     def __init__(self, fn, name, title, params, required, output, cli, positional,
                  flags, example, read_only, destructive, idempotent, caller, prepare,
-                 public, after, degrades):
+                 public, after, degrades, render, refusal, parks, tells_mail,
+                 cli_extra):
         self.fn, self.name, self.title = fn, name, title
         self.params, self.required, self.output = params, tuple(required), output
         self.cli, self.positional, self.flags = cli, positional, flags
         self.example = example
+        self.render, self.refusal, self.parks = render, refusal, parks
+        self.tells_mail, self.cli_extra = tells_mail, cli_extra
         self.read_only = read_only
         self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
         # Answered from a plain read when the disk is full (op.readonly): a
@@ -2062,21 +2162,38 @@ TOOLS = {}
 
 def tool(name, title, params, required=(), output=None, cli=None, positional=(),
          flags=None, example="", read_only=False, destructive=False, idempotent=False,
-         caller=None, prepare=None, public=True, after=True, degrades=False):
+         caller=None, prepare=None, public=True, after=True, degrades=False, render=None,
+         refusal=False, parks=None, tells_mail=False, cli_extra=None):
     """Register an operation.  public=False keeps it off tools/list and out of
     the MCP server (the hook front end and guard use such operations)."""
     if caller is None:
         caller = "none" if "session_id" not in params else (
             "required" if "session_id" in required else "optional")
     assert caller in CALLER_FORMS, caller
+    assert cli is None or render is not None or (cli_extra and cli_extra.own), \
+        "%s: a command renders its answer" % name
+    assert parks is None or parks in params, name
 
     def register(fn):
         TOOLS[name] = Tool(fn, name, title, params, required, output or {"type": "object"},
                            cli, positional, flags or {}, example, read_only,
                            destructive, idempotent, caller, prepare, public, after,
-                           degrades)
+                           degrades, render, refusal, parks, tells_mail,
+                           cli_extra or CliExtra())
         return fn
     return register
+
+
+class CliExtra:
+    """What a tool's command adds to what its schema gives: options(sub) adds
+    options; pid(args, values) is the process whose life the session's is (a
+    join); answer(args, result) may replace the rendered answer (None keeps
+    it); nargs overrides a positional's count (guard --staged names none);
+    own: the CLI declares the command itself, built on the tool (guard)."""
+
+    def __init__(self, options=None, pid=None, answer=None, nargs=None, own=False):
+        self.options, self.pid, self.answer = options, pid, answer
+        self.nargs, self.own = nargs or {}, own
 
 
 def check_value(schema, value, where):
@@ -2235,8 +2352,8 @@ def untold_signal(op):
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
-    op.conn.execute("UPDATE deliveries SET offered_at=? WHERE session_id=? AND state IN %s "
-                    "AND offered_at IS NULL" % UNREAD_SQL, (op.at, me))
+    stamp(op.conn, "session_id=? AND state IN %s" % UNREAD_SQL, (me,), keep=True,
+          offered_at=op.at)
     op.event("signal.result", me, data={"text": text})
     return {"text": text, "count": unread_count(op.conn, me)}
 
@@ -2316,7 +2433,7 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
                 result = tool_.fn(op, **args)
                 op.liveness.record(conn)
                 if ctx.via == "mcp" and op.caller is not None and tool_.public and \
-                        name not in ("msg_recv", "msg_unread"):
+                        not tool_.tells_mail:
                     ctx.signal = untold_signal(op)
             for work in op.after:
                 work()
@@ -2381,6 +2498,177 @@ S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required":
 
 def out_schema(required, **props):
     return {"type": "object", "properties": props, "required": list(required)}
+
+
+# ---- results as text -----------------------------------------------------
+# How a command shows a tool's answer to a person: each tool's row names its
+# renderer (render=), built from these.  Plain text, one line per item where
+# it can be; every stored string passes one_line or clean.
+
+
+def _short(session_id):
+    return (session_id or "")[:16]
+
+
+def _who_name(item):
+    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
+
+
+def ago(ts_iso, at=None):
+    """'2m ago' for a person, from an ISO time (or None)."""
+    if not ts_iso:
+        return "never"
+    import calendar
+    try:
+        ts = calendar.timegm(time.strptime(ts_iso[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return ts_iso
+    delta = (at or time.time()) - ts
+    if delta < 0:
+        return "in " + duration_text(-delta)
+    return duration_text(delta) + " ago"
+
+
+def _render_messages(messages, empty):
+    if not messages:
+        return empty
+    lines = []
+    for m in messages:
+        head = "#%d  %s  from %s" % (m["message_id"], m["created_at"], _who_name(
+            {"label": m["sender_label"], "session_id": m["sender"]}))
+        if m.get("reply_to"):
+            head += "  (reply to #%d)" % m["reply_to"]
+        if m.get("importance") not in (None, "normal"):
+            head += "  [%s]" % m["importance"]
+        if m.get("ack_required"):
+            head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
+        lines.append(head)
+        if m.get("subject"):
+            lines.append("    subject: " + one_line(m["subject"], 200))
+        for line in (m.get("body") or "").splitlines():
+            lines.append("    " + clean(line))
+    return "\n".join(lines)
+
+
+def _table(rows):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in rows)
+
+
+def _render_session_table(sessions):
+    if not sessions:
+        return "nobody here"
+    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "BRANCH",
+             "ROOMS")]
+    for s in sessions:
+        level = "%d" % s["autonomy"] + (
+            " (asked %d)" % s["autonomy_requested"]
+            if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
+        if s.get("lever"):
+            level += " " + s["lever"]
+        rows.append((s["session_id"] + ("*" if s.get("you") else ""),
+                     one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
+                     s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
+                     ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
+                         " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
+                     one_line(",".join(s["rooms"]), 200) or "(left)"))
+    return _table(rows)
+
+
+def _render_lease(lease):
+    return "%s  %s  %s  until %s  (%s)%s" % (
+        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
+        lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
+        if lease.get("purpose") else "")
+
+
+def _render_sent(result):
+    if not result["messages"]:
+        return "nothing sent yet"
+    lines = []
+    for m in result["messages"]:
+        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left%s" % (
+            m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
+            m["sent"], m["pending"], m["left"], ", %d acks owed (%d overdue)" % (
+                m["acks_owed"], m["acks_overdue"]) if "acks_owed" in m else ""))
+        for d in m["deliveries"]:
+            lines.append("    %-13s %s%s%s" % (
+                d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
+                "  wake failed: " + one_line(d["wake_failed"], 80)
+                if d.get("wake_failed") else ""))
+    return "\n".join(lines)
+
+
+def _render_recv(result):
+    if result["messages"]:
+        return _render_messages(result["messages"], "") + (
+            "\n(%d more unread: recv again)" % result["more"] if result.get("more") else "")
+    inbox = result["inbox"]
+    return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
+        ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
+        inbox["read_total"], inbox["last_created_at"] or "never"))
+
+
+def _render_window(w):
+    text = "quiet window #%d %s by %s: %s on %s until %s" % (
+        w["window_id"], w["state"], one_line(w["label"] or w["session_id"], 40),
+        one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
+        w["expires_at"])
+    if w["state"] == "pending" and w["missing_acks"]:
+        text += "\n    waiting for acks from %s (by %s)" % (", ".join(
+            one_line(l, 30) for l in w.get("missing_labels", w["missing_acks"])),
+            w["ack_deadline"])
+    if w.get("reason") and not w.get("ok", True):
+        text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
+    return text
+
+
+def _render_status(r):
+    lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
+    for room in r["rooms"]:
+        count = len(room["sessions"])
+        lines.append("== %s (cap %s, %d session%s)" % (
+            one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
+        for t in room.get("tasks", []):
+            lines.append("   task #%d %s: %s" % (t["task_id"], t["state"],
+                                                one_line(t["title"], 70)))
+        for m in room["recent"]:
+            lines.append("   #%d %s: %s" % (m["message_id"], one_line(
+                m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
+    if r["sessions"]:
+        lines.append("== sessions")
+    for s in r["sessions"]:
+        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
+            w["summary"], 40) if w["summary"] else "") for w in s["work"])
+        lines.append(("   %s  %-8s autonomy %d  unread %d%s  %s" % (
+            _who_name(s), s["liveness"], s["autonomy"], s["unread"],
+            "  on " + one_line(s["branch"], 40) + (" (%s)" % one_line(s["worktree"], 40)
+                                                  if s.get("worktree") else "")
+            if s.get("branch") else "", work)).rstrip())
+    if r["leases"]:
+        lines.append("== leases")
+    lines += ["   " + _render_lease(l) for l in r["leases"]]
+    if r["windows"]:
+        lines.append("== quiet windows")
+    lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
+    return "\n".join(lines)
+
+
+def _render_send(r):
+    text = "message #%d -> %d recipient%s" % (
+        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s")
+    if r.get("recipient_labels"):
+        text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
+    return text
+
+
+def _render_task(t):
+    return "#%d  %-7s %s  (%s)%s%s" % (
+        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
+        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
+                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
+        "  - " + one_line(t["note"], 80) if t.get("note") else "")
 
 
 # ---- operations: sessions and rooms --------------------------------------
@@ -2550,6 +2838,32 @@ def _string_list(value, what, limit):
     return values
 
 
+def _join_options(sub):
+    sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
+                     "session's (default: the shell you typed the command in)")
+    sub.add_argument("--shell", choices=["sh", "fish"],
+                     help="print only the line that sets AGENTS_ROOM_SESSION, for "
+                          "eval \"$(... join --shell sh)\" (fish: ... | source)")
+
+
+def _join_pid(args, values):
+    """A terminal session lives as long as the shell it was joined from."""
+    if args.pid is not None or values.get("harness_key") or harness_key_from(os.environ):
+        return args.pid
+    return terminal_shell(os.getppid())
+
+
+def _join_answer(args, result):
+    if args.shell == "fish":
+        return "set -gx AGENTS_ROOM_SESSION %s" % result["session_id"]
+    if args.shell:
+        return "export AGENTS_ROOM_SESSION=%s" % result["session_id"]
+    return None
+
+
+JOIN_CLI = CliExtra(_join_options, _join_pid, _join_answer)
+
+
 @tool("room_join", "Join rooms", {
     "room": dict(S_ROOM, description="your repository room; default repo:<git top level "
                  "of cwd>; a bare name gets repo:"),
@@ -2574,7 +2888,10 @@ def _string_list(value, what, limit):
                      warning={"type": "string"}),
     cli="join", flags={"extra_rooms": "--also", "tags": "--tag"},
     example="join --room repo:api --also storefront --label api --autonomy 2",
-    idempotent=True)
+    idempotent=True, cli_extra=JOIN_CLI,
+    render=lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
+        % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
+           r["session_id"]))
 def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
               autonomy=None, harness=None, harness_key=None, cwd=None):
     """Join your repository room and any shared rooms; returns the session_id
@@ -2706,18 +3023,17 @@ def release_all(op, session_id, why):
 def end_windows(op, session_id, why):
     """Quiet windows end with their owner: a leave or a prune cancels them."""
     for window in op.conn.execute(
-            "SELECT id, state FROM windows WHERE session_id=? AND state IN "
-            "('pending', 'active')", (session_id,)).fetchall():
-        op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
-                        (op.at, window["id"]))
-        op.event("window.cancel", session_id, subject=window["id"],
-                 data={"was": window["state"], "why": why})
+            "SELECT id, state FROM windows WHERE session_id=? AND state IN %s"
+            % WINDOW_OPEN_SQL, (session_id,)).fetchall():
+        move_window(op.conn, window["id"], "cancelled", op.at, session_id,
+                    {"was": window["state"], "why": why})
 
 
 @tool("room_leave", "Leave every room", {"session_id": S_SESSION}, ["session_id"],
       output=out_schema(["ok"], ok={"type": "boolean"}, session_id={"type": "string"},
                         left_rooms={"type": "array", "items": {"type": "string"}}),
-      cli="leave", example="leave --session $ID", destructive=True, idempotent=True)
+      cli="leave", example="leave --session $ID", destructive=True, idempotent=True,
+      render=lambda r: "left %s" % (", ".join(r["left_rooms"]) or "no rooms"))
 def room_leave(op):
     """Leave every room and release your leases. The session stays on record
     (marked left) so history and errors can still name it; joining again with
@@ -2738,7 +3054,9 @@ def room_leave(op):
       output=out_schema(["ok"], ok={"type": "boolean"}, room={"type": "string"},
                         rooms={"type": "array", "items": {"type": "string"}}),
       cli="leave-room", positional=("room",),
-      example="leave-room --session $ID shared:storefront", destructive=True)
+      example="leave-room --session $ID shared:storefront", destructive=True,
+      render=lambda r: "left %s; still in %s" % (r["room"],
+                                                                ", ".join(r["rooms"]) or "none"))
 def room_leave_room(op, room):
     """Leave one room and stay in the rest (your session, leases and other
     rooms are kept). A bare name matches the repo: or shared: room you are in."""
@@ -2763,7 +3081,8 @@ def room_leave_room(op, room):
 @tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
       output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
                         room={"type": ["string", "null"]}),
-      cli="who", example="who --room shared:storefront", read_only=True, idempotent=True)
+      cli="who", example="who --room shared:storefront", read_only=True, idempotent=True,
+      render=lambda r: _render_session_table(r["sessions"]))
 def room_who(op, room=None):
     """List sessions with their liveness (alive, gone or unknown), autonomy and
     rooms: those in room, else those sharing a room with session_id, else
@@ -2798,7 +3117,10 @@ def room_who(op, room=None):
                       autonomy={"type": "integer"},
                       lowered={"type": "array", "items": {"type": "string"}}),
     cli="set-cap", flags={"autonomy": "autonomy"}, positional=("autonomy",),
-    example="set-cap --room shared:storefront hold", idempotent=True)
+    example="set-cap --room shared:storefront hold", idempotent=True,
+    render=lambda r: "autonomy cap of %s is %s%s" % (
+            r["room"], autonomy_name(r["autonomy"]),
+            "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""))
 def room_set_autonomy_cap(op, autonomy, room=None):
     """Set the highest autonomy any member of a room may use (0 notify, 1 hold,
     2 wake). Members above it are lowered at once and later joins are clamped;
@@ -3039,7 +3361,8 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
                       recipient_labels={"type": "array", "items": {"type": "string"}},
                       warning={"type": "string"}),
     cli="send", flags={"ttl_s": "--ttl"}, caller="present",
-    example='send --session $ID --to file:src/api/users.go --subject "need a phone field"')
+    example='send --session $ID --to file:src/api/users.go --subject "need a phone field"',
+    render=_render_send)
 def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
              importance="normal", ack_required=False, ack_by=None):
     """Send to the sessions sharing a room with you that `to` picks: '*', a
@@ -3103,7 +3426,8 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
                                          "last_created_at"]},
                         more={"type": "integer"}, warning={"type": "string"}),
       cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
-      degrades=True)
+      degrades=True, parks="wait_s", tells_mail=True,
+      render=_render_recv)
 def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     """Fetch your unread messages (of one thread, if given), oldest first, and
     mark them read (peek: mark nothing). wait_s: wait up to that long for one.
@@ -3154,7 +3478,8 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
 @tool("msg_get", "One message by id", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
       ["session_id", "message_id"], output=out_schema(["message"], message=S_MESSAGE),
       cli="show", positional=("message_id",), example="show --session $ID 42",
-      read_only=True, idempotent=True)
+      read_only=True, idempotent=True,
+      render=lambda r: _render_messages([r["message"]], ""))
 def msg_get(op, message_id):
     """One message you can see (yours, sent to you, or in one of your rooms),
     changing nothing: not even marking it read."""
@@ -3181,7 +3506,8 @@ def thread_of(op, message_id):
       output=out_schema(["thread_id", "messages"], thread_id={"type": "integer"},
                         messages={"type": "array", "items": S_MESSAGE}),
       cli="thread", positional=("message_id",), example="thread --session $ID 42",
-      read_only=True, idempotent=True)
+      read_only=True, idempotent=True,
+      render=lambda r: _render_messages(r["messages"], "(no messages)"))
 def msg_thread(op, message_id):
     """The thread a message belongs to (its root and every reply), oldest
     first. Marks nothing read."""
@@ -3194,7 +3520,8 @@ def msg_thread(op, message_id):
     ["session_id", "message_id"],
     output=out_schema(["ok"], ok={"type": "boolean"}, message_id={"type": "integer"},
                       state={"type": "string"}),
-    cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True)
+    cli="ack", positional=("message_id",), example="ack --session $ID 42", idempotent=True,
+    render=lambda r: "acked #%d" % r["message_id"])
 def msg_ack(op, message_id):
     """Confirm a message you were sent (after acting on it). Acking an unread
     message is allowed; an expired one is an error; a second ack changes
@@ -3218,7 +3545,9 @@ def msg_ack(op, message_id):
 
 @tool("msg_unread", "Count unread messages", {"session_id": S_SESSION}, ["session_id"],
       output=out_schema(["count"], count={"type": "integer"}),
-      cli="unread", example="unread --session $ID", read_only=True, idempotent=True)
+      cli="unread", example="unread --session $ID", read_only=True, idempotent=True,
+      tells_mail=True,
+      render=lambda r: "%d" % r["count"])
 def msg_unread(op):
     """How many messages wait for you, without marking anything read."""
     return {"count": unread_count(op.conn, op.me)}
@@ -3239,7 +3568,8 @@ def msg_unread(op):
               "left": {"type": "integer"}},
           "required": ["message_id", "subject", "created_at", "deliveries", "sent",
                        "pending", "left"]}}),
-      cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True)
+      cli="sent", example="sent --session $ID --limit 5", read_only=True, idempotent=True,
+      render=_render_sent)
 def msg_sent(op, limit=20):
     """Your newest sent messages (shown oldest first) with each recipient's
     delivery state (stored, offered, accepted, undeliverable, read, acked,
@@ -3340,7 +3670,10 @@ def search_messages(op, rooms, query, before, limit):
                       messages={"type": "array", "items": S_MESSAGE},
                       more={"type": "integer"}),
     cli="history", example="history --room shared:storefront", read_only=True,
-    idempotent=True)
+    idempotent=True,
+    render=lambda r: "%s\n%s%s" % (r["room"], _render_messages(
+            r["messages"], "(no messages yet)"), "\nolder messages: history --before %d" % (
+                r["messages"][0]["message_id"]) if r.get("more") and r["messages"] else ""))
 def room_history(op, room=None, limit=50, before=None, query=None, thread=None):
     """A room's newest messages (shown oldest first), complete even for
     sessions that joined later; marks nothing read. Room: default your
@@ -3513,6 +3846,15 @@ def _overlapping_ignoring_case(conn, key, at):
         if lease["key"].lower() in ancestors or lease["key"].lower().startswith(prefix)]
 
 
+def holder_liveness(op, lease):
+    """The liveness of a lease's holder; a holder that is gone (never one
+    that may be alive, never unknown) holds nothing: its lease may be taken
+    over by a claim, is ignored by the guard, and may be released by the
+    operator."""
+    holder = op.session(lease["session_id"])
+    return op.liveness(holder) if holder is not None else "gone"
+
+
 def lease_dict(conn, lease, liveness):
     holder = session_row(conn, lease["session_id"])
     return {"session_id": lease["session_id"], "label": holder["label"] if holder else None,
@@ -3569,7 +3911,11 @@ S_BROAD = {"type": "boolean", "description": "allow a filesystem or repository r
                       leases={"type": "array", "items": S_LEASE},
                       taken_over={"type": "array", "items": S_LEASE}),
     cli="claim", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
-    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m')
+    example='claim --session $ID src/api/ db:main --purpose "migrate users" --ttl 30m',
+    refusal=True,
+    render=lambda r: ("%s %s lease on %s until %s" % (
+            r["reason"], r["lease"]["mode"], one_line(r["lease"]["path"], 200),
+            r["lease"]["expires_at"]) if r["ok"] else "refused: " + one_line(r["reason"], 1000)))
 def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusive",
                 purpose=None, broad=False):
     """Claim a lease before editing files (or using a database, service,
@@ -3590,8 +3936,7 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusiv
     for resource in targets:
         for lease in overlapping_leases(conn, resource, at, exclude=me):
             if mode == "exclusive" or lease["mode"] == "exclusive":
-                holder = session_row(conn, lease["session_id"])
-                if holder is None or op.liveness(holder) == "gone":
+                if holder_liveness(op, lease) == "gone":
                     stale[lease["id"]] = lease
                 else:
                     conflicts[lease["id"]] = lease
@@ -3658,7 +4003,9 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode="exclusiv
       output=dict(S_LEASE, properties=dict(S_LEASE["properties"], leases={
           "type": "array", "items": S_LEASE})),
       cli="renew", positional=("resources",), flags={"ttl_s": "--ttl"}, caller="present",
-      example="renew --session $ID src/a.go --ttl 900", idempotent=True)
+      example="renew --session $ID src/a.go --ttl 900", idempotent=True,
+      render=lambda r: "renewed %s until %s" % (one_line(r["path"], 200),
+                                                          r["expires_at"]))
 def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
     """Extend live leases you hold (all named, or none). An expired lease, or
     one held by another session, is not renewed: the error says which (claim
@@ -3697,7 +4044,8 @@ def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
       output=out_schema(["ok"], ok={"type": "boolean"}, path={"type": "string"},
                         released={"type": "array", "items": {"type": "string"}}),
       cli="release", positional=("resources",), example="release --session $ID src/a.go",
-      destructive=True)
+      destructive=True,
+      render=lambda r: "released %s" % one_line(r["path"], 200))
 def lease_release(op, path=None, resources=None):
     """Release leases you hold (all named, or none), as soon as you are done,
     so others waiting for them can claim them."""
@@ -3732,7 +4080,10 @@ def _check_one(op, resource):
                         path={"type": "string"},
                         resources={"type": "array", "items": {"type": "object"}}),
       cli="check", positional=("resources",), example="check --session $ID src/a.go",
-      read_only=True, idempotent=True)
+      read_only=True, idempotent=True,
+      render=lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
+                                    "taken: " + _render_lease(r["lease"])) + (
+              "\n  held by you too" if r["free"] and r["lease"] else ""))
 def lease_check(op, path=None, resources=None):
     """Whether resources are free of other sessions' live leases, counting
     leases on a directory above a path or on anything under it. lease is the
@@ -3751,7 +4102,8 @@ def lease_check(op, path=None, resources=None):
 
 @tool("lease_list", "Leases in your rooms", {"session_id": S_SESSION}, ["session_id"],
       output=out_schema(["leases"], leases={"type": "array", "items": S_LEASE}),
-      cli="leases", example="leases --session $ID", read_only=True, idempotent=True)
+      cli="leases", example="leases --session $ID", read_only=True, idempotent=True,
+      render=lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases")
 def lease_list(op):
     """Live leases held by you and by the sessions sharing a room with you, with
     each holder's label, liveness, purpose and expiry."""
@@ -3779,7 +4131,7 @@ def lease_list(op):
     windows={"type": "array", "items": {"type": "object"}}),
     cli="guard", positional=("resources",),
     example="guard --session $ID src/api/users.go --require-held", read_only=True,
-    idempotent=True)
+    idempotent=True, cli_extra=CliExtra(nargs={"resources": "*"}, own=True))
 def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusive",
                 ignorecase=False):
     """May a script or git hook touch these resources? safe is false when
@@ -3833,8 +4185,7 @@ def ui_lease_release(op, holder, resource):
                             (holder, resource)).fetchone()
     if lease is None:
         raise RoomError("no lease of %s on %s" % (holder, resource))
-    row = session_row(op.conn, holder)
-    liveness = op.liveness(row) if row else "gone"
+    liveness = holder_liveness(op, lease)
     if liveness != "gone":
         raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
             resource, liveness))
@@ -3865,7 +4216,10 @@ def ui_lease_release(op, holder, resource):
                       recipients={"type": "integer"}),
     cli="work", positional=("state",), caller="present",
     example='work --session $ID handoff --scope api-v2 --summary "ready for review" '
-            '--to tag:reviewer')
+            '--to tag:reviewer',
+            render=lambda r: "%s %s%s" % (one_line(r["scope"], 60), r["state"], (
+                    "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
+                    if r["message_id"] else ""))
 def work_set(op, state, scope, summary=None, to=None):
     """Record your work state on a scope: started, waiting, blocked, completed,
     handoff or failed. who and status show the latest per scope; completed and
@@ -3925,7 +4279,8 @@ def _own_window(op, window_id, allowed, verb):
     cli="window request", positional=("resources",),
     flags={"ttl_s": "--ttl", "ack_timeout_s": "--ack-timeout"}, caller="present",
     example='window request --session $ID db:main --purpose "apply migration" '
-            '--require tag:reviewer')
+            '--require tag:reviewer',
+            render=_render_window)
 def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
                    ack_timeout_s=WINDOW_ACK_TIMEOUT_S, broad=False):
     """Ask for quiet on resources before an operation that must not be
@@ -3972,7 +4327,8 @@ def window_request(op, resources, purpose, require=None, ttl_s=WINDOW_TTL_S,
 @tool("window_ack", "Agree to a quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
     output=S_WINDOW, cli="window ack", positional=("window_id",),
-    example="window ack --session $ID 3", idempotent=True)
+    example="window ack --session $ID 3", idempotent=True,
+    render=_render_window)
 def window_ack(op, window_id):
     """Acknowledge a quiet window you were asked about (before its deadline).
     Release your overlapping leases too: the window activates only when they
@@ -3999,8 +4355,9 @@ def window_ack(op, window_id):
     output=dict(S_WINDOW, properties=dict(S_WINDOW["properties"], ok={"type": "boolean"},
                                           reason={"type": "string"},
                                           holders={"type": "array", "items": S_LEASE})),
-    cli="window activate", positional=("window_id",), caller="present",
-    example="window activate --session $ID 3")
+    cli="window activate", positional=("window_id",), caller="present", refusal=True,
+    example="window activate --session $ID 3",
+    render=_render_window)
 def window_activate(op, window_id):
     """Start your pending window: it succeeds (ok true) only when every required
     session acked in time, every overlapping lease of others is released, and
@@ -4027,51 +4384,50 @@ def window_activate(op, window_id):
     if problems:
         op.event("window.refused", op.me, subject=window_id, data={"problems": problems})
         return dict(shown, ok=False, reason="; ".join(problems), holders=holders)
-    conn.execute("UPDATE windows SET state='active', activated_at=? WHERE id=?",
-                 (op.at, window_id))
-    op.event("window.activate", op.me, subject=window_id)
+    move_window(conn, window_id, "active", op.at, op.me)
     return dict(window_dict(conn, _load_window(conn, window_id)), ok=True,
                 reason="active", holders=[])
 
 
-def _end_window(op, window_id, state, allowed):
-    _own_window(op, window_id, allowed, state)
-    op.conn.execute("UPDATE windows SET state=?, ended_at=? WHERE id=?",
-                    (state, op.at, window_id))
-    op.event({"released": "window.release", "cancelled": "window.cancel"}[state],
-             op.me, subject=window_id)
+def _end_window(op, window_id, state):
+    _own_window(op, window_id, WINDOW_TRANSITIONS[state][0], state)
+    move_window(op.conn, window_id, state, op.at, op.me)
     return window_dict(op.conn, _load_window(op.conn, window_id))
 
 
 @tool("window_release", "End the quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
     output=S_WINDOW, cli="window release", positional=("window_id",),
-    example="window release --session $ID 3", destructive=True)
+    example="window release --session $ID 3", destructive=True,
+    render=_render_window)
 def window_release(op, window_id):
     """End your active quiet window once the operation is done: others may
     claim the resources again."""
-    return _end_window(op, window_id, "released", ("active",))
+    return _end_window(op, window_id, "released")
 
 
 @tool("window_cancel", "Cancel a quiet window", {
     "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
     output=S_WINDOW, cli="window cancel", positional=("window_id",),
-    example="window cancel --session $ID 3", destructive=True)
+    example="window cancel --session $ID 3", destructive=True,
+    render=_render_window)
 def window_cancel(op, window_id):
     """Cancel your pending or active quiet window."""
-    return _end_window(op, window_id, "cancelled", WINDOW_OPEN)
+    return _end_window(op, window_id, "cancelled")
 
 
 @tool("window_status", "Quiet windows", {
     "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
     output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
-    cli="window status", example="window status", read_only=True, idempotent=True)
+    cli="window status", example="window status", read_only=True, idempotent=True,
+    render=lambda r: "\n".join(_render_window(w) for w in r["windows"])
+        or "no open quiet windows")
 def window_status(op, window_id=None):
     """One quiet window by id, or every open (pending or active) one."""
     if window_id:
         return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
     return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
-        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")]}
+        "SELECT * FROM windows WHERE state IN %s ORDER BY id" % WINDOW_OPEN_SQL)]}
 
 
 @tool("ui_window_cancel", "The operator cancels a quiet window", {
@@ -4081,12 +4437,9 @@ def ui_window_cancel(op, window_id):
     """The operator ends someone's pending or active quiet window; the event
     is the operator's and names the window's owner."""
     window = _load_window(op.conn, window_id)
-    if window["state"] not in WINDOW_OPEN:
+    if not move_window(op.conn, window_id, "cancelled", op.at, op.me, {
+            "was": window["state"], "why": "operator", "owner": window["session_id"]}):
         raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
-    op.conn.execute("UPDATE windows SET state='cancelled', ended_at=? WHERE id=?",
-                    (op.at, window_id))
-    op.event("window.cancel", op.me, subject=window_id, data={
-        "was": window["state"], "why": "operator", "owner": window["session_id"]})
     return window_dict(op.conn, _load_window(op.conn, window_id))
 
 
@@ -4125,7 +4478,10 @@ def task_dict(op, row):
     output=out_schema(["ok"], ok={"type": "boolean"}, reason={"type": "string"},
                       task=S_TASK, tasks={"type": "array", "items": S_TASK}),
     cli="task", positional=("action", "task_id"), caller="present",
-    example='task --session $ID add --title "add the phone field"')
+    example='task --session $ID add --title "add the phone field"', refusal=True,
+    render=lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
+        if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
+            r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200))
 def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
          limit=50):
     """A room's task board. add (title, body?, room?: default your repository
@@ -4212,7 +4568,8 @@ STATUS_SCHEMA_VERSION = 1
                       leases={"type": "array", "items": S_LEASE},
                       windows={"type": "array", "items": S_WINDOW}),
     cli="status", example="status --room shared:storefront --json", read_only=True,
-    idempotent=True)
+    idempotent=True,
+    render=_render_status)
 def room_status(op, room=None):
     """One snapshot: sessions with liveness, autonomy, work states and unread
     counts; live leases with purpose and expiry; open quiet windows; the last
@@ -4238,7 +4595,7 @@ def room_status(op, room=None):
         "SELECT * FROM leases WHERE expires_at > ? ORDER BY path", (at,))
         if lease["session_id"] in ids or not room]
     windows = [window_dict(conn, w) for w in conn.execute(
-        "SELECT * FROM windows WHERE state IN ('pending', 'active') ORDER BY id")
+        "SELECT * FROM windows WHERE state IN %s ORDER BY id" % WINDOW_OPEN_SQL)
         if w["session_id"] in ids or not room]
     room_items = []
     for name in rooms:
@@ -4326,7 +4683,8 @@ def _hash_now(op, path):
       output=out_schema(["hash"], hash={"type": "string"}, path={"type": "string"},
                         read_at=S_TIME),
       cli="note-read", positional=("path",), example="note-read --session $ID src/a.go",
-      idempotent=True, prepare=_hash_now)
+      idempotent=True, prepare=_hash_now,
+      render=lambda r: "%s  %s" % (r["hash"], one_line(r["path"], 200)))
 def note_read(op, path):
     """Record the SHA-256 of a file as you read it now, the baseline drift_check
     compares against later."""
@@ -4377,7 +4735,8 @@ def lease_holders_between(conn, key, session_id, start, end, real=None):
                       changed={"type": "boolean"}, holder=S_LEASE_OR_NULL, since=S_TIME,
                       message={"type": "string"}),
     cli="drift", positional=("path",), example="drift --session $ID src/a.go",
-    read_only=True, idempotent=True, prepare=_hash_now)
+    read_only=True, idempotent=True, prepare=_hash_now,
+    render=lambda r: "%s  %s" % (r["severity"], one_line(r["message"], 400)))
 def drift_check(op, path):
     """Compare a file with the hash note_read recorded. SAFE: unchanged, or no
     baseline. MINOR: changed (or deleted), no other session leased it meanwhile.
@@ -4451,9 +4810,8 @@ def mark_offered(op, session_id, stop=False):
     """Signalling moves stored (and undeliverable) deliveries to offered and
     stamps when; it never moves a state backwards."""
     advance(op.conn, "offered", op.at, "session_id=?", (session_id,))
-    column = "stop_held_at" if stop else "offered_at"
-    op.conn.execute("UPDATE deliveries SET %s=? WHERE session_id=? AND state IN %s"
-                    % (column, UNREAD_SQL), (op.at, session_id))
+    stamp(op.conn, "session_id=? AND state IN %s" % UNREAD_SQL, (session_id,),
+          **{"stop_held_at" if stop else "offered_at": op.at})
 
 
 @tool("signal_tool_event", "Signal on a tool event", {
@@ -4523,8 +4881,8 @@ def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False):
     if not due:
         # The turn ends here: wakes put off while it ran are due now.
         op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
-        op.conn.execute("UPDATE deliveries SET wake_next_at=? WHERE session_id=? AND "
-                        "wake_next_at > ?", (op.at, row["id"], op.at))
+        stamp(op.conn, "session_id=? AND wake_next_at > ?", (row["id"], op.at),
+              wake_next_at=op.at)
         return {"text": None}
     text = signal_text(op.conn, row["id"])
     mark_offered(op, row["id"], stop=True)
@@ -4646,9 +5004,8 @@ def mark_accepted(op, session_id, message_ids, lever, detail=None):
     read or acked one stays) and stop being retried; the event says which."""
     advance(op.conn, "accepted", op.at, "session_id=? AND message_id IN (%s)"
             % ",".join("?" * len(message_ids)), [session_id] + list(message_ids))
-    op.conn.execute("UPDATE deliveries SET wake_failed=NULL WHERE session_id=? AND "
-                    "message_id IN (%s)" % ",".join("?" * len(message_ids)),
-                    [session_id] + list(message_ids))
+    stamp(op.conn, "session_id=? AND message_id IN (%s)" % ",".join(
+        "?" * len(message_ids)), [session_id] + list(message_ids), wake_failed=None)
     op.event("wake.accepted", session_id,
              data={"lever": lever, "messages": message_ids, "detail": detail})
 
@@ -4667,11 +5024,9 @@ def wake_record(op, messages, lever, outcome, detail=""):
     if outcome == "accepted":
         mark_accepted(op, op.me, messages, lever, detail)
         return {"ok": True}
-    marks = ",".join("?" * len(messages))
-    op.conn.execute("UPDATE deliveries SET wake_failed=? WHERE session_id=? AND "
-                    "message_id IN (%s)" % marks, [
-                        one_line(detail, 200) if outcome == "failed" else None, op.me]
-                    + list(messages))
+    stamp(op.conn, "session_id=? AND message_id IN (%s)" % ",".join("?" * len(messages)),
+          [op.me] + list(messages),
+          wake_failed=one_line(detail, 200) if outcome == "failed" else None)
     op.event("wake." + outcome, op.me,
              data={"lever": lever, "messages": messages, "detail": detail})
     return {"ok": outcome != "failed"}
@@ -4714,10 +5069,8 @@ def wake_plan(op, limit=20):
     plans = {}
     for d in due:
         attempts = d["wake_attempts"] + 1
-        conn.execute("UPDATE deliveries SET wake_attempts=?, wake_next_at=? "
-                     "WHERE session_id=? AND message_id=?",
-                     (attempts, _wake_retry_at(attempts, at), d["session_id"],
-                      d["message_id"]))
+        stamp(conn, "session_id=? AND message_id=?", (d["session_id"], d["message_id"]),
+              wake_attempts=attempts, wake_next_at=_wake_retry_at(attempts, at))
         plans.setdefault(d["session_id"], []).append(d["message_id"])
     jobs = []
     for session_id, message_ids in plans.items():
@@ -4726,7 +5079,7 @@ def wake_plan(op, limit=20):
         params = [session_id] + message_ids
         text = signal_text(conn, session_id)
         if row["left_at"] is not None or effective_autonomy(conn, row) < 2 or text is None:
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            stamp(conn, scope, params, wake_next_at=None)
             continue
         data = json.loads(row["lever_data"] or "{}")
         lever = row["lever"]
@@ -4739,22 +5092,21 @@ def wake_plan(op, limit=20):
             # holds it (a lever fired now would start a stale turn later);
             # Claude Code arms its wake when a turn ends.  Try again later,
             # without spending one of the lever's attempts.
-            conn.execute("UPDATE deliveries SET wake_attempts=wake_attempts-1, "
-                         "wake_next_at=? WHERE " + scope, [at + WAKE_RETRY_FIRST_S] + params)
+            stamp(conn, scope, params, wake_attempts=Sql("wake_attempts-1"),
+                  wake_next_at=at + WAKE_RETRY_FIRST_S)
             op.event("wake.later", session_id, data={"messages": message_ids,
                                                      "busy": busy})
             continue
         if lever is None:
             advance(conn, "undeliverable", at, scope, params)
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            stamp(conn, scope, params, wake_next_at=None)
             op.event("wake.none", session_id, data={"messages": message_ids})
             continue
         advance(conn, "offered", at, scope, params)
-        conn.execute("UPDATE deliveries SET offered_at=COALESCE(offered_at, ?) WHERE "
-                     + scope, [at] + params)
+        stamp(conn, scope, params, keep=True, offered_at=at)
         if lever == "claude-rewake":
             # The armed waiter sees the delivery and wakes the session itself.
-            conn.execute("UPDATE deliveries SET wake_next_at=NULL WHERE " + scope, params)
+            stamp(conn, scope, params, wake_next_at=None)
         op.event("wake.try", session_id, data={"lever": lever, "messages": message_ids})
         if lever != "claude-rewake":
             jobs.append({"session_id": session_id, "messages": message_ids,
@@ -6099,12 +6451,12 @@ class McpServer:
         except RoomError as error:
             return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
                                      "isError": True})
-        if name == "msg_recv" and arguments.get("wait_s") and not result["messages"] \
-                and not self.in_batch:
+        parks = TOOLS[name].parks
+        if parks and arguments.get(parks) and not result["messages"] and not self.in_batch:
             # Parked, not slept on: the loop goes on answering other requests
             # and poll_waits answers this one when mail comes or time is up.
-            self.waits.append([id_, dict(arguments, wait_s=None),
-                               time.time() + arguments["wait_s"], result])
+            self.waits.append([id_, dict(arguments, **{parks: None}),
+                               time.time() + arguments[parks], result])
             return None
         return self.answer(id_, result)
 
@@ -6577,218 +6929,6 @@ def _hook_log(line):
 # tool's schema; the others are declared below with help written for a person
 # at a terminal.  main() looks a command up, parses, runs and renders.
 
-def _short(session_id):
-    return (session_id or "")[:16]
-
-
-def _who_name(item):
-    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
-
-
-def ago(ts_iso, at=None):
-    """'2m ago' for a person, from an ISO time (or None)."""
-    if not ts_iso:
-        return "never"
-    import calendar
-    try:
-        ts = calendar.timegm(time.strptime(ts_iso[:19], "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return ts_iso
-    delta = (at or time.time()) - ts
-    if delta < 0:
-        return "in " + duration_text(-delta)
-    return duration_text(delta) + " ago"
-
-
-def _render_messages(messages, empty):
-    if not messages:
-        return empty
-    lines = []
-    for m in messages:
-        head = "#%d  %s  from %s" % (m["message_id"], m["created_at"], _who_name(
-            {"label": m["sender_label"], "session_id": m["sender"]}))
-        if m.get("reply_to"):
-            head += "  (reply to #%d)" % m["reply_to"]
-        if m.get("importance") not in (None, "normal"):
-            head += "  [%s]" % m["importance"]
-        if m.get("ack_required"):
-            head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
-        lines.append(head)
-        if m.get("subject"):
-            lines.append("    subject: " + one_line(m["subject"], 200))
-        for line in (m.get("body") or "").splitlines():
-            lines.append("    " + clean(line))
-    return "\n".join(lines)
-
-
-def _table(rows):
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-                     for r in rows)
-
-
-def _render_session_table(sessions):
-    if not sessions:
-        return "nobody here"
-    rows = [("SESSION", "LABEL", "HARNESS", "LIVENESS", "AUTONOMY", "LAST SEEN", "BRANCH",
-             "ROOMS")]
-    for s in sessions:
-        level = "%d" % s["autonomy"] + (
-            " (asked %d)" % s["autonomy_requested"]
-            if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
-        if s.get("lever"):
-            level += " " + s["lever"]
-        rows.append((s["session_id"] + ("*" if s.get("you") else ""),
-                     one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
-                     s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
-                     ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
-                         " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
-                     one_line(",".join(s["rooms"]), 200) or "(left)"))
-    return _table(rows)
-
-
-def _render_lease(lease):
-    return "%s  %s  %s  until %s  (%s)%s" % (
-        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
-        lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
-        if lease.get("purpose") else "")
-
-
-def _render_sent(result):
-    if not result["messages"]:
-        return "nothing sent yet"
-    lines = []
-    for m in result["messages"]:
-        lines.append("#%d  %s  %s  - %d sent, %d pending, %d left%s" % (
-            m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
-            m["sent"], m["pending"], m["left"], ", %d acks owed (%d overdue)" % (
-                m["acks_owed"], m["acks_overdue"]) if "acks_owed" in m else ""))
-        for d in m["deliveries"]:
-            lines.append("    %-13s %s%s%s" % (
-                d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
-                "  wake failed: " + one_line(d["wake_failed"], 80)
-                if d.get("wake_failed") else ""))
-    return "\n".join(lines)
-
-
-def _render_recv(result):
-    if result["messages"]:
-        return _render_messages(result["messages"], "") + (
-            "\n(%d more unread: recv again)" % result["more"] if result.get("more") else "")
-    inbox = result["inbox"]
-    return ("no unread messages (rooms: %s; deliveries ever %d, read %d, newest %s)" % (
-        ", ".join(inbox["rooms"]) or "none", inbox["deliveries_total"],
-        inbox["read_total"], inbox["last_created_at"] or "never"))
-
-
-def _render_window(w):
-    text = "quiet window #%d %s by %s: %s on %s until %s" % (
-        w["window_id"], w["state"], one_line(w["label"] or w["session_id"], 40),
-        one_line(w["purpose"], 80), one_line(", ".join(w["resources"]), 200),
-        w["expires_at"])
-    if w["state"] == "pending" and w["missing_acks"]:
-        text += "\n    waiting for acks from %s (by %s)" % (", ".join(
-            one_line(l, 30) for l in w.get("missing_labels", w["missing_acks"])),
-            w["ack_deadline"])
-    if w.get("reason") and not w.get("ok", True):
-        text = "not activated: %s\n%s" % (one_line(w["reason"], 400), text)
-    return text
-
-
-def _render_status(r):
-    lines = ["status at %s (%s)" % (r["generated_at"], r["store"])]
-    for room in r["rooms"]:
-        count = len(room["sessions"])
-        lines.append("== %s (cap %s, %d session%s)" % (
-            one_line(room["room"], 100), room["cap"], count, "" if count == 1 else "s"))
-        for t in room.get("tasks", []):
-            lines.append("   task #%d %s: %s" % (t["task_id"], t["state"],
-                                                one_line(t["title"], 70)))
-        for m in room["recent"]:
-            lines.append("   #%d %s: %s" % (m["message_id"], one_line(
-                m["sender_label"] or "-", 20), one_line(m["subject"] or "(no subject)", 70)))
-    if r["sessions"]:
-        lines.append("== sessions")
-    for s in r["sessions"]:
-        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
-            w["summary"], 40) if w["summary"] else "") for w in s["work"])
-        lines.append(("   %s  %-8s autonomy %d  unread %d%s  %s" % (
-            _who_name(s), s["liveness"], s["autonomy"], s["unread"],
-            "  on " + one_line(s["branch"], 40) + (" (%s)" % one_line(s["worktree"], 40)
-                                                  if s.get("worktree") else "")
-            if s.get("branch") else "", work)).rstrip())
-    if r["leases"]:
-        lines.append("== leases")
-    lines += ["   " + _render_lease(l) for l in r["leases"]]
-    if r["windows"]:
-        lines.append("== quiet windows")
-    lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
-    return "\n".join(lines)
-
-
-def _render_send(r):
-    text = "message #%d -> %d recipient%s" % (
-        r["message_id"], r["recipients"], "" if r["recipients"] == 1 else "s")
-    if r.get("recipient_labels"):
-        text += ": " + ", ".join(one_line(l, 30) for l in r["recipient_labels"])
-    return text
-
-
-def _render_task(t):
-    return "#%d  %-7s %s  (%s)%s%s" % (
-        t["task_id"], t["state"], one_line(t["title"], 80), t["room"],
-        "  by %s, %s" % (one_line(t["claimant_label"] or t["claimed_by"], 30),
-                         t["claimant_liveness"]) if t["state"] == "claimed" else "",
-        "  - " + one_line(t["note"], 80) if t.get("note") else "")
-
-
-RENDER = {
-    "room_join": lambda r: "session %s in %s, autonomy %s\nexport AGENTS_ROOM_SESSION=%s"
-    % (r["session_id"], ", ".join(r["rooms"]), autonomy_name(r["autonomy"]),
-       r["session_id"]),
-    "room_leave": lambda r: "left %s" % (", ".join(r["left_rooms"]) or "no rooms"),
-    "room_leave_room": lambda r: "left %s; still in %s" % (r["room"],
-                                                          ", ".join(r["rooms"]) or "none"),
-    "room_who": lambda r: _render_session_table(r["sessions"]),
-    "room_set_autonomy_cap": lambda r: "autonomy cap of %s is %s%s" % (
-        r["room"], autonomy_name(r["autonomy"]),
-        "; lowered %s" % ", ".join(r["lowered"]) if r["lowered"] else ""),
-    "msg_send": _render_send,
-    "msg_recv": _render_recv,
-    "msg_ack": lambda r: "acked #%d" % r["message_id"],
-    "msg_get": lambda r: _render_messages([r["message"]], ""),
-    "msg_thread": lambda r: _render_messages(r["messages"], "(no messages)"),
-    "msg_unread": lambda r: "%d" % r["count"],
-    "msg_sent": _render_sent,
-    "room_history": lambda r: "%s\n%s%s" % (r["room"], _render_messages(
-        r["messages"], "(no messages yet)"), "\nolder messages: history --before %d" % (
-            r["messages"][0]["message_id"]) if r.get("more") and r["messages"] else ""),
-    "lease_claim": lambda r: ("%s %s lease on %s until %s" % (
-        r["reason"], r["lease"]["mode"], one_line(r["lease"]["path"], 200),
-        r["lease"]["expires_at"]) if r["ok"] else "refused: " + one_line(r["reason"], 1000)),
-    "lease_renew": lambda r: "renewed %s until %s" % (one_line(r["path"], 200),
-                                                    r["expires_at"]),
-    "lease_release": lambda r: "released %s" % one_line(r["path"], 200),
-    "lease_check": lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
-                              "taken: " + _render_lease(r["lease"])) + (
-        "\n  held by you too" if r["free"] and r["lease"] else ""),
-    "lease_list": lambda r: "\n".join(_render_lease(x) for x in r["leases"]) or "no leases",
-    "note_read": lambda r: "%s  %s" % (r["hash"], one_line(r["path"], 200)),
-    "drift_check": lambda r: "%s  %s" % (r["severity"], one_line(r["message"], 400)),
-    "work_set": lambda r: "%s %s%s" % (one_line(r["scope"], 60), r["state"], (
-        "; message #%d -> %d recipients" % (r["message_id"], r["recipients"]))
-        if r["message_id"] else ""),
-    "window_request": _render_window, "window_ack": _render_window,
-    "window_activate": _render_window, "window_release": _render_window,
-    "window_cancel": _render_window,
-    "window_status": lambda r: "\n".join(_render_window(w) for w in r["windows"])
-    or "no open quiet windows",
-    "room_status": _render_status,
-    "task": lambda r: "\n".join(_render_task(t) for t in r["tasks"]) or "no tasks"
-    if "tasks" in r else (_render_task(r["task"]) if r["ok"] else "refused: " + one_line(
-        r["reason"], 200)) if r.get("task") else one_line(r.get("reason") or "", 200),
-}
-
 
 class Command:
     """One row of the command table."""
@@ -6833,10 +6973,9 @@ def _tool_arguments(tool_, sub):
                              help="your session id (default $AGENTS_ROOM_SESSION)")
         elif name in tool_.positional:
             nargs = "+" if "array" in kinds else None
-            if tool_.name == "lease_guard":
-                nargs = "*"          # guard --staged names none
-            elif name not in tool_.required and nargs is None:
+            if name not in tool_.required and nargs is None:
                 nargs = "?"          # task add (a task id only for some actions)
+            nargs = tool_.cli_extra.nargs.get(name, nargs)
             sub.add_argument(name, type=convert, help=help_text, nargs=nargs,
                              metavar="RESOURCE" if "array" in kinds else name.upper())
         elif kinds == ["boolean"]:
@@ -6849,18 +6988,10 @@ def _tool_arguments(tool_, sub):
         else:
             sub.add_argument(_cli_flag(tool_, name), dest=name, type=convert,
                              metavar=name.upper().replace("_S", ""), help=help_text)
-    if tool_.name == "room_join":
-        sub.add_argument("--pid", type=parse_int, help="the process whose life is the "
-                         "session's (default: the shell you typed the command in)")
-        sub.add_argument("--shell", choices=["sh", "fish"],
-                         help="print only the line that sets AGENTS_ROOM_SESSION, for "
-                              "eval \"$(... join --shell sh)\" (fish: ... | source)")
-    if tool_.name == "msg_recv":
+    if tool_.parks:
         _wait_arguments(sub)
-    if tool_.name == "lease_guard":
-        sub.add_argument("--staged", action="store_true",
-                         help="check the files staged in this git repository "
-                              "against exclusive leases of other live sessions")
+    if tool_.cli_extra.options:
+        tool_.cli_extra.options(sub)
 
 
 def _wait_arguments(sub):
@@ -6905,12 +7036,12 @@ def wait_for_unread(store, session_id, timeout, thread=None):
         delay = min(delay * 2, 0.25)
 
 
-def receive_waiting(store, ctx, values, timeout, render):
-    """recv --wait and ask: msg_recv until something comes or timeout passes:
-    (text, 0), or ('', 2) with one line on stderr."""
+def receive_waiting(store, ctx, values, timeout, render, name="msg_recv"):
+    """recv --wait and ask: the parking tool (msg_recv) until something comes
+    or timeout passes: (text, 0), or ('', 2) with one line on stderr."""
     deadline = time.time() + timeout
     while True:
-        result = call_tool(store, ctx, "msg_recv", values, public_only=True)
+        result = call_tool(store, ctx, name, values, public_only=True)
         if result["messages"]:
             return render(result), 0
         left = deadline - time.time()
@@ -6923,15 +7054,9 @@ def receive_waiting(store, ctx, values, timeout, render):
 
 def _tool_command(tool_):
     doc = " ".join((tool_.fn.__doc__ or "").split())
-    epilog = ""
-    if tool_.name == "lease_guard":
-        epilog = ("\n\nexit status: 0 safe, 3 a conflict (or, with --require-held, a "
-                  "resource you do not hold), 1 an error.\nAGENTS_ROOM_GUARD=warn reports "
-                  "conflicts but exits 0; AGENTS_ROOM_GUARD=off skips the check.")
     name = tool_.cli.split()[-1]
     return Command(name, tool_.title + ".", cli_words(doc),
-                   tool_.example, lambda sub: _tool_arguments(tool_, sub),
-                   run_guard if tool_.name == "lease_guard" else None, tool=tool_), epilog
+                   tool_.example, lambda sub: _tool_arguments(tool_, sub), tool=tool_)
 
 
 def _add_command(commands, cmd, epilog="", argparse=None):
@@ -6968,7 +7093,7 @@ def build_parser(only=None):
     commands.required = True
     groups = {}
     for tool_ in TOOLS.values():
-        if tool_.public and tool_.cli:
+        if tool_.public and tool_.cli and not tool_.cli_extra.own:
             words = tool_.cli.split()
             groups.setdefault(words[0] if len(words) > 1 else None, []).append(tool_)
     table = []
@@ -6983,8 +7108,7 @@ def build_parser(only=None):
         if only is not None and name != only:
             continue
         if kind == "tool":
-            cmd, epilog = _tool_command(item)
-            _add_command(commands, cmd, epilog, argparse)
+            _add_command(commands, _tool_command(item), "", argparse)
         elif kind == "command":
             if item.hidden and only != item.name:
                 continue
@@ -6998,8 +7122,7 @@ def build_parser(only=None):
             inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
             inner.required = True
             for tool_ in verbs:
-                cmd, epilog = _tool_command(tool_)
-                _add_command(inner, cmd, epilog, argparse)
+                _add_command(inner, _tool_command(tool_), "", argparse)
     return parser
 
 
@@ -7060,31 +7183,28 @@ def cli_args_to_tool(tool_, args):
 
 def run_tool_command(args):
     tool_ = args.command.tool
+    extra = tool_.cli_extra
     values = cli_args_to_tool(tool_, args)
-    pid = getattr(args, "pid", None)
-    if tool_.name == "room_join" and pid is None and not values.get("harness_key") and \
-            not harness_key_from(os.environ):
-        # A terminal session lives as long as the shell it was joined from.
-        pid = terminal_shell(os.getppid())
+    pid = extra.pid(args, values) if extra.pid else None
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
     store = open_store()
     try:
-        timeout = values.pop("wait_s", None) if tool_.name == "msg_recv" else None
+        timeout = values.pop(tool_.parks, None) if tool_.parks else None
         if getattr(args, "wait", False) or timeout is not None:
             return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
                                    lambda r: json.dumps(
-                r, indent=2, ensure_ascii=False) if args.json else RENDER[tool_.name](r))
+                r, indent=2, ensure_ascii=False) if args.json else tool_.render(r),
+                tool_.name)
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
-    code = 1 if tool_.name in ("lease_claim", "window_activate", "task") and \
-        not result["ok"] else 0
-    if getattr(args, "shell", None):
-        return ("set -gx AGENTS_ROOM_SESSION %s" if args.shell == "fish" else
-                "export AGENTS_ROOM_SESSION=%s") % result["session_id"], code
+    code = 1 if tool_.refusal and not result["ok"] else 0
+    answer = extra.answer(args, result) if extra.answer else None
+    if answer is not None:
+        return answer, code
     if args.json:
         return json.dumps(result, indent=2, ensure_ascii=False), code
-    text = RENDER[tool_.name](result)
+    text = tool_.render(result)
     if result.get("warning"):
         text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
     return text, code
@@ -7451,6 +7571,19 @@ def staged_paths(cwd):
     return paths, ignorecase == "true"
 
 
+def _guard_arguments(sub):
+    _tool_arguments(TOOLS["lease_guard"], sub)
+    sub.add_argument("--staged", action="store_true",
+                     help="check the files staged in this git repository "
+                          "against exclusive leases of other live sessions")
+
+
+@command("guard", TOOLS["lease_guard"].title + ".", cli_words(" ".join(
+    TOOLS["lease_guard"].fn.__doc__.split())) + (
+    "\n\nexit status: 0 safe, 3 a conflict (or, with --require-held, a resource you do "
+    "not hold), 1 an error.\nAGENTS_ROOM_GUARD=warn reports conflicts but exits 0; "
+    "AGENTS_ROOM_GUARD=off skips the check."), TOOLS["lease_guard"].example,
+    _guard_arguments)
 def run_guard(args):
     """guard: exit 0 safe, 3 conflict or not held, 1 error; AGENTS_ROOM_GUARD
     =warn turns refusals (and errors) into warnings, =off skips the check."""
@@ -8423,7 +8556,7 @@ CREATE INDEX deliveries_message ON deliveries(message_id);
 CREATE INDEX deliveries_state ON deliveries(session_id, state);
 CREATE INDEX deliveries_wake ON deliveries(wake_next_at);
 CREATE INDEX deliveries_unread ON deliveries(session_id, message_id)
-    WHERE state IN ('stored', 'offered', 'accepted', 'undeliverable');
+    WHERE state IN %s;
 CREATE TABLE leases (
     id BIGSERIAL PRIMARY KEY,
     session_id TXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -8460,7 +8593,7 @@ CREATE TABLE tasks (id BIGSERIAL PRIMARY KEY, room TXT NOT NULL, title TXT NOT N
     body TXT, state TXT NOT NULL, created_by TXT NOT NULL, claimed_by TXT,
     claimed_at FLOAT8, note TXT, created_at FLOAT8 NOT NULL, updated_at FLOAT8 NOT NULL);
 CREATE INDEX tasks_room ON tasks(room, state, id);
-""".replace("TXT", 'TEXT COLLATE "C"')
+""".replace("TXT", 'TEXT COLLATE "C"') % UNREAD_SQL
 PG_FIRST_VERSION = 5                  # PostgreSQL stores begin at schema 5
 
 # What differs between the dialects, in one place.  The operations write their
@@ -8488,8 +8621,6 @@ PG_RETURNING_TABLES = ("leases", "windows", "tasks")   # callers read lastrowid
 _PG_TRANSLATED = {}
 
 
-PG_RULE_WORDS = ("INSERT OR", "MAX(", " IS NULL", " IS NOT NULL", "NOCASE", "LIKE",
-                 "ORDER BY s.label")
 PG_RETURNING = tuple("INSERT INTO %s " % table for table in PG_RETURNING_TABLES)
 
 
@@ -8499,9 +8630,7 @@ def pg_translate(sql):
     done = _PG_TRANSLATED.get(sql)
     if done is not None:
         return done
-    text = PG_DIALECT.get(sql, sql)
-    if any(word in text for word in PG_RULE_WORDS):        # a rule may apply
-        text = _pg_rules(text)
+    text = _pg_rules(PG_DIALECT.get(sql, sql))
     returning = text.lstrip().startswith(PG_RETURNING) and "RETURNING" not in text
     if returning:
         text += " RETURNING id"
@@ -8517,30 +8646,50 @@ def pg_translate(sql):
     return done
 
 
-def _pg_rules(text):
-    import re
-    upsert = re.match(r"\s*INSERT OR (IGNORE|REPLACE) INTO (\w+)\s*\(([^)]*)\)", text)
-    if upsert:
-        verb, table, columns = upsert.groups()
-        text = "INSERT INTO" + text[upsert.end(1) + len(" INTO"):]
-        if verb == "IGNORE":
-            text += " ON CONFLICT DO NOTHING"
-        else:
-            keys = PG_UPSERT_KEYS.get(table)
-            if keys is None:
-                raise StoreError("INSERT OR REPLACE INTO %s has no conflict key in "
-                                 "PG_UPSERT_KEYS (a program error)" % table)
-            rest = [c.strip() for c in columns.split(",")
-                    if c.strip() not in [k.strip() for k in keys.split(",")]]
-            text += " ON CONFLICT (%s) DO %s" % (keys, "UPDATE SET " + ", ".join(
-                "%s=EXCLUDED.%s" % (c, c) for c in rest) if rest else "NOTHING")
-    text = re.sub(r"\bMAX\((\d+), ", r"GREATEST(\1, ", text)
+def _pg_upsert(match):
+    """INSERT OR IGNORE / REPLACE -> INSERT ... ON CONFLICT."""
+    verb, table, columns = match.groups()
+    text = "INSERT INTO" + match.string[match.end(1) + len(" INTO"):]
+    if verb == "IGNORE":
+        return text + " ON CONFLICT DO NOTHING"
+    keys = PG_UPSERT_KEYS.get(table)
+    if keys is None:
+        raise StoreError("INSERT OR REPLACE INTO %s has no conflict key in "
+                         "PG_UPSERT_KEYS (a program error)" % table)
+    rest = [c.strip() for c in columns.split(",")
+            if c.strip() not in [k.strip() for k in keys.split(",")]]
+    return text + " ON CONFLICT (%s) DO %s" % (keys, "UPDATE SET " + ", ".join(
+        "%s=EXCLUDED.%s" % (c, c) for c in rest) if rest else "NOTHING")
+
+
+# The rules, each a row: the text a statement must hold for the rule to be
+# tried (the pattern is not even compiled for the rest: most statements need
+# none), the pattern, and the replacement (or a function of the match that
+# returns the whole statement).  A rule cannot exist without its trigger; a
+# test checks each trigger is in every text its pattern matches.
+PG_RULES = (
+    ("INSERT OR ", r"\s*INSERT OR (IGNORE|REPLACE) INTO (\w+)\s*\(([^)]*)\)", _pg_upsert),
+    ("MAX(", r"\bMAX\((\d+), ", r"GREATEST(\1, "),
     # A parameter tested only for NULL has no type PostgreSQL can infer.
-    text = re.sub(r"(?<![\w.=])\? IS (NOT )?NULL", r"CAST(? AS TEXT) IS \1NULL", text)
-    text = re.sub(r"([\w.]+) = \? COLLATE NOCASE", r"lower(\1) = lower(?)", text)
+    ("? IS ", r"(?<![\w.=])\? IS (NOT )?NULL", r"CAST(? AS TEXT) IS \1NULL"),
+    ("NOCASE", r"([\w.]+) = \? COLLATE NOCASE", r"lower(\1) = lower(?)"),
     # SQLite sorts NULL first; PostgreSQL last, unless told (unlabelled first).
-    text = text.replace("ORDER BY s.label,", "ORDER BY s.label NULLS FIRST,")
-    return re.sub(r"\bLIKE\b", "ILIKE", text)         # SQLite's LIKE ignores case
+    ("ORDER BY s.label,", r"ORDER BY s\.label,", "ORDER BY s.label NULLS FIRST,"),
+    ("LIKE", r"\bLIKE\b", "ILIKE"),                  # SQLite's LIKE ignores case
+)
+
+
+def _pg_rules(text):
+    for trigger, pattern, replacement in PG_RULES:
+        if trigger not in text:
+            continue
+        import re
+        if callable(replacement):
+            match = re.match(pattern, text)
+            text = replacement(match) if match else text
+        else:
+            text = re.sub(pattern, replacement, text)
+    return text
 
 
 def explain_pg(error, url):

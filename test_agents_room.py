@@ -19,6 +19,34 @@ Test seam: AGENTS_ROOM_TEST_PROCESSES=1 runs every CLI call of the suite as a
 real process (slower; shows that the in-process layer hides nothing).
 Standard library only.  Run: python3 test_agents_room.py  (ends with
 'N passed, N failed').
+
+Contents (this file's banners, each with its test classes):
+  the PostgreSQL under test
+  the in-process layer
+  bounded waits on real processes                RoomTest
+  store                                          StoreTest
+  the file's map and its seams                   MapTest DialectTest
+  sessions and identity                          SessionTest
+  messages                                       MessageTest
+  leases, work states and quiet windows          LeaseTest ResourceLeaseTest
+                                                 WorkAndWindowTest
+  the door, migrations and seams                 DoorTest MigrationTest SeamsTest
+  liveness and prune                             LivenessTest
+  CLI surface and the README                     CliTest ReadmeTest
+  MCP over stdio                                 McpTest
+  hooks, signals and wakes                       HookTest WakeTest
+  mail                                           MailboxTest
+  many processes, hostile input, broken stores   ConcurrencyTest HostileInputTest
+                                                 BrokenStoreTest RetentionTest
+                                                 QueryPlanTest
+  setup                                          SetupTest
+  the operator page                              OperatorPageTest
+  signal scenarios                               SignalScenarioTest
+  trust: the security review's findings          TrustTest
+  PostgreSQL's own seams                         PgStoreTest
+
+The store and operation classes run again on PostgreSQL as Pg<Class> (see
+PG_CLASSES at the end).
 """
 
 import atexit
@@ -502,7 +530,7 @@ class PgTestConnection:
         self.conn.close()
 
 
-# ---- the in-process layer ------------------------------------------------------
+# ---- the in-process layer --------------------------------------------------------
 
 
 class _CallTimeout(BaseException):
@@ -602,7 +630,7 @@ def run_in_process(argv, cwd, env, input=None, timeout=CALL_TIMEOUT_S):
     return done
 
 
-# ---- bounded waits on real processes -----------------------------------------------
+# ---- bounded waits on real processes ---------------------------------------------
 
 
 class PipeReader:
@@ -819,7 +847,7 @@ class RoomTest(unittest.TestCase):
             conn.close()
 
 
-# ---- store -----------------------------------------------------------------
+# ---- store -----------------------------------------------------------------------
 
 
 class StoreTest(RoomTest):
@@ -867,6 +895,22 @@ class StoreTest(RoomTest):
         self.assertIn("not an agents-room store", done.stderr)
         self.assertIn(self.db, done.stderr)
 
+    def test_copy_refuses_a_column_it_would_drop(self):
+        """A column the target lacks would vanish while the row counts still
+        agree: the copy is refused, and the target keeps no room."""
+        me = self.join("--label", "a")["session_id"]
+        conn = self.connect()
+        conn.execute("ALTER TABLE sessions ADD COLUMN mood TEXT")
+        conn.execute("UPDATE sessions SET mood='sunny'")
+        conn.commit()
+        conn.close()
+        target = os.path.join(self.tmp, "copy", "room.db")
+        done = self.run_cli("store", "copy", self.db, target, check=1)
+        self.assertIn("has no column mood", done.stderr)
+        self.assertEqual(self.cli_json("who", env={"AGENTS_ROOM_DB": target})["sessions"],
+                         [])
+        self.assertEqual(self.cli_json("who")["sessions"][0]["session_id"], me)
+
     def test_unwritable_location_is_explained(self):
         blocker = os.path.join(self.tmp, "file")
         open(blocker, "w").close()
@@ -875,7 +919,142 @@ class StoreTest(RoomTest):
         self.assertIn("cannot create the store", done.stderr)
 
 
-# ---- sessions and identity --------------------------------------------------
+# ---- the file's map and its seams ------------------------------------------------
+
+
+def _source_banners(path):
+    with open(path, encoding="utf-8") as handle:
+        return [line[len("# ---- "):].rstrip("\n").rstrip(" -") for line in handle
+                if line.startswith("# ---- ")]
+
+
+def _docstring_list(doc, heading):
+    """The names listed under a heading of a docstring: lines indented by two
+    spaces, the name being what comes before the first run of two spaces."""
+    lines = doc.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.startswith(heading))
+    names = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        if line.startswith("  ") and not line.startswith("   "):
+            names.append(line.strip().split("  ")[0].strip())
+    return names
+
+
+class MapTest(unittest.TestCase):
+    """The map on agents_room.py's front door is the file: its contents are
+    the banners in order, its command list the commands, its environment list
+    every AGENTS_ROOM_* variable the code reads; this file's docstring lists
+    its own banners with their classes.  Part I ends with main, and nothing in
+    it names a store kind's driver."""
+
+    def test_contents_are_the_banners_in_order(self):
+        self.assertEqual(_docstring_list(agents_room.__doc__, "Contents:"),
+                         _source_banners(SCRIPT))
+
+    def test_part_one_ends_with_main_and_appendices_follow(self):
+        banners = _source_banners(SCRIPT)
+        first = next(i for i, b in enumerate(banners) if b.startswith("appendix:"))
+        self.assertEqual(banners[first - 1], "main")
+        self.assertTrue(all(b.startswith("appendix:") for b in banners[first:]), banners)
+
+    def test_commands_are_the_commands(self):
+        listed = set()
+        lines = agents_room.__doc__.split("\n")
+        start = next(i for i, l in enumerate(lines) if l.startswith("Commands"))
+        for line in lines[start + 1:]:
+            if not line.strip():
+                break
+            listed.update(line.strip().split("  ")[0].split())
+        commands = {t.cli.split()[0] for t in agents_room.TOOLS.values()
+                    if t.public and t.cli}
+        commands |= {c.name for c in agents_room.COMMANDS.values() if not c.hidden}
+        self.assertEqual(listed, commands)
+
+    def test_environment_is_what_the_code_reads(self):
+        import re
+        with open(SCRIPT, encoding="utf-8") as handle:
+            source = handle.read()
+        doc = agents_room.__doc__
+        code = source.replace(doc, "")
+        pattern = re.compile(r"AGENTS_ROOM_[A-Z_]*[A-Z]")
+        self.assertEqual(set(pattern.findall(doc)), set(pattern.findall(code)))
+
+    def test_this_files_contents_are_its_banners_and_classes(self):
+        here = os.path.abspath(__file__)
+        doc = sys.modules[__name__].__doc__.split("\n")
+        listed = []
+        for line in doc[next(i for i, l in enumerate(doc) if l.startswith("Contents")) + 1:]:
+            if not line.strip():
+                break
+            if line.startswith("   "):
+                listed[-1][1].extend(line.split())       # more classes
+            else:
+                name, _, classes = line.strip().partition("  ")
+                listed.append((name, classes.split()))
+        with open(here, encoding="utf-8") as handle:
+            lines = handle.read().split("\n")
+        found, section = [], None
+        for line in lines:
+            if line.startswith("# ---- "):
+                found.append((line[len("# ---- "):].rstrip(" -"), []))
+            elif line.startswith("class ") and found and \
+                    line.split("(")[0].endswith("Test"):
+                found[-1][1].append(line[6:].split("(")[0])
+        self.assertEqual(listed, found)
+
+    def test_part_one_names_no_store_driver(self):
+        import io as _io
+        import tokenize
+        with open(SCRIPT, encoding="utf-8") as handle:
+            source = handle.read()
+        core = source[:source.index("# ==== Part II")]
+        names = {tok.string for tok in tokenize.generate_tokens(_io.StringIO(core).readline)
+                 if tok.type == tokenize.NAME}
+        self.assertEqual({n for n in names if "pg" in n.lower().split("_") or
+                          "postgres" in n.lower() or n.startswith("Pg")}, set())
+        self.assertNotIn("store.kind", core)
+        self.assertNotIn(".kind ==", core.replace("resource.kind ==", "").replace(
+            "self.kind ==", ""))
+
+
+class DialectTest(unittest.TestCase):
+    """The PostgreSQL dialect: every rule is tried on every statement that
+    could need it (its trigger is in every text its pattern matches), and
+    applies to some statement of the operations."""
+
+    def corpus(self):
+        import ast
+        with open(SCRIPT, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        # Every string of the file: statements are often built from pieces.
+        return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)}
+
+    def test_each_rule_is_tried_where_its_pattern_matches(self):
+        import re
+        texts = self.corpus()
+        for trigger, pattern, _ in agents_room.PG_RULES:
+            matched = [t for t in texts if re.search(pattern, t)]
+            with self.subTest(rule=pattern):
+                self.assertTrue(matched, "no statement needs this rule")
+                self.assertEqual([t for t in matched if trigger not in t], [])
+
+    def test_triggers_change_nothing_but_speed(self):
+        import re
+        for text in self.corpus():
+            ungated = text
+            for trigger, pattern, replacement in agents_room.PG_RULES:
+                if callable(replacement):
+                    match = re.match(pattern, ungated)
+                    ungated = replacement(match) if match else ungated
+                else:
+                    ungated = re.sub(pattern, replacement, ungated)
+            self.assertEqual(agents_room._pg_rules(text), ungated)
+
+
+# ---- sessions and identity -------------------------------------------------------
 
 
 class SessionTest(RoomTest):
@@ -994,7 +1173,7 @@ class SessionTest(RoomTest):
         self.run_cli("who", "--room", "nowhere", check=1)
 
 
-# ---- messages ----------------------------------------------------------------
+# ---- messages --------------------------------------------------------------------
 
 
 class MessageTest(RoomTest):
@@ -1171,7 +1350,7 @@ class MessageTest(RoomTest):
         self.assertIn("(left the room)", human)
 
 
-# ---- leases and drift ---------------------------------------------------------
+# ---- leases, work states and quiet windows ---------------------------------------
 
 
 class LeaseTest(RoomTest):
@@ -1705,6 +1884,9 @@ class WorkAndWindowTest(RoomTest):
                          (agents_room.redact_url(self.db), agents_room.SCHEMA_VERSION))
 
 
+# ---- the door, migrations and seams ----------------------------------------------
+
+
 class DoorTest(RoomTest):
     """What the one door guarantees: time moves first in every call, one
     identity per resource, and every change writes its event."""
@@ -2139,7 +2321,7 @@ class SeamsTest(RoomTest):
         self.assertEqual(len(again["content"]), 1)
 
 
-# ---- liveness and prune ---------------------------------------------------------
+# ---- liveness and prune ----------------------------------------------------------
 
 
 class LivenessTest(RoomTest):
@@ -2243,7 +2425,7 @@ class LivenessTest(RoomTest):
         proc.kill()
 
 
-# ---- CLI surface ---------------------------------------------------------------
+# ---- CLI surface and the README --------------------------------------------------
 
 
 class CliTest(RoomTest):
@@ -2437,7 +2619,7 @@ class ReadmeTest(RoomTest):
         self.assertIn("read", outputs[3])
 
 
-# ---- MCP over stdio ----------------------------------------------------------------
+# ---- MCP over stdio --------------------------------------------------------------
 
 
 def schema_errors(schema, value, where="$"):
@@ -2792,7 +2974,7 @@ class McpTest(RoomTest):
         two.close()
 
 
-# ---- hooks and signals ------------------------------------------------------------
+# ---- hooks, signals and wakes ----------------------------------------------------
 
 
 class SignalBase(RoomTest):
@@ -3097,6 +3279,9 @@ def op(name, **args):
 """ % HERE
 
 
+# ---- mail ------------------------------------------------------------------------
+
+
 class MailboxTest(SignalBase):
     """Issue #15: peek and fetch by id, threads, importance and acks, search,
     label selectors, waiting -- on the CLI and over MCP."""
@@ -3393,6 +3578,9 @@ class MailboxTest(SignalBase):
         self.assertTrue(refused["isError"])
         self.assertTrue(client.call("msg_send", session_id=me, subject="no to")["isError"])
         client.close()
+
+
+# ---- many processes, hostile input, broken stores --------------------------------
 
 
 class ConcurrencyTest(RoomTest):
@@ -3941,6 +4129,9 @@ class QueryPlanTest(RoomTest):
         self.assertEqual(scans, [])
 
 
+# ---- setup -----------------------------------------------------------------------
+
+
 class SetupTest(RoomTest):
 
     def hook_commands(self, settings):
@@ -4088,6 +4279,9 @@ class SetupTest(RoomTest):
         checks = json.loads(done.stdout)
         warned = [c["check"] for c in checks if c["status"] == "warn"]
         self.assertTrue(any("store permissions" in c for c in warned), warned)
+
+
+# ---- the operator page -----------------------------------------------------------
 
 
 class OperatorPageTest(RoomTest):
@@ -4292,6 +4486,9 @@ class OperatorPageTest(RoomTest):
         self.assertEqual(subjects[-1], "news")
 
 
+# ---- signal scenarios ------------------------------------------------------------
+
+
 class SignalScenarioTest(SignalBase):
     """Real processes: the rewake waiter is a long-lived hook process, and the
     hooks run exactly as `setup` writes them, with wake levers between them."""
@@ -4368,7 +4565,7 @@ class SignalScenarioTest(SignalBase):
         self.assertEqual(states, {"to holder": "offered", "to waker": "accepted"})
 
 
-# ---- trust: the security review's findings ----------------------------------------
+# ---- trust: the security review's findings ---------------------------------------
 
 
 # What must never reach a terminal or a model raw: ESC (CSI, OSC title, OSC 52
@@ -5151,6 +5348,9 @@ def _summary(result):
         ", %d skipped" % skipped if skipped else "")
 
 
+# ---- PostgreSQL's own seams ------------------------------------------------------
+
+
 class PgStoreTest(RoomTest):
     """PostgreSQL's own seams: each authentication method and password source,
     TLS by sslmode, errors with their SQLSTATE, a connection lost mid-call,
@@ -5394,6 +5594,49 @@ class PgStoreTest(RoomTest):
         # A store that holds a room already is not merged into.
         self.fails(self.db, "already holds a room", command=("store", "copy", local,
                                                               self.db), code=2)
+
+    def test_the_two_schemas_are_one(self):
+        """A fresh SQLite store after every migration and a fresh PostgreSQL
+        store have the same tables, columns (name, type, NOT NULL, default)
+        and indexes, but for the one index PostgreSQL adds (deliveries_unread:
+        its inbox reads in order)."""
+        sqlite_path = os.path.join(self.tmp, "fresh", "room.db")
+        agents_room.open_store(sqlite_path).close()
+        agents_room.open_store(self.db).close()
+        lite = sqlite3.connect(sqlite_path)
+        self.addCleanup(lite.close)
+        pg = self.connect()
+        self.addCleanup(pg.close)
+        types = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text"}
+
+        def default(value):
+            return None if value is None else str(value).split("::")[0].strip("'")
+        lite_tables = {r[0] for r in lite.execute(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        pg_tables = {r[0] for r in pg.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+        self.assertEqual(pg_tables, set(agents_room.STORE_TABLES))
+        self.assertEqual(lite_tables - {"sqlite_sequence"} - {
+            t for t in lite_tables if t.startswith("messages_fts")},
+            set(agents_room.STORE_TABLES))
+        for table in agents_room.STORE_TABLES:
+            mine = {r[1]: (types[r[2]], bool(r[3] or r[5]), default(r[4]))
+                    for r in lite.execute("PRAGMA table_info(%s)" % table)}
+            theirs = {r[0]: (r[1], r[2] == "NO", None if r[3] and r[3].startswith(
+                "nextval(") else default(r[3])) for r in pg.execute(
+                "SELECT column_name, data_type, is_nullable, column_default FROM "
+                "information_schema.columns WHERE table_schema = current_schema() AND "
+                "table_name = ?", (table,))}
+            with self.subTest(table=table):
+                self.assertEqual(mine, theirs)
+        lite_indexes = {r[0] for r in lite.execute(
+            "SELECT name FROM sqlite_master WHERE type='index' AND name NOT LIKE "
+            "'sqlite_autoindex%'")}
+        pg_indexes = {r[0] for r in pg.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND "
+            "indexname NOT IN (SELECT conname FROM pg_constraint)")}
+        self.assertEqual(pg_indexes - lite_indexes, {"deliveries_unread"})
+        self.assertEqual(lite_indexes - pg_indexes, set())
 
     def host(self, name, key=None, **extra):
         """The environment of a process on host `name`: the seam names the
