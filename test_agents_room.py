@@ -2658,9 +2658,10 @@ class McpClient:
     harness starts it.  Reads wait PIPE_TIMEOUT_S at most and a write that
     blocks that long kills the server, so a stuck server fails the test."""
 
-    def __init__(self, test, cwd=None, env=None, command=None):
+    def __init__(self, test, cwd=None, env=None, command=None, tools=None):
         self.proc = subprocess.Popen(
-            (command or PROGRAM) + ["serve"], stdin=subprocess.PIPE,
+            (command or PROGRAM) + ["serve"] + (["--tools", tools] if tools else []),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd or test.tmp,
             env=dict(test.env, **(env or {})))
         test.procs.append(self.proc)
@@ -2737,7 +2738,7 @@ class McpTest(RoomTest):
         self.assertEqual(client.out.rest(), b"")
 
     def test_tools_list_is_complete_and_valid(self):
-        client = self.client()
+        client = self.client(tools="all")
         client.initialize()
         tools = client.request("tools/list")["result"]["tools"]
         self.assertEqual(sorted(t["name"] for t in tools), sorted([
@@ -2768,11 +2769,59 @@ class McpTest(RoomTest):
         self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release",
                                        "window_release", "window_cancel"})
 
+    def test_the_lean_listing_is_small_and_reaches_every_operation(self):
+        """What a bare serve (and setup) gives every session: at most 8,000
+        bytes of tools/list and 500 of instructions, the core flow by name,
+        and every other public tool through room_call (its help gives the
+        arguments); the whole list on request, by flag or environment."""
+        client = self.client()
+        init = client.initialize()["result"]
+        self.assertLessEqual(len(init["instructions"].encode()), 500)
+        client.send_raw(json.dumps({"jsonrpc": "2.0", "id": 50, "method": "tools/list"})
+                        .encode() + b"\n")
+        line = client.out.readline()
+        self.assertLessEqual(len(line), 8000)
+        tools = json.loads(line)["result"]["tools"]
+        self.assertEqual([t["name"] for t in tools], [
+            "room_join", "room_who", "msg_send", "msg_recv", "lease_claim",
+            "lease_release", "note_read", "drift_check", "room_call"])
+        for t in tools:
+            self.assertNotIn("outputSchema", t)
+            self.assertFalse(t["inputSchema"]["additionalProperties"])
+        listed = tools[-1]["description"]
+        hidden = [n for n, tool_ in agents_room.TOOLS.items() if tool_.public and
+                  not tool_.core]
+        self.assertEqual([n for n in hidden if n + ":" not in listed], [])
+        me = client.ok("room_join", label="me")["session_id"]
+        other = self.join("--label", "other", key="k-lean")["session_id"]
+        help_ = client.ok("room_call", op="help", args={"op": "window_request"})
+        self.assertIn("resources", help_["inputSchema"]["properties"])
+        window = client.ok("room_call", op="window_request", args={
+            "session_id": me, "resources": ["db:main"], "purpose": "migrate"})
+        self.assertEqual(window["state"], "pending")
+        added = client.ok("room_call", op="task", args={"session_id": me, "action": "add",
+                                                        "title": "phone field"})
+        self.assertTrue(added["ok"])
+        # A tool the lean list does not name is still there by its name.
+        self.assertEqual(client.ok("msg_sent", session_id=me)["messages"], [])
+        wrong = client.call("room_call", op="juggle", args={})
+        self.assertTrue(wrong["isError"])
+        self.assertIn("window_request", wrong["content"][0]["text"])
+        self.assertEqual(self.event_count("window.request", me), 1)
+        self.assertTrue(other)
+        for full in (McpClient(self, tools="all"),
+                     McpClient(self, env={"AGENTS_ROOM_TOOLS": "all"})):
+            full.initialize()
+            names = {t["name"] for t in full.request("tools/list")["result"]["tools"]}
+            self.assertEqual(names, {n for n, t in agents_room.TOOLS.items() if t.public})
+            full.close()
+
     def test_every_tool_over_mcp_matches_its_output_schema(self):
         workdir = self.repo("mcp-proj")
         with open(os.path.join(workdir, "a.txt"), "w") as handle:
             handle.write("hello")
-        client = self.client(cwd=workdir, env={"AGENTS_ROOM_HARNESS_KEY": "mcp-key"})
+        client = self.client(cwd=workdir, env={"AGENTS_ROOM_HARNESS_KEY": "mcp-key"},
+                             tools="all")
         client.initialize()
         schemas = {t["name"]: t["outputSchema"]
                    for t in client.request("tools/list")["result"]["tools"]}
@@ -3508,7 +3557,7 @@ class MailboxTest(SignalBase):
         self.run_cli("task", "--session", self.web, "juggle", check=2)
 
     def test_over_mcp(self):
-        client = McpClient(self, env={"AGENTS_ROOM_HARNESS_KEY": "k-mcp"})
+        client = McpClient(self, env={"AGENTS_ROOM_HARNESS_KEY": "k-mcp"}, tools="all")
         client.initialize()
         schemas = {t["name"]: t["outputSchema"]
                    for t in client.request("tools/list")["result"]["tools"]}
@@ -3847,7 +3896,7 @@ class HostileInputTest(RoomTest):
         return [table[k] for k in kinds if k in table and k != "integer"]
 
     def test_every_tool_rejects_bad_arguments_and_server_survives(self):
-        client = McpClient(self)
+        client = McpClient(self, tools="all")
         client.initialize()
         self.sid = client.ok("room_join", room="hostile", label="h")["session_id"]
         tools = client.request("tools/list")["result"]["tools"]

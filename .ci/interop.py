@@ -19,6 +19,8 @@ from mcp.client.stdio import stdio_client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "agents_room.py")
+sys.path.insert(0, ROOT)
+import agents_room  # noqa: E402  (the full output schemas, for lean answers too)
 RESULTS = []
 
 
@@ -33,44 +35,62 @@ def check(name, condition, detail=""):
                         "" if condition else "  " + str(detail)[:2000]))
 
 
-async def sdk_client(workdir, env):
-    """The official Python SDK: initialise, list, call every tool, validate
-    structuredContent against each tool's outputSchema."""
-    params = StdioServerParameters(command=sys.executable, args=[SCRIPT, "serve"],
+async def sdk_client(workdir, env, profile):
+    """The official Python SDK: initialise, list, call every operation,
+    validate structuredContent against each tool's outputSchema.  profile all:
+    every tool by name; lean: the core tools by name, the rest through
+    room_call, each answer validated against the full profile's schema."""
+    tag = "sdk (%s)" % profile
+    params = StdioServerParameters(command=sys.executable, args=[SCRIPT, "serve", "--tools",
+                                                                 profile],
                                    env=env, cwd=workdir)
+    full = {name: agents_room.shared_defs(t.output) for name, t in agents_room.TOOLS.items()
+            if t.public}
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
-            check("sdk: initialize", field(init, "server_info", "serverInfo").name == "agents-room", init)
+            check("%s: initialize" % tag, field(init, "server_info", "serverInfo").name ==
+                  "agents-room", init)
             listed = await session.list_tools()
             tools = {t.name: t for t in listed.tools}
-            check("sdk: every tool listed", len(tools) >= 19 and "lease_guard" in tools,
-                  sorted(tools))
+            if profile == "all":
+                check("%s: every tool listed" % tag, set(tools) == set(full), sorted(tools))
+            else:
+                check("%s: the core tools and room_call listed" % tag,
+                      "room_call" in tools and "msg_send" in tools and len(tools) < 12,
+                      sorted(tools))
             for tool in tools.values():
                 jsonschema.Draft202012Validator.check_schema(
                     field(tool, "input_schema", "inputSchema"))
-                jsonschema.Draft202012Validator.check_schema(
-                    field(tool, "output_schema", "outputSchema"))
-            check("sdk: schemas are valid JSON Schema", True)
+                output = field(tool, "output_schema", "outputSchema")
+                if output is not None:
+                    jsonschema.Draft202012Validator.check_schema(output)
+            check("%s: schemas are valid JSON Schema" % tag, True)
 
             async def call(name, **arguments):
-                result = await session.call_tool(name, arguments)
+                if name in tools:
+                    result = await session.call_tool(name, arguments)
+                else:
+                    result = await session.call_tool("room_call", {"op": name,
+                                                                   "args": arguments})
                 ok = not field(result, "is_error", "isError")
                 content = field(result, "structured_content", "structuredContent")
                 if ok:
+                    listed_schema = field(tools[name], "output_schema", "outputSchema") \
+                        if name in tools else None
                     try:
-                        jsonschema.validate(content, field(
-                            tools[name], "output_schema", "outputSchema"))
+                        jsonschema.validate(content, listed_schema or full[name])
                     except jsonschema.ValidationError as error:
                         ok, result = False, error
-                check("sdk: %s" % name, ok, result)
+                check("%s: %s" % (tag, name), ok, result)
                 return content if ok else None
 
             peer = subprocess.run(
                 [sys.executable, SCRIPT, "join", "--room", "interop", "--label", "peer",
                  "--json"], env=env, cwd=workdir, capture_output=True, text=True)
             peer_id = json.loads(peer.stdout)["session_id"]
-            me = await call("room_join", room="interop", label="sdk", extra_rooms=["team"])
+            me = await call("room_join", room="interop", label="sdk-" + profile,
+                            extra_rooms=["team"])
             sid = me["session_id"]
             await call("room_who", session_id=sid)
             await call("room_set_autonomy_cap", room="team", autonomy="hold")
@@ -111,13 +131,14 @@ async def sdk_client(workdir, env):
             await call("window_cancel", session_id=sid, window_id=second["window_id"])
             await call("room_leave_room", session_id=sid, room="team")
             await call("room_leave", session_id=sid)
-            check("sdk: message reached the CLI peer", sent and sent["recipients"] == 1, sent)
-            called = {name for name, _ in RESULTS if name.startswith("sdk: ")}
-            check("sdk: every listed tool called", {"sdk: " + t for t in tools} <= called,
-                  sorted({"sdk: " + t for t in tools} - called))
+            check("%s: message reached the CLI peer" % tag, sent and sent["recipients"] == 1,
+                  sent)
+            called = {name for name, _ in RESULTS if name.startswith(tag + ": ")}
+            wanted = {"%s: %s" % (tag, t) for t in full}
+            check("%s: every operation called" % tag, wanted <= called, sorted(wanted - called))
             bad = await session.call_tool("msg_recv", {"session_id": "nope"})
-            check("sdk: unknown session is isError", field(bad, "is_error", "isError") and
-                  "not a session id" in bad.content[0].text, bad)
+            check("%s: unknown session is isError" % tag, field(bad, "is_error", "isError")
+                  and "not a session id" in bad.content[0].text, bad)
 
 
 def fastmcp_cli(workdir, env, fastmcp):
@@ -165,7 +186,8 @@ def main():
     for var in ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID",
                 "HERMES_SESSION_ID", "AGENTS_ROOM_SESSION"):
         env.pop(var, None)
-    asyncio.run(sdk_client(workdir, env))
+    for profile in ("all", "lean"):
+        asyncio.run(sdk_client(workdir, env, profile))
     fastmcp_cli(workdir, env, os.path.join(os.path.dirname(sys.executable), "fastmcp"))
     inspector_cli(workdir, env, args.inspector)
     failed = sum(1 for _, ok in RESULTS if not ok)
