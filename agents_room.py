@@ -6125,6 +6125,14 @@ def doctor(env=None, cwd=None, home=None):
     else:
         info = None
         checks.append(("ok", "store not created yet", "the first join creates it"))
+    try:
+        cost = listing_cost(tool_profile(env.get("AGENTS_ROOM_TOOLS")))
+        checks.append(("ok", "MCP tool list (%(profile)s): %(tools)d tools, %(bytes)d bytes, "
+                       "about %(tokens)d tokens; instructions %(instructions_bytes)d bytes"
+                       % cost, ""))
+    except UsageError as error:
+        checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
+                       "unset it, or set it to all"))
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
     key = harness_key_from(env)
@@ -6342,6 +6350,17 @@ def tool_listing(profile="lean"):
             "additionalProperties": False},
         "annotations": {"readOnlyHint": False, "destructiveHint": True,
                         "openWorldHint": False}}]
+
+
+def listing_cost(profile="lean"):
+    """What the listing costs every session of a profile, in the bytes serve
+    sends (tools/list's answer line, the instructions) and an estimate of the
+    tokens a model reads (about four bytes a token for this JSON)."""
+    line = json.dumps(_rpc_result(1, {"tools": tool_listing(profile)}), ensure_ascii=False,
+                      separators=(",", ":"))
+    size = len(line.encode("utf-8")) + 1
+    return {"profile": profile, "tools": len(tool_listing(profile)), "bytes": size,
+            "tokens": size // 4, "instructions_bytes": len(INSTRUCTIONS.encode("utf-8"))}
 
 
 def room_call_target(arguments):
@@ -9422,6 +9441,7 @@ def bench(quick=False, progress=None, python=None, db=None):
         b = _Bench(quick, progress, python)
         store = open_store(path)
         ctx = Context(cwd=workdir)
+        _bench_listing(b)
         _bench_site(b, env)
         _bench_processes(b, store, ctx, env, workdir)
         _bench_mcp(b, store, ctx, env, workdir)
@@ -9445,6 +9465,17 @@ def bench(quick=False, progress=None, python=None, db=None):
         "platform": sys.platform, "cpus": os.cpu_count(), "store_dir": base,
         "processes": {"python": python, "version": version, "sqlite": sqlite_version,
                       "site_ms": b.site_ms, "site_abnormal": b.site_abnormal}}}
+
+
+def _bench_listing(b):
+    """What every session's model carries: the tool list of each profile."""
+    for profile in TOOL_PROFILES:
+        cost = listing_cost(profile)
+        lean = profile == "lean"
+        b.add("tools/list, %s profile (bytes)" % profile, p50=cost["bytes"], unit="bytes",
+              goal="<= 8000" if lean else None, goal_value=cost["bytes"] <= 8000,
+              note="%d tools, about %d tokens; instructions %d bytes" % (
+                  cost["tools"], cost["tokens"], cost["instructions_bytes"]))
 
 
 def _bench_postgres(b, url, env, workdir):
