@@ -30,6 +30,7 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   errors                               RoomError and its kinds: exit and RPC codes
   small utilities                      time, text, ids, hosts, paths, resources
   store                                schema, migrations, SQLite, the store kinds
+  harness adapters                     all that is particular to each harness
   liveness (process scan)              alive, gone or unknown, from the processes
   tool registry and the door           @tool, call_tool: every operation's way in
   results as text                      how commands show answers to a person
@@ -44,7 +45,7 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   operations: signals and wakes        what hooks and levers ask of the store
   operations: housekeeping             prune, store facts, the event log
   signals: wake levers                 starting a turn in an idle session
-  harnesses: setup and doctor          each harness's files, hooks and checks
+  harnesses: setup and doctor          the drivers of setup and doctor
   MCP server                           JSON-RPC over stdio
   hook front end                       a harness's hook event in, its answer out
   CLI                                  the command table and its runners
@@ -123,9 +124,6 @@ sqlite3 = _LazyModule("sqlite3")
 SCHEMA_VERSION = 5
 MIN_SQLITE = (3, 31, 0)
 
-HARNESS_KEY_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID",
-                    "CODEX_THREAD_ID", "HERMES_SESSION_ID")
-HARNESSES = ("claude-code", "codex", "hermes", "human", "generic")
 
 AUTONOMY_NAMES = ("notify", "hold", "wake")
 ROOM_PREFIXES = ("repo:", "shared:")
@@ -445,82 +443,6 @@ def _getcwd():
                          % cwd.encode("utf-8", "surrogateescape")[:200],
                          "run agents-room from a directory with a UTF-8 name")
     return cwd
-
-
-def detect_harness(env):
-    """The harness this process runs under, from its environment."""
-    if env.get("CLAUDECODE") == "1":
-        return "claude-code"
-    if any(k.startswith("CODEX_") for k in env):
-        return "codex"
-    if any(k.startswith("HERMES_") for k in env):
-        return "hermes"
-    return "generic"
-
-
-def harness_key_from(env):
-    for var in HARNESS_KEY_VARS:
-        value = env.get(var)
-        if value:
-            return value
-    return None
-
-
-def _which(program, env, cwd):
-    """program as an absolute path, found the way the recipient's shell would:
-    its PATH, and relative names against its cwd."""
-    import shutil
-    if os.sep in program:
-        return os.path.normpath(os.path.join(cwd, os.path.expanduser(program)))
-    return shutil.which(program, path=env.get("PATH") or os.defpath)
-
-
-def detect_lever(env, harness, key, cwd, harness_argv=None):
-    """The wake lever a session's environment offers: (name, data) or (None,
-    None).  The program is recorded with its absolute path and the
-    environment and cwd it must run in: a lever runs as the recipient, in the
-    recipient's world, whoever's tool event fires it.
-
-    The Claude Code rewake waiter is not recorded here: it arms itself at run
-    time (hook --event=Stop --wait) and is found through sessions.waiter_pid."""
-    socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
-    token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
-    if socket_path and token:
-        return "claude-socket", {"socket": socket_path, "token": token}
-    keep = {k: env[k] for k in ("PATH", "HOME", "LANG", "CODEX_HOME", "USER", "LOGNAME")
-            if env.get(k)}
-    # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
-    # session id, which is this session's harness key.
-    thread = env.get("CODEX_THREAD_ID") or (key if harness == "codex" else None)
-    one_shot = bool(harness_argv) and "exec" in harness_argv[1:4]
-    if harness == "codex" and thread and not one_shot:
-        # (codex exec takes queued messages only as it exits: no lever there)
-        program = _which("codex", env, cwd)
-        if program:
-            return "codex-queue", {"thread": thread, "program": program, "env": keep,
-                                   "cwd": cwd}
-    if harness == "hermes" and key and harness_argv:
-        # Hermes can run a turn in a session from outside only by resuming it
-        # (hermes chat --resume ID -q ...): a lever for when its process is gone.
-        cut = next((i for i, a in enumerate(harness_argv)
-                    if os.path.basename(a) == "hermes"), None)
-        if cut is not None:
-            keep.update({k: env[k] for k in ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
-                         if env.get(k)})
-            return "hermes-resume", {"argv": harness_argv[:cut + 1], "key": key,
-                                     "env": keep, "cwd": cwd}
-    command = env.get("AGENTS_ROOM_WAKE_CMD")
-    if command:
-        import shlex
-        try:
-            argv = shlex.split(command)
-        except ValueError:
-            argv = []
-        if argv:
-            program = _which(argv[0], env, cwd)
-            if program:
-                return "wake-cmd", {"argv": [program] + argv[1:], "env": keep, "cwd": cwd}
-    return None, None
 
 
 def parse_autonomy(value):
@@ -1765,6 +1687,1024 @@ def copy_store(source_path, target_path, progress=None):
     return counts
 
 
+# ---- harness adapters ------------------------------------------------------
+# Everything particular to one harness lives in its adapter (bottle's
+# ServerAdapter is the model: each server one small class of the same shape):
+# how it is detected and where its session key is, its configuration files and
+# how setup merges them, its hook events and the form of each answer (context,
+# hold, ask), its timeout unit, its wake levers and how each is fired and
+# confirmed, and what doctor checks.  setup, doctor, the hook front end,
+# liveness and the wake levers read adapters and nothing else; no other
+# section names a harness.  A new harness is one adapter here plus its e2e
+# scenario (.ci/e2e.py).  The configuration helpers come first: they are the
+# adapters' tools, and know no harness.
+
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
+               "PreToolUse")
+HOOK_TIMEOUT_S = 8
+HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up quietly
+SETUP_MARK = "agents_room"
+WAITER_LIFETIME_S = 12 * 3600
+SOCKET_TIMEOUT_S = 1.0
+# What a process lever may take with it of the recipient's environment, besides
+# what its adapter names: never the caller's.
+LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
+
+
+def _launcher_code(missing_exit):
+    """The -c program of the launcher: take the directory of agents_room.py
+    from argv, import it (so Python uses the bytecode cache; the directory goes
+    last on the path, so a json.py beside the copy never shadows the standard
+    library), and when it is
+    not there say what to run instead of failing with an import traceback
+    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
+    say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
+    stop = "sys.exit(%s)" % say if missing_exit else \
+        "sys.exit(print(%s,file=sys.stderr))" % say
+    return ('import sys,os;d=sys.argv.pop(1);sys.path.append(d);'
+            'os.path.isfile(d+"/agents_room.py")or %s;'
+            'from agents_room import main;sys.exit(main())' % stop)
+
+
+def _which(program, env, cwd):
+    """program as an absolute path, found the way the recipient's shell would:
+    its PATH, and relative names against its cwd."""
+    import shutil
+    if os.sep in program:
+        return os.path.normpath(os.path.join(cwd, os.path.expanduser(program)))
+    return shutil.which(program, path=env.get("PATH") or os.defpath)
+
+
+def launcher(where=None, missing_exit=0, python=None):
+    """argv that runs this program by importing it.  -I -S: isolated mode (no
+    current directory, user site or PYTHON* variables on the path, so a
+    repository's json.py can never run in a hook or a commit) and no site
+    (a stdlib-only hook needs none of it; it is most of a start on some
+    interpreters).  where: the directory as the command should name it."""
+    return [python or sys.executable, "-I", "-S", "-c", _launcher_code(missing_exit),
+            where or os.path.dirname(this_file())]
+
+
+def precompile():
+    """Write this file's bytecode cache now (best effort), so the first hook
+    is fast even where PYTHONDONTWRITEBYTECODE is set."""
+    import importlib.util
+    import py_compile
+    try:
+        return py_compile.compile(this_file(), doraise=True,
+                                  cfile=importlib.util.cache_from_source(this_file()))
+    except (OSError, py_compile.PyCompileError):
+        return None
+
+
+class Placement:
+    """How a configuration names this file: relative to the project root when
+    the file is inside the project (a vendored copy: the project can move or be
+    cloned, and a plain python3 from PATH runs it), absolute otherwise."""
+
+    def __init__(self, root=None, project_var=None):
+        here = os.path.realpath(os.path.dirname(this_file()))
+        self.relative = None
+        if root and project_var:
+            rel = os.path.relpath(here, os.path.realpath(root))
+            if rel != ".." and not rel.startswith(".." + os.sep):
+                self.relative = "" if rel == "." else rel
+        self.project_var = project_var
+        self.python = "python3" if self.relative is not None else sys.executable
+        if self.relative is None:
+            self.directory, self.script = os.path.dirname(this_file()), this_file()
+        else:
+            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
+                                             if self.relative else "")
+            self.script = self.directory + "/agents_room.py"
+
+    def command(self, args, missing_exit=0):
+        """A shell command line: the harness runs hooks through sh, which
+        expands the project directory."""
+        import shlex
+        parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
+        if self.relative is None:
+            parts.append(shlex.quote(self.directory))
+        else:
+            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
+                "/" + self.relative) if self.relative else ""))
+        return " ".join(parts + [shlex.quote(a) for a in args])
+
+
+def hook_args(harness, event_name, autonomy=None, extra=()):
+    args = ["hook", "--harness", harness, "--event=" + event_name]
+    if autonomy is not None and event_name == "SessionStart":
+        args += ["--autonomy", str(autonomy)]
+    return args + list(extra)
+
+
+def _is_ours(entry):
+    """An entry setup wrote: a command that runs agents_room's hook verb."""
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if not isinstance(command, str):
+        return False
+    import shlex
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(os.path.basename(w) == "agents_room.py" or
+               "from agents_room import main" in w for w in words) and "hook" in words
+
+
+def merge_hooks(settings, hooks):
+    """Replace agents-room's hook entries in settings, keeping every other
+    entry (and every group that holds anything that is not ours) as it was."""
+    existing = settings.setdefault("hooks", {})
+    if not isinstance(existing, dict):
+        raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
+    for name, groups in hooks.items():
+        current = existing.get(name, [])
+        if not isinstance(current, list):
+            raise RoomError("'hooks.%s' in the settings file is not a list; fix it by "
+                            "hand" % name)
+        kept = []
+        for group in current:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                others = [h for h in group["hooks"] if not _is_ours(h)]
+                if others:
+                    kept.append(dict(group, hooks=others))
+                elif not group["hooks"]:
+                    kept.append(group)
+            else:
+                kept.append(group)
+        existing[name] = kept + groups
+    return settings
+
+
+def _read_json(path):
+    text = _read_text(path)
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as error:
+        raise RoomError("cannot read %s as JSON: %s" % (path, error),
+                        "fix or move the file; nothing was written")
+    if not isinstance(data, dict):
+        raise RoomError("%s does not hold a JSON object; nothing was written" % path)
+    return data
+
+
+def _read_text(path):
+    """A config file's text, or "" when it does not exist yet."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise RoomError("cannot read %s: %s" % (path, getattr(error, "strerror", None)
+                                                 or error), "nothing was written")
+
+
+def write_private(path, text, mode=None):
+    """Write a file atomically through a temporary created exclusively (never
+    following a link planted at a predictable name), keeping the old file's
+    mode.  A configuration that is a symlink (dotfiles) is written where it
+    points, not replaced by a plain file."""
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    for _ in range(100):
+        temporary = os.path.join(directory, ".%s.%s.tmp" % (
+            os.path.basename(path), os.urandom(6).hex()))
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         getattr(os, "O_NOFOLLOW", 0), 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise RoomError("cannot create a temporary file in %s" % directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _toml_string(text):
+    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
+    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
+    out = []
+    for char in text:
+        if ord(char) > 0xFFFF:
+            out.append("\\U%08X" % ord(char))
+        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(json.dumps(char)[1:-1])
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
+
+
+def _configured(path, needle):
+    try:
+        with open(path, errors="replace") as handle:
+            return needle in handle.read()
+    except OSError:
+        return False
+
+
+def _configured_commands(settings_path):
+    """The agents-room hook commands in a Claude-style settings file."""
+    try:
+        settings = _read_json(settings_path)
+    except RoomError:
+        return []
+    found = []
+    for groups in (settings.get("hooks") or {}).values():
+        for group in groups if isinstance(groups, list) else []:
+            for entry in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                if _is_ours(entry) and "--wait" not in entry["command"]:
+                    found.append(entry["command"])
+    return found
+
+
+def _try_command(command, env, cwd):
+    """Run a configured hook command as the harness would, with a harmless
+    event (no session: it must answer nothing and exit 0)."""
+    import subprocess
+    try:
+        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
+                                                           "--event=PostToolUse")],
+                              input=b'{"session_id": "agents-room-doctor-probe"}',
+                              capture_output=True, env=env, cwd=cwd, timeout=15)
+    except (OSError, subprocess.SubprocessError) as error:
+        return False, str(error)
+    text = done.stderr.decode("utf-8", "replace").strip()
+    return done.returncode == 0 and not text, text or "exit %d" % done.returncode
+
+
+def _doctor_hooks(title, settings, probe_env, root, fix):
+    """doctor: whether a Claude-style settings file holds agents-room's hooks,
+    and whether the first of them runs as the harness would run it."""
+    commands = [c for p in settings for c in _configured_commands(p)]
+    hooked = [p for p in settings if _configured_commands(p)]
+    checks = [("ok" if hooked else "warn", "%s hooks: %s" % (
+        title, ", ".join(hooked) or "not configured"), "" if hooked else fix)]
+    for command in list(dict.fromkeys(commands))[:1]:
+        ok, detail = _try_command(command, probe_env, root)
+        checks.append(("ok" if ok else "fail", "%s hook command runs" % title
+                       if ok else "%s hook command fails: %s" % (title, one_line(
+                           detail, 160)), "" if ok else fix))
+    return checks
+
+
+class SetupJob:
+    """What setup asks of an adapter: the autonomy asked (clamped to what the
+    harness can), the scope (project or user), where (cwd, its git top level
+    root, home), what the SessionStart hook joins with (start_extra), the
+    serve command's arguments; the adapter adds files ({path, content}) and
+    notes for a person."""
+
+    def __init__(self, level, scope, cwd, home, root, start_extra, serve_args):
+        self.level, self.scope, self.cwd, self.home, self.root = level, scope, cwd, home, root
+        self.start_extra, self.serve_args = list(start_extra), list(serve_args)
+        self.files, self.notes = [], []
+
+
+class Lever:
+    """A way to start a turn in an idle session (autonomy 2, wake).  Recorded
+    per session at join (detect), fired by the wake levers section after a
+    commit, as the recipient: inline ones talk to a socket within
+    SOCKET_TIMEOUT_S (send), the others run a program detached (argv), bounded
+    by a timeout.  outcome: what a finished run of the program means (a turn
+    is known to start: accepted; it may: offered).  while_alive False: only
+    once the session's harness process is gone (a resume would fork a running
+    session).  before_waiter: tried before an armed rewake waiter."""
+
+    name = None
+    inline = False
+    while_alive = True
+    before_waiter = False
+
+    def detect(self, env, key, cwd, argv):
+        """The lever's data for a session joining with this environment, or
+        None."""
+        return None
+
+    def send(self, data, text):
+        """Inline levers: (outcome, detail)."""
+        raise NotImplementedError
+
+    def argv(self, data, text):
+        """Process levers: the command line to run."""
+        raise NotImplementedError
+
+    def outcome(self, ok, alive):
+        return "accepted" if ok else "failed"
+
+    @staticmethod
+    def kept_env(env, names=()):
+        return {k: env[k] for k in LEVER_ENV + tuple(names) if env.get(k)}
+
+
+class WakeCmd(Lever):
+    """AGENTS_ROOM_WAKE_CMD: a user's command, run with the signal as its last
+    argument (split like a shell would, never run by one)."""
+
+    name = "wake-cmd"
+
+    def detect(self, env, key, cwd, argv):
+        import shlex
+        command = env.get("AGENTS_ROOM_WAKE_CMD")
+        try:
+            words = shlex.split(command) if command else []
+        except ValueError:
+            words = []
+        program = _which(words[0], env, cwd) if words else None
+        if program:
+            return {"argv": [program] + words[1:], "env": self.kept_env(env), "cwd": cwd}
+        return None
+
+    def argv(self, data, text):
+        return list(data["argv"]) + [text]
+
+
+class Harness:
+    """One harness's adapter; this base is also any MCP client without hooks
+    (generic).  name: as sessions record it; setup_name: the word `setup`
+    takes (None: nothing to set up); events: the harness's hook event -> ours;
+    key_vars: the environment variables that carry its session key; levers:
+    its wake levers, in the order they are tried; waiter: the name of its
+    rewake waiter, where setup installs one (hook --event=Stop --wait);
+    arms_at_turn_end: it arms a lever itself when a turn ends, so a wake due
+    during a turn waits for that; max_autonomy: what it can do (0 notify, 1
+    hold, 2 wake); mcp_prefix: how its model names our tools; hold: a Stop
+    answer as a "decision" block or as added "context"."""
+
+    name = "generic"
+    setup_name = None
+    title = "any MCP client"
+    where = ""                  # the files setup writes, for setup --help
+    events = {}
+    key_vars = ()
+    levers = ()
+    waiter = None
+    arms_at_turn_end = False
+    max_autonomy = 0
+    mcp_prefix = "mcp__agents-room__"
+    hold = "decision"
+
+    def detect(self, env):
+        return False
+
+    def is_launcher(self, argv):
+        """Whether a process with this command line is a launcher the harness
+        puts between itself and its hooks or MCP servers (not the harness)."""
+        return False
+
+    def hook_facts(self, event, payload):
+        """What a hook event's JSON says, in our terms: the session key, cwd,
+        whether this Stop was already held once this turn, whether this is a
+        session's first turn (a digest rides it where SessionStart shows the
+        model nothing), whether a user turn starts, whether to stay silent."""
+        extra = payload.get("extra") if isinstance(payload.get("extra"), dict) else {}
+        return {"key": payload.get("session_id"), "cwd": payload.get("cwd"),
+                "stop_hook_active": bool(payload.get("stop_hook_active")),
+                "first_turn": False, "turn_start": event == "UserPromptSubmit",
+                "silent": False, "extra": extra}
+
+    def context(self, event, text):
+        """Text the model reads, beside the harness's own."""
+        return json.dumps({"hookSpecificOutput": {"hookEventName": event,
+                                                  "additionalContext": text}})
+
+    def hold_answer(self, event, text):
+        """The end of a turn held, with the signal as the reason."""
+        if self.hold == "context":
+            return self.context(event, text)
+        return json.dumps({"decision": "block", "reason": text})
+
+    def ask(self, reason):
+        """Before an edit of a file another session holds: ask the user."""
+        return json.dumps({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse", "permissionDecision": "ask",
+            "permissionDecisionReason": reason}})
+
+    def waiter_skips(self, env):
+        """Whether a rewake waiter started here must not wait (a one-shot run
+        that has to exit)."""
+        return False
+
+    def wake_answer(self, text):
+        """What the rewake waiter prints, and its exit code, to wake the turn."""
+        return "", 0
+
+    def setup(self, job):
+        """The files to write and the notes for a person: job is a SetupJob."""
+        raise UsageError("there is nothing to set up for %s" % self.title)
+
+    def doctor(self, env, root, home):
+        """Checks of this harness's configuration, each (status, what, advice)."""
+        return []
+
+
+class ClaudeSocket(Lever):
+    """Claude Code's inbox socket (2.1.224 and later): an auth line, then the
+    message as a user line."""
+
+    name = "claude-socket"
+    inline = True
+    before_waiter = True
+
+    def detect(self, env, key, cwd, argv):
+        socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
+        token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
+        return {"socket": socket_path, "token": token} if socket_path and token else None
+
+    def send(self, data, text):
+        import socket
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(SOCKET_TIMEOUT_S)
+        try:
+            client.connect(data["socket"])
+            client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
+                            + json.dumps({"type": "user", "message": {
+                                "role": "user", "content": text}, "priority": "next"})
+                            + "\n").encode("utf-8"))
+            return "accepted", "socket accepted"
+        except OSError as error:
+            return "failed", "socket: %s" % error
+        finally:
+            client.close()
+
+
+class ClaudeCode(Harness):
+    name, setup_name, title = "claude-code", "claude", "Claude Code"
+    where = (".mcp.json and .claude/settings.json at the project's git top level (or\n"
+             "    ~/.claude with --scope user)")
+    events = {e: e for e in HOOK_EVENTS}
+    key_vars = ("CLAUDE_CODE_SESSION_ID",)
+    levers = (ClaudeSocket(),)
+    # The asyncRewake Stop hook (hook --event=Stop --wait) runs in the
+    # background, sleeps on the store and wakes the model by exiting 2.
+    waiter = "claude-rewake"
+    arms_at_turn_end = True
+    max_autonomy = 2
+    # Claude Code continues a turn whose Stop hook adds context, as a system
+    # reminder; a decision block shows the user "Stop hook error".
+    hold = "context"
+    project_var = "CLAUDE_PROJECT_DIR"
+    edit_tools = "Edit|Write|MultiEdit|NotebookEdit"
+
+    def detect(self, env):
+        return env.get("CLAUDECODE") == "1"
+
+    def waiter_skips(self, env):
+        # Under `claude -p` the hooks are waited for before it can print its
+        # result and exit, and a scripted run has no idle time to wake.
+        return env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli"
+
+    def wake_answer(self, text):
+        # Exit 2 wakes the model with stderr; the decision on stdout keeps
+        # Claude Code from prefixing the hook's command line to it.
+        sys.stderr.write(text + "\n")
+        return json.dumps({"decision": "block", "reason": text}), 2
+
+    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
+        """Hook entries in the Claude Code settings shape (Codex reads the
+        same)."""
+        hooks = {}
+        for name, ours in self.events.items():
+            # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
+            entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
+                     HOOK_TIMEOUT_S + 2,
+                     "command": placement.command(hook_args(
+                         self.name, ours, autonomy, start_extra if ours == "SessionStart"
+                         else ()))}
+            group = {"hooks": [entry]}
+            if ours == "PostToolUse":
+                group["matcher"] = "*"
+            if ours == "PreToolUse":
+                group["matcher"] = self.edit_tools
+            hooks[name] = [group]
+        if wake and self.waiter:
+            # The waiter arms at every turn's end, and at the session's start
+            # so that an interactive session is woken before its first turn too.
+            for name in ("Stop", "SessionStart"):
+                hooks[name][0]["hooks"].append({
+                    "type": "command", "command": placement.command(hook_args(
+                        self.name, "Stop", None, ["--wait"])),
+                    "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
+        return hooks
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup claude in your project, or use --scope user")
+        placement = Placement(job.root if job.scope == "project" else None,
+                              self.project_var)
+        hooks = self.hook_entries(placement, job.level, job.start_extra,
+                                  wake=job.level == 2)
+        if job.scope == "user":
+            settings_path = os.path.join(job.home, ".claude", "settings.json")
+            job.notes.append("MCP server for every project: claude mcp add --scope user "
+                             "agents-room -- %s -I -S %s %s" % (
+                                 sys.executable, this_file(), " ".join(job.serve_args)))
+        else:
+            settings_path = os.path.join(job.root, ".claude", "settings.json")
+            mcp_path = os.path.join(job.root, ".mcp.json")
+            mcp = _read_json(mcp_path)
+            servers = mcp.setdefault("mcpServers", {})
+            if not isinstance(servers, dict):
+                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                                % mcp_path)
+            servers["agents-room"] = {"command": placement.python,
+                                      "args": ["-I", "-S", placement.script] +
+                                      job.serve_args}
+            job.files.append({"path": mcp_path,
+                              "content": json.dumps(mcp, indent=2) + "\n"})
+        settings = merge_hooks(_read_json(settings_path), hooks)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and self.mcp_prefix + "*" not in allow:
+            # Without it, every agents-room call waits for a person to approve
+            # it: a woken, unattended session could not even read its mail.
+            allow.append(self.mcp_prefix + "*")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("allowed without asking: the agents-room MCP tools "
+                         "(permissions.allow %s*)" % self.mcp_prefix)
+        if job.level == 2:
+            job.notes.append("wake: a Stop hook with asyncRewake waits in the background "
+                             "after each turn and wakes the session when a message "
+                             "arrives (not under claude -p, which must exit)")
+
+    def doctor(self, env, root, home):
+        checks = []
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        mcp_files = [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json")]
+        served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
+        checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+            self.title, ", ".join(served) or "not configured"), "" if served else fix))
+        settings = [os.path.join(root, ".claude", "settings.json"),
+                    os.path.join(home, ".claude", "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env[self.project_var] = root
+        return checks + _doctor_hooks(self.title, settings, probe_env, root, fix)
+
+
+class CodexQueue(Lever):
+    """codex queue --thread <thread> --message <signal>: a turn in an idle
+    Codex session (the thread is the hook's session id).  It exits 0 whether
+    or not anyone runs the thread: a turn is known to start only when the
+    recipient's Codex is running."""
+
+    name = "codex-queue"
+
+    def detect(self, env, key, cwd, argv):
+        # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
+        # session id, which is this session's harness key.  codex exec takes
+        # queued messages only as it exits: no lever there.
+        thread = env.get("CODEX_THREAD_ID") or key
+        if not thread or (argv and "exec" in argv[1:4]):
+            return None
+        program = _which("codex", env, cwd)
+        if not program:
+            return None
+        return {"thread": thread, "program": program,
+                "env": self.kept_env(env, ("CODEX_HOME",)), "cwd": cwd}
+
+    def argv(self, data, text):
+        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
+                "--message", text]
+
+    def outcome(self, ok, alive):
+        return "failed" if not ok else "accepted" if alive else "offered"
+
+
+class Codex(Harness):
+    name, setup_name, title = "codex", "codex", "Codex"
+    where = "$CODEX_HOME/config.toml and hooks.json"
+    events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
+    key_vars = ("CODEX_THREAD_ID",)
+    levers = (CodexQueue(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+    hook_entries = ClaudeCode.hook_entries      # Codex reads Claude Code's shape
+    edit_tools = ClaudeCode.edit_tools
+
+    def detect(self, env):
+        return any(k.startswith("CODEX_") for k in env)
+
+    @staticmethod
+    def home(env, home):
+        return env.get("CODEX_HOME") or os.path.join(home, ".codex")
+
+    @staticmethod
+    def toml_block(serve_args):
+        return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
+                'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
+                % (_toml_string(sys.executable), ", ".join(
+                    _toml_string(a) for a in ["-I", "-S", this_file()] + serve_args)))
+
+    @classmethod
+    def merge_toml(cls, text, serve_args=("serve",)):
+        """Add (or replace) the agents-room MCP table and turn hooks on, leaving
+        the rest of config.toml as it was.  Line-based: no TOML library in the
+        stdlib before 3.11."""
+        import re
+        lines = text.splitlines()
+        out, skipping = [], False
+        for line in lines:
+            header = line.split("#", 1)[0].strip()
+            if header.startswith("["):
+                skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
+                                                       '[mcp_servers."agents-room"]')
+            if not skipping:
+                out.append(line)
+        # Hooks are on by default in current Codex; `hooks` is the canonical key
+        # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
+        out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
+        section, has_hooks = None, False
+        headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
+        for index, (l, header) in enumerate(zip(out, headers)):
+            if header.startswith("["):
+                section = header
+            elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
+                    section is None and l.split("=")[0].strip().replace(" ", "") ==
+                    "features.hooks"):
+                has_hooks = True
+                out[index] = l.split("=")[0] + "= true"
+        if not has_hooks:
+            if "[features]" in headers:
+                out.insert(headers.index("[features]") + 1, "hooks = true")
+            elif any(h.startswith("features.") for h in headers):
+                out.insert(next(i for i, h in enumerate(headers)
+                                if h.startswith("features.")), "features.hooks = true")
+            else:
+                out += ["", "[features]", "hooks = true"]
+        while out and not out[-1].strip():
+            out.pop()
+        while out and not out[0].strip():
+            out.pop(0)
+        merged = "\n".join(out) + ("\n\n" if out else "") + cls.toml_block(list(serve_args))
+        try:
+            import tomllib   # COMPAT: before 3.11 what is written goes unchecked
+        except ImportError:
+            return merged
+        try:
+            tomllib.loads(merged)
+        except tomllib.TOMLDecodeError as error:
+            raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
+                            "table by hand (setup codex without --write prints it)" % error)
+        return merged
+
+    def setup(self, job):
+        codex_home = self.home(os.environ, job.home)
+        config_path = os.path.join(codex_home, "config.toml")
+        job.files.append({"path": config_path,
+                          "content": self.merge_toml(_read_text(config_path),
+                                                     job.serve_args)})
+        hooks_path = os.path.join(codex_home, "hooks.json")
+        hooks = self.hook_entries(Placement(None), job.level, job.start_extra)
+        settings = merge_hooks(_read_json(hooks_path), hooks)
+        job.files.append({"path": hooks_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("Codex runs a new or changed hook only once you trust it: open "
+                         "/hooks in the Codex TUI and trust the agents-room entries (codex "
+                         "exec skips untrusted hooks silently; "
+                         "--dangerously-bypass-hook-trust runs them)")
+        if job.level == 2:
+            job.notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
+                             "Codex session; the thread is the hook's session id")
+
+    def doctor(self, env, root, home):
+        codex_home = self.home(env, home)
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
+        checks = [("ok" if ok else "warn", "%s MCP entry: %s" % (
+            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
+        settings = [os.path.join(codex_home, "hooks.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        checks += _doctor_hooks(self.title, settings, probe_env, root, fix)
+        if any(_configured_commands(p) for p in settings):
+            checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
+                           "open /hooks in the Codex TUI and trust the agents-room "
+                           "entries; codex exec skips untrusted hooks silently"))
+        return checks
+
+
+class HermesResume(Lever):
+    """hermes chat --resume ID -q ...: Hermes runs a turn in a session from
+    outside only by resuming it, so this lever fires once its process is gone
+    (a resume of a running session would fork its history)."""
+
+    name = "hermes-resume"
+    while_alive = False
+
+    def detect(self, env, key, cwd, argv):
+        cut = next((i for i, a in enumerate(argv or ())
+                    if os.path.basename(a) == "hermes"), None)
+        if not key or cut is None:
+            return None
+        return {"argv": argv[:cut + 1], "key": key, "cwd": cwd, "env": self.kept_env(
+            env, ("HERMES_HOME", "HERMES_ACCEPT_HOOKS"))}
+
+    def argv(self, data, text):
+        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q", text]
+
+
+class Hermes(Harness):
+    name, setup_name, title = "hermes", "hermes", "Hermes"
+    where = "$HERMES_HOME/config.yaml"
+    # Hermes injects context only from pre_llm_call (once per user turn), and
+    # its on_session_end fires after every turn: on_session_finalize is the
+    # real end of a session.  pre_verify may block the end of a turn that
+    # edited files (Hermes asks again up to 3 times; extra.attempt > 0 is its
+    # stop_hook_active).
+    events = {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
+              "pre_verify": "Stop", "on_session_finalize": "SessionEnd"}
+    key_vars = ("HERMES_SESSION_ID",)
+    levers = (HermesResume(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+
+    def detect(self, env):
+        return any(k.startswith("HERMES_") for k in env)
+
+    def is_launcher(self, argv):
+        # Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
+        # --ppid <hermes> -- <server>`: a launcher, not the harness.
+        return any("mcp_stdio_watchdog" in a for a in argv[:3])
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        facts["stop_hook_active"] = facts["stop_hook_active"] or bool(
+            facts["extra"].get("attempt"))
+        # Hermes shows nothing a SessionStart hook says: its first turn
+        # carries the digest instead.  pre_llm_call is not a turn's start.
+        facts["first_turn"] = bool(facts["extra"].get("is_first_turn"))
+        facts["turn_start"] = False
+        return facts
+
+    def context(self, event, text):
+        return json.dumps({"context": text})
+
+    @staticmethod
+    def home(env, home):
+        return env.get("HERMES_HOME") or os.path.join(home, ".hermes")
+
+    @classmethod
+    def yaml_entries(cls, placement, autonomy, serve_args):
+        """The two top-level mappings setup hermes owns, as YAML lines: the MCP
+        server (with the store passed in env:, since Hermes starts servers with
+        a filtered environment) and one hook per Hermes event."""
+        path = default_db_path()
+        mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
+               "    args: [%s]" % ", ".join(json.dumps(a) for a in
+                                            ["-I", "-S", this_file()] + list(serve_args)),
+               "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(
+                   store_kind(path).shown_path(path, None))]
+        hooks = {}
+        for event_name, ours in cls.events.items():
+            hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
+                hook_args(cls.name, ours, autonomy))),
+                "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
+        return mcp, hooks
+
+    @classmethod
+    def merge_yaml(cls, text, placement, autonomy, serve_args=("serve",)):
+        """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
+        config.yaml, creating the sections where absent and replacing earlier
+        agents-room entries, leaving every other line as it was.  A small
+        line-based writer for the block-style subset Hermes' own config uses; a
+        flow-style section ({...} on one line) is refused rather than guessed."""
+        mcp, hooks = cls.yaml_entries(placement, autonomy, serve_args)
+        newline = "\r\n" if "\r\n" in text else "\n"
+        lines = text.splitlines()
+
+        def by_hand(why):
+            return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
+                             "hermes without --write prints them)" % why)
+
+        def section(name):
+            for index, line in enumerate(lines):
+                for spelled in (name, '"%s"' % name, "'%s'" % name):
+                    if line.startswith(spelled + ":"):
+                        break
+                else:
+                    continue
+                rest = line[len(spelled) + 1:].strip()
+                if rest and not rest.startswith("#"):
+                    raise by_hand("has %s: in flow style" % name)
+                end = index + 1
+                while end < len(lines) and (not lines[end].strip() or
+                                            lines[end].startswith((" ", "\t"))):
+                    end += 1
+                while end > index + 1 and not lines[end - 1].strip():
+                    end -= 1
+                for child in lines[index + 1:end]:
+                    if child.strip() and not child.strip().startswith("#"):
+                        indent = len(child) - len(child.lstrip(" "))
+                        if "\t" in child[:indent + 1] or indent != 2:
+                            raise by_hand("indents %s: other than by two spaces" % name)
+                        break
+                return index, end
+            lines.extend(["", name + ":"])
+            return len(lines) - 1, len(lines)
+
+        # mcp_servers: drop an earlier agents-room entry, append ours.
+        start, end = section("mcp_servers")
+        body = lines[start + 1:end]
+        kept, skipping = [], False
+        for line in body:
+            if line.startswith("  ") and not line.startswith("   ") and line.strip():
+                skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
+            if not skipping:
+                kept.append(line)
+        lines[start + 1:end] = kept + mcp
+        # hooks: per event, drop our earlier list items, append ours.
+        start, end = section("hooks")
+        body = lines[start + 1:end]
+        events, order, current = {}, [], None
+        for line in body:
+            if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
+                    not line.strip().startswith(("#", "-")):
+                current = line.strip().rstrip(":").strip("'\"")
+                order.append(current)
+                events[current] = [line]
+            elif current is None:
+                order.append(None)
+                events.setdefault(None, []).append(line)
+            else:
+                events[current].append(line)
+        rebuilt = []
+        for name in order:
+            if name is None:
+                continue
+            block = events[name]
+            items, item = [], []
+            for line in block[1:]:
+                if line.strip().startswith("- ") and item:
+                    items.append(item)
+                    item = []
+                item.append(line)
+            if item:
+                items.append(item)
+            items = [i for i in items if not any(_is_ours({"command": cls.yaml_scalar(
+                l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
+                l.split(":", 1)[1])}) for l in i if "command:" in l)]
+            if name in hooks:
+                ours = hooks.pop(name)
+                theirs = [l for i in items for l in i if l.strip().startswith("- ")]
+                if theirs:
+                    # Our item at the indentation their items use (YAML requires
+                    # one indentation per sequence).
+                    shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
+                    ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
+                            for l in ours]
+                items.append(ours)
+            rebuilt.append(block[0])
+            for i in items:
+                rebuilt.extend(i)
+        for name, item in hooks.items():
+            rebuilt.append("  %s:" % name)
+            rebuilt.extend(item)
+        lines[start + 1:end] = events.get(None, []) + rebuilt
+        if not any(l.startswith("hooks_auto_accept:") for l in lines):
+            lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
+                      "hooks_auto_accept: true"]
+        return newline.join(lines).strip("\r\n") + newline
+
+    @staticmethod
+    def yaml_scalar(text):
+        text = text.strip()
+        if text[:1] == '"':
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        if text[:1] == "'":
+            return text[1:-1].replace("''", "'")
+        return text
+
+    def setup(self, job):
+        config_path = os.path.join(self.home(os.environ, job.home), "config.yaml")
+        try:
+            content = self.merge_yaml(_read_text(config_path), Placement(None), job.level,
+                                      job.serve_args)
+            job.files.append({"path": config_path, "content": content})
+        except RoomError as error:
+            # A config this writer does not understand is left alone: the
+            # entries are printed for a person to add.
+            job.files.append({"path": config_path, "content": self.merge_yaml(
+                "", Placement(None), job.level, job.serve_args),
+                "action": "merge by hand: " + error.message})
+        job.notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
+                         "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
+        job.notes.append("Hermes shows the model agents-room's context once per user turn "
+                         "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
+                         "edited files; at wake, a session whose Hermes has exited is "
+                         "resumed (hermes chat --resume) when a message arrives")
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        config = os.path.join(self.home(env, home), "config.yaml")
+        text = _read_text(config) if os.path.exists(config) else ""
+        ok = SETUP_MARK in text
+        checks = [("ok" if ok else "warn", "%s: %s" % (
+            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
+        if ok and "hooks_auto_accept: true" not in text and \
+                env.get("HERMES_ACCEPT_HOOKS", "").lower() not in ("1", "true", "yes", "on"):
+            checks.append(("warn", "Hermes asks before running each hook",
+                           "set hooks_auto_accept: true in %s (or run hermes with "
+                           "--accept-hooks)" % config))
+        return checks
+
+
+class Human(Harness):
+    """The operator at the page (ui): a person, reached by the page itself."""
+
+    name, title = "human", "the operator page"
+
+
+# The adapters, in the order detection tries them; generic is what none claims.
+HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), Human(), Harness()]
+LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
+          for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
+
+
+# A hook run outside any harness it knows answers in the format the
+# Claude-style harnesses copy.
+HOOK_FORMAT = HARNESS_ADAPTERS[0]
+
+
+def harness_named(name):
+    """The adapter of a harness name as sessions record it (generic if none)."""
+    return next((a for a in HARNESS_ADAPTERS if a.name == name), HARNESS_ADAPTERS[-1])
+
+
+def harness_names():
+    return [a.name for a in HARNESS_ADAPTERS]
+
+
+def detect_harness(env):
+    """The harness this process runs under, from its environment."""
+    return next((a.name for a in HARNESS_ADAPTERS if a.detect(env)), "generic")
+
+
+def harness_key_vars():
+    """The variables that carry a harness key, AGENTS_ROOM_HARNESS_KEY first."""
+    return ("AGENTS_ROOM_HARNESS_KEY",) + tuple(
+        v for a in HARNESS_ADAPTERS for v in a.key_vars)
+
+
+def harness_key_from(env):
+    for var in harness_key_vars():
+        value = env.get(var)
+        if value:
+            return value
+    return None
+
+
+def detect_lever(env, harness, key, cwd, harness_argv=None):
+    """The wake lever a session's environment offers: (name, data) or (None,
+    None): its harness's levers in order, then AGENTS_ROOM_WAKE_CMD.  The
+    program is recorded with its absolute path and the environment and cwd it
+    must run in: a lever runs as the recipient, in the recipient's world,
+    whoever's tool event fires it.  A rewake waiter is not recorded here: it
+    arms itself at run time (hook --event=Stop --wait)."""
+    for lever in harness_named(harness).levers + (LEVERS["wake-cmd"],):
+        data = lever.detect(env, key, cwd, harness_argv)
+        if data is not None:
+            return lever.name, data
+    return None, None
+
+
+def setup_names():
+    return [a.setup_name for a in HARNESS_ADAPTERS if a.setup_name]
+
+
+def harness_free_env(env):
+    """env without what says a process runs under a harness (its keys, and
+    every variable by which an adapter detects its harness): for processes
+    that must not pass for one (bench's workers, doctor's probe)."""
+    return {k: v for k, v in env.items() if k not in harness_key_vars() and not any(
+        a.detect({k: v}) for a in HARNESS_ADAPTERS)}
+
+
+def is_launcher(argv):
+    """Whether a command line is a launcher some harness puts between itself
+    and the processes it starts."""
+    return any(a.is_launcher(argv) for a in HARNESS_ADAPTERS)
+
+
 # ---- liveness (process scan) ---------------------------------------------
 
 def proc_root():
@@ -1830,8 +2770,9 @@ def process_start(pid):
     return _ps_lstart(out) if out.strip() else None
 
 
-# Launchers between a harness and its hook.  Not python: Hermes is a Python
-# program, and the walk starts at the hook's parent, never the hook itself.
+# Launchers between a harness and its hook.  Not python: a harness may be a
+# Python program (its own launchers are its adapter's is_launcher), and the
+# walk starts at the hook's parent, never the hook itself.
 SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "timeout",
           "nice", "nohup", "sudo"}
 
@@ -1882,12 +2823,6 @@ def process_argv(pid):
         return []
 
 
-def _is_mcp_watchdog(pid):
-    """Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
-    --ppid <hermes> -- <server>`: a launcher, not the harness."""
-    return any("mcp_stdio_watchdog" in a for a in process_argv(pid)[:3])
-
-
 def harness_pid(start_pid):
     """The first ancestor of a hook that is not a shell or launcher: the harness
     process whose lifetime is the session's."""
@@ -1899,7 +2834,7 @@ def harness_pid(start_pid):
         if comm is None:
             return None
         if os.path.basename(comm) not in SHELLS and not (
-                comm.startswith("python") and _is_mcp_watchdog(pid)):
+                comm.startswith("python") and is_launcher(process_argv(pid))):
             return pid
         pid = parent
     return None
@@ -1943,7 +2878,7 @@ class ProcessScan:
     def _scan_proc(self):
         root = self.root
         uid = os.getuid()
-        markers = tuple(var.encode() + b"=" for var in HARNESS_KEY_VARS)
+        markers = tuple(var.encode() + b"=" for var in harness_key_vars())
         try:
             names = os.listdir(root)
         except OSError:
@@ -1997,7 +2932,7 @@ class ProcessScan:
             pid_text, _, args = line.strip().partition(" ")
             if pid_text.isdigit():
                 commands[int(pid_text)] = args.strip()
-        prefixes = tuple(var + "=" for var in HARNESS_KEY_VARS)
+        prefixes = tuple(var + "=" for var in harness_key_vars())
         for line in out.splitlines():
             parts = line.split()
             if len(parts) < 6 or not parts[0].isdigit():
@@ -2301,7 +3236,7 @@ class Context:
         # An MCP server's harness process: its session is the one the
         # harness's hooks joined (see room_join).
         self.harness_pid, self.harness_start = harness_pid, harness_start
-        self.harness_argv = None      # a hook's harness command line (Hermes' lever)
+        self.harness_argv = None      # a hook's harness command line (for levers)
         self.signal = None            # the last MCP call's signal, if one was due
 
 
@@ -2814,7 +3749,7 @@ def work_of(conn, session_id):
 def session_dict(conn, row, liveness, at=None):
     lever = row["lever"]
     if lever is None and waiter_armed(row, at if at is not None else now()):
-        lever = "claude-rewake"
+        lever = harness_named(row["harness"]).waiter
     return {
         "session_id": row["id"], "label": row["label"], "harness": row["harness"],
         "cwd": row["cwd"], "tags": json.loads(row["tags"]),
@@ -2841,7 +3776,7 @@ def where_text(row):
 
 
 def waiter_armed(row, at):
-    """Whether the session's Claude Code rewake waiter is running now."""
+    """Whether the session's rewake waiter (hook --event=Stop --wait) runs now."""
     if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
         return False
     started = process_start(row["waiter_pid"])
@@ -2895,7 +3830,7 @@ JOIN_CLI = CliExtra(_join_options, _join_pid, _join_answer)
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 100},
              "maxItems": TAGS_MAX, "description": "tags others can address with tag:<tag>"},
     "autonomy": S_AUTONOMY,
-    "harness": {"type": "string", "enum": list(HARNESSES)},
+    "harness": {"type": "string", "enum": harness_names()},
     "harness_key": {"type": "string", "maxLength": 200,
                     "description": "the harness's own session key; read from the "
                     "environment when not given"},
@@ -2926,8 +3861,8 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     key = harness_key or harness_key_from(ctx.env)
     record_pid, record_start = ctx.pid, ctx.pid_start
     if not key and ctx.harness_pid:
-        # An MCP server started by a harness that passes it no key (Codex,
-        # Hermes) belongs to the session its harness's hooks joined: the one
+        # An MCP server started by a harness that passes it no key belongs
+        # to the session its harness's hooks joined: the one
         # whose recorded process is the server's own harness process.
         linked = conn.execute(
             "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
@@ -4822,11 +5757,9 @@ WAKE_RETRY_FIRST_S = 60
 WAKE_RETRY_MAX_S = 30 * 60
 WAKE_ATTEMPTS_MAX = 6
 WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
-SOCKET_TIMEOUT_S = 1.0
-WAITER_LIFETIME_S = 12 * 3600
 WAITER_POLL_S = 1.0
 WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
-# FIXME: Claude Code runs no Stop hook after the user interrupts a turn, so a
+# FIXME: a harness may run no Stop hook after the user interrupts a turn, so a
 # turn marked busy stays busy this long (levers wait; hooks still signal).
 TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
 S_KEY = {"type": "string", "maxLength": 200}
@@ -4857,8 +5790,8 @@ def signal_tool_event(op, harness_key, turn_start=False):
         op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
     ctx = op.ctx
     if ctx.pid and (row["ended_at"] is not None or row["pid"] != ctx.pid):
-        # A resumed session runs again, in a new harness process (Hermes
-        # resumes without a session-start hook).
+        # A resumed session runs again, in a new harness process (one may
+        # resume without a session-start hook).
         op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
                         (ctx.pid, ctx.pid_start, row["id"]))
     if not unread_count(op.conn, row["id"]):
@@ -4990,7 +5923,7 @@ def session_digest(op, cwd=None):
     "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
     after=False)
 def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
-    """Register a Claude Code rewake waiter as the session's armed waiter."""
+    """Register a rewake waiter as the session's armed waiter."""
     if op.caller is None or op.caller["left_at"] is not None:
         return {"session_id": None}
     op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
@@ -5020,7 +5953,7 @@ def waiter_poll(op, pid, armed_at, check_alive=False):
     if not fresh:
         return {"stop": False, "text": None}
     text = signal_text(op.conn, op.me)
-    mark_accepted(op, op.me, fresh, "claude-rewake")
+    mark_accepted(op, op.me, fresh, harness_named(row["harness"]).waiter or "waiter")
     op.conn.execute("UPDATE sessions SET waiter_pid=NULL WHERE id=?", (op.me,))
     return {"stop": True, "text": text}
 
@@ -5044,7 +5977,7 @@ def mark_accepted(op, session_id, message_ids, lever, detail=None):
     public=False, after=False)
 def wake_record(op, messages, lever, outcome, detail=""):
     """accepted: the lever confirmed (no more retries); offered: it ran but
-    whether a turn starts is unknown (codex queue to a thread not known to be
+    whether a turn starts is unknown (a queue to a thread not known to be
     running); failed: it stays offered, the failure is shown by sent until a
     retry succeeds, and the retry already scheduled stands."""
     if outcome == "accepted":
@@ -5108,16 +6041,18 @@ def wake_plan(op, limit=20):
             stamp(conn, scope, params, wake_next_at=None)
             continue
         data = json.loads(row["lever_data"] or "{}")
-        lever = row["lever"]
-        if lever != "claude-socket" and waiter_armed(row, at):
-            lever = "claude-rewake"
+        adapter = harness_named(row["harness"])
+        lever = row["lever"] if row["lever"] in LEVERS else None
+        waiter = None
+        if (lever is None or not LEVERS[lever].before_waiter) and waiter_armed(row, at):
+            lever = waiter = adapter.waiter or "waiter"
         busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
-        if busy or (lever is None and row["harness"] == "claude-code" and
+        if busy or (lever is None and adapter.arms_at_turn_end and
                     row["ended_at"] is None and op.liveness(row) == "alive"):
             # Mid-turn, the turn's own hooks signal the message and its Stop
-            # holds it (a lever fired now would start a stale turn later);
-            # Claude Code arms its wake when a turn ends.  Try again later,
-            # without spending one of the lever's attempts.
+            # holds it (a lever fired now would start a stale turn later); a
+            # harness that arms its wake when a turn ends gets it then.  Try
+            # again later, without spending one of the lever's attempts.
             stamp(conn, scope, params, wake_attempts=Sql("wake_attempts-1"),
                   wake_next_at=at + WAKE_RETRY_FIRST_S)
             op.event("wake.later", session_id, data={"messages": message_ids,
@@ -5130,11 +6065,11 @@ def wake_plan(op, limit=20):
             continue
         advance(conn, "offered", at, scope, params)
         stamp(conn, scope, params, keep=True, offered_at=at)
-        if lever == "claude-rewake":
+        if waiter:
             # The armed waiter sees the delivery and wakes the session itself.
             stamp(conn, scope, params, wake_next_at=None)
         op.event("wake.try", session_id, data={"lever": lever, "messages": message_ids})
-        if lever != "claude-rewake":
+        if not waiter:
             jobs.append({"session_id": session_id, "messages": message_ids,
                          "lever": lever, "data": data, "text": text,
                          "alive": op.liveness(row) == "alive"})
@@ -5291,31 +6226,6 @@ def version_info():
 # above decide which wakes are due and record outcomes; this section connects
 # to a socket or starts the recorded program, as the recipient, after commit.
 
-def _send_socket(data, text):
-    """Claude Code's inbox socket: auth line, then a user message line."""
-    import socket
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(SOCKET_TIMEOUT_S)
-    try:
-        client.connect(data["socket"])
-        client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
-                        + json.dumps({"type": "user", "message": {
-                            "role": "user", "content": text}, "priority": "next"})
-                        + "\n").encode("utf-8"))
-    finally:
-        client.close()
-
-
-def lever_argv(job):
-    data = job["data"]
-    if job["lever"] == "codex-queue":
-        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
-                "--message", job["text"]]
-    if job["lever"] == "hermes-resume":
-        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q",
-                                     job["text"]]
-    return list(data["argv"]) + [job["text"]]
-
 
 def run_due_wakes(store, ctx):
     """Work that rides any tool event: fire the wakes due now for this user's
@@ -5325,18 +6235,15 @@ def run_due_wakes(store, ctx):
         return 0
     jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
     for job in jobs:
-        if job["lever"] == "claude-socket":
-            try:
-                _send_socket(job["data"], job["text"])
-                outcome, detail = "accepted", "socket accepted"
-            except OSError as error:
-                outcome, detail = "failed", "socket: %s" % error
+        lever = LEVERS[job["lever"]]
+        if lever.inline:
+            outcome, detail = lever.send(job["data"], job["text"])
             call_tool(store, ctx, "wake_record", {
                 "session_id": job["session_id"], "messages": job["messages"],
                 "lever": job["lever"], "outcome": outcome, "detail": detail})
-        elif job["lever"] == "hermes-resume" and job["alive"]:
-            # Still open in a running Hermes: a resume would fork its history.
-            # The retry already scheduled fires once that process is gone.
+        elif job["alive"] and not lever.while_alive:
+            # Its harness still runs the session: the retry already scheduled
+            # fires once that process is gone.
             continue
         else:
             _spawn_wake(store, ctx, job)
@@ -5366,7 +6273,8 @@ def _spawn_wake(store, ctx, job):
     import subprocess
     data = job["data"]
     payload = json.dumps({"session_id": job["session_id"], "messages": job["messages"],
-                          "lever": job["lever"], "argv": lever_argv(job),
+                          "lever": job["lever"],
+                          "argv": LEVERS[job["lever"]].argv(data, job["text"]),
                           "alive": job["alive"],
                           "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
                                                   WAKE_TIMEOUT_S)})
@@ -5403,10 +6311,7 @@ def wake_run(payload):
         ok, detail = False, "timed out after %gs" % timeout
     except OSError as error:
         ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error.strerror or error)
-    # codex queue exits 0 whether or not anyone runs the thread: a turn is only
-    # known to start when the recipient's harness is running.
-    outcome = "failed" if not ok else (
-        "accepted" if job["lever"] != "codex-queue" or job.get("alive") else "offered")
+    outcome = LEVERS[job["lever"]].outcome(ok, job.get("alive"))
     store = open_store()
     try:
         call_tool(store, Context(via="cli"), "wake_record", {
@@ -5418,571 +6323,37 @@ def wake_run(payload):
 
 
 # ---- harnesses: setup and doctor -----------------------------------------
-# One row per harness: its names, where its configuration lives, which of its
-# hook events mean which of ours, how it takes context from a hook, and its
-# wake lever.  setup, doctor and the hook front end read the same rows.
-
-HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
-               "PreToolUse")
-EDIT_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
-HOOK_TIMEOUT_S = 8
-HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up quietly
-
-HARNESS_ROWS = {
-    "claude-code": {
-        "setup": "claude", "title": "Claude Code",
-        # the harness's hook event -> ours
-        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
-                   "PostToolUse": "PostToolUse", "Stop": "Stop",
-                   "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"},
-        "context": "claude",      # hookSpecificOutput.additionalContext
-        # Claude Code continues a turn whose Stop hook adds context, as a
-        # system reminder; a decision block shows the user "Stop hook error".
-        "hold": "context",
-        "max_autonomy": 2, "lever": "claude-rewake",
-        "mcp_name": "mcp__agents-room__",
-    },
-    "codex": {
-        "setup": "codex", "title": "Codex",
-        "events": {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
-                   "PostToolUse": "PostToolUse", "Stop": "Stop",
-                   "SessionEnd": "SessionEnd"},
-        "context": "claude", "hold": "decision",
-        "max_autonomy": 2, "lever": "codex-queue",
-        "mcp_name": "mcp__agents_room__",
-    },
-    "hermes": {
-        "setup": "hermes", "title": "Hermes",
-        # Hermes injects context only from pre_llm_call (once per user turn),
-        # and its on_session_end fires after every turn: on_session_finalize
-        # is the real end of a session.
-        # pre_verify may block the end of a turn that edited files (Hermes asks
-        # again up to 3 times; extra.attempt > 0 is its stop_hook_active).
-        "events": {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
-                   "pre_verify": "Stop", "on_session_finalize": "SessionEnd"},
-        "context": "hermes",      # {"context": ...}
-        "hold": "decision", "max_autonomy": 2, "lever": "hermes-resume",
-        "mcp_name": "mcp__agents_room__",
-    },
-}
-SETUP_HARNESSES = {row["setup"]: name for name, row in HARNESS_ROWS.items()}
-SETUP_MARK = "agents_room"
-
-
-def hook_output(harness, event_name, text, hold=False):
-    """The answer a harness presents as a normal continuation: Claude Code and
-    Codex take hookSpecificOutput.additionalContext and a Stop decision;
-    Hermes takes {"context": ...}."""
-    row = HARNESS_ROWS.get(harness, HARNESS_ROWS["claude-code"])
-    if hold and row["hold"] != "context":
-        return json.dumps({"decision": "block", "reason": text})
-    if row["context"] == "hermes":
-        return json.dumps({"context": text})
-    return json.dumps({"hookSpecificOutput": {"hookEventName": event_name,
-                                              "additionalContext": text}})
-
-
-def _launcher_code(missing_exit):
-    """The -c program of the launcher: take the directory of agents_room.py
-    from argv, import it (so Python uses the bytecode cache; the directory goes
-    last on the path, so a json.py beside the copy never shadows the standard
-    library), and when it is
-    not there say what to run instead of failing with an import traceback
-    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
-    say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
-    stop = "sys.exit(%s)" % say if missing_exit else \
-        "sys.exit(print(%s,file=sys.stderr))" % say
-    return ('import sys,os;d=sys.argv.pop(1);sys.path.append(d);'
-            'os.path.isfile(d+"/agents_room.py")or %s;'
-            'from agents_room import main;sys.exit(main())' % stop)
-
-
-def launcher(where=None, missing_exit=0, python=None):
-    """argv that runs this program by importing it.  -I -S: isolated mode (no
-    current directory, user site or PYTHON* variables on the path, so a
-    repository's json.py can never run in a hook or a commit) and no site
-    (a stdlib-only hook needs none of it; it is most of a start on some
-    interpreters).  where: the directory as the command should name it."""
-    return [python or sys.executable, "-I", "-S", "-c", _launcher_code(missing_exit),
-            where or os.path.dirname(this_file())]
-
-
-def precompile():
-    """Write this file's bytecode cache now (best effort), so the first hook
-    is fast even where PYTHONDONTWRITEBYTECODE is set."""
-    import importlib.util
-    import py_compile
-    try:
-        return py_compile.compile(this_file(), doraise=True,
-                                  cfile=importlib.util.cache_from_source(this_file()))
-    except (OSError, py_compile.PyCompileError):
-        return None
-
-
-class Placement:
-    """How a configuration names this file: relative to the project root when
-    the file is inside the project (a vendored copy: the project can move or be
-    cloned, and a plain python3 from PATH runs it), absolute otherwise."""
-
-    def __init__(self, root=None, project_var=None):
-        here = os.path.realpath(os.path.dirname(this_file()))
-        self.relative = None
-        if root and project_var:
-            rel = os.path.relpath(here, os.path.realpath(root))
-            if rel != ".." and not rel.startswith(".." + os.sep):
-                self.relative = "" if rel == "." else rel
-        self.project_var = project_var
-        self.python = "python3" if self.relative is not None else sys.executable
-        if self.relative is None:
-            self.directory, self.script = os.path.dirname(this_file()), this_file()
-        else:
-            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
-                                             if self.relative else "")
-            self.script = self.directory + "/agents_room.py"
-
-    def command(self, args, missing_exit=0):
-        """A shell command line: the harness runs hooks through sh, which
-        expands the project directory."""
-        import shlex
-        parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
-        if self.relative is None:
-            parts.append(shlex.quote(self.directory))
-        else:
-            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
-                "/" + self.relative) if self.relative else ""))
-        return " ".join(parts + [shlex.quote(a) for a in args])
-
-
-def hook_args(harness, event_name, autonomy=None, extra=()):
-    args = ["hook", "--harness", harness, "--event=" + event_name]
-    if autonomy is not None and event_name == "SessionStart":
-        args += ["--autonomy", str(autonomy)]
-    return args + list(extra)
-
-
-def _claude_style_hooks(placement, harness, autonomy, start_extra=(), wake=False):
-    """Hook entries in the Claude Code settings shape (Codex reads the same)."""
-    hooks = {}
-    for name, ours in HARNESS_ROWS[harness]["events"].items():
-        # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
-        entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
-                 HOOK_TIMEOUT_S + 2,
-                 "command": placement.command(hook_args(
-                     harness, ours, autonomy, start_extra if ours == "SessionStart"
-                     else ()))}
-        group = {"hooks": [entry]}
-        if name == "PostToolUse":
-            group["matcher"] = "*"
-        if name == "PreToolUse":
-            group["matcher"] = EDIT_TOOLS
-        hooks[name] = [group]
-    if wake and "Stop" in hooks:
-        # The waiter arms at every turn's end, and at the session's start so
-        # that an interactive session is woken before its first turn too.
-        for name in ("Stop", "SessionStart"):
-            hooks[name][0]["hooks"].append({
-                "type": "command", "command": placement.command(hook_args(
-                    harness, "Stop", None, ["--wait"])),
-                "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
-    return hooks
-
-
-def _is_ours(entry):
-    """An entry setup wrote: a command that runs agents_room's hook verb."""
-    command = entry.get("command") if isinstance(entry, dict) else None
-    if not isinstance(command, str):
-        return False
-    import shlex
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    return any(os.path.basename(w) == "agents_room.py" or
-               "from agents_room import main" in w for w in words) and "hook" in words
-
-
-def merge_hooks(settings, hooks):
-    """Replace agents-room's hook entries in settings, keeping every other
-    entry (and every group that holds anything that is not ours) as it was."""
-    existing = settings.setdefault("hooks", {})
-    if not isinstance(existing, dict):
-        raise RoomError("'hooks' in the settings file is not an object; fix it by hand")
-    for name, groups in hooks.items():
-        current = existing.get(name, [])
-        if not isinstance(current, list):
-            raise RoomError("'hooks.%s' in the settings file is not a list; fix it by "
-                            "hand" % name)
-        kept = []
-        for group in current:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                others = [h for h in group["hooks"] if not _is_ours(h)]
-                if others:
-                    kept.append(dict(group, hooks=others))
-                elif not group["hooks"]:
-                    kept.append(group)
-            else:
-                kept.append(group)
-        existing[name] = kept + groups
-    return settings
-
-
-def _read_json(path):
-    text = _read_text(path)
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError as error:
-        raise RoomError("cannot read %s as JSON: %s" % (path, error),
-                        "fix or move the file; nothing was written")
-    if not isinstance(data, dict):
-        raise RoomError("%s does not hold a JSON object; nothing was written" % path)
-    return data
-
-
-def _read_text(path):
-    """A config file's text, or "" when it does not exist yet."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return ""
-    except (OSError, UnicodeDecodeError) as error:
-        raise RoomError("cannot read %s: %s" % (path, getattr(error, "strerror", None)
-                                                 or error), "nothing was written")
-
-
-def write_private(path, text, mode=None):
-    """Write a file atomically through a temporary created exclusively (never
-    following a link planted at a predictable name), keeping the old file's
-    mode.  A configuration that is a symlink (dotfiles) is written where it
-    points, not replaced by a plain file."""
-    path = os.path.realpath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    for _ in range(100):
-        temporary = os.path.join(directory, ".%s.%s.tmp" % (
-            os.path.basename(path), os.urandom(6).hex()))
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
-                         getattr(os, "O_NOFOLLOW", 0), 0o600)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise RoomError("cannot create a temporary file in %s" % directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _toml_string(text):
-    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
-    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
-    out = []
-    for char in text:
-        if ord(char) > 0xFFFF:
-            out.append("\\U%08X" % ord(char))
-        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(json.dumps(char)[1:-1])
-        else:
-            out.append(char)
-    return '"%s"' % "".join(out)
-
-
-def _toml_block():
-    return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
-            'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
-            % (_toml_string(sys.executable), ", ".join(
-                _toml_string(a) for a in ["-I", "-S", this_file(), "serve"])))
-
-
-def merge_codex_toml(text):
-    """Add (or replace) the agents-room MCP table and turn hooks on, leaving the
-    rest of config.toml as it was.  Line-based: no TOML library in the stdlib."""
-    import re
-    lines = text.splitlines()
-    out, skipping = [], False
-    for line in lines:
-        header = line.split("#", 1)[0].strip()
-        if header.startswith("["):
-            skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
-                                                   '[mcp_servers."agents-room"]')
-        if not skipping:
-            out.append(line)
-    # Hooks are on by default in current Codex; `hooks` is the canonical key
-    # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
-    out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
-    section, has_hooks = None, False
-    headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
-    for index, (l, header) in enumerate(zip(out, headers)):
-        if header.startswith("["):
-            section = header
-        elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
-                section is None and l.split("=")[0].strip().replace(" ", "") ==
-                "features.hooks"):
-            has_hooks = True
-            out[index] = l.split("=")[0] + "= true"
-    if not has_hooks:
-        if "[features]" in headers:
-            out.insert(headers.index("[features]") + 1, "hooks = true")
-        elif any(h.startswith("features.") for h in headers):
-            out.insert(next(i for i, h in enumerate(headers) if h.startswith("features.")),
-                       "features.hooks = true")
-        else:
-            out += ["", "[features]", "hooks = true"]
-    while out and not out[-1].strip():
-        out.pop()
-    while out and not out[0].strip():
-        out.pop(0)
-    merged = "\n".join(out) + ("\n\n" if out else "") + _toml_block()
-    try:
-        import tomllib   # COMPAT: before 3.11 what is written goes unchecked
-    except ImportError:
-        return merged
-    try:
-        tomllib.loads(merged)
-    except tomllib.TOMLDecodeError as error:
-        raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
-                        "table by hand (setup codex without --write prints it)" % error)
-    return merged
-
-
-def _yaml_entries(placement, autonomy):
-    """The two top-level mappings setup hermes owns, as YAML lines: the MCP
-    server (with the store passed in env:, since Hermes starts servers with a
-    filtered environment) and one hook per Hermes event."""
-    mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
-           "    args: [%s]" % ", ".join(json.dumps(a) for a in
-                                        ["-I", "-S", this_file(), "serve"]),
-           "    env:", "      AGENTS_ROOM_DB: %s" % json.dumps(
-               store_kind(default_db_path()).shown_path(default_db_path(), None))]
-    hooks = {}
-    for event_name, ours in HARNESS_ROWS["hermes"]["events"].items():
-        hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
-            hook_args("hermes", ours, autonomy))),
-            "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
-    return mcp, hooks
-
-
-def merge_hermes_yaml(text, placement, autonomy):
-    """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
-    config.yaml, creating the sections where absent and replacing earlier
-    agents-room entries, leaving every other line as it was.  A small
-    line-based writer for the block-style subset Hermes' own config uses; a
-    flow-style section ({...} on one line) is refused rather than guessed."""
-    mcp, hooks = _yaml_entries(placement, autonomy)
-    newline = "\r\n" if "\r\n" in text else "\n"
-    lines = text.splitlines()
-
-    def by_hand(why):
-        return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
-                         "hermes without --write prints them)" % why)
-
-    def section(name):
-        for index, line in enumerate(lines):
-            for spelled in (name, '"%s"' % name, "'%s'" % name):
-                if line.startswith(spelled + ":"):
-                    break
-            else:
-                continue
-            rest = line[len(spelled) + 1:].strip()
-            if rest and not rest.startswith("#"):
-                raise by_hand("has %s: in flow style" % name)
-            end = index + 1
-            while end < len(lines) and (not lines[end].strip() or
-                                        lines[end].startswith((" ", "\t"))):
-                end += 1
-            while end > index + 1 and not lines[end - 1].strip():
-                end -= 1
-            for child in lines[index + 1:end]:
-                if child.strip() and not child.strip().startswith("#"):
-                    indent = len(child) - len(child.lstrip(" "))
-                    if "\t" in child[:indent + 1] or indent != 2:
-                        raise by_hand("indents %s: other than by two spaces" % name)
-                    break
-            return index, end
-        lines.extend(["", name + ":"])
-        return len(lines) - 1, len(lines)
-
-    # mcp_servers: drop an earlier agents-room entry, append ours.
-    start, end = section("mcp_servers")
-    body = lines[start + 1:end]
-    kept, skipping = [], False
-    for line in body:
-        if line.startswith("  ") and not line.startswith("   ") and line.strip():
-            skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
-        if not skipping:
-            kept.append(line)
-    lines[start + 1:end] = kept + mcp
-    # hooks: per event, drop our earlier list items, append ours.
-    start, end = section("hooks")
-    body = lines[start + 1:end]
-    events, order, current = {}, [], None
-    for line in body:
-        if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
-                not line.strip().startswith(("#", "-")):
-            current = line.strip().rstrip(":").strip("'\"")
-            order.append(current)
-            events[current] = [line]
-        elif current is None:
-            order.append(None)
-            events.setdefault(None, []).append(line)
-        else:
-            events[current].append(line)
-    rebuilt = []
-    for name in order:
-        if name is None:
-            continue
-        block = events[name]
-        items, item = [], []
-        for line in block[1:]:
-            if line.strip().startswith("- ") and item:
-                items.append(item)
-                item = []
-            item.append(line)
-        if item:
-            items.append(item)
-        items = [i for i in items if not any(_is_ours({"command": _yaml_scalar(
-            l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
-            l.split(":", 1)[1])}) for l in i if "command:" in l)]
-        if name in hooks:
-            ours = hooks.pop(name)
-            theirs = [l for i in items for l in i if l.strip().startswith("- ")]
-            if theirs:
-                # Our item at the indentation their items use (YAML requires
-                # one indentation per sequence).
-                shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
-                ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
-                        for l in ours]
-            items.append(ours)
-        rebuilt.append(block[0])
-        for i in items:
-            rebuilt.extend(i)
-    for name, item in hooks.items():
-        rebuilt.append("  %s:" % name)
-        rebuilt.extend(item)
-    lines[start + 1:end] = events.get(None, []) + rebuilt
-    if not any(l.startswith("hooks_auto_accept:") for l in lines):
-        lines += ["", "# agents-room hooks run without a terminal (hermes chat -q, cron)",
-                  "hooks_auto_accept: true"]
-    return newline.join(lines).strip("\r\n") + newline
-
-
-def _yaml_scalar(text):
-    text = text.strip()
-    if text[:1] == '"':
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    if text[:1] == "'":
-        return text[1:-1].replace("''", "'")
-    return text
+# The drivers of setup and doctor: what is common to every harness;
+# each harness's own part is its adapter's (harness adapters).
 
 
 def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
-          also=(), label=None):
+          also=(), label=None, tools=None):
     """What to configure for a harness -> {"files": [{path, content, action}],
-    "notes": [...]}; with write=True the files are merged and written."""
+    "notes": [...]}; with write=True the files are merged and written.  The
+    files are the harness adapter's; tools=all asks serve for every tool."""
     cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
-    name = SETUP_HARNESSES.get(harness)
-    if name is None:
-        raise UsageError("setup takes %s, not %r" % (", ".join(SETUP_HARNESSES), harness))
-    row = HARNESS_ROWS[name]
+    adapter = next((a for a in HARNESS_ADAPTERS if a.setup_name == harness), None)
+    if adapter is None:
+        raise UsageError("setup takes %s, not %r" % (", ".join(setup_names()), harness))
     level = parse_autonomy(autonomy) or 0
-    files, notes = [], []
     start_extra = []
     for room in also or ():
         start_extra += ["--also", room]
     if label:
         start_extra += ["--label", label]
-    if level > row["max_autonomy"]:
+    notes = []
+    if level > adapter.max_autonomy:
         notes.append("%s offers no way to %s; autonomy %s is used" % (
-            row["title"], "hold the end of a turn" if row["max_autonomy"] == 0 else
-            "start a turn", autonomy_name(row["max_autonomy"])))
-        level = row["max_autonomy"]
-    root = repo_root(cwd)
-    if harness == "claude":
-        if scope == "project" and root is None:
-            raise RoomError("%s is not inside a git repository" % cwd,
-                            "run setup claude in your project, or use --scope user")
-        placement = Placement(root if scope == "project" else None, "CLAUDE_PROJECT_DIR")
-        hooks = _claude_style_hooks(placement, name, level, start_extra, wake=level == 2)
-        if scope == "user":
-            settings_path = os.path.join(home, ".claude", "settings.json")
-            notes.append("MCP server for every project: claude mcp add --scope user "
-                         "agents-room -- %s -I -S %s serve" % (sys.executable, this_file()))
-        else:
-            settings_path = os.path.join(root, ".claude", "settings.json")
-            mcp_path = os.path.join(root, ".mcp.json")
-            mcp = _read_json(mcp_path)
-            servers = mcp.setdefault("mcpServers", {})
-            if not isinstance(servers, dict):
-                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
-                                % mcp_path)
-            servers["agents-room"] = {"command": placement.python,
-                                      "args": ["-I", "-S", placement.script, "serve"]}
-            files.append({"path": mcp_path, "content": json.dumps(mcp, indent=2) + "\n"})
-        settings = merge_hooks(_read_json(settings_path), hooks)
-        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
-        if isinstance(allow, list) and row["mcp_name"] + "*" not in allow:
-            # Without it, every agents-room call waits for a person to approve
-            # it: a woken, unattended session could not even read its mail.
-            allow.append(row["mcp_name"] + "*")
-        files.append({"path": settings_path,
-                      "content": json.dumps(settings, indent=2) + "\n"})
-        notes.append("allowed without asking: the agents-room MCP tools "
-                     "(permissions.allow %s*)" % row["mcp_name"])
-        if level == 2:
-            notes.append("wake: a Stop hook with asyncRewake waits in the background "
-                         "after each turn and wakes the session when a message arrives "
-                         "(not under claude -p, which must exit)")
-    elif harness == "codex":
-        codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
-        config_path = os.path.join(codex_home, "config.toml")
-        files.append({"path": config_path,
-                      "content": merge_codex_toml(_read_text(config_path))})
-        hooks_path = os.path.join(codex_home, "hooks.json")
-        hooks = _claude_style_hooks(Placement(None), name, level, start_extra)
-        settings = merge_hooks(_read_json(hooks_path), hooks)
-        files.append({"path": hooks_path, "content": json.dumps(settings, indent=2) + "\n"})
-        notes.append("Codex runs a new or changed hook only once you trust it: open /hooks "
-                     "in the Codex TUI and trust the agents-room entries (codex exec "
-                     "skips untrusted hooks silently; --dangerously-bypass-hook-trust "
-                     "runs them)")
-        if level == 2:
-            notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
-                         "Codex session; the thread is the hook's session id")
-    else:
-        hermes_home = os.environ.get("HERMES_HOME") or os.path.join(home, ".hermes")
-        config_path = os.path.join(hermes_home, "config.yaml")
-        try:
-            content = merge_hermes_yaml(_read_text(config_path), Placement(None), level)
-            files.append({"path": config_path, "content": content})
-        except RoomError as error:
-            # A config this writer does not understand is left alone: the
-            # entries are printed for a person to add.
-            files.append({"path": config_path, "content": merge_hermes_yaml(
-                "", Placement(None), level), "action": "merge by hand: " + error.message})
-        notes.append("Hermes runs hooks without a terminal only with hooks_auto_accept: "
-                     "true (written), --accept-hooks or HERMES_ACCEPT_HOOKS=1")
-        notes.append("Hermes shows the model agents-room's context once per user turn "
-                     "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
-                     "edited files; at wake, a session whose Hermes has exited is resumed "
-                     "(hermes chat --resume) when a message arrives")
+            adapter.title, "hold the end of a turn" if adapter.max_autonomy == 0 else
+            "start a turn", autonomy_name(adapter.max_autonomy)))
+        level = adapter.max_autonomy
+    job = SetupJob(level, scope, cwd, home, repo_root(cwd), start_extra,
+                   ["serve"] + (["--tools", tool_profile(tools)] if tools else []))
+    job.notes = notes
+    adapter.setup(job)
+    files = job.files
     if write:
         precompile()
         for item in files:
@@ -5994,7 +6365,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
             write_private(item["path"], item["content"])
             item["action"] = "written"
         notes.append("next: restart %s so it reads the new configuration, then run "
-                     "python3 %s doctor inside it" % (row["title"], this_file()))
+                     "python3 %s doctor inside it" % (adapter.title, this_file()))
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
@@ -6059,44 +6430,6 @@ def install_guard(cwd=None):
     return {"hook": hook, "action": action}
 
 
-def _configured(path, needle):
-    try:
-        with open(path, errors="replace") as handle:
-            return needle in handle.read()
-    except OSError:
-        return False
-
-
-def _configured_commands(settings_path):
-    """The agents-room hook commands in a Claude-style settings file."""
-    try:
-        settings = _read_json(settings_path)
-    except RoomError:
-        return []
-    found = []
-    for groups in (settings.get("hooks") or {}).values():
-        for group in groups if isinstance(groups, list) else []:
-            for entry in (group.get("hooks") or []) if isinstance(group, dict) else []:
-                if _is_ours(entry) and "--wait" not in entry["command"]:
-                    found.append(entry["command"])
-    return found
-
-
-def _try_command(command, env, cwd):
-    """Run a configured hook command as the harness would, with a harmless
-    event (no session: it must answer nothing and exit 0)."""
-    import subprocess
-    try:
-        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
-                                                           "--event=PostToolUse")],
-                              input=b'{"session_id": "agents-room-doctor-probe"}',
-                              capture_output=True, env=env, cwd=cwd, timeout=15)
-    except (OSError, subprocess.SubprocessError) as error:
-        return False, str(error)
-    text = done.stderr.decode("utf-8", "replace").strip()
-    return done.returncode == 0 and not text, text or "exit %d" % done.returncode
-
-
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
@@ -6136,7 +6469,7 @@ def doctor(env=None, cwd=None, home=None):
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
     key = harness_key_from(env)
-    var = next((v for v in HARNESS_KEY_VARS if env.get(v)), None)
+    var = next((v for v in harness_key_vars() if env.get(v)), None)
     if key:
         checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
     else:
@@ -6149,64 +6482,21 @@ def doctor(env=None, cwd=None, home=None):
         checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
             session["session_id"], session["label"] or "-",
             autonomy_name(session["autonomy"]), lever), ""))
-        if session["autonomy"] == 2 and lever == "none":
-            checks.append(("warn", "at wake with no lever armed right now",
-                           "Claude Code arms its rewake waiter when a turn ends; "
-                           "messages wait until then"))
+        adapter = harness_named(session["harness"])
+        if session["autonomy"] == 2 and lever == "none" and adapter.waiter:
+            # Inside a turn (doctor runs in one) the waiter is not armed: it
+            # ended when it woke this turn, and arms again when the turn ends.
+            checks.append(("ok", "wake: %s's rewake waiter arms again when this turn "
+                           "ends" % adapter.title, ""))
+        elif session["autonomy"] == 2 and lever == "none":
+            checks.append(("warn", "at wake with no lever: %s cannot be woken from "
+                           "outside" % adapter.title, "messages wait in the inbox for "
+                           "the next turn; setup says what this harness can do"))
     elif key:
         checks.append(("warn", "no session for this harness key yet",
                        "the SessionStart hook or room_join creates it"))
-    for name, row in HARNESS_ROWS.items():
-        checks += _doctor_harness(name, row, env, root, home)
-    return checks
-
-
-def _doctor_harness(name, row, env, root, home):
-    checks = []
-    title = row["title"]
-    fix = "python3 %s setup %s --write" % (this_file(), row["setup"])
-    if name == "claude-code":
-        settings = [os.path.join(root, ".claude", "settings.json"),
-                    os.path.join(home, ".claude", "settings.json")]
-        mcp_files = [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json")]
-        served = [p for p in mcp_files if _configured(p, SETUP_MARK)]
-        checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
-            title, ", ".join(served) or "not configured"), "" if served else fix))
-    elif name == "codex":
-        codex_home = env.get("CODEX_HOME") or os.path.join(home, ".codex")
-        settings = [os.path.join(codex_home, "hooks.json")]
-        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
-        checks.append(("ok" if ok else "warn", "%s MCP entry: %s" % (
-            title, "configured" if ok else "not configured"), "" if ok else fix))
-    else:
-        hermes_home = env.get("HERMES_HOME") or os.path.join(home, ".hermes")
-        config = os.path.join(hermes_home, "config.yaml")
-        text = _read_text(config) if os.path.exists(config) else ""
-        ok = "agents_room" in text
-        checks.append(("ok" if ok else "warn", "%s: %s" % (
-            title, "configured" if ok else "not configured"), "" if ok else fix))
-        if ok and "hooks_auto_accept: true" not in text and \
-                env.get("HERMES_ACCEPT_HOOKS", "").lower() not in ("1", "true", "yes", "on"):
-            checks.append(("warn", "Hermes asks before running each hook",
-                           "set hooks_auto_accept: true in %s (or run hermes with "
-                           "--accept-hooks)" % config))
-        return checks
-    commands = [c for p in settings for c in _configured_commands(p)]
-    hooked = [p for p in settings if _configured_commands(p)]
-    checks.append(("ok" if hooked else "warn", "%s hooks: %s" % (
-        title, ", ".join(hooked) or "not configured"), "" if hooked else fix))
-    probe_env = {k: v for k, v in env.items() if k not in HARNESS_KEY_VARS}
-    if name == "claude-code":
-        probe_env["CLAUDE_PROJECT_DIR"] = root
-    for command in list(dict.fromkeys(commands))[:1]:
-        ok, detail = _try_command(command, probe_env, root)
-        checks.append(("ok" if ok else "fail", "%s hook command runs" % title
-                       if ok else "%s hook command fails: %s" % (title, one_line(
-                           detail, 160)), "" if ok else fix))
-    if name == "codex" and hooked:
-        checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
-                       "open /hooks in the Codex TUI and trust the agents-room entries; "
-                       "codex exec skips untrusted hooks silently"))
+    for adapter in HARNESS_ADAPTERS:
+        checks += adapter.doctor(env, root, home)
     return checks
 
 
@@ -6752,13 +7042,13 @@ def serve(store_path=None, profile=None):
 # harness presents as a normal continuation; it holds no rule of its own.
 
 def hook_harness(opts, env):
-    """The harness a hook runs in: named by setup (--harness), else detected,
-    else Claude Code, whose hook format this is."""
+    """The adapter of the harness a hook runs in: named by setup (--harness),
+    else detected, else the one whose hook format the others copy."""
     named = opts.get("harness")
-    if named in HARNESS_ROWS:
-        return named
+    if named in harness_names():
+        return harness_named(named)
     detected = detect_harness(env)
-    return "claude-code" if detected == "generic" else detected
+    return HOOK_FORMAT if detected == "generic" else harness_named(detected)
 
 
 HOOK_HELP = """usage: agents_room.py hook --event=EVENT [--harness H] [options] < hook.json
@@ -6769,19 +7059,19 @@ by hand only to see what a harness would get.
 
   --event=E      SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd
                  or PreToolUse
-  --harness H    claude-code, codex or hermes (how to answer); default: detected
+  --harness H    %s (how to answer); default: detected
   --autonomy N   SessionStart: 0/notify, 1/hold or 2/wake
   --label L, --room R, --also S, --tag T
                  SessionStart: passed to the join
   --wait         Stop: wait in the background for a message and wake the
-                 session (Claude Code's asyncRewake hook)
+                 session (the rewake waiter, where the harness has one)
 
 A hook never fails the harness: on any error it prints nothing, exits 0 and
 writes a line to hook.log beside the store.
 
 example:
   echo '{"session_id": "k1", "cwd": "'$PWD'"}' | python3 agents_room.py hook --event=SessionStart
-"""
+""" % ", ".join(harness_names())
 
 
 def _hook_options(argv):
@@ -6834,52 +7124,47 @@ def run_hook(argv, stdin_text, env=None):
     payload = json.loads(stdin_text) if stdin_text.strip() else {}
     if not isinstance(payload, dict):
         raise UsageError("hook input is not a JSON object")
-    key = payload.get("session_id") or harness_key_from(env)
-    if not key or not isinstance(key, str):
+    adapter = hook_harness(opts, env)
+    facts = adapter.hook_facts(event_name, payload)
+    key = facts["key"] or harness_key_from(env)
+    if not key or not isinstance(key, str) or facts["silent"]:
         return "", 0
-    harness = hook_harness(opts, env)
-    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else _getcwd()
+    cwd = facts["cwd"] if isinstance(facts["cwd"], str) else _getcwd()
     ctx = Context(via="hook", cwd=cwd, env=env)
     store = open_store(busy_ms=HOOK_BUSY_MS)
     try:
         if event_name == "SessionStart":
-            digest = _hook_join(store, ctx, opts, key, harness)
-            return hook_output(harness, event_name, digest), 0
+            digest = _hook_join(store, ctx, opts, key, adapter.name)
+            return adapter.context(event_name, digest), 0
         if event_name == "SessionEnd":
             call_tool(store, ctx, "session_end", {"harness_key": key})
             return "", 0
         if event_name == "PreToolUse":
-            return pre_tool_use(store, ctx, key, payload), 0
+            return pre_tool_use(store, ctx, key, payload, adapter), 0
         if event_name == "Stop":
             if opts["wait"]:
-                return wait_for_wake(store, ctx, key, env)
+                return wait_for_wake(store, ctx, key, env, adapter)
             text = call_tool(store, ctx, "signal_stop", {
-                "harness_key": key,
-                "stop_hook_active": bool(payload.get("stop_hook_active") or (
-                    isinstance(payload.get("extra"), dict) and
-                    payload["extra"].get("attempt")))})["text"]
-            return (hook_output(harness, event_name, text, hold=True) if text else ""), 0
-        first = isinstance(payload.get("extra"), dict) and \
-            payload["extra"].get("is_first_turn")
+                "harness_key": key, "stop_hook_active": facts["stop_hook_active"]})["text"]
+            return (adapter.hold_answer(event_name, text) if text else ""), 0
         parts = []
-        if first:
-            # Hermes shows nothing a SessionStart hook says: its first turn
-            # carries the digest instead.
-            parts.append(_hook_join(store, ctx, opts, key, harness))
+        if facts["first_turn"]:
+            # A harness that shows nothing a SessionStart hook says: its first
+            # turn carries the digest instead.
+            parts.append(_hook_join(store, ctx, opts, key, adapter.name))
         if event_name == "UserPromptSubmit":
             pid = harness_pid(os.getppid())
             ctx.pid, ctx.pid_start = pid, process_start(pid) if pid else None
         text = call_tool(store, ctx, "signal_tool_event", {
-            "harness_key": key, "turn_start": event_name == "UserPromptSubmit" and
-            harness != "hermes"})["text"]
+            "harness_key": key, "turn_start": facts["turn_start"]})["text"]
         if text:
             parts.append(text)
-        return (hook_output(harness, event_name, "\n".join(parts)) if parts else ""), 0
+        return (adapter.context(event_name, "\n".join(parts)) if parts else ""), 0
     finally:
         store.close()
 
 
-def pre_tool_use(store, ctx, key, payload):
+def pre_tool_use(store, ctx, key, payload, adapter):
     """Before an edit tool writes a file that another live session holds
     exclusively (or that sits under a directory it holds, or that an active
     quiet window covers), ask the user first: the answer names the holder,
@@ -6901,20 +7186,19 @@ def pre_tool_use(store, ctx, key, payload):
         return ""
     reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
              "before editing." % (target, "; ".join(reasons))
-    return json.dumps({"hookSpecificOutput": {
-        "hookEventName": "PreToolUse", "permissionDecision": "ask",
-        "permissionDecisionReason": one_line(reason, SIGNAL_MAX_CHARS * 2)}})
+    return adapter.ask(one_line(reason, SIGNAL_MAX_CHARS * 2))
 
 
-def wait_for_wake(store, ctx, key, env):
-    """Claude Code's rewake lever: run as an asyncRewake Stop hook, register as
-    the session's armed waiter, poll the store cheaply, and when a message sent
-    after arming is unread, print the signal to stderr and exit 2 (which wakes
-    the model).  Ends quietly when replaced by a newer waiter, when the session
-    leaves or ends or its harness is gone, or after WAITER_LIFETIME_S.  Under
-    `claude -p` it does not wait at all: -p waits for its hooks before it can
-    print its result and exit, and a scripted run has no idle time to wake."""
-    if env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli":
+def wait_for_wake(store, ctx, key, env, adapter):
+    """The rewake waiter: run as a background Stop hook (setup installs one
+    where the harness has them: its adapter's waiter), register as the
+    session's armed waiter, poll the store cheaply, and when a message sent
+    after arming is unread, answer as the adapter wakes its harness (the
+    signal on stderr and exit 2, say).  Ends quietly when replaced by a
+    newer waiter, when the session leaves or ends or its harness is gone, or
+    after WAITER_LIFETIME_S; not at all where the adapter says the run must
+    exit instead (a one-shot run has no idle time to wake)."""
+    if adapter.waiter_skips(env):
         return "", 0
     pid = os.getpid()
     armed_at = store.now()        # the store's clock: messages are stamped by it
@@ -6948,10 +7232,7 @@ def wait_for_wake(store, ctx, key, env):
                 raise
             continue              # a server restarting: keep waiting
         if answer.get("text"):
-            # Exit 2 wakes the model with stderr; the decision on stdout keeps
-            # Claude Code from prefixing the hook's command line to it.
-            sys.stderr.write(answer["text"] + "\n")
-            return json.dumps({"decision": "block", "reason": answer["text"]}), 2
+            return adapter.wake_answer(answer["text"])
         if answer["stop"]:
             return "", 0
     return "", 0
@@ -7127,8 +7408,6 @@ def _wait_arguments(sub):
     sub.add_argument("--wait", action="store_true",
                      help="block until a message arrives (exit 2 when --timeout, "
                           "default 10m, passes)")
-
-
 
 
 def wait_for_unread(store, session_id, timeout, thread=None):
@@ -7361,10 +7640,13 @@ command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
 
 
 def _setup_arguments(sub):
-    sub.add_argument("harness", choices=sorted(SETUP_HARNESSES))
+    sub.add_argument("harness", choices=sorted(setup_names()))
     sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
     sub.add_argument("--scope", choices=["project", "user"], default="project",
-                     help="Claude Code: this project (.claude/, .mcp.json) or the user")
+                     help="this project's files or the user's, where the harness has "
+                          "both")
+    sub.add_argument("--tools", choices=TOOL_PROFILES, help="the MCP server's tool "
+                     "list: lean (the default) or all")
     sub.add_argument("--also", action="append", metavar="ROOM",
                      help="a shared room the SessionStart hook joins (repeatable)")
     sub.add_argument("--label", help="the label the SessionStart hook joins with")
@@ -7375,14 +7657,13 @@ def _setup_arguments(sub):
 @command("setup", "Configure a harness: MCP entry and hooks.",
          "Write (with --write) or show the MCP server entry and the hook entries a\n"
          "harness needs, merged into its configuration, keeping every entry that is\n"
-         "not agents-room's.  Claude Code: .mcp.json and .claude/settings.json at the\n"
-         "project's git top level (or ~/.claude with --scope user).  Codex:\n"
-         "$CODEX_HOME/config.toml and hooks.json.  Hermes: $HERMES_HOME/config.yaml.",
+         "not agents-room's.\n\n" + "\n".join("  %s: %s" % (a.title, a.where)
+                                               for a in HARNESS_ADAPTERS if a.setup_name),
          "setup claude --autonomy hold --also storefront --label api --write",
          _setup_arguments)
 def run_setup(args):
     result = setup(args.harness, args.autonomy, args.write, args.scope,
-                   also=args.also or (), label=args.label)
+                   also=args.also or (), label=args.label, tools=args.tools)
     if args.json:
         return json.dumps(result, indent=2), 0
     lines = []
@@ -9337,7 +9618,6 @@ print(sys.version.split()[0], sqlite3.sqlite_version, sys.version_info >= (3, 9)
 """
 
 
-
 def _bench_interpreter(python, env):
     """python (a path or a name on PATH) -> (absolute path, version, SQLite
     version); a usage error when it cannot run this file."""
@@ -9430,8 +9710,7 @@ def bench(quick=False, progress=None, python=None, db=None):
     os.makedirs(base, mode=0o700, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="bench-", dir=base)
     path = os.path.join(workdir, "room.db")
-    env = {k: v for k, v in os.environ.items()
-           if k not in HARNESS_KEY_VARS and not k.startswith(("CODEX_", "HERMES_"))}
+    env = harness_free_env(os.environ)
     env["AGENTS_ROOM_DB"] = path
     saved = os.environ.get("AGENTS_ROOM_DB")
     os.environ["AGENTS_ROOM_DB"] = path
@@ -10071,7 +10350,7 @@ class OperatorPage:
                             "the page can act once a session has joined a room")
         if self.operator and set(rooms) <= self.rooms:
             return self.operator            # no new room: no rejoin event per send
-        harness = "human" if "human" in HARNESSES else "generic"
+        harness = "human"
         result = self.call("room_join", {
             "room": rooms[0], "extra_rooms": rooms[1:ROOMS_MAX], "label": self.label,
             "harness": harness, "autonomy": 0,

@@ -3221,7 +3221,8 @@ class WakeTest(SignalBase):
 
     def test_socket_lever_accepts(self):
         path, lines = self.socket_server()
-        env = {"CLAUDE_CODE_MESSAGING_SOCKET": path, "CLAUDE_CODE_MESSAGING_TOKEN": "tok"}
+        env = {"CLAUDE_CODE_MESSAGING_SOCKET": path, "CLAUDE_CODE_MESSAGING_TOKEN": "tok",
+               "CLAUDECODE": "1"}        # a Claude Code session's environment
         woke = self.cli_json("join", "--room", "r", "--autonomy", "wake", env=env)
         sender = self.join("--room", "r", "--label", "boss")["session_id"]
         self.cli_json("send", "--session", sender, "--to", woke["session_id"],
