@@ -30,7 +30,9 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   errors                               RoomError and its kinds: exit and RPC codes
   small utilities                      time, text, ids, hosts, paths, resources
   store                                schema, migrations, SQLite, the store kinds
-  harness adapters                     all that is particular to each harness
+  harness adapters                     all that is particular to each harness:
+                                       Claude Code, Codex, Hermes, Qwen Code,
+                                       Gemini CLI, Pi, OpenCode
   liveness (process scan)              alive, gone or unknown, from the processes
   tool registry and the door           @tool, call_tool: every operation's way in
   results as text                      how commands show answers to a person
@@ -55,6 +57,8 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   appendix: operator page              ui: a live page on 127.0.0.1
   appendix: the operator page's HTML, CSS and JavaScript
                                        the page itself, as data
+  appendix: the harness extensions' sources
+                                       what setup writes for Pi and OpenCode
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -69,6 +73,8 @@ Environment:
                             user (levers still run only as their recipient)
   AGENTS_ROOM_NO_FTS        1: search with LIKE even where SQLite has FTS5
   AGENTS_ROOM_TOOLS         all: serve lists every tool by name (as --tools all)
+  AGENTS_ROOM_PI_SOCKET     set by the Pi extension for its SessionStart hook:
+                            the session's wake socket
 Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S   signal and hold windows
   AGENTS_ROOM_WAKE_TIMEOUT_S                             a process lever's bound
@@ -1762,21 +1768,27 @@ class Placement:
     the file is inside the project (a vendored copy: the project can move or be
     cloned, and a plain python3 from PATH runs it), absolute otherwise."""
 
-    def __init__(self, root=None, project_var=None):
+    def __init__(self, root=None, project_var=None, braces=False):
         here = os.path.realpath(os.path.dirname(this_file()))
         self.relative = None
-        if root and project_var:
+        if root:
             rel = os.path.relpath(here, os.path.realpath(root))
             if rel != ".." and not rel.startswith(".." + os.sep):
                 self.relative = "" if rel == "." else rel
-        self.project_var = project_var
+        self.project_var, self.braces = project_var, braces
         self.python = "python3" if self.relative is not None else sys.executable
         if self.relative is None:
             self.directory, self.script = os.path.dirname(this_file()), this_file()
         else:
-            self.directory = "${%s:-.}%s" % (project_var, "/" + self.relative
-                                             if self.relative else "")
+            # Relative to the project: through its variable where the harness
+            # sets one, else as a path from the top level (a cwd there).
+            self.directory = ("${%s:-.}" % project_var if project_var else ".") + (
+                "/" + self.relative if self.relative else "")
             self.script = self.directory + "/agents_room.py"
+
+    def relative_script(self):
+        """agents_room.py as a path from the project's top level."""
+        return os.path.join(self.relative or "", "agents_room.py")
 
     def command(self, args, missing_exit=0):
         """A shell command line: the harness runs hooks through sh, which
@@ -1786,8 +1798,8 @@ class Placement:
         if self.relative is None:
             parts.append(shlex.quote(self.directory))
         else:
-            parts.append('"$%s"%s' % (self.project_var, shlex.quote(
-                "/" + self.relative) if self.relative else ""))
+            parts.append(('"${%s}"%s' if self.braces else '"$%s"%s') % (
+                self.project_var, shlex.quote("/" + self.relative) if self.relative else ""))
         return " ".join(parts + [shlex.quote(a) for a in args])
 
 
@@ -2036,6 +2048,32 @@ class WakeCmd(Lever):
         return list(data["argv"]) + [text]
 
 
+class ResumeLever(Lever):
+    """A harness that runs one more turn of a finished session when asked to
+    resume it by id (hermes chat --resume, qwen --resume, gemini --resume):
+    the lever for a session whose process is gone (a resume of a running
+    session would fork its history).  program: how the harness's command
+    line is cut (the argument that is the harness, by a test of its text);
+    resume: the arguments that resume KEY with a prompt TEXT."""
+
+    while_alive = False
+    keep = ()
+
+    def program_end(self, argv):
+        return None
+
+    def detect(self, env, key, cwd, argv):
+        cut = self.program_end(argv or [])
+        if not key or cut is None:
+            return None
+        return {"argv": argv[:cut + 1], "key": key, "cwd": cwd,
+                "env": self.kept_env(env, self.keep)}
+
+    def argv(self, data, text):
+        return list(data["argv"]) + [a.replace("KEY", data["key"]).replace("TEXT", text)
+                                     for a in self.resume]
+
+
 class Harness:
     """One harness's adapter; this base is also any MCP client without hooks
     (generic).  name: as sessions record it; setup_name: the word `setup`
@@ -2060,6 +2098,9 @@ class Harness:
     max_autonomy = 0
     mcp_prefix = "mcp__agents-room__"
     hold = "decision"
+    edit_tools = ""             # the PreToolUse matcher: the tools that edit files
+    entry_names = False         # whether its hook entries carry a name
+    client_arguments = ()       # arguments its MCP client adds to every tool call
 
     def detect(self, env):
         return False
@@ -2091,7 +2132,7 @@ class Harness:
             return self.context(event, text)
         return json.dumps({"decision": "block", "reason": text})
 
-    def ask(self, reason):
+    def ask(self, reason, harness_argv=None):
         """Before an edit of a file another session holds: ask the user."""
         return json.dumps({"hookSpecificOutput": {
             "hookEventName": "PreToolUse", "permissionDecision": "ask",
@@ -2102,9 +2143,48 @@ class Harness:
         that has to exit)."""
         return False
 
+    def timeout(self, seconds):
+        """A hook's timeout in the unit the harness's settings take."""
+        return seconds
+
+    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
+        """Hook entries in the Claude Code settings shape, which Codex, Qwen
+        Code and Gemini CLI read too: one group per event, a command each,
+        timeouts in the harness's unit."""
+        hooks = {}
+        for name, ours in self.events.items():
+            # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
+            entry = {"type": "command", "timeout": self.timeout(
+                3 if ours == "SessionEnd" else HOOK_TIMEOUT_S + 2),
+                     "command": placement.command(hook_args(
+                         self.name, ours, autonomy, start_extra if ours == "SessionStart"
+                         else ()))}
+            if self.entry_names:
+                entry["name"] = "agents-room-" + name
+            group = {"hooks": [entry]}
+            if ours == "PostToolUse":
+                group["matcher"] = "*"
+            if ours == "PreToolUse":
+                group["matcher"] = self.edit_tools
+            hooks[name] = [group]
+        if wake and self.waiter:
+            # The waiter arms at every turn's end, and at the session's start
+            # so that an interactive session is woken before its first turn too.
+            for name in ("Stop", "SessionStart"):
+                hooks[name][0]["hooks"].append({
+                    "type": "command", "command": placement.command(hook_args(
+                        self.name, "Stop", None, ["--wait"])),
+                    "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
+        return hooks
+
+
     def wake_answer(self, text):
-        """What the rewake waiter prints, and its exit code, to wake the turn."""
-        return "", 0
+        """What the rewake waiter prints, and its exit code, to wake the turn:
+        the signal on stderr and exit 2 (the waiter's caller wakes the model
+        with it); the decision on stdout keeps Claude Code from prefixing the
+        hook's command line to it."""
+        sys.stderr.write(text + "\n")
+        return json.dumps({"decision": "block", "reason": text}), 2
 
     def setup(self, job):
         """The files to write and the notes for a person: job is a SetupJob."""
@@ -2170,39 +2250,6 @@ class ClaudeCode(Harness):
         # Under `claude -p` the hooks are waited for before it can print its
         # result and exit, and a scripted run has no idle time to wake.
         return env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli"
-
-    def wake_answer(self, text):
-        # Exit 2 wakes the model with stderr; the decision on stdout keeps
-        # Claude Code from prefixing the hook's command line to it.
-        sys.stderr.write(text + "\n")
-        return json.dumps({"decision": "block", "reason": text}), 2
-
-    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
-        """Hook entries in the Claude Code settings shape (Codex reads the
-        same)."""
-        hooks = {}
-        for name, ours in self.events.items():
-            # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
-            entry = {"type": "command", "timeout": 3 if name == "SessionEnd" else
-                     HOOK_TIMEOUT_S + 2,
-                     "command": placement.command(hook_args(
-                         self.name, ours, autonomy, start_extra if ours == "SessionStart"
-                         else ()))}
-            group = {"hooks": [entry]}
-            if ours == "PostToolUse":
-                group["matcher"] = "*"
-            if ours == "PreToolUse":
-                group["matcher"] = self.edit_tools
-            hooks[name] = [group]
-        if wake and self.waiter:
-            # The waiter arms at every turn's end, and at the session's start
-            # so that an interactive session is woken before its first turn too.
-            for name in ("Stop", "SessionStart"):
-                hooks[name][0]["hooks"].append({
-                    "type": "command", "command": placement.command(hook_args(
-                        self.name, "Stop", None, ["--wait"])),
-                    "asyncRewake": True, "timeout": int(WAITER_LIFETIME_S)})
-        return hooks
 
     def setup(self, job):
         if job.scope == "project" and job.root is None:
@@ -2296,8 +2343,6 @@ class Codex(Harness):
     levers = (CodexQueue(),)
     max_autonomy = 2
     mcp_prefix = "mcp__agents_room__"
-    hook_entries = ClaudeCode.hook_entries      # Codex reads Claude Code's shape
-    edit_tools = ClaudeCode.edit_tools
 
     def detect(self, env):
         return any(k.startswith("CODEX_") for k in env)
@@ -2400,24 +2445,16 @@ class Codex(Harness):
         return checks
 
 
-class HermesResume(Lever):
+class HermesResume(ResumeLever):
     """hermes chat --resume ID -q ...: Hermes runs a turn in a session from
-    outside only by resuming it, so this lever fires once its process is gone
-    (a resume of a running session would fork its history)."""
+    outside only by resuming it."""
 
     name = "hermes-resume"
-    while_alive = False
+    resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
+    keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
 
-    def detect(self, env, key, cwd, argv):
-        cut = next((i for i, a in enumerate(argv or ())
-                    if os.path.basename(a) == "hermes"), None)
-        if not key or cut is None:
-            return None
-        return {"argv": argv[:cut + 1], "key": key, "cwd": cwd, "env": self.kept_env(
-            env, ("HERMES_HOME", "HERMES_ACCEPT_HOOKS"))}
-
-    def argv(self, data, text):
-        return list(data["argv"]) + ["chat", "--resume", data["key"], "-Q", "-q", text]
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)
 
 
 class Hermes(Harness):
@@ -2628,6 +2665,568 @@ class Hermes(Harness):
         return checks
 
 
+class QwenSocket(Lever):
+    """Qwen Code's cross-session inbox (a UNIX socket per interactive session,
+    on by default): the session's own token, inherited by its hooks, is
+    delivered without review; a receipt on a socket of ours confirms it
+    (delivered: accepted; held for review: offered; anything else: failed).
+    qwen -p has no inbox, so no lever there."""
+
+    name = "qwen-socket"
+    inline = True
+    before_waiter = True
+
+    def detect(self, env, key, cwd, argv):
+        socket_path = env.get("QWEN_CODE_MESSAGING_SOCKET")
+        token = env.get("QWEN_CODE_MESSAGING_TOKEN")
+        if socket_path and token and key:
+            return {"socket": socket_path, "token": token, "session": key}
+        return None
+
+    def send(self, data, text):
+        import select
+        import socket
+        import tempfile
+        import uuid
+        directory = tempfile.mkdtemp(prefix="ar-qwen-")      # 0700
+        reply_path = os.path.join(directory, "r.sock")
+        inbox = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        reply_token, message_id = os.urandom(32).hex(), uuid.uuid4().hex
+        try:
+            inbox.bind(reply_path)
+            inbox.listen(4)
+            client.settimeout(SOCKET_TIMEOUT_S)
+            client.connect(data["socket"])
+            client.sendall((json.dumps({"msgV": 1, "type": "auth", "token": data["token"]})
+                            + "\n" + json.dumps({
+                                "msgV": 1, "msgId": message_id, "type": "user",
+                                "priority": "next", "fromName": "agents-room",
+                                "toSessionId": data["session"], "from": reply_path,
+                                "replyToken": reply_token,
+                                "message": {"role": "user", "content": text}}) + "\n"
+                            ).encode("utf-8"))
+            client.shutdown(socket.SHUT_WR)
+            deadline = time.time() + SOCKET_TIMEOUT_S
+            while time.time() < deadline:
+                if not select.select([inbox], [], [], max(0, deadline - time.time()))[0]:
+                    break
+                conn, _ = inbox.accept()
+                conn.settimeout(max(0.05, deadline - time.time()))
+                received = b""
+                try:
+                    while received.count(b"\n") < 2:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        received += chunk
+                except OSError:
+                    pass
+                finally:
+                    conn.close()
+                frames = []
+                for line in received.decode("utf-8", "replace").splitlines():
+                    try:
+                        frames.append(json.loads(line))
+                    except ValueError:
+                        continue
+                if not frames or frames[0].get("token") != reply_token:
+                    continue            # not the receiver's answer
+                status = next((f.get("status") for f in frames[1:]
+                               if f.get("origMsgId") == message_id), None)
+                if status == "delivered":
+                    return "accepted", "qwen inbox: delivered"
+                if status == "held":
+                    return "offered", "qwen inbox: held for review (/peers)"
+                if status:
+                    return "failed", "qwen inbox: %s" % one_line(status, 40)
+            return "offered", "qwen inbox: no receipt"
+        except OSError as error:
+            return "failed", "qwen inbox: %s" % error
+        finally:
+            client.close()
+            inbox.close()
+            import shutil
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+class QwenResume(ResumeLever):
+    name = "qwen-resume"
+    resume = ("--resume", "KEY", "-p", "TEXT")
+    keep = ("QWEN_HOME", "OPENAI_BASE_URL", "OPENAI_MODEL")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if a.endswith(("@qwen-code/qwen-code/cli.js",
+                                                                  "/qwen"))), None)
+
+
+class QwenCode(Harness):
+    name, setup_name, title = "qwen-code", "qwen", "Qwen Code"
+    where = (".qwen/settings.json at the project's git top level (or ~/.qwen with\n"
+             "    --scope user), and the server's approval in ~/.qwen/mcpApprovals.json")
+    # Claude Code's hook shape; a failed tool reports as PostToolUseFailure.
+    events = {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+              "PostToolUse": "PostToolUse", "PostToolUseFailure": "PostToolUse",
+              "Stop": "Stop", "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"}
+    key_vars = ("QWEN_CODE_SESSION_ID",)
+    levers = (QwenSocket(), QwenResume())
+    max_autonomy = 2
+    # A Stop's added context does not continue a turn here: a decision does.
+    hold = "decision"
+    project_var = "QWEN_PROJECT_DIR"
+    edit_tools = "^(write_file|edit|notebook_edit)$"
+
+    def detect(self, env):
+        return bool(env.get("QWEN_CODE_SESSION_ID")) or env.get("QWEN_CODE") == "1"
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
+            # UserPromptSubmit fires before every model call of a turn; only a
+            # person's prompt carries submitted_prompt.  A continuation (after
+            # tool results, or our own hold) says nothing and starts nothing.
+            prompt = payload.get("prompt")
+            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
+                facts["silent"] = True
+        return facts
+
+    @staticmethod
+    def home(env, home):
+        return env.get("QWEN_HOME") or os.path.join(home, ".qwen")
+
+    @staticmethod
+    def approval_hash(server):
+        """Qwen Code approves a project's MCP server by a hash of its entry
+        (sorted keys, no spaces, without scope, extensionName, description)."""
+        import hashlib
+        entry = {k: v for k, v in server.items()
+                 if k not in ("scope", "extensionName", "description")}
+        return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode("utf-8")).hexdigest()
+
+    def server_entry(self, placement, serve_args):
+        script = placement.script if placement.relative is None else \
+            placement.relative_script()          # its cwd is the project
+        return {"command": placement.python, "args": ["-I", "-S", script] + serve_args,
+                # Without it the model finds our tools only through tool_search.
+                "alwaysLoadTools": True}
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup qwen in your project, or use --scope user")
+        qwen_home = self.home(os.environ, job.home)
+        placement = Placement(job.root if job.scope == "project" else None,
+                              self.project_var)
+        settings_path = os.path.join(job.root, ".qwen", "settings.json") if \
+            job.scope == "project" else os.path.join(qwen_home, "settings.json")
+        settings = merge_hooks(_read_json(settings_path), self.hook_entries(
+            placement, job.level, job.start_extra))
+        servers = settings.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                            % settings_path)
+        server = servers["agents-room"] = self.server_entry(placement, job.serve_args)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and "mcp__agents-room" not in allow:
+            # Else auto mode asks its classifier (a model call) about each of
+            # our calls, and qwen -p declines them.
+            allow.append("mcp__agents-room")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        if job.scope == "project":
+            # A project's server starts only once approved, by a hash of its
+            # entry: setup approves its own (a changed entry needs it again).
+            approvals_path = os.environ.get("QWEN_CODE_MCP_APPROVALS_PATH") or \
+                os.path.join(qwen_home, "mcpApprovals.json")
+            approvals = _read_json(approvals_path)
+            project = approvals.setdefault(os.path.realpath(job.root), {})
+            if not isinstance(project, dict):
+                raise RoomError("%s is not what Qwen Code writes; fix it by hand"
+                                % approvals_path)
+            project["agents-room"] = {"hash": self.approval_hash(server),
+                                      "status": "approved"}
+            job.files.append({"path": approvals_path, "mode": 0o600,
+                              "content": json.dumps(approvals, indent=2) + "\n"})
+            job.notes.append("the agents-room MCP server is approved for this project in "
+                             "%s (as qwen mcp approve agents-room would)" % approvals_path)
+        job.notes.append("allowed without asking: the agents-room MCP tools "
+                         "(permissions.allow mcp__agents-room)")
+        if job.level == 2:
+            job.notes.append("wake: an interactive Qwen Code session is woken through its "
+                             "cross-session inbox; qwen -p has none (a finished one-shot "
+                             "session is resumed: qwen --resume)")
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        qwen_home = self.home(env, home)
+        settings = [os.path.join(root, ".qwen", "settings.json"),
+                    os.path.join(qwen_home, "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env[self.project_var] = root
+        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
+        project = settings[0]
+        if _configured(project, SETUP_MARK):
+            server = (_read_json(project).get("mcpServers") or {}).get("agents-room")
+            approvals = _read_json(env.get("QWEN_CODE_MCP_APPROVALS_PATH") or os.path.join(
+                qwen_home, "mcpApprovals.json")) if server else {}
+            record = (approvals.get(os.path.realpath(root)) or {}).get("agents-room") or {}
+            ok = server and record.get("hash") == self.approval_hash(server) and \
+                record.get("status") == "approved"
+            checks.append(("ok" if ok else "warn", "Qwen Code MCP server %s" % (
+                "approved for this project" if ok else "not approved (it will not start)"),
+                "" if ok else "qwen mcp approve agents-room (in the project), or " + fix))
+        if env.get("QWEN_CODE_SESSION_ID") and not env.get("QWEN_CODE_MESSAGING_SOCKET"):
+            checks.append(("ok", "Qwen Code session without an inbox (qwen -p): no wake "
+                           "lever while it runs", ""))
+        return checks
+
+
+class GeminiResume(ResumeLever):
+    name = "gemini-resume"
+    resume = ("--resume", "KEY", "-p", "TEXT")
+    keep = ("GEMINI_CLI_HOME", "GOOGLE_GEMINI_BASE_URL")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if a.endswith(("/gemini", "gemini.js"))),
+                    None)
+
+
+class GeminiCli(Harness):
+    name, setup_name, title = "gemini", "gemini", "Gemini CLI"
+    where = (".gemini/settings.json at the project's git top level, read when gemini\n"
+             "    starts there (or ~/.gemini with --scope user)")
+    events = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit",
+              "AfterTool": "PostToolUse", "AfterAgent": "Stop", "BeforeTool": "PreToolUse",
+              "SessionEnd": "SessionEnd"}
+    key_vars = ("GEMINI_SESSION_ID",)
+    # No way in from outside while its TUI runs: a finished session is resumed.
+    levers = (GeminiResume(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp_agents-room_"
+    edit_tools = "write_file|replace"
+    entry_names = True
+    # Gemini CLI adds this to every tool's schema and passes it on to us.
+    client_arguments = ("wait_for_previous",)
+
+    def detect(self, env):
+        return bool(env.get("GEMINI_SESSION_ID")) or env.get("GEMINI_CLI") == "1"
+
+    def timeout(self, seconds):
+        return int(seconds * 1000)
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        prompt = payload.get("prompt")
+        if event == "UserPromptSubmit" and isinstance(prompt, str) and \
+                prompt.startswith("agents-room:"):
+            facts["silent"] = True       # our own hold, sent again as a prompt
+        return facts
+
+    def ask(self, reason, harness_argv=None):
+        # An ask in gemini -p waits for an answer nobody can give: deny there.
+        if harness_argv and ("-p" in harness_argv or "--prompt" in harness_argv):
+            return json.dumps({"decision": "deny", "reason": reason})
+        return json.dumps({"decision": "ask", "reason": reason, "systemMessage": reason})
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup gemini in your project, or use --scope user")
+        home = os.environ.get("GEMINI_CLI_HOME") or job.home
+        settings_path = os.path.join(job.root if job.scope == "project" else home,
+                                     ".gemini", "settings.json")
+        # Gemini rewrites "$VAR" in a hook's command as text, quotes and all:
+        # a vendored copy is named with ${GEMINI_PROJECT_DIR}, braces kept.
+        placement = Placement(job.root if job.scope == "project" else None,
+                              "GEMINI_PROJECT_DIR", braces=True)
+        text = _read_text(settings_path)
+        try:
+            settings = _read_json(settings_path)
+        except RoomError:
+            if "//" not in text and "/*" not in text:
+                raise
+            # JSONC (comments): Gemini reads it, this writer does not.
+            job.files.append({"path": settings_path, "action": "merge by hand: it has "
+                              "comments", "content": json.dumps(self._entries(
+                                  {}, placement, job), indent=2) + "\n"})
+            return
+        job.files.append({"path": settings_path, "content": json.dumps(
+            self._entries(settings, placement, job), indent=2) + "\n"})
+        job.notes.append("trust the folder once: gemini asks when it starts here (gemini -p "
+                         "needs it too: it exits 55 in an untrusted folder)")
+        if job.scope == "project":
+            job.notes.append("start gemini at the project's top level: it reads "
+                             ".gemini/settings.json only from the directory it starts in")
+        if job.level == 2:
+            job.notes.append("wake: Gemini CLI takes no turn from outside while it runs; a "
+                             "finished session is resumed (gemini --resume) when a message "
+                             "arrives")
+
+    def _entries(self, settings, placement, job):
+        settings = merge_hooks(settings, self.hook_entries(placement, job.level,
+                                                           job.start_extra))
+        servers = settings.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in the settings file is not an object; fix it "
+                            "by hand")
+        script = placement.script if placement.relative is None else \
+            placement.relative_script()
+        # trust: without it gemini -p offers none of the tools.
+        servers["agents-room"] = {"command": placement.python,
+                                  "args": ["-I", "-S", script] + job.serve_args,
+                                  "trust": True}
+        return settings
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        base = env.get("GEMINI_CLI_HOME") or home
+        settings = [os.path.join(root, ".gemini", "settings.json"),
+                    os.path.join(base, ".gemini", "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env["GEMINI_PROJECT_DIR"] = root
+        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
+        if any(_configured_commands(p) for p in settings):
+            trusted = _read_json(os.path.join(base, ".gemini", "trustedFolders.json")) if \
+                os.path.exists(os.path.join(base, ".gemini", "trustedFolders.json")) else {}
+            real = os.path.realpath(root)
+            ok = any(real == os.path.realpath(p) or (v == "TRUST_PARENT" and real.startswith(
+                os.path.realpath(os.path.dirname(p)) + os.sep)) or (
+                v == "TRUST_FOLDER" and real.startswith(os.path.realpath(p) + os.sep))
+                for p, v in trusted.items() if v in ("TRUST_FOLDER", "TRUST_PARENT"))
+            checks.append(("ok" if ok else "warn", "Gemini CLI folder trust: %s" % (
+                "trusted" if ok else "not trusted yet"), "" if ok else
+                "start gemini here once and trust the folder"))
+        return checks
+
+
+class PiSocket(Lever):
+    """The agents-room extension in Pi listens on a socket of its session's
+    (interactive and RPC modes) and starts a turn with what it is sent; its
+    answer confirms it (started, or queued behind the running turn)."""
+
+    name = "pi-socket"
+    inline = True
+    before_waiter = True
+
+    def detect(self, env, key, cwd, argv):
+        path = env.get("AGENTS_ROOM_PI_SOCKET")
+        return {"socket": path} if path else None
+
+    def send(self, data, text):
+        import socket
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(SOCKET_TIMEOUT_S)
+        try:
+            client.connect(data["socket"])
+            client.sendall((json.dumps({"type": "wake", "text": text}) + "\n").encode())
+            answer = b""
+            while not answer.endswith(b"\n"):
+                chunk = client.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            reply = json.loads(answer.decode("utf-8", "replace") or "{}")
+            if reply.get("ok") and reply.get("state") in ("started", "queued"):
+                return "accepted", "pi: %s" % reply["state"]
+            return "failed", "pi: %s" % one_line(answer.decode("utf-8", "replace"), 100)
+        except (OSError, ValueError) as error:
+            return "failed", "pi socket: %s" % error
+        finally:
+            client.close()
+
+
+class Pi(Harness):
+    name, setup_name, title = "pi", "pi", "Pi"
+    where = (".pi/extensions/agents-room.ts at the project's git top level (or\n"
+             "    ~/.pi/agent/extensions with --scope user): an extension that runs the\n"
+             "    hooks, registers the MCP server and listens for wakes")
+    # The extension maps Pi's events onto ours and calls the hook by our names.
+    events = {e: e for e in HOOK_EVENTS}
+    key_vars = ("PI_SESSION_ID",)
+    levers = (PiSocket(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+    marker = "// agents-room: written by agents_room.py setup pi"
+
+    def detect(self, env):
+        return env.get("PI_CODING_AGENT") == "true"
+
+    @staticmethod
+    def agent_dir(env, home):
+        return env.get("PI_CODING_AGENT_DIR") or os.path.join(home, ".pi", "agent")
+
+    def extension(self, placement, job):
+        """The extension's source with its CONFIG block filled in."""
+        config = {"python": placement.python, "script": placement.script if
+                  placement.relative is None else placement.relative_script(),
+                  "vendored": placement.relative is not None,
+                  "autonomy": str(job.level), "startArgs": job.start_extra,
+                  "serveArgs": job.serve_args}
+        return PI_EXTENSION.replace("%CONFIG%", json.dumps(config, indent=1)).replace(
+            "%MARKER%", self.marker).replace("%LAUNCHER%", json.dumps(_launcher_code(0)))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup pi in your project, or use --scope user")
+        directory = os.path.join(job.root, ".pi", "extensions") if job.scope == "project" \
+            else os.path.join(self.agent_dir(os.environ, job.home), "extensions")
+        path = os.path.join(directory, "agents-room.ts")
+        text = _read_text(path)
+        if text and self.marker not in text:
+            raise RoomError("%s is not the extension setup writes; move it aside" % path,
+                            "nothing was written")
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        job.files.append({"path": path, "content": self.extension(placement, job)})
+        if job.scope == "project":
+            job.notes.append("Pi loads a project's extensions only once you trust it: start "
+                             "pi here and choose Trust (pi -p skips an untrusted project's "
+                             "extensions silently); --scope user needs no trust")
+        job.notes.append("the extension registers the agents-room MCP server for each "
+                         "session itself (no mcp.json entry)")
+        if job.level == 2:
+            job.notes.append("wake: the extension listens on a socket of each interactive "
+                             "session and starts a turn when a message arrives")
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        agent = self.agent_dir(env, home)
+        found = [p for p in (os.path.join(root, ".pi", "extensions", "agents-room.ts"),
+                             os.path.join(agent, "extensions", "agents-room.ts"))
+                 if self.marker in _read_text(p)]
+        checks = [("ok" if found else "warn", "Pi extension: %s" % (
+            ", ".join(found) or "not configured"), "" if found else fix)]
+        if found and found[0].startswith(os.path.join(root, "")):
+            trust = _read_json(os.path.join(agent, "trust.json")) if os.path.exists(
+                os.path.join(agent, "trust.json")) else {}
+            real, decided = os.path.realpath(root), None
+            while decided is None:
+                decided = trust.get(real)
+                if os.path.dirname(real) == real:
+                    break
+                real = os.path.dirname(real)
+            checks.append(("ok" if decided else "warn", "Pi project trust: %s" % (
+                "trusted" if decided else "not trusted"), "" if decided else
+                "start pi here once and choose Trust"))
+        return checks
+
+
+class OpencodeResume(ResumeLever):
+    name = "opencode-resume"
+    resume = ("run", "--session", "KEY", "TEXT")
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "opencode", "opencode.exe")), None)
+
+    def detect(self, env, key, cwd, argv):
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["env"]["PWD"] = cwd          # OpenCode takes its project from $PWD
+        return data
+
+
+class OpenCode(Harness):
+    name, setup_name, title = "opencode", "opencode", "OpenCode"
+    where = ("opencode.json (the MCP entry) and .opencode/plugin/agents-room.js at the\n"
+             "    project's git top level (or ~/.config/opencode with --scope user)")
+    # The plugin calls the hook by our event names.
+    events = {e: e for e in HOOK_EVENTS}
+    # The plugin runs the rewake waiter when a session goes idle and prompts
+    # the session with what it prints; a finished session is resumed.
+    waiter = "opencode-waiter"
+    arms_at_turn_end = True
+    levers = (OpencodeResume(),)
+    max_autonomy = 2
+    mcp_prefix = "agents-room_"
+    marker = "// agents-room: written by agents_room.py setup opencode"
+
+    def detect(self, env):
+        return env.get("OPENCODE") == "1"
+
+    @staticmethod
+    def config_dir(env, home):
+        return env.get("OPENCODE_CONFIG_DIR") or os.path.join(
+            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "opencode")
+
+    def plugin(self, placement, job):
+        directory = placement.relative if placement.relative is not None else \
+            os.path.dirname(this_file())
+        return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
+            "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
+        ).replace("%DIR%", json.dumps(directory or ".")).replace(
+            "%AUTONOMY%", json.dumps(str(job.level))).replace(
+            "%START_ARGS%", json.dumps(job.start_extra))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup opencode in your project, or use --scope user")
+        base = job.root if job.scope == "project" else self.config_dir(os.environ, job.home)
+        config_path = os.path.join(base, "opencode.json")
+        plugin_dir = os.path.join(base, ".opencode" if job.scope == "project" else "",
+                                  "plugin")
+        plugin_path = os.path.join(plugin_dir, "agents-room.js")
+        text = _read_text(plugin_path)
+        if text and self.marker not in text:
+            raise RoomError("%s is not the plugin setup writes; move it aside" % plugin_path,
+                            "nothing was written")
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        server = {"type": "local", "command": [placement.python, "-I", "-S", (
+            placement.relative_script() if placement.relative is not None else
+            this_file())] + job.serve_args, "enabled": True,
+            # OpenCode's 5 s default is shorter than a waiting msg_recv.
+            "timeout": (RECV_WAIT_MAX_S + 30) * 1000}
+        try:
+            config = _read_json(config_path)
+        except RoomError:
+            config = None             # JSONC (comments): OpenCode reads it, we do not
+        if config is None:
+            job.files.append({"path": config_path, "action": "merge by hand: it is not "
+                              "plain JSON", "content": json.dumps(
+                                  {"mcp": {"agents-room": server}, "permission": {
+                                      self.mcp_prefix + "*": "allow"}}, indent=2) + "\n"})
+        else:
+            config.setdefault("$schema", "https://opencode.ai/config.json")
+            mcp = config.setdefault("mcp", {})
+            permission = config.setdefault("permission", {})
+            if not isinstance(mcp, dict) or not isinstance(permission, (dict, str)):
+                raise RoomError("'mcp' or 'permission' in %s is not what OpenCode writes; "
+                                "fix it by hand" % config_path)
+            mcp["agents-room"] = server
+            if isinstance(permission, str):
+                config["permission"] = permission = {"*": permission}
+            # Where the default is ask, a woken turn would wait on a dialog.
+            permission[self.mcp_prefix + "*"] = "allow"
+            job.files.append({"path": config_path,
+                              "content": json.dumps(config, indent=2) + "\n"})
+        job.files.append({"path": plugin_path, "content": self.plugin(placement, job)})
+        job.notes.append("OpenCode's first start after this installs its plugin package "
+                         "into .opencode (about 20 s)")
+        if job.level == 2:
+            job.notes.append("wake: the plugin waits for mail whenever an interactive session "
+                             "is idle and starts a turn with it; opencode run exits when "
+                             "idle (a finished session is resumed: opencode run --session)")
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        base = self.config_dir(env, home)
+        found = [p for p in (os.path.join(root, ".opencode", "plugin", "agents-room.js"),
+                             os.path.join(base, "plugin", "agents-room.js"))
+                 if self.marker in _read_text(p)]
+        checks = [("ok" if found else "warn", "OpenCode plugin: %s" % (
+            ", ".join(found) or "not configured"), "" if found else fix)]
+        if found:
+            served = [p for p in (os.path.join(root, "opencode.json"),
+                                  os.path.join(base, "opencode.json"))
+                      if _configured(p, SETUP_MARK)]
+            checks.append(("ok" if served else "warn", "OpenCode MCP entry: %s" % (
+                ", ".join(served) or "not configured"), "" if served else fix))
+        return checks
+
+
 class Human(Harness):
     """The operator at the page (ui): a person, reached by the page itself."""
 
@@ -2635,7 +3234,8 @@ class Human(Harness):
 
 
 # The adapters, in the order detection tries them; generic is what none claims.
-HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), Human(), Harness()]
+HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), OpenCode(),
+                    Human(), Harness()]
 LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
           for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
 
@@ -2697,6 +3297,11 @@ def harness_free_env(env):
     that must not pass for one (bench's workers, doctor's probe)."""
     return {k: v for k, v in env.items() if k not in harness_key_vars() and not any(
         a.detect({k: v}) for a in HARNESS_ADAPTERS)}
+
+
+def client_arguments():
+    """Arguments some harness's MCP client adds to every tool call."""
+    return {name for a in HARNESS_ADAPTERS for name in a.client_arguments}
 
 
 def is_launcher(argv):
@@ -6047,8 +6652,9 @@ def wake_plan(op, limit=20):
         if (lever is None or not LEVERS[lever].before_waiter) and waiter_armed(row, at):
             lever = waiter = adapter.waiter or "waiter"
         busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
-        if busy or (lever is None and adapter.arms_at_turn_end and
-                    row["ended_at"] is None and op.liveness(row) == "alive"):
+        if busy or (adapter.arms_at_turn_end and (lever is None or not LEVERS[
+                lever].while_alive) and row["ended_at"] is None and
+                op.liveness(row) == "alive"):
             # Mid-turn, the turn's own hooks signal the message and its Stop
             # holds it (a lever fired now would start a stale turn later); a
             # harness that arms its wake when a turn ends gets it then.  Try
@@ -6362,7 +6968,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
             if _read_text(item["path"]) == item["content"]:
                 item["action"] = "unchanged"
                 continue
-            write_private(item["path"], item["content"])
+            write_private(item["path"], item["content"], item.get("mode"))
             item["action"] = "written"
         notes.append("next: restart %s so it reads the new configuration, then run "
                      "python3 %s doctor inside it" % (adapter.title, this_file()))
@@ -6849,6 +7455,9 @@ class McpServer:
         if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
             return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
                               {"tools": [t["name"] for t in tool_listing(self.profile)]})
+        if isinstance(arguments, dict):
+            added = client_arguments() - set(TOOLS[name].params)
+            arguments = {k: v for k, v in arguments.items() if k not in added}
         self.wrote = self.called = True
         self.ctx.signal = None
         try:
@@ -7186,7 +7795,9 @@ def pre_tool_use(store, ctx, key, payload, adapter):
         return ""
     reason = "agents-room: %s is leased: %s. Ask the holder (msg_send) or the user " \
              "before editing." % (target, "; ".join(reasons))
-    return adapter.ask(one_line(reason, SIGNAL_MAX_CHARS * 2))
+    harness = harness_pid(os.getppid())
+    return adapter.ask(one_line(reason, SIGNAL_MAX_CHARS * 2),
+                       process_argv(harness) if harness else None)
 
 
 def wait_for_wake(store, ctx, key, env, adapter):
@@ -7659,7 +8270,8 @@ def _setup_arguments(sub):
          "harness needs, merged into its configuration, keeping every entry that is\n"
          "not agents-room's.\n\n" + "\n".join("  %s: %s" % (a.title, a.where)
                                                for a in HARNESS_ADAPTERS if a.setup_name),
-         "setup claude --autonomy hold --also storefront --label api --write",
+         "setup %s --autonomy hold --also storefront --label api --write"
+         % setup_names()[0],
          _setup_arguments)
 def run_setup(args):
     result = setup(args.harness, args.autonomy, args.write, args.scope,
@@ -11054,6 +11666,457 @@ UI_JS = r"""
   // Liveness and relative times move without a write: refresh now and then.
   setInterval(load, 10000);
 })();
+"""
+
+
+# ---- appendix: the harness extensions' sources ---------------------------
+# What setup writes for a harness whose hooks are code (an extension), kept
+# here as data, as the page's HTML is: its adapter fills in the marked places.
+
+PI_EXTENSION = r"""%MARKER%
+// It maps Pi's extension events onto agents-room's hook front end
+// (agents_room.py hook --harness pi --event=E, hook JSON on stdin, the answer on
+// stdout), registers the agents-room MCP server for the session (with the
+// session id as its harness key) and, in interactive and RPC mode, listens on
+// a socket of the session's: the wake lever that starts a turn when idle.
+//
+//   session_start          -> SessionStart (join; the digest rides the next run)
+//   before_agent_start     -> UserPromptSubmit (the turn starts; digest, signal)
+//   tool_result            -> PostToolUse (the signal, steered in before the next call)
+//   tool_call (edit/write) -> PreToolUse (a file another session holds: confirm)
+//   agent_before_settle    -> Stop (the hold: one continuation with the signal)
+//   session_shutdown       -> SessionEnd (not on reload)
+//
+// Run setup pi again to change it; a vendored agents_room.py (inside the
+// project) is named relative to the project root, two levels above this file.
+import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+
+const CONFIG = %CONFIG%;
+
+const PYTHON = CONFIG.python;
+const SCRIPT = CONFIG.vendored ? path.resolve(__dirname, "..", "..", CONFIG.script)
+	: CONFIG.script;
+const HOOK_TIMEOUT_MS = 10_000;
+// agents-room's launcher: import the module, so Python uses its bytecode cache
+// (a hook in 0.05-0.15 s instead of ~0.4 s for python3 agents_room.py).
+const LAUNCHER = ["-I", "-S", "-c", %LAUNCHER%, path.dirname(SCRIPT)];
+const EDIT_TOOLS = new Set(["edit", "write"]);
+const TYPE = "agents-room";
+
+/** Run one agents-room hook; resolve to its stdout ("" on any failure or timeout). */
+function runHook(event: string, payload: object, extraEnv: Record<string, string> = {}): Promise<string> {
+	return new Promise((resolve) => {
+		const args = [...LAUNCHER, "hook", "--harness", "pi", `--event=${event}`];
+		if (event === "SessionStart") args.push("--autonomy", CONFIG.autonomy, ...CONFIG.startArgs);
+		let out = "";
+		let child;
+		try {
+			child = spawn(PYTHON, args, { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...extraEnv } });
+		} catch (error) {
+			return resolve("");
+		}
+		const timer = setTimeout(() => child.kill("SIGKILL"), HOOK_TIMEOUT_MS);
+		child.stdout.on("data", (data: Buffer) => (out += data.toString("utf8")));
+		child.stderr.on("data", () => {});
+		child.on("error", () => {
+			clearTimeout(timer);
+			resolve("");
+		});
+		child.on("close", () => {
+			clearTimeout(timer);
+			resolve(out);
+		});
+		child.stdin.on("error", () => {});
+		child.stdin.end(JSON.stringify(payload));
+	});
+}
+
+/** The text of a hook answer in any of the forms agents-room writes. */
+function answerOf(out: string): { text: string; ask?: string } {
+	if (!out.trim()) return { text: "" };
+	try {
+		const answer = JSON.parse(out);
+		const specific = answer.hookSpecificOutput || {};
+		if (specific.permissionDecision === "ask" || specific.permissionDecision === "deny")
+			return { text: "", ask: specific.permissionDecisionReason || "agents-room: leased" };
+		return { text: specific.additionalContext || answer.reason || answer.context || "" };
+	} catch {
+		return { text: "" };
+	}
+}
+
+export default function (pi: ExtensionAPI) {
+	let sessionId = "";
+	let cwd = "";
+	let digest = "";          // SessionStart's answer, given to the model at the next run
+	let held = false;         // the last run was continued by our Stop: stop_hook_active
+	let settleSeen = false;   // agent_before_settle ran for this run (not aborted)
+	let steered = "";         // the signal already steered into this turn
+	let server: net.Server | undefined;
+	let socketPath = "";
+	let context: ExtensionContext | undefined;
+
+	const base = (event: string) => ({ session_id: sessionId, cwd, hook_event_name: event });
+
+	function startWakeSocket(): string {
+		const dir = path.join(os.tmpdir(), `agents-room-${process.getuid?.() ?? "u"}`);
+		fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+		fs.chmodSync(dir, 0o700);
+		socketPath = path.join(dir, `pi-${sessionId}.sock`);
+		try {
+			fs.unlinkSync(socketPath);
+		} catch {}
+		server = net.createServer((conn) => {
+			let buffer = "";
+			conn.setEncoding("utf8");
+			conn.on("data", (chunk: string) => {
+				buffer += chunk;
+				const end = buffer.indexOf("\n");
+				if (end < 0) return;
+				const line = buffer.slice(0, end);
+				buffer = "";
+				let frame: any;
+				try {
+					frame = JSON.parse(line);
+				} catch {
+					conn.end(JSON.stringify({ ok: false, error: "bad json" }) + "\n");
+					return;
+				}
+				if (frame.type === "ping") {
+					conn.end(JSON.stringify({ ok: true, session_id: sessionId, idle: context?.isIdle() ?? null }) + "\n");
+					return;
+				}
+				if (frame.type !== "wake" || typeof frame.text !== "string") {
+					conn.end(JSON.stringify({ ok: false, error: "unknown frame" }) + "\n");
+					return;
+				}
+				const idle = context?.isIdle() ?? true;
+				// Idle: triggerTurn starts a run now.  Busy: the message waits as a
+				// follow-up until the running turn ends (no second turn is started).
+				const deliverAs = frame.deliverAs === "steer" ? "steer" : "followUp";
+				pi.sendMessage({ customType: TYPE, content: frame.text, display: true },
+					{ triggerTurn: true, deliverAs });
+				conn.end(JSON.stringify({ ok: true, session_id: sessionId, state: idle ? "started" : "queued" }) + "\n");
+			});
+			conn.on("error", () => {});
+		});
+		server.listen(socketPath, () => {
+			try {
+				fs.chmodSync(socketPath, 0o600);
+			} catch {}
+		});
+		server.on("error", () => {});
+		return socketPath;
+	}
+
+	pi.on("session_start", async (event, ctx) => {
+		context = ctx;
+		sessionId = ctx.sessionManager.getSessionId();
+		cwd = ctx.cwd;
+		held = false;
+		// The MCP server for this session: its harness key ties room_join to the
+		// session the hooks joined.
+		pi.registerMcpServer(TYPE, {
+			command: PYTHON, args: [...LAUNCHER, ...CONFIG.serveArgs],
+			env: { AGENTS_ROOM_HARNESS_KEY: sessionId }, exposure: "direct",
+		} as any);
+		const hookEnv: Record<string, string> = {};
+		if (ctx.mode === "tui" || ctx.mode === "rpc") {
+			// A lever only where a turn can be started later: print and json modes exit.
+			hookEnv.AGENTS_ROOM_PI_SOCKET = startWakeSocket();
+		}
+		const joined = answerOf(await runHook("SessionStart", { ...base("SessionStart"), source: event.reason }, hookEnv)).text;
+		// A /reload keeps the conversation, which has the digest already.
+		digest = event.reason === "reload" ? "" : joined;
+	});
+
+	pi.on("before_agent_start", async (event, _ctx) => {
+		if (event.messageType === "user") held = false;
+		const signal = answerOf(await runHook("UserPromptSubmit", { ...base("UserPromptSubmit"), prompt: event.prompt ?? "" })).text;
+		const woken = event.messageType === "custom" && (event as any).message?.customType === TYPE;
+		const parts = [digest, woken ? "" : signal].filter(Boolean);
+		digest = "";
+		if (!parts.length) return;
+		return { message: { customType: TYPE, content: parts.join("\n"), display: true } };
+	});
+
+	pi.on("turn_start", async () => {
+		steered = "";
+	});
+
+	// PostToolUse: the signal is steered in: Pi delivers it after this turn's tool
+	// calls, before the next model request (once per turn for parallel calls).
+	pi.on("tool_result", async (event, _ctx) => {
+		const { text } = answerOf(await runHook("PostToolUse", {
+			...base("PostToolUse"), tool_name: event.toolName, tool_input: event.input,
+		}));
+		if (!text || text === steered) return;
+		steered = text;
+		pi.sendMessage({ customType: TYPE, content: text, display: true }, { deliverAs: "steer" });
+	});
+
+	pi.on("tool_call", async (event, ctx) => {
+		if (!EDIT_TOOLS.has(event.toolName)) return;
+		const { ask } = answerOf(await runHook("PreToolUse", {
+			...base("PreToolUse"), tool_name: event.toolName, tool_input: event.input,
+		}));
+		if (!ask) return;
+		if (ctx.hasUI && (await ctx.ui.confirm("agents-room", `${ask}\n\nEdit anyway?`))) return;
+		return { block: true, reason: ask };
+	});
+
+	// Stop: agent_before_settle is the last point where a run can be continued
+	// (agent_end is not final: retries and queued follow-ups come after it).  An
+	// aborted run skips it: agent_settled then only tells agents-room the turn ended.
+	pi.on("agent_before_settle", async (event, _ctx) => {
+		settleSeen = true;
+		const completed = (event as any).outcome === undefined || (event as any).outcome === "completed";
+		const { text } = answerOf(await runHook("Stop", { ...base("Stop"), stop_hook_active: held || !completed }));
+		held = Boolean(text);
+		if (!text) return;
+		return {
+			entries: [...event.entries, { type: "custom_message", customType: TYPE, content: text, display: true }],
+			continue: true,
+		} as any;
+	});
+
+	pi.on("agent_settled", async (_event, _ctx) => {
+		if (!settleSeen) await runHook("Stop", { ...base("Stop"), stop_hook_active: true });
+		settleSeen = false;
+	});
+
+	pi.on("session_shutdown", async (event, _ctx) => {
+		if (server) {
+			server.close();
+			server = undefined;
+			try {
+				fs.unlinkSync(socketPath);
+			} catch {}
+		}
+		if (event.reason !== "reload") await runHook("SessionEnd", { ...base("SessionEnd"), reason: event.reason });
+	});
+}
+"""
+
+OPENCODE_PLUGIN = r"""%MARKER%
+// agents-room for OpenCode, in .opencode/plugin/agents-room.js (project) or
+// ~/.config/opencode/plugin/agents-room.js (user).  Run setup again rather than
+// editing this file.
+//
+// OpenCode has no command hooks; this plugin runs agents_room.py's `hook` verb
+// with a Claude-style hook JSON on stdin ({hook_event_name, session_id, cwd,
+// ...}) and puts the answer where the model reads it:
+//   SessionStart + UserPromptSubmit <- "chat.message": a synthetic text part
+//                                      added to the user's message
+//   PostToolUse                     <- "tool.execute.after": text appended to
+//                                      the tool's output (MCP: a text block)
+//   Stop (hold)                     <- "experimental.text.complete" of a step
+//                                      without tool calls: a noReply user
+//                                      message, so OpenCode's loop goes on
+//   wake (autonomy 2)               <- event session.idle: a `hook --event=Stop
+//                                      --wait` child; exit 2 -> its stderr is
+//                                      prompted (session.promptAsync)
+//   SessionEnd                      <- the plugin's dispose (OpenCode exits)
+// and links the MCP server (one per OpenCode process, shared by its sessions)
+// and the bash tool to the session: room_join gets the harness key, the shell
+// gets AGENTS_ROOM_HARNESS_KEY.
+// Every export of a plugin module must be a function (OpenCode throws
+// "Plugin export is not a function" otherwise): no other exports here.
+import { spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import path from "node:path"
+
+// ---- written by setup (this block only) --------------------------------------
+// python, then launcher() of agents_room.py: -I -S -c <import and run main>
+const PYTHON = %PYTHON%
+// the directory of agents_room.py: absolute, or relative to the worktree
+// (a vendored copy, so the repository can move)
+const ROOM_DIR = %DIR%
+const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
+const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
+// -------------------------------------------------------------------------------
+const HOOK_TIMEOUT_MS = 10000
+
+// OpenCode's part ids: "prt_" + 12 hex of (ms * 4096 + n) + 14 base62
+let lastMs = 0, counter = 0
+function partID() {
+  const now = Date.now()
+  if (now !== lastMs) { lastMs = now; counter = 0 }
+  counter++
+  const hex = (BigInt(now) * 4096n + BigInt(counter)).toString(16).padStart(12, "0").slice(-12)
+  const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+  let tail = ""
+  for (const byte of randomBytes(14)) tail += alphabet[byte % 62]
+  return "prt_" + hex + tail
+}
+
+// Run one hook event: JSON on stdin -> {stdout, stderr, code, child}; never
+// throws, never outlives timeoutMs (0: no bound, for the waiter).
+let HOOK = null                 // set by the plugin function (needs the worktree)
+function runHook(event, payload, extra = [], timeoutMs = HOOK_TIMEOUT_MS, onChild = null) {
+  return new Promise((resolve) => {
+    const argv = [...HOOK, "--event=" + event, ...extra]
+    let child
+    try {
+      child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] })
+    } catch (error) {
+      return resolve({ stdout: "", stderr: String(error), code: -1 })
+    }
+    if (onChild) onChild(child)
+    let stdout = "", stderr = ""
+    const timer = timeoutMs ? setTimeout(() => child.kill("SIGKILL"), timeoutMs) : null
+    child.stdout.on("data", (d) => { stdout += d })
+    child.stderr.on("data", (d) => { stderr += d })
+    child.on("error", (error) => { stderr += String(error) })
+    child.on("close", (code) => {
+      if (timer) clearTimeout(timer)
+      resolve({ stdout, stderr, code, child })
+    })
+    child.stdin.on("error", () => {})
+    child.stdin.end(JSON.stringify({ hook_event_name: event, ...payload }))
+  })
+}
+
+// A Claude-style hook answer -> {context, hold}
+function answer(stdout) {
+  try {
+    const data = JSON.parse(stdout)
+    if (data && data.decision === "block") return { hold: String(data.reason || "") }
+    const out = data && data.hookSpecificOutput
+    return { context: out && out.additionalContext ? String(out.additionalContext) : "" }
+  } catch {
+    return {}
+  }
+}
+
+const quiet = (fn) => async (...args) => {
+  try { return await fn(...args) } catch (error) { /* a hook never breaks OpenCode */ }
+}
+
+export const AgentsRoom = async ({ client, directory, worktree }) => {
+  const dir = path.isAbsolute(ROOM_DIR) ? ROOM_DIR
+    : path.join(worktree || directory, ROOM_DIR)
+  HOOK = [...PYTHON, dir, "hook", "--harness", "opencode"]
+  const kinds = new Map()        // OpenCode session -> "main" | "child" (subagents: skipped)
+  const holding = new Set()      // sessions whose turn a Stop hold continued
+  const ours = new Set()         // texts this plugin prompted (no user turn)
+  const waiters = new Map()      // session -> child process of `hook --event=Stop --wait`
+  const base = (sessionID) => ({ session_id: sessionID, cwd: directory })
+
+  async function kind(sessionID) {
+    if (!kinds.has(sessionID)) {
+      const got = await client.session.get({ path: { id: sessionID } })
+      kinds.set(sessionID, got.data && got.data.parentID ? "child" : "new")
+    }
+    return kinds.get(sessionID)
+  }
+  const main = (sessionID) => kinds.get(sessionID) === "main"
+
+  function stopWaiter(sessionID) {
+    const child = waiters.get(sessionID)
+    waiters.delete(sessionID)
+    if (child) { try { child.kill("SIGTERM") } catch {} }
+  }
+
+  function arm(sessionID) {
+    // agents_room's armed waiter: exit 2 with the signal on stderr when a
+    // message arrives (its deliveries become accepted); one per session.
+    stopWaiter(sessionID)
+    let mine
+    runHook("Stop", base(sessionID), ["--wait"], 0, (child) => { mine = child; waiters.set(sessionID, child) })
+      .then(quiet(async ({ code, stderr, child }) => {
+        if (waiters.get(sessionID) === child) waiters.delete(sessionID)
+        const text = stderr.trim().split("\n").pop()
+        if (code !== 2 || !text) return
+        ours.add(text)
+        await client.session.promptAsync({
+          path: { id: sessionID }, body: { parts: [{ type: "text", text }] } })
+      }))
+  }
+
+  return {
+    "chat.message": quiet(async (input, output) => {
+      const sessionID = input.sessionID
+      const k = await kind(sessionID)
+      if (k === "child") return
+      stopWaiter(sessionID)
+      const said = output.parts.filter((p) => p.type === "text").map((p) => p.text).join("\n")
+      if (ours.delete(said)) return              // our own hold or wake text
+      holding.delete(sessionID)                  // a user's turn
+      const texts = []
+      if (k === "new") {                         // first message in this process
+        kinds.set(sessionID, "main")
+        const start = answer((await runHook("SessionStart",
+          { ...base(sessionID), source: "startup" }, ["--autonomy", AUTONOMY, ...START_ARGS])).stdout)
+        if (start.context) texts.push(start.context)
+      }
+      const submit = answer((await runHook("UserPromptSubmit",
+        { ...base(sessionID), prompt: said })).stdout)
+      if (submit.context) texts.push(submit.context)
+      if (texts.length) {
+        output.parts.push({ id: partID(), sessionID, messageID: output.message.id,
+          type: "text", text: texts.join("\n"), synthetic: true })
+      }
+    }),
+
+    "tool.execute.before": quiet(async (input, output) => {
+      if (input.tool === "agents-room_room_join" && output.args && !output.args.harness_key
+          && main(input.sessionID)) {
+        output.args.harness_key = input.sessionID
+      }
+    }),
+
+    "shell.env": quiet(async (input, output) => {
+      if (input.sessionID && main(input.sessionID)) output.env.AGENTS_ROOM_HARNESS_KEY = input.sessionID
+    }),
+
+    "tool.execute.after": quiet(async (input, output) => {
+      if (!main(input.sessionID)) return
+      const got = answer((await runHook("PostToolUse", {
+        ...base(input.sessionID), tool_name: input.tool, tool_input: input.args })).stdout)
+      if (!got.context) return
+      if (typeof output.output === "string") output.output += "\n\n" + got.context
+      else if (output && Array.isArray(output.content)) output.content.push({ type: "text", text: got.context })
+    }),
+
+    // Stop: the end of a step that called no tool is the end of the turn
+    // unless a newer user message exists when OpenCode's loop looks again.
+    "experimental.text.complete": quiet(async (input) => {
+      const { sessionID, messageID } = input
+      if (!main(sessionID)) return
+      const message = await client.session.message({ path: { id: sessionID, messageID } })
+      const parts = (message.data && message.data.parts) || []
+      if (parts.some((p) => p.type === "tool")) return
+      const active = holding.has(sessionID)
+      holding.delete(sessionID)
+      const got = answer((await runHook("Stop",
+        { ...base(sessionID), stop_hook_active: active })).stdout)
+      const reason = got.hold || got.context
+      if (!reason) return
+      holding.add(sessionID)
+      ours.add(reason)
+      await client.session.prompt({ path: { id: sessionID },
+        body: { noReply: true, parts: [{ type: "text", text: reason, synthetic: true }] } })
+    }),
+
+    event: quiet(async ({ event }) => {
+      if (event.type !== "session.idle") return
+      const sessionID = event.properties && event.properties.sessionID
+      if (main(sessionID) && (AUTONOMY === "2" || AUTONOMY === "wake")) arm(sessionID)
+    }),
+
+    dispose: quiet(async () => {
+      const sessions = [...kinds].filter(([, k]) => k === "main").map(([id]) => id)
+      for (const id of sessions) stopWaiter(id)
+      await Promise.all(sessions.map((id) => runHook("SessionEnd", base(id), [], 3000)))
+    }),
+  }
+}
 """
 
 

@@ -25,7 +25,7 @@ Contents (this file's banners, each with its test classes):
   the in-process layer
   bounded waits on real processes                RoomTest
   store                                          StoreTest
-  the file's map and its seams                   MapTest DialectTest
+  the file's map and its seams                   MapTest AdapterSeamTest DialectTest
   sessions and identity                          SessionTest
   messages                                       MessageTest
   leases, work states and quiet windows          LeaseTest ResourceLeaseTest
@@ -34,7 +34,7 @@ Contents (this file's banners, each with its test classes):
   liveness and prune                             LivenessTest
   CLI surface and the README                     CliTest ReadmeTest
   MCP over stdio                                 McpTest
-  hooks, signals and wakes                       HookTest WakeTest
+  hooks, signals and wakes                       HookTest WakeTest HarnessAdapterTest
   mail                                           MailboxTest
   many processes, hostile input, broken stores   ConcurrencyTest HostileInputTest
                                                  BrokenStoreTest RetentionTest
@@ -51,6 +51,7 @@ PG_CLASSES at the end).
 
 import atexit
 import glob
+import hashlib
 import importlib.util
 import io
 import json
@@ -1017,6 +1018,31 @@ class MapTest(unittest.TestCase):
         self.assertNotIn("store.kind", core)
         self.assertNotIn(".kind ==", core.replace("resource.kind ==", "").replace(
             "self.kind ==", ""))
+
+
+class AdapterSeamTest(unittest.TestCase):
+    """Nothing in Part I outside the harness adapters names a harness: every
+    identifier and string of it (the map in the docstring aside)."""
+
+    def test_no_harness_named_outside_the_adapters(self):
+        import io as _io
+        import re
+        import tokenize
+        with open(SCRIPT, encoding="utf-8") as handle:
+            source = handle.read()
+        core = source[:source.index("# ==== Part II")]
+        start = core.index("# ---- harness adapters")
+        end = core.index("# ---- liveness (process scan)")
+        names = re.compile(r"claude|codex|hermes|gemini|opencode|qwen|(?<![a-z])pi(?![a-z])",
+                           re.I)
+        found = []
+        for part in (core[:start], core[end:]):
+            for tok in tokenize.generate_tokens(_io.StringIO(part).readline):
+                if tok.type in (tokenize.NAME, tokenize.STRING) and names.search(tok.string) \
+                        and tok.string != agents_room.__doc__ and \
+                        agents_room.__doc__ not in tok.string:
+                    found.append(tok.string[:80])
+        self.assertEqual(found, [])
 
 
 class DialectTest(unittest.TestCase):
@@ -3038,10 +3064,10 @@ class SignalBase(RoomTest):
     def context_of(self, done):
         return json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
 
-    def start(self, key, *extra, cwd=None):
+    def start(self, key, *extra, cwd=None, env=None):
         done = self.hook("SessionStart", {"session_id": key, "cwd": cwd or self.tmp,
                                           "hook_event_name": "SessionStart",
-                                          "source": "startup"}, *extra)
+                                          "source": "startup"}, *extra, env=env)
         self.assertEqual(done.returncode, 0, done.stderr)
         text = self.context_of(done)
         sid = text.split("your session_id is ")[1].split()[0]
@@ -3328,6 +3354,223 @@ def op(name, **args):
     return ar.call_tool(store, ctx, name, args)
 """ % HERE
 
+
+
+class HarnessAdapterTest(SignalBase):
+    """Each harness's adapter as setup writes it and as its hooks and levers
+    answer: Qwen Code's settings and its server's approval, a continuation's
+    silence, the decision hold; Gemini CLI's millisecond timeouts, trusted
+    server, its added argument dropped and an ask that cannot hang -p; Pi's
+    extension; the inbox and socket levers confirmed by their receivers.
+    Real processes where a lever fires (the sender connects)."""
+
+    process = True
+
+    def settings(self, path):
+        with open(path) as handle:
+            return json.load(handle)
+
+    def test_setup_qwen_writes_hooks_server_and_its_approval(self):
+        project = self.repo("qproj")
+        home = os.path.join(self.tmp, "home")
+        env = {"HOME": home}
+        self.run_cli("setup", "qwen", "--autonomy", "2", "--write", cwd=project, env=env,
+                     check=0)
+        settings = self.settings(os.path.join(project, ".qwen", "settings.json"))
+        self.assertEqual(sorted(settings["hooks"]), sorted([
+            "SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure",
+            "Stop", "SessionEnd", "PreToolUse"]))
+        failure = settings["hooks"]["PostToolUseFailure"][0]["hooks"][0]
+        self.assertIn("--harness qwen-code --event=PostToolUse", failure["command"])
+        self.assertLess(failure["timeout"], 1000)          # seconds; >= 1000 means ms
+        self.assertNotIn("--wait", json.dumps(settings["hooks"]))
+        server = settings["mcpServers"]["agents-room"]
+        self.assertTrue(server["alwaysLoadTools"])
+        self.assertEqual(settings["permissions"]["allow"], ["mcp__agents-room"])
+        approvals = self.settings(os.path.join(home, ".qwen", "mcpApprovals.json"))
+        record = approvals[os.path.realpath(project)]["agents-room"]
+        entry = {k: v for k, v in server.items()}
+        expected = hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":"),
+                                             ensure_ascii=False).encode()).hexdigest()
+        self.assertEqual(record, {"hash": expected, "status": "approved"})
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(
+            home, ".qwen", "mcpApprovals.json")).st_mode), 0o600)
+        doctor = self.run_cli("doctor", cwd=project, env=env).stdout
+        self.assertIn("Qwen Code MCP server approved for this project", doctor)
+
+    def test_qwen_continuations_are_silent_and_its_stop_holds_by_decision(self):
+        key = "qwen-k"
+        me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "hold")
+        peer = self.join("--label", "peer")["session_id"]
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", "hi")
+        base = {"session_id": key, "cwd": self.tmp}
+        for payload in ({"prompt": ""}, {"prompt": "agents-room: 1 unread message"}):
+            done = self.hook("UserPromptSubmit", dict(base, **payload), "--harness",
+                             "qwen-code")
+            self.assertEqual(done.stdout, "", payload)
+        said = self.hook("UserPromptSubmit", dict(base, prompt="go", submitted_prompt="go"),
+                         "--harness", "qwen-code")
+        self.assertIn("1 unread", self.context_of(said))
+        held = json.loads(self.hook("Stop", dict(base, stop_hook_active=False),
+                                    "--harness", "qwen-code").stdout)
+        self.assertEqual(held["decision"], "block")
+        self.assertIn("1 unread", held["reason"])
+
+    def test_setup_gemini_writes_milliseconds_and_a_trusted_server(self):
+        project = self.repo("gproj")
+        home = os.path.join(self.tmp, "home")
+        self.run_cli("setup", "gemini", "--write", cwd=project, env={"HOME": home}, check=0)
+        settings = self.settings(os.path.join(project, ".gemini", "settings.json"))
+        self.assertEqual(sorted(settings["hooks"]), sorted([
+            "SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "BeforeTool",
+            "SessionEnd"]))
+        after = settings["hooks"]["AfterAgent"][0]["hooks"][0]
+        self.assertEqual((after["timeout"], after["name"]), (10000, "agents-room-AfterAgent"))
+        self.assertIn("--harness gemini --event=Stop", after["command"])
+        self.assertEqual(settings["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"], 3000)
+        self.assertTrue(settings["mcpServers"]["agents-room"]["trust"])
+
+    def test_gemini_ask_never_hangs_a_one_shot_run(self):
+        holder = self.join("--label", "holder", key="k-holder", live=True)["session_id"]
+        target = os.path.join(self.tmp, "locked.txt")
+        self.cli_json("claim", "--session", holder, target)
+        self.start("gem-k", "--harness", "gemini")
+        payload = {"session_id": "gem-k", "cwd": self.tmp, "tool_name": "write_file",
+                   "tool_input": {"file_path": target}}
+        interactive = json.loads(self.hook("PreToolUse", payload, "--harness",
+                                           "gemini").stdout)
+        self.assertEqual(interactive["decision"], "ask")
+        # The same hook under `gemini -p`: its parent's command line says so.
+        done = subprocess.run(
+            [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.run("
+             "sys.argv[2:], input=sys.stdin.read(), text=True).returncode)", "-p"] +
+            PROGRAM + ["hook", "--harness", "gemini", "--event=PreToolUse"],
+            input=json.dumps(payload), capture_output=True, text=True, env=self.env,
+            cwd=self.tmp, timeout=CALL_TIMEOUT_S)
+        self.assertEqual(json.loads(done.stdout)["decision"], "deny", done.stderr)
+
+    def test_an_argument_the_client_adds_is_dropped(self):
+        client = McpClient(self)
+        client.initialize()
+        me = client.ok("room_join", label="g")["session_id"]
+        self.assertEqual(client.ok("msg_unread", session_id=me, wait_for_previous=True),
+                         {"count": 0})
+        bad = client.call("msg_unread", session_id=me, nonsense=True)
+        self.assertTrue(bad["isError"])
+
+    def test_setup_pi_writes_its_extension_and_keeps_what_is_not_ours(self):
+        project = self.repo("pproj")
+        self.run_cli("setup", "pi", "--autonomy", "2", "--label", "api", "--write",
+                     cwd=project, check=0)
+        path = os.path.join(project, ".pi", "extensions", "agents-room.ts")
+        with open(path) as handle:
+            text = handle.read()
+        self.assertTrue(text.startswith("// agents-room: written by agents_room.py setup pi"))
+        self.assertIn('"autonomy": "2"', text)
+        self.assertIn('"--label"', text)
+        self.assertIn(SCRIPT, text)
+        self.assertNotIn("%CONFIG%", text)
+        with open(path, "w") as handle:
+            handle.write("// my own extension\n")
+        done = self.run_cli("setup", "pi", "--write", cwd=project, check=1)
+        self.assertIn("not the extension setup writes", done.stderr)
+
+    def test_setup_opencode_writes_its_plugin_and_merges_opencode_json(self):
+        project = self.repo("oproj")
+        with open(os.path.join(project, "opencode.json"), "w") as handle:
+            json.dump({"model": "mine/m", "permission": "ask"}, handle)
+        self.run_cli("setup", "opencode", "--autonomy", "2", "--write", cwd=project,
+                     check=0)
+        config = self.settings(os.path.join(project, "opencode.json"))
+        self.assertEqual(config["model"], "mine/m")
+        self.assertEqual(config["permission"], {"*": "ask", "agents-room_*": "allow"})
+        server = config["mcp"]["agents-room"]
+        self.assertEqual((server["type"], server["command"][-1]), ("local", "serve"))
+        self.assertGreater(server["timeout"], 300000)     # a waiting msg_recv outlasts 5 s
+        with open(os.path.join(project, ".opencode", "plugin", "agents-room.js")) as handle:
+            plugin = handle.read()
+        self.assertTrue(plugin.startswith("// agents-room: written by agents_room.py setup"))
+        self.assertIn('const AUTONOMY = "2"', plugin)
+        self.assertIn(json.dumps(HERE), plugin)
+        self.assertNotIn("%PYTHON%", plugin)
+        with open(os.path.join(project, "opencode.json"), "w") as handle:
+            handle.write('{// mine\n "model": "x"}')
+        done = self.run_cli("setup", "opencode", "--write", cwd=project, check=0)
+        self.assertIn("merge by hand", done.stdout)
+        with open(os.path.join(project, "opencode.json")) as handle:
+            self.assertEqual(handle.read(), '{// mine\n "model": "x"}')
+
+    def receiver(self, answer):
+        """A socket that reads one frame and answers: answer(lines, conn)."""
+        path = os.path.join(tempfile.mkdtemp(prefix="ar-rcv-"), "s.sock")
+        self.addCleanup(shutil.rmtree, os.path.dirname(path), True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(4)
+        self.addCleanup(server.close)
+        seen = []
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                data = b""
+                conn.settimeout(5)
+                try:
+                    while not data.endswith(b"\n") or (b"auth" in data and
+                                                      data.count(b"\n") < 2):
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                except OSError:
+                    pass
+                lines = [json.loads(l) for l in data.decode().splitlines() if l]
+                seen.append(lines)
+                answer(lines, conn)
+                conn.close()
+        threading.Thread(target=serve, daemon=True).start()
+        return path, seen
+
+    def test_the_pi_socket_lever_is_confirmed_by_its_answer(self):
+        path, seen = self.receiver(lambda lines, conn: conn.sendall(
+            b'{"ok": true, "state": "started"}\n'))
+        me, _ = self.start("pi-k", "--harness", "pi", "--autonomy", "wake",
+                           env={"AGENTS_ROOM_PI_SOCKET": path, "PI_CODING_AGENT": "true"})
+        boss = self.join("--label", "boss")["session_id"]
+        self.cli_json("send", "--session", boss, "--to", me, "--subject", "NOT-IN-SIGNAL")
+        self.wait_for(lambda: self.state_of(boss) == "accepted", 10, "accepted")
+        self.assertEqual(seen[0][0]["type"], "wake")
+        self.assertNotIn("NOT-IN-SIGNAL", seen[0][0]["text"])
+
+    def test_the_qwen_inbox_lever_waits_for_its_receipt(self):
+        def receipt(status):
+            def answer(lines, conn):
+                auth, message = lines[0], lines[1]
+                back = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                back.connect(message["from"])
+                back.sendall((json.dumps({"msgV": 1, "type": "auth",
+                                          "token": message["replyToken"]}) + "\n" +
+                              json.dumps({"msgV": 1, "type": "control",
+                                          "action": "delivery_status", "status": status,
+                                          "origMsgId": message["msgId"]}) + "\n").encode())
+                back.close()
+            return answer
+        for status, state in (("delivered", "accepted"), ("held", "offered")):
+            with self.subTest(status=status):
+                path, seen = self.receiver(receipt(status))
+                key = "qw-" + status
+                me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env={
+                    "QWEN_CODE_MESSAGING_SOCKET": path, "QWEN_CODE_MESSAGING_TOKEN": "t0k",
+                    "QWEN_CODE_SESSION_ID": key})
+                boss = self.join("--label", "boss-" + status)["session_id"]
+                self.cli_json("send", "--session", boss, "--to", me, "--subject", "x")
+                self.wait_for(lambda: seen, 10, "a frame")
+                self.assertEqual(seen[0][0], {"msgV": 1, "type": "auth", "token": "t0k"})
+                self.assertEqual(seen[0][1]["toSessionId"], key)
+                self.assertEqual(self.state_of(boss), state)
 
 # ---- mail ------------------------------------------------------------------------
 

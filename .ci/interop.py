@@ -162,11 +162,15 @@ def fastmcp_cli(workdir, env, fastmcp):
 def inspector_cli(workdir, env, inspector):
     env = dict(env, HOME=workdir)
     base = [inspector, "--cli", sys.executable, SCRIPT, "serve"]
-    listed = subprocess.run(base + ["--method", "tools/list"], env=env, cwd=workdir,
-                            capture_output=True, text=True, timeout=120)
-    ok = listed.returncode == 0
-    tools = json.loads(listed.stdout[listed.stdout.index("{"):])["tools"] if ok else []
-    check("inspector tools/list", len(tools) >= 19, listed.stderr or listed.stdout)
+    for profile, wanted in (("lean", lambda names: "room_call" in names and len(names) < 12),
+                            ("all", lambda names: len(names) >= 30)):
+        listed = subprocess.run(base + ["--tools", profile, "--method", "tools/list"],
+                                env=env, cwd=workdir, capture_output=True, text=True,
+                                timeout=120)
+        ok = listed.returncode == 0
+        tools = json.loads(listed.stdout[listed.stdout.index("{"):])["tools"] if ok else []
+        check("inspector tools/list (%s)" % profile, wanted([t["name"] for t in tools]),
+              listed.stderr or listed.stdout)
     called = subprocess.run(base + ["--method", "tools/call", "--tool-name", "room_join",
                                     "--tool-arg", "label=inspector", "--tool-arg",
                                     "room=interop"], env=env, cwd=workdir,

@@ -8,6 +8,11 @@ Standard library only: http.server in a thread, on 127.0.0.1.
     POST /v1/messages/count_tokens.
   * OpenAI Responses API (Codex: a model_provider with base_url .../v1 and
     wire_api = "responses"): POST /v1/responses (SSE), GET /v1/models.
+  * OpenAI Chat Completions (Qwen Code, OpenCode, Pi, Hermes: a base URL
+    http://127.0.0.1:PORT/v1): POST /v1/chat/completions (SSE when "stream": true).
+  * Gemini API (Gemini CLI: GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:PORT):
+    POST /v1beta/models/M:streamGenerateContent?alt=sse (SSE), :generateContent
+    (its JSON utility calls get a value built from their schema), :countTokens.
   * Anything else: 200 with an empty JSON object (and recorded), so auxiliary
     calls a harness makes never hang it.
 
@@ -87,13 +92,16 @@ class Request:
             return "anthropic"
         if "/responses" in self.path:
             return "responses"
+        if "/chat/completions" in self.path:
+            return "chat"
         return "other"
 
     @property
     def is_model_call(self):
         return self.method == "POST" and (
             self.path.split("?")[0].endswith("/messages")
-            or self.path.split("?")[0].endswith("/responses"))
+            or self.path.split("?")[0].endswith("/responses")
+            or self.path.split("?")[0].endswith("/chat/completions"))
 
     def tool_names(self):
         """Flat tool names offered.  Responses namespaces -> 'ns/name'."""
@@ -101,7 +109,9 @@ class Request:
         for tool in self.body.get("tools") or []:
             if not isinstance(tool, dict):
                 continue
-            if tool.get("type") == "namespace" or "tools" in tool and tool.get("name"):
+            if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+                names.append(tool["function"].get("name"))
+            elif tool.get("type") == "namespace" or "tools" in tool and tool.get("name"):
                 for inner in tool.get("tools") or []:
                     names.append("%s/%s" % (tool.get("name"), inner.get("name")))
             elif tool.get("name"):
@@ -116,7 +126,7 @@ class Request:
     # -- what the model saw
     def messages(self):
         """Anthropic messages or Responses input items."""
-        if self.api == "anthropic":
+        if self.api in ("anthropic", "chat"):
             return self.body.get("messages") or []
         return self.body.get("input") or []
 
@@ -151,6 +161,9 @@ class Request:
                         if isinstance(block, dict) and block.get("type") == "tool_result":
                             out.append((block.get("tool_use_id"),
                                         "\n".join(_texts(block.get("content")))))
+            elif self.api == "chat":
+                if item.get("role") == "tool":
+                    out.append((item.get("tool_call_id"), "\n".join(_texts(item.get("content")))))
             elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
                 out.append((item.get("call_id"), "\n".join(_texts(item.get("output")))))
         return out
@@ -177,7 +190,8 @@ class Request:
             elif isinstance(content, list):
                 for block in content:
                     if isinstance(block, dict):
-                        if block.get("type") in ("text", "input_text"):
+                        if block.get("type") in ("text", "input_text") or (
+                                "text" in block and "type" not in block):
                             out.append(block.get("text", ""))
                         elif block.get("type") == "tool_result":
                             out.append("\n".join(_texts(block.get("content"))))
@@ -187,6 +201,140 @@ class Request:
         return {"index": self.index, "at": self.at, "method": self.method,
                 "path": self.path, "headers": self.headers, "body": self.body
                 if self.body else self.raw}
+
+
+def _is_gemini(path):
+    return ":generateContent" in path or ":streamGenerateContent" in path
+
+
+class GeminiRequest(Request):
+    """Request helpers for the Gemini API shape (merge: add a branch on
+    self.api == "gemini" in Request's methods)."""
+
+    @property
+    def api(self):
+        if _is_gemini(self.path) or ":countTokens" in self.path:
+            return "gemini"
+        return Request.api.fget(self)
+
+    @property
+    def is_model_call(self):
+        if _is_gemini(self.path):
+            return self.method == "POST"
+        return Request.is_model_call.fget(self)
+
+    @property
+    def model(self):
+        part = self.path.split("?")[0].rsplit("/", 1)[-1]
+        return part.split(":")[0]
+
+    @property
+    def streaming(self):
+        return ":streamGenerateContent" in self.path
+
+    def tool_names(self):
+        if self.api != "gemini":
+            return Request.tool_names(self)
+        names = []
+        for tool in self.body.get("tools") or []:
+            for decl in (tool or {}).get("functionDeclarations") or []:
+                if decl.get("name"):
+                    names.append(decl["name"])
+        return names
+
+    @property
+    def is_main(self):
+        if self.api != "gemini":
+            return Request.is_main.fget(self)
+        # The agent's own loop offers function declarations; the router,
+        # next-speaker, loop-detection and summary calls offer none.
+        return self.is_model_call and bool(self.tool_names())
+
+    def messages(self):
+        if self.api != "gemini":
+            return Request.messages(self)
+        return self.body.get("contents") or []
+
+    def all_text(self):
+        if self.api != "gemini":
+            return Request.all_text(self)
+        parts = list(_texts(self.body.get("systemInstruction") or ""))
+        parts += list(_texts(self.messages()))
+        return "\n".join(parts)
+
+    def last_role(self):
+        if self.api != "gemini":
+            return Request.last_role(self)
+        msgs = self.messages()
+        if not msgs:
+            return None
+        last = msgs[-1]
+        if any("functionResponse" in p for p in last.get("parts") or []):
+            return "tool"
+        return last.get("role")
+
+    def tool_results(self):
+        if self.api != "gemini":
+            return Request.tool_results(self)
+        out = []
+        for item in self.messages():
+            for part in item.get("parts") or []:
+                fr = part.get("functionResponse") if isinstance(part, dict) else None
+                if fr:
+                    out.append((fr.get("id") or fr.get("name"),
+                                "\n".join(_texts(fr.get("response")))))
+        return out
+
+    def count_assistant_turns(self):
+        if self.api != "gemini":
+            return Request.count_assistant_turns(self)
+        return sum(1 for m in self.messages() if m.get("role") == "model")
+
+    def user_texts(self):
+        if self.api != "gemini":
+            return Request.user_texts(self)
+        out = []
+        for item in self.messages():
+            if item.get("role") != "user":
+                continue
+            for part in item.get("parts") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    out.append(part["text"])
+                elif isinstance(part, dict) and part.get("functionResponse"):
+                    out.append("\n".join(_texts(part["functionResponse"].get("response"))))
+        return out
+
+
+def _fill_schema(schema, text):
+    """A JSON value matching a responseJsonSchema / responseSchema: utility
+    calls (router, next-speaker, loop check) get a harmless answer."""
+    kind = (schema or {}).get("type")
+    if isinstance(kind, str):
+        kind = kind.lower()
+    if kind == "object" or "properties" in (schema or {}):
+        out = {}
+        for name, sub in (schema.get("properties") or {}).items():
+            if name == "next_speaker":
+                out[name] = "user"            # never let it auto-continue
+            elif name == "model_choice":
+                out[name] = "flash"
+            elif name in ("is_stuck", "is_loop"):
+                out[name] = False
+            elif name == "confidence" or name.endswith("_confidence"):
+                out[name] = 0.0
+            else:
+                out[name] = _fill_schema(sub, text)
+        return out
+    if kind == "array":
+        return []
+    if kind in ("number", "integer"):
+        return (schema or {}).get("minimum", 1)   # router: complexity_score 1..100
+    if kind == "boolean":
+        return False
+    enum = (schema or {}).get("enum")
+    if enum:
+        return enum[0]
+    return text
 
 
 class MockModel:
@@ -288,7 +436,7 @@ class MockModel:
     # -- the server side
     def _record(self, method, path, headers, body, raw):
         with self.lock:
-            req = Request(len(self.requests), method, path, headers, body,
+            req = GeminiRequest(len(self.requests), method, path, headers, body,
                           raw.decode("utf-8", "replace") if body is None else None)
             self.requests.append(req)
             self.changed.notify_all()
@@ -298,16 +446,20 @@ class MockModel:
 
     def _handle(self, handler, method, raw, body):
         keep = {k.lower(): v for k, v in handler.headers.items()
-                if k.lower() not in ("authorization", "x-api-key", "cookie")}
+                if k.lower() not in ("authorization", "x-api-key", "x-goog-api-key", "cookie")}
         req = self._record(method, handler.path, keep, body, raw)
         path = handler.path.split("?")[0]
         try:
+            if _is_gemini(path) or ":countTokens" in path or path.endswith("/v1beta/models"):
+                return self._gemini(handler, req)
             if method == "POST" and path.endswith("/messages/count_tokens"):
                 return self._json(handler, {"input_tokens": max(1, len(raw) // 4)})
             if method == "POST" and path.endswith("/messages"):
                 return self._anthropic(handler, req)
             if method == "POST" and path.endswith("/responses"):
                 return self._responses(handler, req)
+            if method == "POST" and path.endswith("/chat/completions"):
+                return self._chat(handler, req)
             if method == "GET" and path.endswith("/models"):
                 return self._json(handler, {"object": "list", "data": [], "models": []})
             return self._json(handler, {})
@@ -462,6 +614,94 @@ class MockModel:
         self._sse(handler, "response.completed", {
             "type": "response.completed",
             "response": dict(base, status="completed", output=items, usage=usage)})
+
+    # Gemini API (Gemini CLI: GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:PORT)
+    def _gemini(self, handler, req):
+        path = req.path.split("?")[0]
+        if path.endswith("/models"):
+            return self._json(handler, {"models": []})
+        if ":countTokens" in path:
+            return self._json(handler, {"totalTokens": max(1, len(req.raw or json.dumps(
+                req.body)) // 4)})
+        config = req.body.get("generationConfig") or {}
+        if not req.is_main and config.get("responseMimeType") == "application/json":
+            schema = config.get("responseJsonSchema") or config.get("responseSchema") or {}
+            reply = Reply(text=json.dumps(_fill_schema(schema, "ok")))
+        else:
+            reply = self._reply_for(req)
+        parts = []
+        if reply.text:
+            parts.append({"text": reply.text})
+        for call in reply.calls:
+            parts.append({"functionCall": {"id": "call_" + uuid.uuid4().hex[:12],
+                                           "name": call.name, "args": call.args}})
+        if not parts:
+            parts.append({"text": ""})
+        usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+        response = {"candidates": [{"content": {"role": "model", "parts": parts},
+                                    "finishReason": "STOP", "index": 0}],
+                    "usageMetadata": usage, "modelVersion": req.model or "mock",
+                    "responseId": uuid.uuid4().hex[:20]}
+        if not req.streaming:
+            return self._json(handler, response)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        # One chunk per part, the finish reason and usage on the last: the
+        # CLI joins text chunks and collects function calls from any chunk.
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            chunk = {"candidates": [dict({"content": {"role": "model", "parts": [part]},
+                                          "index": 0},
+                                         **({"finishReason": "STOP"} if last else {}))],
+                     "modelVersion": response["modelVersion"],
+                     "responseId": response["responseId"]}
+            if last:
+                chunk["usageMetadata"] = usage
+            handler.wfile.write(("data: %s\r\n\r\n" % json.dumps(chunk)).encode("utf-8"))
+            handler.wfile.flush()
+        return None
+
+    # OpenAI Chat Completions
+    def _chat(self, handler, req):
+        reply = self._reply_for(req)
+        cid = "chatcmpl-" + uuid.uuid4().hex[:12]
+        model = req.body.get("model") or "mock"
+        calls = [{"id": "call_" + uuid.uuid4().hex[:20], "type": "function",
+                  "function": {"name": call.name, "arguments": json.dumps(call.args)}}
+                 for call in reply.calls]
+        finish = "tool_calls" if calls else "stop"
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if not req.body.get("stream"):
+            message = {"role": "assistant", "content": reply.text or None}
+            if calls:
+                message["tool_calls"] = calls
+            return self._json(handler, {
+                "id": cid, "object": "chat.completion", "created": int(time.time()),
+                "model": model, "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+        self._sse_start(handler)
+
+        def chunk(delta, finish_reason=None, last=False):
+            obj = {"id": cid, "object": "chat.completion.chunk",
+                   "created": int(time.time()), "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+            if last:
+                obj["choices"], obj["usage"] = [], usage
+            handler.wfile.write(b"data: " + json.dumps(obj).encode("utf-8") + b"\n\n")
+            handler.wfile.flush()
+        chunk({"role": "assistant", "content": ""})
+        if reply.text:
+            chunk({"content": reply.text})
+        for index, call in enumerate(calls):
+            chunk({"tool_calls": [dict(call, index=index)]})
+        chunk({}, finish)
+        chunk({}, last=True)
+        handler.wfile.write(b"data: [DONE]\n\n")
+        handler.wfile.flush()
 
 
 def main():
