@@ -39,7 +39,7 @@ Scenarios (each row PASS/FAIL):
      turn in it (`hermes chat --resume`)
   h  `setup hermes --write` merges into a config.yaml that already has
      mcp_servers:/hooks: (Hermes parses the user's entries and ours; idempotent)
-  i  hook acceptance: setup says how (or writes hooks_auto_accept), doctor checks it
+  i  hook acceptance: setup approves its hooks in the allowlist, doctor checks it
 Exit 1 on any FAIL.
 """
 
@@ -348,7 +348,7 @@ class Run:
         self.hsid = None            # its Hermes session id
 
     # environment and helpers
-    def env(self, hermes_home=None, accept=True):
+    def env(self, hermes_home=None, accept=False):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("HERMES_", "AGENTS_ROOM_", "CLAUDE", "CODEX_"))
                and k not in ("HOME", "PYTHONPATH", "VIRTUAL_ENV")}
@@ -711,31 +711,35 @@ class Run:
                                                   re.sub(r"\s+", " ", proc.stdout)[:160]))
 
     def acceptance(self):
-        said = self.setup_output
-        cfg_path = os.path.join(self.hermes_home("main"), "config.yaml")
-        with open(cfg_path) as handle:
+        """setup approves its own hooks in Hermes' allowlist (no hooks_auto_accept,
+        nothing to pass at start-up); doctor notices when that approval is gone."""
+        home = self.hermes_home("main")
+        allowlist = os.path.join(home, "shell-hooks-allowlist.json")
+        with open(os.path.join(home, "config.yaml")) as handle:
             text = handle.read()
-        written = re.search(r"^hooks_auto_accept:\s*true\s*$", text, re.M)
-        told = any(k in said for k in ("hooks_auto_accept", "--accept-hooks",
-                                       "HERMES_ACCEPT_HOOKS"))
-        # doctor must notice when nothing accepts the hooks: the same config
-        # without hooks_auto_accept, HERMES_ACCEPT_HOOKS unset
-        home = self.hermes_home("noaccept")
-        os.makedirs(home, exist_ok=True)
-        with open(os.path.join(home, "config.yaml"), "w") as handle:
-            handle.write(re.sub(r"^hooks_auto_accept:.*$", "", text, flags=re.M))
-        doctor = self.room(["doctor"], env=self.env(home, accept=False))
+        try:
+            with open(allowlist) as handle:
+                approvals = json.load(handle).get("approvals") or []
+            mode = os.stat(allowlist).st_mode & 0o777
+        except (OSError, ValueError):
+            approvals, mode = [], None
+        ours = [a for a in approvals if "agents_room" in json.dumps(a)]
+        blanket = re.search(r"^hooks_auto_accept:\s*true\s*$", text, re.M)
+        home2 = self.hermes_home("noaccept")
+        os.makedirs(home2, exist_ok=True)
+        with open(os.path.join(home2, "config.yaml"), "w") as handle:
+            handle.write(text)
+        doctor = self.room(["doctor"], env=self.env(home2))
         out = doctor.stdout + doctor.stderr
-        checked = any(k in out for k in ("hooks_auto_accept", "--accept-hooks",
-                                         "HERMES_ACCEPT_HOOKS"))
-        self.record("i", (written or told) and checked,
-                    "hook acceptance: setup says/writes it, doctor checks it",
-                    "setup %s; doctor without acceptance: %s" % (
-                        "wrote hooks_auto_accept" if written else
-                        "mentions it" if told else "says nothing",
-                        "warns" if checked else "no warning: %r" % [
+        checked = any(k in out for k in ("allowlist", "--accept-hooks"))
+        self.record("i", ours and mode == 0o600 and not blanket and checked,
+                    "hook acceptance: setup approves its hooks in Hermes' allowlist, "
+                    "doctor checks it",
+                    "allowlist entries for agents-room %d (mode %s), hooks_auto_accept "
+                    "written %s; doctor without the allowlist: %s" % (
+                        len(ours), oct(mode) if mode is not None else "absent",
+                        bool(blanket), "warns" if checked else "no warning: %r" % [
                             l for l in out.splitlines() if "ermes" in l]))
-
 
 def main(argv):
     global VERBOSE
