@@ -2683,7 +2683,38 @@ class CodexQueue(Lever):
                 "--message", text]
 
     def outcome(self, ok, alive):
-        return "failed" if not ok else "accepted" if alive else "offered"
+        # Queued is not started: a TUI killed a moment ago still looks alive.
+        # The turn it starts is seen by its prompt, the signal (accepted then).
+        return "offered" if ok else "failed"
+
+
+class CodexResume(ResumeLever):
+    """codex exec resume THREAD TEXT: one more turn of a finished codex exec
+    run (its queue is read only as it exits), as hermes chat --resume is for
+    Hermes.  The hook-trust bypass the run was started with is kept: without
+    it an untrusted hook is skipped."""
+
+    name = "codex-resume"
+    resume = ("exec", "resume", "KEY", "TEXT")
+    keep = ("CODEX_HOME",)
+    kept_flags = ("--dangerously-bypass-hook-trust",)
+
+    def program_end(self, argv):
+        if "exec" not in argv[1:4]:
+            return None
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "codex", "codex.js")), None)
+
+    def detect(self, env, key, cwd, argv):
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["flags"] = [f for f in self.kept_flags if f in (argv or [])]
+        return data
+
+    def argv(self, data, text):
+        words = ResumeLever.argv(self, data, text)
+        cut = len(data["argv"]) + 2             # after `exec resume`
+        return words[:cut] + list(data.get("flags") or []) + words[cut:]
 
 
 class Codex(Harness):
@@ -2691,7 +2722,7 @@ class Codex(Harness):
     where = "$CODEX_HOME/config.toml and hooks.json"
     events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
     key_vars = ("CODEX_THREAD_ID",)
-    levers = (CodexQueue(),)
+    levers = (CodexQueue(), CodexResume())
     max_autonomy = 2
     mcp_prefix = "mcp__agents_room__"
 
@@ -2704,8 +2735,10 @@ class Codex(Harness):
 
     @staticmethod
     def toml_block(serve_args):
+        # required: Codex waits for the server before its first request
+        # (else that request may go out without the agents-room tools).
         return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
-                'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\n'
+                'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\nrequired = true\n'
                 % (_toml_string(sys.executable), ", ".join(
                     _toml_string(a) for a in ["-I", "-S", this_file()] + serve_args)))
 
@@ -2778,7 +2811,8 @@ class Codex(Harness):
                          "--dangerously-bypass-hook-trust runs them)")
         if job.level == 2:
             job.notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
-                             "Codex session; the thread is the hook's session id")
+                             "Codex session (the thread is the hook's session id); a "
+                             "finished codex exec run is resumed (codex exec resume)")
 
     def config_files(self, env, root, home):
         return [os.path.join(self.home(env, home), n) for n in ("config.toml", "hooks.json")]

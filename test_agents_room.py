@@ -3531,11 +3531,17 @@ class WakeTest(SignalBase):
                              env={"CODEX_THREAD_ID": "thread-42", "PATH": path})["session_id"]
         sender = self.join("--room", "r")["session_id"]
         self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
-        self.assertTrue(self.wait_state(sender, "accepted"))
+        # Queued is not started (a TUI killed a moment ago still looks alive):
+        # offered until the turn it starts is seen, by its prompt.
+        self.wait_for(lambda: self.event_count("wake.offered", woke), 10, "queue ran")
+        self.assertEqual(self.state_of(sender), "offered")
         cwd, *argv = json.loads(read_bytes(log).splitlines()[0])
         self.assertEqual(argv[:4], ["queue", "--thread", "thread-42", "--message"])
         self.assertIn("unread", argv[4])
         self.assertEqual(cwd, home)                  # the recipient's cwd, not the sender's
+        self.hook("UserPromptSubmit", {"session_id": "thread-42", "cwd": home,
+                                       "prompt": argv[4]}, "--harness", "codex")
+        self.assertEqual(self.state_of(sender), "accepted")
         # A thread nobody runs: codex queue exits 0, but a turn is not known to
         # start, so the delivery stays offered.
         idle = self.cli_json("join", "--room", "r", "--autonomy", "2", cwd=home,
@@ -3576,6 +3582,28 @@ class HarnessAdapterTest(SignalBase):
     def settings(self, path):
         with open(path) as handle:
             return json.load(handle)
+
+    def test_codex_exec_is_resumed_and_its_server_required(self):
+        # codex exec reads its queue only as it exits: a finished run is woken
+        # by resuming its thread, with the hook-trust bypass it ran with.
+        queue, resume = agents_room.LEVERS["codex-queue"], agents_room.LEVERS["codex-resume"]
+        run = ["/opt/codex/bin/codex", "exec", "--dangerously-bypass-hook-trust", "--json",
+               "do it"]
+        self.assertIsNone(queue.detect({}, "th-1", self.tmp, run))
+        data = resume.detect({"CODEX_HOME": "/c"}, "th-1", self.tmp, run)
+        self.assertEqual(resume.argv(data, "SIGNAL"), [
+            "/opt/codex/bin/codex", "exec", "resume", "--dangerously-bypass-hook-trust",
+            "th-1", "SIGNAL"])
+        self.assertFalse(resume.while_alive)
+        self.assertIsNone(resume.detect({}, "th-1", self.tmp, ["/opt/codex/bin/codex"]))
+        # setup marks the server required: Codex waits for it before its
+        # first request instead of sending one without the agents-room tools.
+        home = os.path.join(self.tmp, "home")
+        self.run_cli("setup", "codex", "--write", env={"CODEX_HOME": os.path.join(
+            home, ".codex")}, check=0)
+        text = read_bytes(os.path.join(home, ".codex", "config.toml")).decode()
+        table = text.split("[mcp_servers.agents-room]")[1]
+        self.assertIn("\nrequired = true\n", table)
 
     def test_setup_qwen_writes_hooks_server_and_its_approval(self):
         project = self.repo("qproj")
