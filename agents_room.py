@@ -7412,9 +7412,10 @@ def run_install_guard(args):
 
 def _store_arguments(sub):
     sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
-    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path or a "
-                     "postgresql:// URL")
-    sub.add_argument("target", metavar="TO", help="an empty store (created if need be)")
+    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path, a "
+                     "postgresql:// URL, or - for the one AGENTS_ROOM_DB names")
+    sub.add_argument("target", metavar="TO", help="an empty store (created if need be); "
+                     "- as for FROM")
 
 
 @command("store", "Copy a room between stores (SQLite and PostgreSQL).",
@@ -7422,19 +7423,28 @@ def _store_arguments(sub):
          "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
          "audit log) from one store to another, in one transaction on each, and\n"
          "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
-         "URL; TO must hold no room yet.  Stop the agents using FROM first: what\n"
-         "they write during the copy stays behind.",
+         "URL, or - for the store AGENTS_ROOM_DB names (a password in an argument\n"
+         "is in the process list for every user to read); TO must hold no room\n"
+         "yet.  Stop the agents using FROM first: what they write during the copy\n"
+         "stays behind.",
          "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
          _store_arguments)
 def run_store(args):
-    counts = copy_store(os.path.expanduser(args.source), os.path.expanduser(args.target))
+    stores = [default_db_path() if given == "-" else os.path.expanduser(given)
+              for given in (args.source, args.target)]
+    for given, path in zip((args.source, args.target), stores):
+        if given != "-" and store_kind(path).shown_path(path) != path:
+            sys.stderr.write("agents-room store: warning: %s carries a password, which "
+                             "every local user can read in the process list; use - for "
+                             "AGENTS_ROOM_DB, and keep the password in ~/.pgpass\n"
+                             % clean(store_kind(path).shown_path(path)))
+    counts = copy_store(*stores)
     if args.json:
         return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
                                       for t, a, b in counts]}, indent=2), 0
     lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
-    return "\n".join(["copied %s -> %s (row counts verified)" % (
-        store_kind(args.source).shown_path(args.source), store_kind(
-            args.target).shown_path(args.target))] + lines), 0
+    return "\n".join(["copied %s -> %s (row counts verified)" % tuple(
+        store_kind(path).shown_path(path) for path in stores)] + lines), 0
 
 
 def _prune_arguments(sub):

@@ -5591,9 +5591,10 @@ class PgStoreTest(RoomTest):
         self.assertEqual(len(self.cli_json("history", "--session", api, "--query",
                                            "later", env={"AGENTS_ROOM_DB": back})[
                                                "messages"]), 1)
-        # A store that holds a room already is not merged into.
+        # A store that holds a room already is not merged into (- names the
+        # store AGENTS_ROOM_DB names: no password in the argv, no warning).
         self.fails(self.db, "already holds a room", command=("store", "copy", local,
-                                                              self.db), code=2)
+                                                              "-"), code=2)
 
     def test_the_two_schemas_are_one(self):
         """A fresh SQLite store after every migration and a fresh PostgreSQL
@@ -6001,7 +6002,8 @@ class PgTrustTest(RoomTest):
     and, where a promise is about the real thing, the suite's cluster: one
     deadline for the startup and one for each answer, message lengths and
     SCRAM iterations bounded, SASL as a state machine, no cleartext password
-    without TLS unless asked, and passwords hidden by their decoded key."""
+    without TLS unless asked, passwords hidden by their decoded key, and
+    `store copy -` for the environment's store."""
 
     password = "hunter2-secret"
 
@@ -6289,6 +6291,37 @@ class PgTrustTest(RoomTest):
             self.assertIn("sslmode=require", text)
             self.assertNotIn(self.password, text)
 
+    def test_7_store_copy_takes_the_environments_store_by_name(self):
+        source = os.path.join(self.tmp, "source", "room.db")
+        me = self.cli_json("join", "--label", "me", env={"AGENTS_ROOM_DB": source})
+        self.cli_json("send", "--session", me["session_id"], "--to", "*", "--subject",
+                      "carried", env={"AGENTS_ROOM_DB": source})
+        copy = os.path.join(self.tmp, "copy", "room.db")
+        done = self.run_cli("store", "copy", "-", copy, env={"AGENTS_ROOM_DB": source},
+                            check=0)
+        self.assertEqual(done.stderr, "")
+        back = os.path.join(self.tmp, "back", "room.db")
+        self.run_cli("store", "copy", copy, "-", env={"AGENTS_ROOM_DB": back}, check=0)
+        self.assertEqual([m["subject"] for m in self.cli_json(
+            "history", "--session", me["session_id"], env={"AGENTS_ROOM_DB": back})[
+                "messages"]], ["carried"])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "-")))
+        with self.subTest(case="PostgreSQL on either side"):
+            url = self.cluster_url()
+            self.assertIsNotNone(agents_room.url_password(url))
+            done = self.run_cli("store", "copy", source, url, check=0)
+            self.assertIn("warning", done.stderr)
+            self.assertIn("process list", done.stderr)
+            self.assertIn("~/.pgpass", done.stderr)
+            for password in PG_UNDER_TEST.cluster.passwords.values():
+                self.assertNotIn(password, done.stderr + done.stdout)
+            again = os.path.join(self.tmp, "again", "room.db")
+            done = self.run_cli("store", "copy", "-", again, env={"AGENTS_ROOM_DB": url},
+                                check=0)
+            self.assertEqual(done.stderr, "")
+            self.assertEqual([m["subject"] for m in self.cli_json(
+                "history", "--session", me["session_id"], env={"AGENTS_ROOM_DB": again})[
+                    "messages"]], ["carried"])
 
 # The store and operation tests again, on PostgreSQL.
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
