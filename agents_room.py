@@ -9114,9 +9114,10 @@ def run_install_guard(args):
 
 def _store_arguments(sub):
     sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
-    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path or a "
-                     "postgresql:// URL")
-    sub.add_argument("target", metavar="TO", help="an empty store (created if need be)")
+    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path, a "
+                     "postgresql:// URL, or - for the one AGENTS_ROOM_DB names")
+    sub.add_argument("target", metavar="TO", help="an empty store (created if need be); "
+                     "- as for FROM")
 
 
 @command("store", "Copy a room between stores (SQLite and PostgreSQL).",
@@ -9124,19 +9125,28 @@ def _store_arguments(sub):
          "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
          "audit log) from one store to another, in one transaction on each, and\n"
          "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
-         "URL; TO must hold no room yet.  Stop the agents using FROM first: what\n"
-         "they write during the copy stays behind.",
+         "URL, or - for the store AGENTS_ROOM_DB names (a password in an argument\n"
+         "is in the process list for every user to read); TO must hold no room\n"
+         "yet.  Stop the agents using FROM first: what they write during the copy\n"
+         "stays behind.",
          "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
          _store_arguments)
 def run_store(args):
-    counts = copy_store(os.path.expanduser(args.source), os.path.expanduser(args.target))
+    stores = [default_db_path() if given == "-" else os.path.expanduser(given)
+              for given in (args.source, args.target)]
+    for given, path in zip((args.source, args.target), stores):
+        if given != "-" and store_kind(path).shown_path(path) != path:
+            sys.stderr.write("agents-room store: warning: %s carries a password, which "
+                             "every local user can read in the process list; use - for "
+                             "AGENTS_ROOM_DB, and keep the password in ~/.pgpass\n"
+                             % clean(store_kind(path).shown_path(path)))
+    counts = copy_store(*stores)
     if args.json:
         return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
                                       for t, a, b in counts]}, indent=2), 0
     lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
-    return "\n".join(["copied %s -> %s (row counts verified)" % (
-        store_kind(args.source).shown_path(args.source), store_kind(
-            args.target).shown_path(args.target))] + lines), 0
+    return "\n".join(["copied %s -> %s (row counts verified)" % tuple(
+        store_kind(path).shown_path(path) for path in stores)] + lines), 0
 
 
 def _prune_arguments(sub):
@@ -9561,15 +9571,41 @@ def parse_postgres_url(url):
 PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
-PG_CONNECT_TIMEOUT_S = 10
+PG_CONNECT_TIMEOUT_S = 10            # the whole startup: connect, TLS, authentication
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
+# A request's answer must be complete within the lock timeout plus this (the
+# lock wait is the one long wait the server has; the statements are small),
+# else the connection is closed and the call reported as lost: a server, a
+# pooler or a path that stops answering never hangs a hook, a commit's guard or
+# the MCP server.  A wait for notifications has its own timeout.
+PG_ANSWER_MARGIN_S = 10
+# Message lengths as libpq bounds them: 30,000 bytes but for the kinds that
+# can be long (rows and their description, errors, notices, notifications),
+# which get a large finite cap (a row holds at most a 1 MiB body here).
+PG_MESSAGE_MAX = 30000
+PG_LONG_MESSAGE_MAX = 64 << 20
+PG_LONG_KINDS = (b"T", b"D", b"E", b"N", b"A")
+PG_READ_CHUNK = 1 << 20              # bytes asked of one recv, at most
+# A SCRAM iteration count costs PBKDF2 rounds that nothing interrupts (not
+# Ctrl-C, not the startup deadline): about 0.36 s per million here, while
+# PostgreSQL's default is 4,096.  A million leaves room for hardened servers
+# (OWASP's 600,000) and bounds what a hostile one can cost.
+PG_SCRAM_ITERATIONS_MAX = 1000000
+# The URL keys that hold a secret (libpq marks both for hiding); keys are
+# case-sensitive to libpq, and compared here decoded, as the connection reads
+# them.
+PG_SECRET_KEYS = ("password", "sslpassword")
+PG_AUTH_NAMES = {0: "AuthenticationOk (0)", 3: "a cleartext password request (3)",
+                 5: "an md5 password request (5)", 10: "SASL (10)", 11: "SASLContinue (11)",
+                 12: "SASLFinal (12)"}
 
 
 def redact_url(url, mask="***"):
     """The URL with its password (in the user part or the query) replaced by
     mask, for messages; with mask None, without it (for config files).  Read
     as parse_postgres_url reads it: the user part ends at the last `@`, so a
-    password with a stray `/`, `?` or `#` in it is hidden all the same."""
+    password with a stray `/`, `?` or `#` in it is hidden all the same, and a
+    query key counts by its decoded name (`pass%77ord=` is a password)."""
     if not is_postgres_url(url):
         return url
     scheme, _, rest = url.partition("://")
@@ -9584,13 +9620,37 @@ def redact_url(url, mask="***"):
         user, colon, _ = rest[:at].partition(":")
         if colon:
             rest = user + ("" if mask is None else ":" + mask) + rest[at:]
-    if "password=" in rest:
-        head, _, query = rest.partition("?")
-        items = [i for i in query.split("&") if not i.startswith("password=")]
+    head, question, query = rest.partition("?")
+    items = query.split("&")
+    kept = [i for i in items if _unquote(i.partition("=")[0]) not in PG_SECRET_KEYS]
+    if len(kept) != len(items):
         if mask is not None:
-            items.append("password=" + mask)
-        rest = head + "?" + "&".join(items)
+            kept.append("password=" + mask)
+        rest = head + question + "&".join(kept)
     return scheme + "://" + rest
+
+
+def url_password(url):
+    """The password a postgresql:// URL itself carries (its user part or its
+    query), or None."""
+    if not is_postgres_url(url):
+        return None
+    parts = parse_postgres_url(url)
+    return parts["password"] if parts["password"] is not None else \
+        parts["query"].get("password")
+
+
+def _hidden(text, secrets):
+    """text with every secret in it (as given, and percent-encoded as a URL
+    carries it) replaced by ***: a server's words, or anyone's on the path,
+    may quote what it was sent."""
+    secrets = [s for s in secrets if s]
+    if secrets:
+        from urllib.parse import quote      # an error's path only
+        for secret in secrets:
+            for form in (secret, quote(secret, safe="")):
+                text = text.replace(form, "***")
+    return text
 
 
 class PgError(Exception):
@@ -9598,9 +9658,12 @@ class PgError(Exception):
     (sqlstate '08000'; `sent` says whether a statement may have reached the
     server)."""
 
-    def __init__(self, message, sqlstate="08000", detail=None, hint=None, sent=False):
+    def __init__(self, message, sqlstate="08000", detail=None, hint=None, sent=False,
+                 client=False, timed_out=False):
         super().__init__(message)
         self.sqlstate, self.detail, self.hint, self.sent = sqlstate, detail, hint, sent
+        self.client = client            # this client's refusal, not the server's words
+        self.timed_out = timed_out      # no complete answer by the deadline
 
     @property
     def lost(self):
@@ -9608,6 +9671,10 @@ class PgError(Exception):
         down, restarting or not yet accepting (57P01-57P03)."""
         return self.sqlstate.startswith("08") or self.sqlstate in ("57P01", "57P02",
                                                                    "57P03")
+
+
+class _PgTimeout(OSError):
+    """No complete answer by the deadline (the connection is then closed)."""
 
 
 def _pgpass(host, port, database, user):
@@ -9712,7 +9779,7 @@ class PgConnection:
     sslmode, and the extended query protocol with bound parameters (values
     never enter the SQL text).  Statements are prepared once per connection."""
 
-    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S):
+    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S, answer_s=None):
         self.url = url
         self.sock = None
         self.statements = {}            # sql -> (name, column names, decoders)
@@ -9723,7 +9790,17 @@ class PgConnection:
         self.mail = False               # ... and deliveries among them
         self.in_transaction = False
         self.params = {}
-        self._buffer = b""
+        # What the server sent and was not read yet: _buffer[_at:].  A read
+        # moves _at; the read part is dropped once it is the larger half, so
+        # every byte is copied a bounded number of times however many
+        # messages one recv brings.
+        self._buffer = bytearray()
+        self._at = 0
+        # Every read and write waits until _deadline at most: the startup's
+        # (one for all of it), then each request's (answer_s from its send).
+        self.answer_s = answer_s or BUSY_TIMEOUT_MS / 1000 + PG_ANSWER_MARGIN_S
+        self._deadline = None
+        self._startup = None            # the startup's seconds while it runs
         self._connect(timeout)
 
     # -- connecting --
@@ -9768,15 +9845,18 @@ class PgConnection:
         settings = self._settings()
         self.settings = settings
         host, port = settings["host"], settings["port"]
-        where = host if host.startswith("/") else "%s:%d" % (host, port)
+        self.where = where = host if host.startswith("/") else "%s:%d" % (host, port)
+        # One deadline for the whole startup (libpq's connect_timeout): a
+        # server that drips a ParameterStatus a second is refused in time.
+        self._startup = settings["timeout"] or timeout
+        self._deadline = time.monotonic() + self._startup
         try:
             if host.startswith("/"):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(settings["timeout"] or timeout)
+                sock.settimeout(self._startup)
                 sock.connect(os.path.join(host, ".s.PGSQL.%d" % port))
             else:
-                sock = socket.create_connection((host, port),
-                                                settings["timeout"] or timeout)
+                sock = socket.create_connection((host, port), self._startup)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 # A server that vanished (a laptop asleep, a cut link) is noticed
                 # in about a minute, not in the kernel's quarter of an hour.
@@ -9801,11 +9881,12 @@ class PgConnection:
                             for k, v in startup.items()) + b"\0"
             self._send_raw(_pg_int(len(body) + 8) + _pg_int(196608) + body)
             self._authenticate(settings)
-            self.sock.settimeout(None)
+            self._startup = None        # from now on, each request has its deadline
         except OSError as error:
             self.close()
             raise PgError("connection to PostgreSQL at %s failed: %s"
-                          % (where, error.strerror or error), "08006")
+                          % (where, error.strerror or error), "08006",
+                          timed_out=isinstance(error, _PgTimeout))
         except BaseException:
             self.close()
             raise
@@ -9813,7 +9894,7 @@ class PgConnection:
     def _start_tls(self, settings, host):
         self._send_raw(_pg_int(8) + _pg_int(80877103))        # SSLRequest
         answer = self._recv_exact(1)
-        if self._buffer:
+        if self._at < len(self._buffer):
             # Bytes after the answer came unencrypted, from anyone on the
             # path (CVE-2021-23222): never read them as the server's.
             raise PgError("the server sent unencrypted data after its TLS answer",
@@ -9845,97 +9926,195 @@ class PgConnection:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        self._settle()                  # the handshake as a whole within what is left
         try:
             self.sock = context.wrap_socket(self.sock, server_hostname=host)
         except ssl.SSLError as error:
             raise PgError("TLS with the server at %s failed: %s" % (host, error.reason
                                                                       or error), "08006")
+        except OSError as error:
+            raise self._late_or(error)
+
+    def _encrypted(self):
+        ssl = sys.modules.get("ssl")
+        return ssl is not None and isinstance(self.sock, ssl.SSLSocket)
 
     def _authenticate(self, settings):
+        """Authentication as a state machine: each request is accepted only
+        where it may come (SASLContinue only after SASL, SASLFinal only after
+        SASLContinue, ReadyForQuery only after AuthenticationOk); anything
+        else, or a field that does not parse, is a protocol violation."""
         password = settings["password"]
         scram = used = None
         allowed = settings["require_auth"]        # libpq's require_auth: a list
+        step = "start"      # -> sasl -> continued -> final, or -> password; -> done
+        due = {"start": (0, 3, 5, 10), "sasl": (11,), "continued": (12,),
+               "final": (0,), "password": (0,), "done": ()}
         while True:
             kind, body = self._read_message()
             if kind == b"R":
-                code = _pg_uint(body[:4])
+                code = _pg_uint(body[:4]) if len(body) >= 4 else None
+                size = {0: 4, 3: 4, 5: 8}.get(code)
+                if code is None or (size is not None and len(body) != size):
+                    raise self._violation("the server sent %s of %d bytes" % (
+                        PG_AUTH_NAMES.get(code, "an authentication request"), len(body) + 4))
+                if code not in due[step] and (code in PG_AUTH_NAMES or step != "start"):
+                    raise self._violation("the server sent %s where %s was due" % (
+                        PG_AUTH_NAMES.get(code, "authentication request %d" % code),
+                        " or ".join(PG_AUTH_NAMES[c] for c in due[step]) or
+                        "no more authentication"))
                 method = {0: used or "none", 3: "password", 5: "md5",
                           10: "scram-sha-256"}.get(code)
                 if allowed and method and method not in allowed:
                     raise PgError("the server asked for %s authentication; require_auth "
-                                  "allows %s" % (method, ",".join(allowed)), "28000")
+                                  "allows %s" % (method, ",".join(allowed)), "28000",
+                                  client=True, hint="nothing was sent; change "
+                                  "require_auth in the URL, or the server's pg_hba.conf")
                 used = used or (method if code else None)
                 if code == 0:
                     if scram is not None and not scram.verified:
                         raise PgError("the server ended SCRAM without proving it knows "
-                                      "the password", "28000")
+                                      "the password", "28000", client=True)
+                    step = "done"
                     continue
                 if code in (3, 5, 10) and password is None:
                     raise PgError("PostgreSQL asks %s for a password and none was given"
-                                  % settings["user"], "28P01", hint=(
+                                  % settings["user"], "28P01", client=True, hint=(
                                       "put it in the URL, PGPASSWORD or ~/.pgpass"))
                 if code == 3:                                     # cleartext
+                    # libpq sends it to whoever asks; here only over TLS, or
+                    # where the URL says so (a server asking for it proves
+                    # nothing, and without TLS anyone on the path reads it).
+                    if not self._encrypted() and "password" not in allowed:
+                        raise PgError(
+                            "the server at %s asks for the password in cleartext over a "
+                            "connection without TLS, and it was not sent: use TLS "
+                            "(sslmode=require, or verify-full across a network), or add "
+                            "require_auth=password to the URL to send it anyway"
+                            % self.where, "28000", client=True)
                     self._send(b"p", password.encode("utf-8") + b"\0")
+                    step = "password"
                 elif code == 5:                                   # md5
                     import hashlib
                     inner = hashlib.md5((password + settings["user"]).encode(
                         "utf-8")).hexdigest()
                     outer = hashlib.md5(inner.encode() + body[4:8]).hexdigest()
                     self._send(b"p", b"md5" + outer.encode() + b"\0")
+                    step = "password"
                 elif code == 10:                                  # SASL
                     mechanisms = body[4:].split(b"\0")
                     if b"SCRAM-SHA-256" not in mechanisms:
                         raise PgError("the server offers only %s; this client speaks "
                                       "SCRAM-SHA-256" % b", ".join(
-                                          m for m in mechanisms if m).decode(), "28000")
+                                          m for m in mechanisms if m).decode(
+                                              "utf-8", "replace"), "28000", client=True)
                     scram = _Scram(password)
                     first = scram.first()
                     self._send(b"p", b"SCRAM-SHA-256\0" + _pg_int(len(first)) + first)
+                    step = "sasl"
                 elif code == 11:
                     self._send(b"p", scram.final(body[4:]))
+                    step = "continued"
                 elif code == 12:
                     scram.verify(body[4:])
+                    step = "final"
                 else:
-                    raise PgError("the server asks for authentication method %d, which "
-                                  "this client does not speak" % code, "28000")
+                    raise PgError("the server asks for authentication method %s, which "
+                                  "this client does not speak" % code, "28000",
+                                  client=True)
+            elif kind == b"E":
+                raise self._error(body)
+            elif step != "done" or kind not in (b"S", b"K", b"Z"):
+                raise self._violation("the server sent a %r message %s" % (
+                    kind.decode("latin-1"), "before authentication ended" if
+                    step != "done" else "during the startup"))
             elif kind == b"S":
                 name, value = (body.split(b"\0") + [b""])[:2]
                 self.params[name.decode("utf-8", "replace")] = value.decode(
                     "utf-8", "replace")
             elif kind == b"K":
                 self.backend_pid = int.from_bytes(body[:4], "big")
-            elif kind == b"Z":
+            else:                                                 # Z: ready
                 return
-            elif kind == b"E":
-                raise self._error(body)
 
     # -- the wire --
+    def _settle(self):
+        """The socket's timeout: what is left until the deadline (past it, a
+        timeout at once)."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise self._late()
+        self.sock.settimeout(left)
+
+    def _late(self):
+        if self._startup is not None:
+            return _PgTimeout("the server did not finish the startup within %g s"
+                              % self._startup)
+        return _PgTimeout("no complete answer from PostgreSQL within %g s" % self.answer_s)
+
+    def _late_or(self, error):
+        """A socket timeout as the deadline's own error; any other as it is."""
+        return self._late() if isinstance(error, sys.modules["socket"].timeout) else error
+
+    def _violation(self, text):
+        """A protocol violation: the stream can no longer be read, so the
+        connection is closed (SQLSTATE 08P01, as PostgreSQL names it)."""
+        self.close()
+        return PgError(text, "08P01")
+
     def _send_raw(self, data):
-        self.sock.sendall(data)
+        if self._startup is None:       # a request: its answer is due from now
+            self._deadline = time.monotonic() + self.answer_s
+        self._settle()
+        try:
+            self.sock.sendall(data)
+        except OSError as error:
+            raise self._late_or(error)
 
     def _send(self, kind, body):
         self._send_raw(kind + _pg_int(len(body) + 4) + body)
 
     def _recv_exact(self, count):
-        if len(self._buffer) < count:
-            chunks, have = [self._buffer], len(self._buffer)
-            while have < count:
-                chunk = self.sock.recv(max(65536, count - have))
-                if not chunk:
-                    raise OSError("the server closed the connection")
-                chunks.append(chunk)
-                have += len(chunk)
-            self._buffer = b"".join(chunks)
-        data, self._buffer = self._buffer[:count], self._buffer[count:]
+        """count bytes of the stream, read in bounded chunks by the deadline."""
+        buffer = self._buffer
+        while len(buffer) - self._at < count:
+            if self._at > len(buffer) // 2:
+                del buffer[:self._at]
+                self._at = 0
+            self._settle()
+            try:
+                chunk = self.sock.recv(min(PG_READ_CHUNK, max(
+                    65536, count - len(buffer) + self._at)))
+            except OSError as error:
+                raise self._late_or(error)
+            if not chunk:
+                raise OSError("the server closed the connection")
+            buffer += chunk
+        data = bytes(buffer[self._at:self._at + count])
+        self._at += count
+        if self._at == len(buffer):
+            del buffer[:]
+            self._at = 0
         return data
+
+    def _message(self):
+        """(kind, body) of the next message, its announced length checked
+        before anything is read: below 4 it cannot be framed, and a kind's
+        cap (libpq's) bounds what one message can make this side hold."""
+        head = self._recv_exact(5)
+        kind, size = head[:1], int.from_bytes(head[1:5], "big", signed=True)
+        cap = PG_LONG_MESSAGE_MAX if kind in PG_LONG_KINDS else PG_MESSAGE_MAX
+        if size < 4 or size - 4 > cap:
+            raise self._violation("the server announced a %r message of %d bytes (%s)" % (
+                kind.decode("latin-1"), size, "below the 4 of its length" if size < 4
+                else "more than the %d a message of its kind may have" % cap))
+        return kind, self._recv_exact(size - 4)
 
     def _read_message(self):
         """The next message that answers something: a NotificationResponse
         (which may come at any time) is noted, a NoticeResponse skipped."""
         while True:
-            head = self._recv_exact(5)
-            body = self._recv_exact(_pg_uint(head[1:5]) - 4)
-            kind = head[:1]
+            kind, body = self._message()
             if kind == b"A":
                 self._note(body)
             elif kind != b"N":
@@ -9951,17 +10130,23 @@ class PgConnection:
             self.notes["mail"] += 1
 
     def _error(self, body):
+        """An ErrorResponse as a PgError; a password quoted in it (a server's
+        words may quote what it was sent) is hidden."""
+        secrets = (getattr(self, "settings", {}).get("password"), url_password(self.url))
         fields = {}
         for part in body.split(b"\0"):
             if part:
-                fields[part[:1]] = part[1:].decode("utf-8", "replace")
+                fields[part[:1]] = _hidden(part[1:].decode("utf-8", "replace"), secrets)
         return PgError(fields.get(b"M", "error"), fields.get(b"C", "XX000"),
                        fields.get(b"D"), fields.get(b"H"))
 
     def close(self):
         if self.sock is not None:
             try:
-                self._send(b"X", b"")
+                # Terminate, without waiting: a server that stopped reading
+                # must not hold the close up.
+                self.sock.settimeout(0)
+                self.sock.send(_pg_msg(b"X", b""))
             except OSError:
                 pass
             try:
@@ -9977,10 +10162,15 @@ class PgConnection:
         rows, tags, error = [], [], None
         while True:
             kind, body = self._read_message()
-            if kind == b"D":
-                rows.append(self._row(body, columns))
-            elif kind == b"T":
-                columns = _pg_columns(body)
+            if kind in (b"D", b"T"):
+                try:
+                    if kind == b"D":
+                        rows.append(self._row(body, columns))
+                    else:
+                        columns = _pg_columns(body)
+                except (ValueError, IndexError, TypeError):    # decoding too
+                    raise self._violation("the server sent a malformed %s" % (
+                        "row" if kind == b"D" else "row description")) from None
             elif kind == b"n":                     # NoData: a statement without rows
                 columns = ({}, ())
             elif kind == b"C":
@@ -10122,7 +10312,10 @@ class PgConnection:
 
     def _row(self, body, columns):
         names, decoders = columns
-        count = _pg_uint(body[:2]) >> 0
+        count = _pg_uint(body[:2])
+        if count != len(decoders):
+            raise ValueError("a row of %d columns, described with %d" % (count,
+                                                                         len(decoders)))
         values, at = [], 2
         for index in range(count):
             size = int.from_bytes(body[at:at + 4], "big", signed=True)
@@ -10130,10 +10323,14 @@ class PgConnection:
             if size < 0:
                 values.append(None)
                 continue
+            if at + size > len(body):
+                raise ValueError("a value past the row's end")
             text = body[at:at + size].decode("utf-8")
             at += size
             decode = decoders[index]
             values.append(decode(text) if decode else text)
+        if at != len(body):
+            raise ValueError("bytes after the row's last value")
         return PgRow(values, names)
 
     def _guard(self):
@@ -10141,37 +10338,43 @@ class PgConnection:
             raise PgError("the connection to PostgreSQL is closed", "08003")
 
     def _lost(self, error, sent):
+        """The connection closed and the loss as a PgError (a deadline
+        missed is a loss too: what the server did meanwhile is unknown)."""
         self.close()
+        if isinstance(error, _PgTimeout):
+            return PgError("%s; the connection was closed" % error, "08006", sent=sent,
+                           timed_out=True)
         return PgError("the connection to PostgreSQL was lost: %s"
                        % (getattr(error, "strerror", None) or error), "08006", sent=sent)
 
     def wait_notify(self, timeout, kind="any"):
         """Wait up to timeout seconds for a NOTIFY of kind (any, or mail) from
         another connection on the channel this one listens to; True if one
-        came."""
+        came.  The wait is the caller's; a message once begun must then come
+        whole within a second more (a server that floods or stalls mid-way
+        cannot stretch the wait)."""
         import select
         start = self.notes[kind]
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            pending = self._buffer or (hasattr(self.sock, "pending") and self.sock.pending())
+            pending = self._at < len(self._buffer) or (
+                hasattr(self.sock, "pending") and self.sock.pending())
             if not pending:
                 ready, _, _ = select.select([self.sock], [], [], max(left, 0))
                 if not ready:
                     return False
             try:
-                self.sock.settimeout(max(left, 0.05))
-                head = self._recv_exact(5)
-                body = self._recv_exact(_pg_uint(head[1:5]) - 4)
+                self._deadline = max(deadline, time.monotonic()) + 1
+                kind_, body = self._message()
             except OSError as error:
                 raise self._lost(error, False)
-            finally:
-                if self.sock is not None:
-                    self.sock.settimeout(None)
-            if head[:1] == b"A":
+            if kind_ == b"A":
                 self._note(body)
             if self.notes[kind] != start:
                 return True
+            if time.monotonic() > deadline + 1:
+                return False
 
 
 def _pg_int(value):
@@ -10228,6 +10431,36 @@ def _b64(data):
     return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
+def _scram_fields(message, what):
+    """A SCRAM message's attributes (RFC 5802: `a=value`, comma-separated),
+    or a protocol violation naming what does not parse."""
+    try:
+        text = message.decode("ascii")
+    except UnicodeDecodeError:
+        raise _scram_malformed(what, "bytes that are not ASCII") from None
+    fields = {}
+    for item in text.split(","):
+        if len(item) < 2 or item[1] != "=" or not item[0].isalpha():
+            raise _scram_malformed(what, "a field without '=' (%r)" % item[:20])
+        fields.setdefault(item[0], item[2:])
+    return text, fields
+
+
+def _scram_malformed(what, why):
+    return PgError("the server's SCRAM %s is malformed: %s" % (what, why), "08P01")
+
+
+def _scram_base64(value, what, field):
+    import binascii
+    try:
+        data = binascii.a2b_base64(value.encode("ascii"))
+    except binascii.Error:
+        data = b""
+    if not data:
+        raise _scram_malformed(what, "no %s" % field)
+    return data
+
+
 class _Scram:
     """SCRAM-SHA-256 (RFC 5802/7677) as PostgreSQL speaks it: no channel
     binding, the user name taken from the startup message."""
@@ -10242,16 +10475,29 @@ class _Scram:
         return ("n,," + self.first_bare).encode()
 
     def final(self, server_first):
-        import binascii
         import hashlib
         import hmac
-        text = server_first.decode()
-        fields = dict(item.split("=", 1) for item in text.split(","))
-        if not fields.get("r", "").startswith(self.nonce) or \
-                len(fields["r"]) <= len(self.nonce):
-            raise PgError("the server's SCRAM nonce does not extend ours", "28000")
-        salted = hashlib.pbkdf2_hmac("sha256", self.password,
-                                     binascii.a2b_base64(fields["s"]), int(fields["i"]))
+        what = "first message"
+        text, fields = _scram_fields(server_first, what)
+        if "m" in fields:
+            raise _scram_malformed(what, "a mandatory extension (m=) this client lacks")
+        for field, name in (("r", "nonce"), ("s", "salt"), ("i", "iteration count")):
+            if not fields.get(field):
+                raise _scram_malformed(what, "no %s" % name)
+        if not fields["r"].startswith(self.nonce) or len(fields["r"]) <= len(self.nonce):
+            raise PgError("the server's SCRAM nonce does not extend ours", "28000",
+                          client=True)
+        salt = _scram_base64(fields["s"], what, "salt")
+        count = fields["i"]
+        if not (count.isascii() and count.isdigit()) or not count.strip("0"):
+            raise _scram_malformed(what, "iteration count %r" % count[:20])
+        digits = count.lstrip("0")
+        if len(digits) > 12 or int(digits) > PG_SCRAM_ITERATIONS_MAX:
+            raise PgError("the server asks for %s SCRAM iterations; this client computes "
+                          "%d at most (PostgreSQL's default is 4096)" % (
+                              digits if len(digits) <= 12 else "more than 10^12",
+                              PG_SCRAM_ITERATIONS_MAX), "28000", client=True)
+        salted = hashlib.pbkdf2_hmac("sha256", self.password, salt, int(digits))
         client_key = hmac.new(salted, b"Client Key", "sha256").digest()
         stored = hashlib.sha256(client_key).digest()
         without_proof = "c=biws,r=" + fields["r"]
@@ -10262,13 +10508,17 @@ class _Scram:
         return (without_proof + ",p=" + _b64(proof)).encode()
 
     def verify(self, server_final):
-        import binascii
         import hmac
-        fields = dict(item.split("=", 1) for item in server_final.decode().split(","))
+        what = "final message"
+        _, fields = _scram_fields(server_final, what)
+        if "e" in fields:
+            raise PgError("the server ended SCRAM with an error: %s" % fields["e"][:200],
+                          "28000")
         expected = hmac.new(self.server_key, self.auth, "sha256").digest()
-        if binascii.a2b_base64(fields.get("v", "")) != expected:
+        if not hmac.compare_digest(_scram_base64(fields.get("v", ""), what,
+                                                 "server signature"), expected):
             raise PgError("the server's SCRAM signature is wrong: it does not know "
-                          "the password", "28000")
+                          "the password", "28000", client=True)
         self.verified = True
 
 
@@ -10465,6 +10715,12 @@ def explain_pg(error, url):
     where = redact_url(url)
     state = error.sqlstate
     text = "%s (SQLSTATE %s)" % (error, state)
+    if error.client and state.startswith("28"):
+        # This client refused (require_auth, no TLS for a cleartext password,
+        # a SCRAM server that proved nothing): not PostgreSQL's refusal.
+        return StoreError("did not log in to PostgreSQL at %s: %s" % (where, text),
+                          error.hint or "agents-room refused this server; it was not "
+                          "PostgreSQL refusing the login")
     if state == "28P01" or (state == "28000" and "password" in str(error)):
         return StoreError("PostgreSQL refused the password: %s" % text,
                           error.hint or "check the password in AGENTS_ROOM_DB, PGPASSWORD "
@@ -10491,11 +10747,13 @@ def explain_pg(error, url):
                           "another process holds a long write transaction; retry",
                           code="locked")
     if error.lost:
-        return StoreError("PostgreSQL at %s: %s" % (where, text),
-                          "check that the server runs and is reachable; " + (
-                              "the change may or may not have been committed: look before "
-                              "repeating it" if error.sent else "a change in progress was "
-                              "not applied (the server rolls it back)"), code="unavailable")
+        first = ("is it a PostgreSQL server (or a pooler that speaks its protocol)? the "
+                 "connection was closed; " if state == "08P01" else
+                 "check that the server runs and is reachable; ")
+        return StoreError("PostgreSQL at %s: %s" % (where, text), first + (
+            "the change may or may not have been committed: look before repeating it"
+            if error.sent else "a change in progress was not applied (the server rolls "
+            "it back)"), code="unavailable")
     return StoreError("PostgreSQL error: %s" % text)
 
 
@@ -10603,6 +10861,7 @@ class PgStore:
     def __init__(self, url, busy_ms=BUSY_TIMEOUT_MS):
         self.path = url
         self.busy_ms = busy_ms
+        self.answer_s = busy_ms / 1000 + PG_ANSWER_MARGIN_S  # the lock wait, and a margin
         self.conn = None
         self._listening = False
         self._mark = 0
@@ -10627,7 +10886,7 @@ class PgStore:
         self.set_local = "".join("; SET LOCAL %s = '%s'" % item for item in sorted(
             settings.items()) if item[0] not in options)
         try:
-            self.conn = PgConnection(url)
+            self.conn = PgConnection(url, answer_s=self.answer_s)
             self._open()
         except PgError as error:
             self.close()
@@ -10735,7 +10994,7 @@ class PgStore:
         """The connection, made again if the last one was lost."""
         if self.conn is None or self.conn.sock is None:
             try:
-                self.conn = PgConnection(self.path)
+                self.conn = PgConnection(self.path, answer_s=self.answer_s)
             except PgError as error:
                 raise explain_pg(error, self.path)
             self._listening = False
@@ -10833,7 +11092,8 @@ class _PgTransaction:
             conn = self.store.conn
             try:
                 if conn is None or conn.sock is None:
-                    self.store.conn = conn = PgConnection(self.store.path)
+                    self.store.conn = conn = PgConnection(
+                        self.store.path, answer_s=self.store.answer_s)
                     self.store._listening = False
                 conn.dirty = conn.mail = False
                 self.store.skew = float(conn.simple(begin)) - time.time()
@@ -10847,7 +11107,8 @@ class _PgTransaction:
                 # A connection that died while idle (a server restart, a
                 # network blip): nothing of this transaction reached the
                 # server, so connecting again replays nothing.
-                if not error.lost or attempt == 2:
+                # One that missed its deadline is not waited for a second time.
+                if not error.lost or error.timed_out or attempt == 2:
                     raise explain_pg(error, self.store.path)
                 if conn is not None:
                     conn.close()

@@ -43,7 +43,7 @@ Contents (this file's banners, each with its test classes):
   the operator page                              OperatorPageTest
   signal scenarios                               SignalScenarioTest
   trust: the security review's findings          TrustTest TrustThirdRoundTest
-  PostgreSQL's own seams                         PgStoreTest
+  PostgreSQL's own seams                         PgStoreTest PgTrustTest
 
 The store and operation classes run again on PostgreSQL as Pg<Class> (see
 PG_CLASSES at the end).
@@ -6311,9 +6311,10 @@ class PgStoreTest(RoomTest):
         self.assertEqual(len(self.cli_json("history", "--session", api, "--query",
                                            "later", env={"AGENTS_ROOM_DB": back})[
                                                "messages"]), 1)
-        # A store that holds a room already is not merged into.
+        # A store that holds a room already is not merged into (- names the
+        # store AGENTS_ROOM_DB names: no password in the argv, no warning).
         self.fails(self.db, "already holds a room", command=("store", "copy", local,
-                                                              self.db), code=2)
+                                                              "-"), code=2)
 
     def test_the_two_schemas_are_one(self):
         """A fresh SQLite store after every migration and a fresh PostgreSQL
@@ -6603,6 +6604,447 @@ class PgStoreTest(RoomTest):
         self.assertIn("ping", out)
         self.assertLess(time.time() - sent, 5)      # bench reports the figure
 
+
+def _i32(value):
+    return value.to_bytes(4, "big", signed=True)
+
+
+def _pg_message(kind, body=b""):
+    return kind + _i32(len(body) + 4) + body
+
+
+class HostilePostgres:
+    """A fake PostgreSQL server on 127.0.0.1, on threads: each connection it
+    accepts runs script(peer), which plays the server's side of the wire.
+    What the client sent is kept (peer.received); every wait is bounded, and
+    the server stops with the test."""
+
+    def __init__(self, test, script):
+        self.script = script
+        self.received = []               # (kind, body) from every client, in order
+        self.stopped = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+        test.addCleanup(self.stop)
+
+    def url(self, query="sslmode=disable", password="hunter2-secret"):
+        auth = "mallory" + (":" + quote(password, safe="") if password else "")
+        return "postgresql://%s@127.0.0.1:%d/room%s" % (auth, self.port,
+                                                        "?" + query if query else "")
+
+    def stop(self):
+        self.stopped.set()
+        self.listener.close()
+
+    def _accept(self):
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(30)
+        try:
+            self.script(_HostilePeer(self, conn))
+        except OSError:
+            pass                         # the client hung up: that is its answer
+        finally:
+            conn.close()
+
+
+class _HostilePeer:
+    def __init__(self, server, conn):
+        self.server, self.conn = server, conn
+
+    def exact(self, count):
+        data = b""
+        while len(data) < count:
+            chunk = self.conn.recv(count - len(data))
+            if not chunk:
+                raise OSError("the client closed")
+            data += chunk
+        return data
+
+    def startup(self):
+        """Read the startup message, answering a TLS request with N."""
+        size = int.from_bytes(self.exact(4), "big")
+        body = self.exact(size - 4)
+        if body[:4] == _i32(80877103):
+            self.conn.sendall(b"N")
+            size = int.from_bytes(self.exact(4), "big")
+            body = self.exact(size - 4)
+        return body
+
+    def read(self):
+        head = self.exact(5)
+        message = (head[:1], self.exact(int.from_bytes(head[1:], "big") - 4))
+        self.server.received.append(message)
+        return message
+
+    def send(self, *messages):
+        self.conn.sendall(b"".join(_pg_message(*m) if isinstance(m, tuple) else m
+                                   for m in messages))
+
+    def ready(self):
+        """Authentication done: parameters, a backend key, ReadyForQuery."""
+        self.send((b"R", _i32(0)), (b"S", b"server_version\x0015.0\0"),
+                  (b"K", _i32(4242) + _i32(7)), (b"Z", b"I"))
+
+    def hold(self, seconds):
+        """Read whatever comes, answering nothing, until the client hangs up."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.server.stopped.is_set():
+            self.conn.settimeout(0.2)
+            try:
+                if not self.conn.recv(65536):
+                    return
+            except socket.timeout:
+                continue
+
+    def sasl(self):
+        """Offer SCRAM and read the client's first message: its nonce."""
+        self.send((b"R", _i32(10) + b"SCRAM-SHA-256\0\0"))
+        _, body = self.read()
+        return body.split(b"r=", 1)[1].decode()
+
+
+class PgTrustTest(RoomTest):
+    """Issue 26's PostgreSQL-client findings, one test each, against hostile
+    fake servers on 127.0.0.1 (HostilePostgres: a thread plays the server)
+    and, where a promise is about the real thing, the suite's cluster: one
+    deadline for the startup and one for each answer, message lengths and
+    SCRAM iterations bounded, SASL as a state machine, no cleartext password
+    without TLS unless asked, passwords hidden by their decoded key, and
+    `store copy -` for the environment's store."""
+
+    password = "hunter2-secret"
+
+    def cluster_url(self, user="ar_owner", sslmode=None, password=True, query=""):
+        """A URL on the suite's cluster (on this test's own schema)."""
+        schema = PG_UNDER_TEST.schema_url(self)
+        if PG_UNDER_TEST.cluster is None:
+            self.skipTest("needs the suite's throwaway cluster (its roles)")
+        url = PG_UNDER_TEST.cluster.url(user, sslmode=sslmode, password=password)
+        return url + ("&" if "?" in url else "?") + schema.split("?", 1)[1] + query
+
+    def refused(self, url, *expected, command=("who",), env=None):
+        """The CLI's answer against url: exit 1, one error line (and a hint),
+        no traceback, no password; each expected text in it.  (stderr, s)"""
+        started = time.monotonic()
+        done = self.run_cli(*command, env=dict(env or {}, AGENTS_ROOM_DB=url), check=1)
+        took = time.monotonic() - started
+        lines = done.stderr.strip().splitlines()
+        self.assertTrue(lines and lines[0].startswith("error: "), done.stderr)
+        self.assertLessEqual(len(lines), 2, done.stderr)
+        self.assertTrue(all(l.startswith(("error:", "hint:")) for l in lines), done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        for text in expected:
+            self.assertIn(text, done.stderr)
+        secrets_ = [self.password, quote(self.password, safe="")]
+        if PG_UNDER_TEST.cluster is not None:
+            secrets_ += PG_UNDER_TEST.cluster.passwords.values()
+        for secret in secrets_:
+            self.assertNotIn(secret, done.stderr + done.stdout)
+        return done.stderr, took
+
+    def test_1_a_server_that_drips_its_startup_is_refused_by_one_deadline(self):
+        def drip(peer):
+            peer.startup()
+            peer.send((b"R", _i32(0)))
+            for n in range(30):                  # a ParameterStatus a second
+                peer.send((b"S", b"drip%d\0x\0" % n))
+                time.sleep(1)
+        server = HostilePostgres(self, drip)
+        err, took = self.refused(server.url("connect_timeout=2"),
+                                 "did not finish the startup within 2 s", "08006")
+        self.assertLess(took, 4, err)
+
+    def test_1_a_server_that_never_answers_is_a_lost_call(self):
+        server = HostilePostgres(self, lambda peer: (peer.startup(), peer.ready(),
+                                                     peer.hold(40)))
+        with self.subTest(case="the deadline of an answer, and a wait's own"):
+            conn = agents_room.PgConnection(server.url(), answer_s=1)
+            self.addCleanup(conn.close)
+            started = time.monotonic()
+            self.assertFalse(conn.wait_notify(1.5))       # its own timeout, not 1 s
+            self.assertGreater(time.monotonic() - started, 1.4)
+            self.assertIsNotNone(conn.sock)
+            started = time.monotonic()
+            with self.assertRaises(agents_room.PgError) as caught:
+                conn.simple("SELECT 1")
+            self.assertLess(time.monotonic() - started, 3)
+            self.assertTrue(caught.exception.lost and caught.exception.timed_out)
+            self.assertIsNone(conn.sock)                  # closed
+        with self.subTest(case="a store: the lock timeout plus the margin"):
+            started = time.monotonic()
+            with self.assertRaises(agents_room.StoreError) as caught:
+                agents_room.open_store(server.url(), busy_ms=200)
+            took = time.monotonic() - started
+            self.assertEqual(caught.exception.code, "unavailable")
+            limit = 0.2 + agents_room.PG_ANSWER_MARGIN_S
+            self.assertIn("no complete answer from PostgreSQL within %g s" % limit,
+                          caught.exception.message)
+            self.assertGreater(took, limit - 0.1)
+            self.assertLess(took, limit + 3)
+
+    def test_2_scram_iterations_are_capped(self):
+        for count, shown in (("2000000", "2000000 SCRAM iterations"),
+                             ("9" * 20, "more than 10^12 SCRAM iterations")):
+            with self.subTest(iterations=count):
+                def script(peer, count=count):
+                    peer.startup()
+                    nonce = peer.sasl()
+                    peer.send((b"R", _i32(11) + (
+                        "r=%sxyz,s=c2FsdHNhbHQ=,i=%s" % (nonce, count)).encode()))
+                    peer.hold(20)
+                server = HostilePostgres(self, script)
+                err, took = self.refused(server.url(), shown, "1000000 at most")
+                self.assertLess(took, 2, err)
+                self.assertEqual([k for k, _ in server.received], [b"p"])  # no proof
+
+    def test_3_message_lengths_are_checked_before_anything_is_read(self):
+        def after_startup(*messages, query=False):
+            def script(peer):
+                peer.startup()
+                if query:
+                    peer.ready()
+                    peer.read()
+                peer.send(*messages)
+                peer.hold(20)
+            return script
+        cases = [
+            ("a length below 4", after_startup(b"R" + _i32(3)), "below the 4"),
+            ("an authentication request of 2 GiB", after_startup(b"R" + _i32(0x7ffffff0)),
+             "more than the 30000"),
+            ("a negative length", after_startup(b"R" + b"\xff\xff\xff\xf0"), "below the 4"),
+            ("a ParameterStatus over 30,000 bytes", after_startup(
+                (b"R", _i32(0)), (b"S", b"big\0" + b"x" * 30000 + b"\0")),
+             "more than the 30000"),
+            ("a row over 64 MiB", after_startup(b"D" + _i32((64 << 20) + 5), query=True),
+             "more than the %d" % (64 << 20)),
+        ]
+        for name, script, expected in cases:
+            with self.subTest(case=name):
+                server = HostilePostgres(self, script)
+                err, took = self.refused(server.url(), expected, "08P01",
+                                         "is it a PostgreSQL server")
+                self.assertLess(took, 5, err)
+        with self.subTest(case="an error may be long, as libpq lets it"):
+            server = HostilePostgres(self, after_startup((b"E", b"SFATAL\0C28000\0Mlong "
+                                                                b"but fine\0D" + b"d" * 40000
+                                                          + b"\0\0")))
+            self.refused(server.url(), "long but fine", "28000")
+
+    def test_3_many_small_messages_cost_what_they_weigh(self):
+        """The reader copies each byte a bounded number of times: 200,000
+        notices in one burst (a 64 KiB buffer sliced once per message was
+        quadratic) take about what reading them takes."""
+        notices = _pg_message(b"N", b"SNOTICE\0Mn\0\0") * 200000
+
+        def script(peer):
+            peer.startup()
+            peer.ready()
+            peer.read()                               # the first statement
+            peer.send(notices + _pg_message(b"E", b"SERROR\0C42P01\0Mno meta\0\0")
+                      + _pg_message(b"Z", b"I"))
+            peer.read()                               # whatever comes next
+            peer.send(_pg_message(b"E", b"SERROR\0CXX000\0Mthat is all\0\0"),
+                      _pg_message(b"Z", b"I"))
+            peer.hold(20)
+        server = HostilePostgres(self, script)
+        conn = agents_room.PgConnection(server.url())
+        self.addCleanup(conn.close)
+        started = time.monotonic()
+        with self.assertRaises(agents_room.PgError) as caught:
+            conn.execute("SELECT value FROM meta")
+        took = time.monotonic() - started
+        self.assertEqual(caught.exception.sqlstate, "42P01")
+        self.assertLess(took, 2.5)
+
+    def test_4_malformed_sasl_is_one_error_line(self):
+        salt = "c2FsdHNhbHQ="
+
+        def first(template):
+            def script(peer):
+                peer.startup()
+                nonce = peer.sasl()
+                peer.send((b"R", _i32(11) + template.replace("{n}", nonce).encode(
+                    "latin-1")))
+                peer.hold(20)
+            return script
+
+        def sequence(*steps):
+            def script(peer):
+                peer.startup()
+                for step in steps:
+                    if step == "sasl":
+                        nonce = peer.sasl()
+                    elif step == "valid first":
+                        peer.send((b"R", _i32(11) + ("r=%sxyz,s=%s,i=4096" % (
+                            nonce, salt)).encode()))
+                        peer.read()
+                    else:
+                        peer.send(step)
+                peer.hold(20)
+            return script
+        cases = [
+            ("iteration 0", first("r={n}xyz,s=%s,i=0" % salt), "iteration count '0'"),
+            ("no salt", first("r={n}xyz,i=4096"), "no salt"),
+            ("an empty salt", first("r={n}xyz,s=,i=4096"), "no salt"),
+            ("a salt that is not base64", first("r={n}xyz,s=@@@@,i=4096"), "no salt"),
+            ("a field without '='", first("r={n}xyz,s=%s,i=4096,junk" % salt),
+             "a field without '='"),
+            ("i=1e20", first("r={n}xyz,s=%s,i=1e20" % salt), "iteration count '1e20'"),
+            ("no nonce", first("s=%s,i=4096" % salt), "no nonce"),
+            ("bytes that are not ASCII", first("r={n}xyz,s=\xff\xfe,i=4096"), "not ASCII"),
+            ("SASLContinue before SASL", sequence((b"R", _i32(11) + b"r=x,s=y,i=1")),
+             "SASLContinue (11) where"),
+            ("SASLFinal before SASLContinue", sequence("sasl", (b"R", _i32(12) + b"v=x")),
+             "SASLFinal (12) where SASLContinue (11) was due"),
+            ("a malformed SASLFinal", sequence("sasl", "valid first",
+                                               (b"R", _i32(12) + b"garbage")),
+             "final message is malformed"),
+            ("SASLFinal without a signature", sequence("sasl", "valid first",
+                                                       (b"R", _i32(12) + b"x=1")),
+             "no server signature"),
+            ("ReadyForQuery before authentication", sequence((b"Z", b"I")),
+             "before authentication ended"),
+            ("an authentication request of 6 bytes", sequence(b"R" + _i32(6) + b"\0\0"),
+             "an authentication request of 6 bytes"),
+            ("AuthenticationOk twice", sequence((b"R", _i32(0)), (b"R", _i32(0))),
+             "where no more authentication was due"),
+        ]
+        for name, script, expected in cases:
+            with self.subTest(case=name):
+                server = HostilePostgres(self, script)
+                self.refused(server.url(), expected, "08P01")
+        with self.subTest(case="a wrong server signature is still refused"):
+            server = HostilePostgres(self, sequence("sasl", "valid first", (
+                b"R", _i32(12) + b"v=" + __import__("base64").b64encode(b"x" * 32))))
+            self.refused(server.url(), "signature is wrong", "did not log in")
+
+    def test_5_no_cleartext_password_without_tls_unless_asked(self):
+        def cleartext(peer):
+            peer.startup()
+            peer.send((b"R", _i32(3)))
+            peer.read()
+            peer.send((b"E", b"SFATAL\0C28P01\0Mpassword authentication failed\0\0"))
+            peer.hold(5)
+        server = HostilePostgres(self, cleartext)
+        for query in ("", "sslmode=prefer", "sslmode=disable"):
+            with self.subTest(url=query or "no sslmode"):
+                err, _ = self.refused(server.url(query), "without TLS", "was not sent",
+                                      "require_auth=password", "did not log in")
+                self.assertNotIn("refused the password", err)
+                self.assertEqual([m for m in server.received if m[0] != b"X"], [])
+        with self.subTest(case="require_auth=password sends it"):
+            self.refused(server.url("require_auth=password"), "refused the password")
+            self.assertEqual([m for m in server.received if m[0] != b"X"],
+                             [(b"p", self.password.encode() + b"\0")])
+        with self.subTest(case="a require_auth mismatch is this client's refusal"):
+            err, _ = self.refused(server.url("require_auth=scram-sha-256"),
+                                  "asked for password authentication",
+                                  "require_auth allows scram-sha-256", "did not log in")
+            self.assertNotIn("refused the password", err)
+        with self.subTest(case="the cluster's cleartext role"):
+            url = self.cluster_url("ar_clear", sslmode="disable")
+            self.refused(url, "without TLS")
+            self.cli_json("who", env={"AGENTS_ROOM_DB": url + "&require_auth=password"})
+            if PG_UNDER_TEST.cluster.ca_file:
+                self.cli_json("who", env={"AGENTS_ROOM_DB": self.cluster_url(
+                    "ar_clear", sslmode="require")})
+            err, _ = self.refused(self.cluster_url("ar_md5") + "&require_auth=scram-sha-256",
+                                  "asked for md5 authentication", "did not log in")
+            self.assertNotIn("refused the password", err)
+
+    def test_6_a_password_is_hidden_by_its_decoded_key(self):
+        for url in ("postgresql://u@h/db?pass%77ord=hunter2-secret",
+                    "postgresql://u@h/db?sslmode=disable&%70assword=hunter2-secret&x=1",
+                    "postgresql://u@h/db?password=hunter2-secret",
+                    "postgresql://u@h/db?sslpassword=hunter2-secret",
+                    "postgresql://u:hunter2-secret@h/db?pass%77ord=hunter2-secret"):
+            with self.subTest(url=url):
+                for mask in ("***", None):
+                    shown = agents_room.redact_url(url, mask)
+                    self.assertNotIn("hunter2", shown)
+                    self.assertEqual(agents_room.parse_postgres_url(shown)["host"], "h")
+                self.assertIn("sslmode=disable", agents_room.redact_url(
+                    url.replace("?", "?sslmode=disable&")))
+        self.assertEqual(agents_room.redact_url("postgresql://u@h/db?sslmode=require"),
+                         "postgresql://u@h/db?sslmode=require")
+        gone = HostilePostgres(self, lambda peer: peer.startup())
+        with self.subTest(case="every error"):
+            used = []
+            server = HostilePostgres(self, lambda peer: used.append(peer.startup()))
+            self.refused(server.url("sslmode=disable&pass%77ord=" + self.password,
+                                    password=None))
+            self.refused(gone.url("pass%77ord=" + self.password, password=None))
+        with self.subTest(case="what the server says"):
+            def quoting(secret):
+                def script(peer):
+                    peer.startup()
+                    peer.send((b"E", ("SFATAL\0C28000\0Mno login with %s\0Hnot %s\0\0" % (
+                        secret, secret)).encode()))
+                    peer.hold(5)
+                return script
+            self.refused(HostilePostgres(self, quoting(self.password)).url(),
+                         "no login with ***")
+            err, _ = self.refused(HostilePostgres(self, quoting("pass%2Fword")).url(
+                password="pass/word"), "no login with ***")
+            self.assertNotIn("pass%2Fword", err)
+        with self.subTest(case="what setup hermes writes"):
+            home = os.path.join(self.tmp, "home")
+            hermes = os.path.join(home, ".hermes")
+            os.makedirs(hermes)
+            url = gone.url("sslmode=require&pass%77ord=" + self.password, password=None)
+            self.run_cli("setup", "hermes", "--write", env={
+                "HOME": home, "HERMES_HOME": hermes, "AGENTS_ROOM_DB": url}, check=0)
+            # The server reads the store from the session's own environment:
+            # the config names the variable, never the URL or its password.
+            text = read_bytes(os.path.join(hermes, "config.yaml")).decode()
+            self.assertIn('AGENTS_ROOM_DB: "${AGENTS_ROOM_DB}"', text)
+            self.assertNotIn("sslmode=require", text)
+            self.assertNotIn(self.password, text)
+
+    def test_7_store_copy_takes_the_environments_store_by_name(self):
+        source = os.path.join(self.tmp, "source", "room.db")
+        me = self.cli_json("join", "--label", "me", env={"AGENTS_ROOM_DB": source})
+        self.cli_json("send", "--session", me["session_id"], "--to", "*", "--subject",
+                      "carried", env={"AGENTS_ROOM_DB": source})
+        copy = os.path.join(self.tmp, "copy", "room.db")
+        done = self.run_cli("store", "copy", "-", copy, env={"AGENTS_ROOM_DB": source},
+                            check=0)
+        self.assertEqual(done.stderr, "")
+        back = os.path.join(self.tmp, "back", "room.db")
+        self.run_cli("store", "copy", copy, "-", env={"AGENTS_ROOM_DB": back}, check=0)
+        self.assertEqual([m["subject"] for m in self.cli_json(
+            "history", "--session", me["session_id"], env={"AGENTS_ROOM_DB": back})[
+                "messages"]], ["carried"])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "-")))
+        with self.subTest(case="PostgreSQL on either side"):
+            url = self.cluster_url()
+            self.assertIsNotNone(agents_room.url_password(url))
+            done = self.run_cli("store", "copy", source, url, check=0)
+            self.assertIn("warning", done.stderr)
+            self.assertIn("process list", done.stderr)
+            self.assertIn("~/.pgpass", done.stderr)
+            for password in PG_UNDER_TEST.cluster.passwords.values():
+                self.assertNotIn(password, done.stderr + done.stdout)
+            again = os.path.join(self.tmp, "again", "room.db")
+            done = self.run_cli("store", "copy", "-", again, env={"AGENTS_ROOM_DB": url},
+                                check=0)
+            self.assertEqual(done.stderr, "")
+            self.assertEqual([m["subject"] for m in self.cli_json(
+                "history", "--session", me["session_id"], env={"AGENTS_ROOM_DB": again})[
+                    "messages"]], ["carried"])
 
 # The store and operation tests again, on PostgreSQL.
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
