@@ -4622,7 +4622,19 @@ def room_status(op, room=None):
 
 
 UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
-UI_EVENTS = 300             # the newest events the timeline holds
+UI_EVENTS = 300             # the newest events the event list holds
+UI_TASKS = 200              # tasks on the board: open and claimed first, then the newest
+UI_TIMELINE_S = 3600        # the timeline's reach
+UI_TIMELINE_SCAN = 5000     # the newest events it looks through, at most (an id range)
+# What the timeline draws: what a person follows, not the bookkeeping.
+UI_TIMELINE_KINDS = ("msg.send", "msg.ack", "lease.claim", "lease.release", "lease.expire",
+                     "lease.takeover", "signal.stop", "wake.accepted", "wake.try",
+                     "session.join", "session.end", "session.leave")
+UI_TIMELINE_PREFIXES = ("work.", "task.", "window.")
+# How much a person is needed, per reason (lower first): the overview sorts by it.
+UI_RANKS = {"gone": 0, "blocked": 1, "overdue": 1, "window": 2, "window_ack": 2,
+            "urgent": 2, "waiting": 3, "acks_awaited": 3, "ack": 4, "urgent_sent": 5}
+UI_RANK_ATTENTION = 1       # this rank or lower: the row says "needs you"
 
 
 def _ui_deliveries(conn, message_ids):
@@ -4639,16 +4651,209 @@ def _ui_deliveries(conn, message_ids):
     return found
 
 
+def _ui_short(lease, holder_cwd):
+    """A lease's resource as its holder would write it: under its repository's
+    top level, else relative to the holder's directory, else as stored (kinds
+    other than path are short already)."""
+    if lease["kind"] != "path":
+        return lease["path"]
+    if lease["key"].startswith("@") and "/" in lease["key"]:
+        return lease["key"].split("/", 1)[1]
+    if holder_cwd:
+        try:
+            relative = os.path.relpath(lease["path"], holder_cwd)
+        except ValueError:
+            relative = None
+        if relative and relative != ".." and not relative.startswith(".." + os.sep):
+            return relative
+    return lease["path"]
+
+
+def _ui_who(op, session_id):
+    row = op.session(session_id) if session_id else None
+    return (row["label"] if row is not None and row["label"] else None) or \
+        (session_id or "?")[:8]
+
+
+def _ui_waits(op, item, leases, windows, tasks):
+    """What one session waits for and what it owes, each a sentence with a
+    rank (UI_RANKS), so the overview can say who a person must look at and
+    why: a gone holder, a blocked work state (and whom it told), acks owed or
+    awaited, quiet windows missing acks, urgent messages unread."""
+    conn, at, sid = op.conn, op.at, item["session_id"]
+    found = []
+
+    def add(kind, text, **extra):
+        found.append(dict(extra, kind=kind, rank=UI_RANKS[kind], text=text))
+    held = [l["short"] for l in leases if l["session_id"] == sid]
+    claimed = ["#%d" % t["task_id"] for t in tasks
+               if t["claimed_by"] == sid and t["state"] == "claimed"]
+    if item["liveness"] == "gone" and (held or claimed):
+        add("gone", "gone, still " + "; ".join(filter(None, [
+            "holds " + ", ".join(held) if held else "",
+            "claims task " + ", ".join(claimed) if claimed else ""])))
+    for work in item["work"]:
+        if work["state"] not in ("blocked", "waiting"):
+            continue
+        text = "%s on %s%s" % (work["state"], work["scope"],
+                               ": " + work["summary"] if work["summary"] else "")
+        told = conn.execute(
+            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
+            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
+                                         work["scope"])).fetchone()
+        message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
+            "message_id")
+        if message_id:
+            states = conn.execute("SELECT session_id, state FROM deliveries WHERE "
+                                  "message_id=? ORDER BY session_id",
+                                  (message_id,)).fetchall()
+            unread = [_ui_who(op, d["session_id"]) for d in states
+                      if d["state"] in UNREAD_STATES]
+            text += "; told %s (#%d%s)" % (
+                ", ".join(_ui_who(op, d["session_id"]) for d in states) or "nobody",
+                message_id, ", unread by " + ", ".join(unread) if unread else "")
+        add("blocked" if work["state"] == "blocked" else "waiting", text,
+            message_id=message_id)
+    for m in conn.execute(
+            "SELECT m.id, m.sender, m.ack_by FROM deliveries d JOIN messages m ON "
+            "m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
+            "d.state NOT IN ('acked', 'expired') AND m.expires_at > ? ORDER BY m.id",
+            (sid, at)).fetchall():
+        overdue = m["ack_by"] is not None and m["ack_by"] < at
+        add("overdue" if overdue else "ack", "owes an ack on #%d from %s" % (
+            m["id"], _ui_who(op, m["sender"])), message_id=m["id"], due=iso(m["ack_by"]))
+    for m in conn.execute(
+            "SELECT m.id, m.sender FROM deliveries d JOIN messages m ON m.id = "
+            "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+            "m.importance='urgent' ORDER BY m.id" % UNREAD_SQL, (sid,)).fetchall():
+        add("urgent", "urgent #%d from %s unread" % (m["id"], _ui_who(op, m["sender"])),
+            message_id=m["id"])
+    awaited = {}
+    for d in conn.execute(
+            "SELECT m.id, m.ack_required, m.ack_by, m.importance, d.session_id, d.state "
+            "FROM messages m JOIN deliveries d ON d.message_id = m.id WHERE m.sender=? "
+            "AND m.expires_at > ? AND (m.ack_required=1 OR m.importance='urgent') "
+            "ORDER BY m.id, d.session_id", (sid, at)).fetchall():
+        waiting = d["state"] in UNREAD_STATES if not d["ack_required"] else \
+            d["state"] not in ("acked", "expired")
+        if waiting:
+            awaited.setdefault((d["id"], d["ack_required"], d["ack_by"]), []).append(
+                _ui_who(op, d["session_id"]))
+    for (message_id, ack_required, ack_by), whom in awaited.items():
+        if ack_required:
+            add("acks_awaited", "waits for acks on #%d from %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id, due=iso(ack_by))
+        else:
+            add("urgent_sent", "its urgent #%d is unread by %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id)
+    for window in windows:
+        if window["state"] != "pending":
+            continue
+        if window["session_id"] == sid:
+            holders = sorted({l["label"] or l["session_id"][:8] for l in leases
+                              if l["session_id"] != sid and l["liveness"] != "gone" and
+                              l["resource"] in window["resources"]})
+            missing = window["missing_labels"]
+            if missing or holders:
+                add("window", "quiet window #%d on %s waits for %s" % (
+                    window["window_id"], ", ".join(window["resources"]), "; ".join(
+                        filter(None, ["acks from " + ", ".join(missing) if missing else "",
+                                      "releases from " + ", ".join(holders)
+                                      if holders else ""]))),
+                    window_id=window["window_id"], due=window["ack_deadline"])
+        elif sid in window["missing_acks"]:
+            add("window_ack", "asked to ack %s's quiet window #%d" % (
+                window["label"] or window["session_id"][:8], window["window_id"]),
+                window_id=window["window_id"], due=window["ack_deadline"])
+    found.sort(key=lambda w: w["rank"])
+    return found
+
+
+def _ui_tasks(op):
+    rows = op.conn.execute(
+        "SELECT * FROM tasks ORDER BY state NOT IN ('open', 'claimed'), id DESC "
+        "LIMIT ?", (UI_TASKS,)).fetchall()
+    tasks = []
+    for row in rows:
+        item = task_dict(op, row)
+        item["claimed_at"] = iso(row["claimed_at"]) if row["state"] == "claimed" else None
+        item["creator_label"] = _ui_who(op, row["created_by"])
+        tasks.append(item)
+    return tasks
+
+
+def _ui_timeline(op):
+    """The last hour's events a person follows (UI_TIMELINE_KINDS), oldest
+    first, looked for among the newest UI_TIMELINE_SCAN ids: a primary-key
+    range, never a scan of the whole log."""
+    conn = op.conn
+    newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+    marks = ",".join("?" * len(UI_TIMELINE_KINDS))
+    rows = conn.execute(
+        "SELECT * FROM events WHERE id > ? AND at >= ? AND (kind IN (%s)%s) ORDER BY id"
+        % (marks, "".join(" OR kind LIKE ?" for _ in UI_TIMELINE_PREFIXES)),
+        [newest - UI_TIMELINE_SCAN, op.at - UI_TIMELINE_S] + list(UI_TIMELINE_KINDS) +
+        [p + "%" for p in UI_TIMELINE_PREFIXES]).fetchall()
+    labels = {}
+    items = [_event_item(conn, row, None, labels) for row in rows]
+    for item in items:
+        item.pop("ts", None)
+    return items
+
+
 @tool("ui_state", "The operator page's snapshot", {
     "before": S_MESSAGE_ID,
-    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}},
+    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX},
+    "operator_key": {"type": "string", "maxLength": 200}},
     read_only=True, public=False, after=False)
-def ui_state(op, before=None, limit=UI_MESSAGES):
-    """Everything the page shows: room_status for the whole store, the newest
-    messages (older ones with before=) with each recipient's delivery state,
-    and the newest events."""
-    conn = op.conn
+def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
+    """Everything the page shows: room_status for the whole store; an
+    overview row per agent (every session in a room but the page's own
+    operator, operator_key's), what it holds and what it waits for, sorted so
+    what needs a person comes first; the task board; the newest messages
+    (older ones with before=) with each recipient's delivery state; the last
+    hour's timeline and the newest events.  Read as no one: the operator
+    watching is no session's call."""
+    conn, at = op.conn, op.at
     status = room_status(op)
+    found = conn.execute("SELECT id FROM sessions WHERE harness_key=? AND left_at IS NULL",
+                         (operator_key,)).fetchone() if operator_key else None
+    operator = found[0] if found else None
+    cwds = {}
+    for s in status["sessions"]:
+        cwds[s["session_id"]] = s["cwd"]
+        s["home"] = next((r for r in s["rooms"] if r.startswith("repo:")), None) or \
+            (s["rooms"][0] if s["rooms"] else None)
+    homes = {s["session_id"]: s["home"] for s in status["sessions"]}
+    leases = []
+    for row in conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path",
+                            (at,)).fetchall():
+        item = lease_dict(conn, row, op.liveness)
+        item["short"] = _ui_short(row, cwds.get(row["session_id"]) or (
+            op.session(row["session_id"]) or {"cwd": None})["cwd"])
+        item["home"] = homes.get(row["session_id"])
+        leases.append(item)
+    for window in status["windows"]:
+        window["home"] = homes.get(window["session_id"])
+    tasks = _ui_tasks(op)
+    agents = []
+    for s in status["sessions"]:
+        if s["session_id"] == operator:
+            continue
+        item = dict(s)
+        item["holds"] = [l for l in leases if l["session_id"] == s["session_id"]]
+        item["urgent_unread"] = conn.execute(
+            "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+            "WHERE d.session_id=? AND d.state IN %s AND m.importance='urgent'"
+            % UNREAD_SQL, (s["session_id"],)).fetchone()[0]
+        item["quiet_s"] = max(0, int(at - parse_iso(s["last_seen"])))
+        item["waits"] = _ui_waits(op, item, leases, status["windows"], tasks)
+        item["rank"] = min([w["rank"] for w in item["waits"]] + [9])
+        item["needs_you"] = item["rank"] <= UI_RANK_ATTENTION
+        agents.append(item)
+    agents.sort(key=lambda a: (a["rank"], a["label"] or "~", a["session_id"]))
     rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
                         (before or ID_MAX, limit + 1)).fetchall()
     shown = rows[:limit]
@@ -4662,7 +4867,93 @@ def ui_state(op, before=None, limit=UI_MESSAGES):
     events = events_tail(op, limit=UI_EVENTS)["events"]
     for item in events:
         item.pop("ts", None)
-    return dict(status, messages=messages, more=len(rows) > limit, events=events)
+    return dict(status, leases=leases, operator=operator, agents=agents, tasks=tasks,
+                messages=messages, more=len(rows) > limit, events=events,
+                timeline=_ui_timeline(op), timeline_s=UI_TIMELINE_S)
+
+
+# The operator's acts (the page's appendix calls them through the door).  The
+# operator joins a room only to act in it -- never to watch -- and only that
+# room: a broadcast reaches the rooms' members, and a watcher who became one
+# would change who every agent's `*` reaches.
+S_UI_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+@tool("ui_join", "The operator joins the room it acts in", {
+    "harness_key": S_UI_KEY, "room": S_ROOM,
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS}},
+    ["harness_key", "room"], caller="key", public=False)
+def ui_join(op, harness_key, room, label=None):
+    """Join an existing room (never create one) as the operator: a human
+    session at autonomy 0, keyed by the page's harness key, so every run of
+    `ui` with that label on this host is the same session."""
+    full = resolve_room(op.conn, room)
+    return room_join(op, room=full, label=label, harness="human", autonomy=0,
+                     harness_key=harness_key)
+
+
+@tool("ui_leave", "The operator leaves as the page stops", {"harness_key": S_UI_KEY},
+      ["harness_key"], caller="key", public=False, destructive=True)
+def ui_leave(op, harness_key):
+    """Leave every room the operator joined: a person who closed the page is
+    no longer there to hear a broadcast or ack a quiet window."""
+    if op.caller is None or (op.caller["left_at"] is not None and
+                             not rooms_of(op.conn, op.me)):
+        return {"ok": True, "left_rooms": []}
+    return room_leave(op)
+
+
+@tool("ui_send", "The operator speaks in one room", {
+    "session_id": S_SESSION, "room": S_ROOM,
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX},
+    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "body": {"type": "string"}, "reply_to": S_MESSAGE_ID,
+    "importance": {"type": "string", "enum": list(IMPORTANCE)}},
+    ["session_id", "room", "to"], caller="present", public=False)
+def ui_send(op, room, to, subject=None, body=None, reply_to=None, importance="normal"):
+    """msg_send from a room the operator is in, where '*' means everyone in
+    that room (not in every room the operator happens to be in)."""
+    full = resolve_room(op.conn, room)
+    if full not in rooms_of(op.conn, op.me):
+        raise RoomError("you are not in %s" % full, "the page joins it when you send there")
+    if to == "*" and rooms_of(op.conn, op.me) != [full]:
+        to = [r[0] for r in op.conn.execute(
+            "SELECT m.session_id FROM memberships m JOIN sessions s ON s.id = m.session_id "
+            "WHERE m.room=? AND m.session_id != ? AND s.left_at IS NULL ORDER BY "
+            "m.session_id", (full, op.me))]
+        if not to:
+            raise RoomError("nobody else is in %s" % full)
+        if len(to) > SELECTORS_MAX:
+            raise RoomError("%s has more than %d members besides you" % (
+                full, SELECTORS_MAX), "leave your other rooms, then send to * again")
+    return msg_send(op, to=to, subject=subject, body=body, reply_to=reply_to,
+                    importance=importance)
+
+
+@tool("ui_task_release", "The operator reopens a gone claimant's task", {
+    "session_id": S_SESSION, "task_id": S_MESSAGE_ID}, ["session_id", "task_id"],
+    caller="present", public=False, destructive=True)
+def ui_task_release(op, task_id):
+    """Put a claimed task back to open when its claimant is gone (never one
+    that may be alive, never unknown: the rule a claim's takeover uses); the
+    event is the operator's and names the claimant."""
+    row = op.conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+    if row is None:
+        raise RoomError("no task #%d" % task_id)
+    if row["state"] != "claimed":
+        raise RoomError("task #%d is %s, not claimed" % (task_id, row["state"]))
+    claimant = op.session(row["claimed_by"])
+    liveness = op.liveness(claimant) if claimant is not None else "gone"
+    if liveness != "gone":
+        raise RoomError("the claimant of task #%d is %s, not gone; ask it to release" % (
+            task_id, liveness))
+    op.conn.execute("UPDATE tasks SET state='open', claimed_by=NULL, updated_at=? "
+                    "WHERE id=?", (op.at, task_id))
+    op.event("task.release", op.me, room=row["room"], subject=task_id,
+             data={"why": "operator", "claimant": row["claimed_by"]})
+    return {"ok": True, "task": task_dict(op, op.conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone())}
 
 
 # ---- operations: reads and drift -----------------------------------------
