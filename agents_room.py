@@ -11086,12 +11086,12 @@ UI_JS = r"""
           cache: "no-store", headers: { "X-Room-Code": m[1] } });
         if (r.ok) {
           key = (await r.json()).key;
-          sessionStorage.setItem(KEY, key);
+          try { sessionStorage.setItem(KEY, key); } catch (e) { /* this load only */ }
           return true;
         }
       } catch (e) { /* the stored key, if any, below */ }
     }
-    key = sessionStorage.getItem(KEY);
+    try { key = sessionStorage.getItem(KEY); } catch (e) { key = null; }
     return !!key;
   }
   function request(path, options) {
@@ -11314,8 +11314,8 @@ UI_JS = r"""
       l.marks.push({ t: t, kind: markKind(e), text: clock(e.at) + " " + sentence(e) });
       if (e.kind === "lease.claim" || e.kind === "lease.takeover") {
         const k = e.session_id + "\u0000" + e.subject;
-        if (!open.has(k)) open.set(k, { sid: e.session_id, t: t, what: shortPath(e.subject,
-          d.shown, e.session_id) });
+        if (!open.has(k)) open.set(k, { sid: e.session_id, t: t, shown: d.shown,
+          what: shortPath(e.subject, d.shown, e.session_id) });
       }
       if (e.kind === "lease.takeover" && d.from) closeBar(open, lanes, d.from + "\u0000" +
         e.subject, t, start, d.from, shortPath(e.subject, d.shown, d.from));
@@ -11332,8 +11332,9 @@ UI_JS = r"""
       target.bars.push({ a: from, b: end, text: l.short + " (held)", gone: l.liveness === "gone" });
     });
     open.forEach((o) => {
-      // A claim still open with no live lease left by a path the log does not show.
-      if (![...live].some((k) => k.startsWith(o.sid + "\u0000")))
+      // A claim the log shows no end of, and no longer live: it ended beyond
+      // what the timeline read; drawn up to now rather than dropped.
+      if (!live.has(o.sid + "\u0000" + o.shown))
         lane(o.sid).bars.push({ a: o.t, b: end, text: o.what });
     });
     const box = el("div", "tl");
@@ -11657,6 +11658,9 @@ UI_JS = r"""
     if (m.sender !== state.operator && session(m.sender)) $("to").value = "s:" + m.sender;
     roomSignature = "";
     composerRooms();
+    // The reply is said where the message was, in a room its sender is in.
+    const where = $("to").value.startsWith("s:") ? roomFor(m.sender, m.rooms) : null;
+    if (where) { $("room").value = where; composerRooms(); }
     if (m.subject && !$("subject").value)
       $("subject").value = /^re:/i.test(m.subject) ? m.subject : "re: " + m.subject;
     $("replying").textContent = "replying to #" + m.message_id + " from " +
