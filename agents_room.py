@@ -10398,6 +10398,7 @@ def _ui_handler(page):
         def setup(self):
             BaseHTTPRequestHandler.setup(self)
             self.deadline = time.monotonic() + UI_READ_S
+            self.rfile.close()                  # the plain reader, replaced
             self.rfile = io.BufferedReader(DeadlineReader(self))
 
         def handle_one_request(self):
