@@ -6738,7 +6738,19 @@ def room_status(op, room=None):
 
 
 UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
-UI_EVENTS = 300             # the newest events the timeline holds
+UI_EVENTS = 300             # the newest events the event list holds
+UI_TASKS = 200              # tasks on the board: open and claimed first, then the newest
+UI_TIMELINE_S = 3600        # the timeline's reach
+UI_TIMELINE_SCAN = 5000     # the newest events it looks through, at most (an id range)
+# What the timeline draws: what a person follows, not the bookkeeping.
+UI_TIMELINE_KINDS = ("msg.send", "msg.ack", "lease.claim", "lease.release", "lease.expire",
+                     "lease.takeover", "signal.stop", "wake.accepted", "wake.try",
+                     "session.join", "session.end", "session.leave")
+UI_TIMELINE_PREFIXES = ("work.", "task.", "window.")
+# How much a person is needed, per reason (lower first): the overview sorts by it.
+UI_RANKS = {"gone": 0, "blocked": 1, "overdue": 1, "window": 2, "window_ack": 2,
+            "urgent": 2, "waiting": 3, "acks_awaited": 3, "ack": 4, "urgent_sent": 5}
+UI_RANK_ATTENTION = 1       # this rank or lower: the row says "needs you"
 
 
 def _ui_deliveries(conn, message_ids):
@@ -6755,16 +6767,209 @@ def _ui_deliveries(conn, message_ids):
     return found
 
 
+def _ui_short(lease, holder_cwd):
+    """A lease's resource as its holder would write it: under its repository's
+    top level, else relative to the holder's directory, else as stored (kinds
+    other than path are short already)."""
+    if lease["kind"] != "path":
+        return lease["path"]
+    if lease["key"].startswith("@") and "/" in lease["key"]:
+        return lease["key"].split("/", 1)[1]
+    if holder_cwd:
+        try:
+            relative = os.path.relpath(lease["path"], holder_cwd)
+        except ValueError:
+            relative = None
+        if relative and relative != ".." and not relative.startswith(".." + os.sep):
+            return relative
+    return lease["path"]
+
+
+def _ui_who(op, session_id):
+    row = op.session(session_id) if session_id else None
+    return (row["label"] if row is not None and row["label"] else None) or \
+        (session_id or "?")[:8]
+
+
+def _ui_waits(op, item, leases, windows, tasks):
+    """What one session waits for and what it owes, each a sentence with a
+    rank (UI_RANKS), so the overview can say who a person must look at and
+    why: a gone holder, a blocked work state (and whom it told), acks owed or
+    awaited, quiet windows missing acks, urgent messages unread."""
+    conn, at, sid = op.conn, op.at, item["session_id"]
+    found = []
+
+    def add(kind, text, **extra):
+        found.append(dict(extra, kind=kind, rank=UI_RANKS[kind], text=text))
+    held = [l["short"] for l in leases if l["session_id"] == sid]
+    claimed = ["#%d" % t["task_id"] for t in tasks
+               if t["claimed_by"] == sid and t["state"] == "claimed"]
+    if item["liveness"] == "gone" and (held or claimed):
+        add("gone", "gone, still " + "; ".join(filter(None, [
+            "holds " + ", ".join(held) if held else "",
+            "claims task " + ", ".join(claimed) if claimed else ""])))
+    for work in item["work"]:
+        if work["state"] not in ("blocked", "waiting"):
+            continue
+        text = "%s on %s%s" % (work["state"], work["scope"],
+                               ": " + work["summary"] if work["summary"] else "")
+        told = conn.execute(
+            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
+            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
+                                         work["scope"])).fetchone()
+        message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
+            "message_id")
+        if message_id:
+            states = conn.execute("SELECT session_id, state FROM deliveries WHERE "
+                                  "message_id=? ORDER BY session_id",
+                                  (message_id,)).fetchall()
+            unread = [_ui_who(op, d["session_id"]) for d in states
+                      if d["state"] in UNREAD_STATES]
+            text += "; told %s (#%d%s)" % (
+                ", ".join(_ui_who(op, d["session_id"]) for d in states) or "nobody",
+                message_id, ", unread by " + ", ".join(unread) if unread else "")
+        add("blocked" if work["state"] == "blocked" else "waiting", text,
+            message_id=message_id)
+    for m in conn.execute(
+            "SELECT m.id, m.sender, m.ack_by FROM deliveries d JOIN messages m ON "
+            "m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
+            "d.state NOT IN ('acked', 'expired') AND m.expires_at > ? ORDER BY m.id",
+            (sid, at)).fetchall():
+        overdue = m["ack_by"] is not None and m["ack_by"] < at
+        add("overdue" if overdue else "ack", "owes an ack on #%d from %s" % (
+            m["id"], _ui_who(op, m["sender"])), message_id=m["id"], due=iso(m["ack_by"]))
+    for m in conn.execute(
+            "SELECT m.id, m.sender FROM deliveries d JOIN messages m ON m.id = "
+            "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+            "m.importance='urgent' ORDER BY m.id" % UNREAD_SQL, (sid,)).fetchall():
+        add("urgent", "urgent #%d from %s unread" % (m["id"], _ui_who(op, m["sender"])),
+            message_id=m["id"])
+    awaited = {}
+    for d in conn.execute(
+            "SELECT m.id, m.ack_required, m.ack_by, m.importance, d.session_id, d.state "
+            "FROM messages m JOIN deliveries d ON d.message_id = m.id WHERE m.sender=? "
+            "AND m.expires_at > ? AND (m.ack_required=1 OR m.importance='urgent') "
+            "ORDER BY m.id, d.session_id", (sid, at)).fetchall():
+        waiting = d["state"] in UNREAD_STATES if not d["ack_required"] else \
+            d["state"] not in ("acked", "expired")
+        if waiting:
+            awaited.setdefault((d["id"], d["ack_required"], d["ack_by"]), []).append(
+                _ui_who(op, d["session_id"]))
+    for (message_id, ack_required, ack_by), whom in awaited.items():
+        if ack_required:
+            add("acks_awaited", "waits for acks on #%d from %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id, due=iso(ack_by))
+        else:
+            add("urgent_sent", "its urgent #%d is unread by %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id)
+    for window in windows:
+        if window["state"] != "pending":
+            continue
+        if window["session_id"] == sid:
+            holders = sorted({l["label"] or l["session_id"][:8] for l in leases
+                              if l["session_id"] != sid and l["liveness"] != "gone" and
+                              l["resource"] in window["resources"]})
+            missing = window["missing_labels"]
+            if missing or holders:
+                add("window", "quiet window #%d on %s waits for %s" % (
+                    window["window_id"], ", ".join(window["resources"]), "; ".join(
+                        filter(None, ["acks from " + ", ".join(missing) if missing else "",
+                                      "releases from " + ", ".join(holders)
+                                      if holders else ""]))),
+                    window_id=window["window_id"], due=window["ack_deadline"])
+        elif sid in window["missing_acks"]:
+            add("window_ack", "asked to ack %s's quiet window #%d" % (
+                window["label"] or window["session_id"][:8], window["window_id"]),
+                window_id=window["window_id"], due=window["ack_deadline"])
+    found.sort(key=lambda w: w["rank"])
+    return found
+
+
+def _ui_tasks(op):
+    rows = op.conn.execute(
+        "SELECT * FROM tasks ORDER BY state NOT IN ('open', 'claimed'), id DESC "
+        "LIMIT ?", (UI_TASKS,)).fetchall()
+    tasks = []
+    for row in rows:
+        item = task_dict(op, row)
+        item["claimed_at"] = iso(row["claimed_at"]) if row["state"] == "claimed" else None
+        item["creator_label"] = _ui_who(op, row["created_by"])
+        tasks.append(item)
+    return tasks
+
+
+def _ui_timeline(op):
+    """The last hour's events a person follows (UI_TIMELINE_KINDS), oldest
+    first, looked for among the newest UI_TIMELINE_SCAN ids: a primary-key
+    range, never a scan of the whole log."""
+    conn = op.conn
+    newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+    marks = ",".join("?" * len(UI_TIMELINE_KINDS))
+    rows = conn.execute(
+        "SELECT * FROM events WHERE id > ? AND at >= ? AND (kind IN (%s)%s) ORDER BY id"
+        % (marks, "".join(" OR kind LIKE ?" for _ in UI_TIMELINE_PREFIXES)),
+        [newest - UI_TIMELINE_SCAN, op.at - UI_TIMELINE_S] + list(UI_TIMELINE_KINDS) +
+        [p + "%" for p in UI_TIMELINE_PREFIXES]).fetchall()
+    labels = {}
+    items = [_event_item(conn, row, None, labels) for row in rows]
+    for item in items:
+        item.pop("ts", None)
+    return items
+
+
 @tool("ui_state", "The operator page's snapshot", {
     "before": S_MESSAGE_ID,
-    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX}},
+    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX},
+    "operator_key": {"type": "string", "maxLength": 200}},
     read_only=True, public=False, after=False)
-def ui_state(op, before=None, limit=UI_MESSAGES):
-    """Everything the page shows: room_status for the whole store, the newest
-    messages (older ones with before=) with each recipient's delivery state,
-    and the newest events."""
-    conn = op.conn
+def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
+    """Everything the page shows: room_status for the whole store; an
+    overview row per agent (every session in a room but the page's own
+    operator, operator_key's), what it holds and what it waits for, sorted so
+    what needs a person comes first; the task board; the newest messages
+    (older ones with before=) with each recipient's delivery state; the last
+    hour's timeline and the newest events.  Read as no one: the operator
+    watching is no session's call."""
+    conn, at = op.conn, op.at
     status = room_status(op)
+    found = conn.execute("SELECT id FROM sessions WHERE harness_key=? AND left_at IS NULL",
+                         (operator_key,)).fetchone() if operator_key else None
+    operator = found[0] if found else None
+    cwds = {}
+    for s in status["sessions"]:
+        cwds[s["session_id"]] = s["cwd"]
+        s["home"] = next((r for r in s["rooms"] if r.startswith("repo:")), None) or \
+            (s["rooms"][0] if s["rooms"] else None)
+    homes = {s["session_id"]: s["home"] for s in status["sessions"]}
+    leases = []
+    for row in conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path",
+                            (at,)).fetchall():
+        item = lease_dict(conn, row, op.liveness)
+        item["short"] = _ui_short(row, cwds.get(row["session_id"]) or (
+            op.session(row["session_id"]) or {"cwd": None})["cwd"])
+        item["home"] = homes.get(row["session_id"])
+        leases.append(item)
+    for window in status["windows"]:
+        window["home"] = homes.get(window["session_id"])
+    tasks = _ui_tasks(op)
+    agents = []
+    for s in status["sessions"]:
+        if s["session_id"] == operator:
+            continue
+        item = dict(s)
+        item["holds"] = [l for l in leases if l["session_id"] == s["session_id"]]
+        item["urgent_unread"] = conn.execute(
+            "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+            "WHERE d.session_id=? AND d.state IN %s AND m.importance='urgent'"
+            % UNREAD_SQL, (s["session_id"],)).fetchone()[0]
+        item["quiet_s"] = max(0, int(at - parse_iso(s["last_seen"])))
+        item["waits"] = _ui_waits(op, item, leases, status["windows"], tasks)
+        item["rank"] = min([w["rank"] for w in item["waits"]] + [9])
+        item["needs_you"] = item["rank"] <= UI_RANK_ATTENTION
+        agents.append(item)
+    agents.sort(key=lambda a: (a["rank"], a["label"] or "~", a["session_id"]))
     rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
                         (before or ID_MAX, limit + 1)).fetchall()
     shown = rows[:limit]
@@ -6778,7 +6983,93 @@ def ui_state(op, before=None, limit=UI_MESSAGES):
     events = events_tail(op, limit=UI_EVENTS)["events"]
     for item in events:
         item.pop("ts", None)
-    return dict(status, messages=messages, more=len(rows) > limit, events=events)
+    return dict(status, leases=leases, operator=operator, agents=agents, tasks=tasks,
+                messages=messages, more=len(rows) > limit, events=events,
+                timeline=_ui_timeline(op), timeline_s=UI_TIMELINE_S)
+
+
+# The operator's acts (the page's appendix calls them through the door).  The
+# operator joins a room only to act in it -- never to watch -- and only that
+# room: a broadcast reaches the rooms' members, and a watcher who became one
+# would change who every agent's `*` reaches.
+S_UI_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+@tool("ui_join", "The operator joins the room it acts in", {
+    "harness_key": S_UI_KEY, "room": S_ROOM,
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS}},
+    ["harness_key", "room"], caller="key", public=False)
+def ui_join(op, harness_key, room, label=None):
+    """Join an existing room (never create one) as the operator: a human
+    session at autonomy 0, keyed by the page's harness key, so every run of
+    `ui` with that label on this host is the same session."""
+    full = resolve_room(op.conn, room)
+    return room_join(op, room=full, label=label, harness="human", autonomy=0,
+                     harness_key=harness_key)
+
+
+@tool("ui_leave", "The operator leaves as the page stops", {"harness_key": S_UI_KEY},
+      ["harness_key"], caller="key", public=False, destructive=True)
+def ui_leave(op, harness_key):
+    """Leave every room the operator joined: a person who closed the page is
+    no longer there to hear a broadcast or ack a quiet window."""
+    if op.caller is None or (op.caller["left_at"] is not None and
+                             not rooms_of(op.conn, op.me)):
+        return {"ok": True, "left_rooms": []}
+    return room_leave(op)
+
+
+@tool("ui_send", "The operator speaks in one room", {
+    "session_id": S_SESSION, "room": S_ROOM,
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX},
+    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "body": {"type": "string"}, "reply_to": S_MESSAGE_ID,
+    "importance": {"type": "string", "enum": list(IMPORTANCE)}},
+    ["session_id", "room", "to"], caller="present", public=False)
+def ui_send(op, room, to, subject=None, body=None, reply_to=None, importance="normal"):
+    """msg_send from a room the operator is in, where '*' means everyone in
+    that room (not in every room the operator happens to be in)."""
+    full = resolve_room(op.conn, room)
+    if full not in rooms_of(op.conn, op.me):
+        raise RoomError("you are not in %s" % full, "the page joins it when you send there")
+    if to == "*" and rooms_of(op.conn, op.me) != [full]:
+        to = [r[0] for r in op.conn.execute(
+            "SELECT m.session_id FROM memberships m JOIN sessions s ON s.id = m.session_id "
+            "WHERE m.room=? AND m.session_id != ? AND s.left_at IS NULL ORDER BY "
+            "m.session_id", (full, op.me))]
+        if not to:
+            raise RoomError("nobody else is in %s" % full)
+        if len(to) > SELECTORS_MAX:
+            raise RoomError("%s has more than %d members besides you" % (
+                full, SELECTORS_MAX), "leave your other rooms, then send to * again")
+    return msg_send(op, to=to, subject=subject, body=body, reply_to=reply_to,
+                    importance=importance)
+
+
+@tool("ui_task_release", "The operator reopens a gone claimant's task", {
+    "session_id": S_SESSION, "task_id": S_MESSAGE_ID}, ["session_id", "task_id"],
+    caller="present", public=False, destructive=True)
+def ui_task_release(op, task_id):
+    """Put a claimed task back to open when its claimant is gone (never one
+    that may be alive, never unknown: the rule a claim's takeover uses); the
+    event is the operator's and names the claimant."""
+    row = op.conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+    if row is None:
+        raise RoomError("no task #%d" % task_id)
+    if row["state"] != "claimed":
+        raise RoomError("task #%d is %s, not claimed" % (task_id, row["state"]))
+    claimant = op.session(row["claimed_by"])
+    liveness = op.liveness(claimant) if claimant is not None else "gone"
+    if liveness != "gone":
+        raise RoomError("the claimant of task #%d is %s, not gone; ask it to release" % (
+            task_id, liveness))
+    op.conn.execute("UPDATE tasks SET state='open', claimed_by=NULL, updated_at=? "
+                    "WHERE id=?", (op.at, task_id))
+    op.event("task.release", op.me, room=row["room"], subject=task_id,
+             data={"why": "operator", "claimant": row["claimed_by"]})
+    return {"ok": True, "task": task_dict(op, op.conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone())}
 
 
 # ---- operations: reads and drift -----------------------------------------
@@ -11886,21 +12177,40 @@ def run_bench(args):
 
 # ---- appendix: operator page ---------------------------------------------
 # `ui` serves one live page of the store on 127.0.0.1 for as long as it runs.
-# The page is a front end like the CLI: it reads through internal operations
-# and acts through the same door (call_tool) as the operator's own session.
-# Security, because any web page the operator visits can reach 127.0.0.1:
-#  - a random secret in the printed URL, exchanged once for an HttpOnly,
-#    SameSite=Strict cookie (then a redirect drops it from the address bar);
+# The page is a front end like the CLI: it reads through an internal operation
+# as no one (watching joins no room and changes no broadcast), and acts
+# through the same door (call_tool) as the operator's own human session, which
+# joins a room only to act in it (ui_join) and leaves when `ui` stops.
+# Security, because any web page the operator visits can reach 127.0.0.1, and
+# so can every other local user, whose listener on another port is the same
+# site to a browser (cookies do not isolate by port):
+#  - no ambient credential: the printed URL carries a one-time code in its
+#    fragment (never sent in a request line, never in a log); the script
+#    trades it for a key it keeps in sessionStorage (this origin, this tab)
+#    and sends in a header on every call, the event stream included (read with
+#    fetch: EventSource cannot send headers).  No cookie is set, so a browser
+#    has nothing to hand another port, and a page elsewhere has nothing to send;
+#  - a code works once; `ui --open` opens a 0600 file that redirects, so no
+#    browser's command line (world-readable in /proc) carries even that;
 #  - the Host header must be exactly 127.0.0.1:PORT (DNS rebinding);
-#  - a cross-site Origin or Sec-Fetch-Site is refused, and no CORS headers;
-#  - every POST carries a per-page token in a header (CSRF);
+#  - a cross-site Origin or Sec-Fetch-Site is refused (but for the navigation
+#    to the empty page itself), and no CORS headers: the key's custom header
+#    makes any cross-origin call a preflight nobody answers;
+#  - a request's head and body arrive within UI_READ_S or the connection
+#    closes, at most UI_PENDING_MAX connections wait unauthenticated, and a
+#    Content-Length must be plain digits (never negative, never two);
 #  - a strict Content-Security-Policy: script and style only from this server,
 #    and the script renders every stored string with textContent.
 
 UI_POLL_S = 0.3             # change detection: PRAGMA data_version, MAX(events.id)
-
-
-UI_TOKENS_MAX = 256         # per-page tokens remembered (oldest forgotten first)
+UI_KEYS_MAX = 64            # keys issued (a tab each), oldest forgotten first
+UI_CODES_MAX = 8            # one-time codes outstanding, oldest forgotten first
+UI_TAB_CODE_S = 120         # a code asked for by a tab (another tab) lasts this long
+UI_READ_S = 5.0             # a request's head and body arrive within this
+UI_WRITE_S = 30.0           # an answer is taken within this
+UI_PENDING_MAX = 32         # connections not yet authenticated, at once
+UI_CONNECTIONS_MAX = 128    # every connection, at once (a tab holds a stream and a few)
+UI_BODY_MAX = 2 * BODY_MAX_BYTES
 
 
 def _ui_same(given, secret):
@@ -11912,63 +12222,110 @@ def _ui_same(given, secret):
 
 
 class OperatorPage:
-    """The state of one `ui` run: its secret, cookie, page tokens, the store
-    connection requests share (one at a time), and the change counter the
-    event stream waits on."""
+    """The state of one `ui` run: its one-time codes and the keys they became,
+    the store connection requests share (one at a time), the operator's
+    session once it acted, and the change counter the event stream waits on."""
 
     def __init__(self, port, label):
-        import secrets
         import threading
         self.port, self.label = port, label
-        self.secret = secrets.token_urlsafe(24)
-        self.cookie_value = secrets.token_urlsafe(24)
-        self.cookie_name = "agents_room_ui_%d" % port   # cookies ignore ports
-        self.tokens = []
+        self.harness_key = "agents-room-ui:%s@%s" % (label, host_name())
+        self.codes = []             # (code, expires at or None), each good once
+        self.keys = []
         self.host = "127.0.0.1:%d" % port
         self.origin = "http://" + self.host
         self.store = open_store()
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()          # the store connection
+        self.auth = threading.Lock()          # codes and keys
         self.changed = threading.Condition()
         self.version = 0
         self.stopping = False
         self.operator = None
         self.rooms = set()
+        self.opener = None                    # --open's redirecting file
 
-    def new_token(self):
+    def new_code(self, ttl_s=None):
         import secrets
-        token = secrets.token_urlsafe(24)
-        with self.lock:
-            self.tokens = (self.tokens + [token])[-UI_TOKENS_MAX:]
-        return token
+        code = secrets.token_urlsafe(24)
+        with self.auth:
+            self.codes = (self.codes + [(code, None if ttl_s is None else
+                                         time.monotonic() + ttl_s)])[-UI_CODES_MAX:]
+        return code
 
-    def token_ok(self, token):
-        with self.lock:
-            tokens = list(self.tokens)
-        return bool(token) and any(_ui_same(token, t) for t in tokens)
+    def redeem(self, code):
+        """The code's key, once: the code is spent whether or not the answer
+        reaches the browser.  None for a code that is unknown, spent or old."""
+        import secrets
+        with self.auth:
+            found = [c for c in self.codes if _ui_same(code, c[0])]
+            if not found or (found[0][1] is not None and found[0][1] < time.monotonic()):
+                return None
+            self.codes.remove(found[0])
+            key = secrets.token_urlsafe(32)
+            self.keys = (self.keys + [key])[-UI_KEYS_MAX:]
+        self.remove_opener()
+        return key
+
+    def key_ok(self, key):
+        with self.auth:
+            keys = list(self.keys)
+        return bool(key) and any(_ui_same(key, k) for k in keys)
+
+    def write_opener(self, url):
+        """A 0600 file in a fresh 0700 directory that sends a browser to url:
+        what `--open` hands the browser instead of the URL, so the code is on
+        no command line.  Removed once a code is redeemed, and at exit."""
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="agents-room-ui-")
+        path = os.path.join(folder, "open.html")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(
+            os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write('<!doctype html><meta charset="utf-8">'
+                         '<meta name="referrer" content="no-referrer">'
+                         '<meta http-equiv="refresh" content="0; url=%s">'
+                         '<title>agents-room</title><p><a href="%s">open the operator '
+                         'page</a></p>\n' % (url, url))
+        self.opener = path
+        return path
+
+    def remove_opener(self):
+        path, self.opener = self.opener, None
+        if path:
+            for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+                try:
+                    remove(target)
+                except OSError:
+                    pass
 
     def call(self, name, args):
-        ctx = Context(via="ui", pid=os.getpid(), pid_start=process_start(os.getpid()))
+        # The terminal's own harness variables (a `ui` started inside an
+        # agent's shell) are not the operator's: no key, lever or token of
+        # theirs may be recorded for the human session.
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "USER", "LOGNAME")
+               if k in os.environ}
+        ctx = Context(via="ui", env=env, pid=os.getpid(),
+                      pid_start=process_start(os.getpid()))
         with self.lock:
             return call_tool(self.store, ctx, name, args)
 
-    def join(self):
-        """The operator's session, in every room of the store (joined again
-        when rooms appeared since): a human at the page."""
-        with self.lock:
-            rooms = [r[0] for r in self.store.conn.execute(
-                "SELECT DISTINCT room FROM memberships ORDER BY room")]
-        if not rooms:
-            raise RoomError("there is no room in this store yet",
-                            "the page can act once a session has joined a room")
-        if self.operator and set(rooms) <= self.rooms:
-            return self.operator            # no new room: no rejoin event per send
-        harness = "human"
-        result = self.call("room_join", {
-            "room": rooms[0], "extra_rooms": rooms[1:ROOMS_MAX], "label": self.label,
-            "harness": harness, "autonomy": 0,
-            "harness_key": "agents-room-ui:%s@%s" % (self.label, host_name())})
+    def join(self, room):
+        """The operator's session, in `room` (and whatever rooms it is in
+        already): joined only to act there."""
+        if not isinstance(room, str) or not room.strip():
+            raise UsageError("name the room to act in")
+        if self.operator and room in self.rooms:
+            return self.operator            # no rejoin event per act
+        result = self.call("ui_join", {"harness_key": self.harness_key, "room": room,
+                                       "label": self.label})
         self.operator, self.rooms = result["session_id"], set(result["rooms"])
         return self.operator
+
+    def leave(self):
+        """As `ui` stops: out of every room (nobody watches to hear there)."""
+        result = self.call("ui_leave", {"harness_key": self.harness_key})
+        self.operator, self.rooms = None, set()
+        return result.get("left_rooms") or []
 
     def watch(self):
         """Poll for changes (another connection's commit moves data_version;
@@ -11992,15 +12349,105 @@ class OperatorPage:
             store.close()
 
 
+def _ui_server():
+    """ThreadingHTTPServer with a cap on connections: at most UI_PENDING_MAX
+    not yet authenticated (a request with a valid key moves its connection
+    out of that count) and UI_CONNECTIONS_MAX in all; past a cap a
+    connection gets a one-line 503 and is closed at once."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def __init__(self, address):
+            self.counts = threading.Lock()
+            self.pending, self.open, self.authenticated = 0, 0, set()
+            ThreadingHTTPServer.__init__(self, address, None)
+
+        def process_request(self, request, client_address):
+            with self.counts:
+                full = self.pending >= UI_PENDING_MAX or self.open >= UI_CONNECTIONS_MAX
+                if not full:
+                    self.pending += 1
+                    self.open += 1
+            if full:
+                try:
+                    request.setblocking(False)
+                    request.send(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close"
+                                 b"\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+                self.shutdown_request(request)
+                return
+            ThreadingHTTPServer.process_request(self, request, client_address)
+
+        def process_request_thread(self, request, client_address):
+            try:
+                ThreadingHTTPServer.process_request_thread(self, request, client_address)
+            finally:
+                with self.counts:
+                    self.open -= 1
+                    if request in self.authenticated:
+                        self.authenticated.discard(request)
+                    else:
+                        self.pending -= 1
+
+        def handle_error(self, request, client_address):
+            # A browser that went away mid-answer is no error of ours.
+            if not isinstance(sys.exc_info()[1], OSError):
+                ThreadingHTTPServer.handle_error(self, request, client_address)
+
+        def vouch(self, request):
+            """A request on this connection carried a valid key."""
+            with self.counts:
+                if request not in self.authenticated:
+                    self.authenticated.add(request)
+                    self.pending -= 1
+    return Server
+
+
 def _ui_handler(page):
+    import io
+    import socket
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import urlsplit, parse_qs
-    from http.cookies import SimpleCookie
+
+    class DeadlineReader(io.RawIOBase):
+        """The connection, read against the request's deadline: each recv
+        waits only for what is left of it, so a client that sends a byte now
+        and then cannot hold a thread (a socket timeout alone is per recv)."""
+
+        def __init__(self, handler):
+            self.handler = handler
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            left = self.handler.deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the request did not arrive in time")
+            self.handler.connection.settimeout(left)
+            return self.handler.connection.recv_into(buffer)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "agents-room-ui"
         sys_version = ""
         protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            BaseHTTPRequestHandler.setup(self)
+            self.deadline = time.monotonic() + UI_READ_S
+            self.rfile.close()                  # the plain reader, replaced
+            self.rfile = io.BufferedReader(DeadlineReader(self))
+
+        def handle_one_request(self):
+            # Each request on a kept-alive connection gets its own deadline,
+            # counted from when the last answer went out: an idle
+            # connection closes after UI_READ_S.
+            self.deadline = time.monotonic() + UI_READ_S
+            BaseHTTPRequestHandler.handle_one_request(self)
 
         def log_message(self, form, *args):
             pass                        # requests are not news; errors are answered
@@ -12008,6 +12455,7 @@ def _ui_handler(page):
         def send(self, code, body=b"", kind="text/plain; charset=utf-8", headers=()):
             if isinstance(body, str):
                 body = body.encode("utf-8")
+            self.connection.settimeout(UI_WRITE_S)
             self.send_response(code)
             if code >= 400:
                 # A refused request's body may be unread: never reuse the
@@ -12026,102 +12474,110 @@ def _ui_handler(page):
             self.end_headers()
             self.wfile.write(body)
 
-        def refuse(self, why):
-            self.send(403, "refused: %s\n" % why)
+        def refuse(self, why, code=403):
+            self.send(code, "refused: %s\n" % why)
             return False
 
-        def allowed(self, post):
-            """The checks every request passes, in order; False once refused."""
+        def allowed(self, key=True, navigation=False):
+            """The checks a request passes, in order; False once refused.
+            key: it must carry a valid X-Room-Key.  navigation: the empty
+            page itself, which a link or a file may open from anywhere."""
             if self.headers.get("Host", "") != page.host:
                 return self.refuse("wrong Host header")
-            origin = self.headers.get("Origin")
-            if origin is not None and origin != page.origin:
-                return self.refuse("cross-origin request")
-            if self.headers.get("Sec-Fetch-Site", "same-origin") not in (
-                    "same-origin", "none"):
-                return self.refuse("cross-site request")
-            url = urlsplit(self.path)
-            secret = parse_qs(url.query).get("k", [None])[0]
-            if secret is not None and not post and url.path == "/":
-                if not _ui_same(secret, page.secret):
-                    return self.refuse("wrong secret")
-                self.send(303, "", headers=[
-                    ("Location", "/"),
-                    ("Set-Cookie", "%s=%s; HttpOnly; SameSite=Strict; Path=/" % (
-                        page.cookie_name, page.cookie_value))])
-                return False
-            cookie = SimpleCookie()
-            try:
-                cookie.load(self.headers.get("Cookie", ""))
-            except Exception:
-                pass
-            morsel = cookie.get(page.cookie_name)
-            if morsel is None or not _ui_same(morsel.value, page.cookie_value):
-                return self.refuse("open the URL `ui` printed (with its secret)")
-            if post and not page.token_ok(self.headers.get("X-Room-Token", "")):
-                return self.refuse("missing or stale page token; reload the page")
+            if not navigation:
+                origin = self.headers.get("Origin")
+                if origin is not None and origin != page.origin:
+                    return self.refuse("cross-origin request")
+                if self.headers.get("Sec-Fetch-Site", "same-origin") not in (
+                        "same-origin", "none"):
+                    return self.refuse("cross-site request")
+            if key:
+                if not page.key_ok(self.headers.get("X-Room-Key", "")):
+                    return self.refuse("no valid key: open the URL `ui` printed (its "
+                                       "code works once), or reload this tab")
+                self.server.vouch(self.request)
             return True
 
         def do_GET(self):
-            if not self.allowed(post=False):
-                return
             url = urlsplit(self.path)
             if url.path == "/":
-                self.send(200, UI_HTML.replace("{token}", page.new_token()), "text/html; charset=utf-8")
-            elif url.path == "/app.js":
-                self.send(200, UI_JS, "text/javascript; charset=utf-8")
-            elif url.path == "/app.css":
-                self.send(200, UI_CSS, "text/css; charset=utf-8")
+                if self.allowed(key=False, navigation=True):
+                    self.send(200, UI_HTML, "text/html; charset=utf-8")
+            elif url.path in ("/app.js", "/app.css"):
+                if self.allowed(key=False):
+                    self.send(200, UI_JS if url.path == "/app.js" else UI_CSS,
+                              "text/%s; charset=utf-8" % (
+                                  "javascript" if url.path == "/app.js" else "css"))
             elif url.path == "/api/state":
+                if not self.allowed():
+                    return
                 query = parse_qs(url.query)
-                args = {}
+                args = {"operator_key": page.harness_key}
                 try:
                     if query.get("before"):
                         args["before"] = int(query["before"][0])
                 except ValueError:
                     return self.answer_error(UsageError("before must be a message id"))
-                # Read as no one: a read that touched the operator's last_seen
-                # would be a change, and every page would read again.
-                self.answer(lambda: dict(page.call("ui_state", args),
-                                         operator=page.operator))
+                self.answer(lambda: dict(page.call("ui_state", args), you=page.label))
             elif url.path == "/api/stream":
-                self.stream()
-            else:
+                if self.allowed():
+                    self.stream()
+            elif self.allowed(key=False):
                 self.send(404, "not found\n")
 
+        def body_length(self):
+            """The announced body length: plain digits, one header, within
+            UI_BODY_MAX; None once refused (the body is never read then)."""
+            if self.headers.get("Transfer-Encoding") is not None:
+                self.refuse("send a Content-Length, not a Transfer-Encoding", 411)
+                return None
+            lengths = self.headers.get_all("Content-Length") or ["0"]
+            text = lengths[0].strip()
+            if len(lengths) != 1 or not (text.isascii() and text.isdigit()) or \
+                    len(text) > 12:
+                self.refuse("a bad Content-Length", 400)
+                return None
+            if int(text) > UI_BODY_MAX:
+                self.refuse("too large", 413)
+                return None
+            return int(text)
+
         def do_POST(self):
-            if not self.allowed(post=True):
-                return
             path = urlsplit(self.path).path
+            length = self.body_length()
+            if length is None:
+                return
+            if path == "/api/login":
+                # The one request without a key: it trades a code for one.
+                if not self.allowed(key=False):
+                    return
+                key = page.redeem(self.headers.get("X-Room-Code", ""))
+                if key is None:
+                    return self.refuse("that code was used already or is unknown: "
+                                       "open a tab that works and ask it for another, "
+                                       "or restart `ui`")
+                return self.send(200, json.dumps({"key": key}),
+                                 "application/json; charset=utf-8")
+            if not self.allowed():
+                return
+            if path == "/api/code":
+                return self.send(200, json.dumps({"code": page.new_code(UI_TAB_CODE_S)}),
+                                 "application/json; charset=utf-8")
             if not self.headers.get("Content-Type", "").startswith("application/json"):
                 return self.send(415, "send JSON\n")
             try:
-                length = int(self.headers.get("Content-Length", "0"))
-                if length > 2 * BODY_MAX_BYTES:
-                    return self.send(413, "too large\n")
                 values = json.loads(self.rfile.read(length) or b"{}")
                 if not isinstance(values, dict):
                     raise ValueError
             except (ValueError, RecursionError):
                 return self.send(400, "not a JSON object\n")
+            except OSError:
+                self.close_connection = True
+                return                         # the body did not arrive in time
             action = UI_ACTIONS.get(path)
             if action is None:
                 return self.send(404, "not found\n")
-            name, fields = action
-
-            def act():
-                args = {k: values.get(k) for k in fields if values.get(k) not in
-                        (None, "")}
-                if name == "msg_send":
-                    page.join()        # rooms that appeared since are the operator's too
-                args["session_id"] = page.operator or page.join()
-                try:
-                    return page.call(name, args)
-                except UnknownSession:
-                    page.operator = None                  # pruned meanwhile
-                    args["session_id"] = page.join()
-                    return page.call(name, args)
-            self.answer(act)
+            self.answer(lambda: _ui_act(page, action, values))
 
         def answer(self, work):
             try:
@@ -12136,9 +12592,10 @@ def _ui_handler(page):
                       "application/json; charset=utf-8")
 
         def stream(self):
-            """Server-Sent Events: one `change` event whenever the store
-            changed (and once at the start); a comment every 15 s keeps
-            proxies and the browser from giving up."""
+            """Server-Sent Events, read by the page with fetch: one `change`
+            event whenever the store changed (and once at the start); a
+            comment every 15 s keeps proxies and the browser from giving up."""
+            self.connection.settimeout(UI_WRITE_S)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
@@ -12165,14 +12622,47 @@ def _ui_handler(page):
     return Handler
 
 
-# What the page may ask the door to do, as the operator: path -> (tool, fields).
+# What the page may ask the door to do, as the operator: path -> (tool, the
+# fields it takes from the request, fixed arguments, whether the operator
+# joins the request's `room` first).  An act in a room joins that room only;
+# an ack or a leave is of a room the operator is in already.
 UI_ACTIONS = {
-    "/api/send": ("msg_send", ("to", "subject", "body", "reply_to")),
-    "/api/ack": ("msg_ack", ("message_id",)),
-    "/api/cap": ("room_set_autonomy_cap", ("room", "autonomy")),
-    "/api/window-cancel": ("ui_window_cancel", ("window_id",)),
-    "/api/lease-release": ("ui_lease_release", ("holder", "resource")),
+    "/api/send": ("ui_send", ("room", "to", "subject", "body", "reply_to", "importance"),
+                  {}, True),
+    "/api/cap": ("room_set_autonomy_cap", ("room", "autonomy"), {}, True),
+    "/api/task-add": ("task", ("room", "title", "body"), {"action": "add"}, True),
+    "/api/task-release": ("ui_task_release", ("task_id",), {}, True),
+    "/api/window-cancel": ("ui_window_cancel", ("window_id",), {}, True),
+    "/api/lease-release": ("ui_lease_release", ("holder", "resource"), {}, True),
+    "/api/ack": ("msg_ack", ("message_id",), {}, False),
+    "/api/window-ack": ("window_ack", ("window_id",), {}, False),
+    "/api/leave-room": ("room_leave_room", ("room",), {}, False),
 }
+
+
+def _ui_act(page, action, values):
+    """One of UI_ACTIONS as the operator's session."""
+    name, fields, fixed, joins = action
+    args = {k: values.get(k) for k in fields if values.get(k) not in (None, "")}
+    args.update(fixed)
+    for attempt in (1, 2):
+        if joins:
+            page.join(values.get("room"))
+        elif page.operator is None:
+            raise RoomError("you are in no room yet",
+                            "send, reply or act in a room first: the page joins it then")
+        args["session_id"] = page.operator
+        try:
+            result = page.call(name, args)
+            break
+        except UnknownSession:
+            page.operator, page.rooms = None, set()   # pruned meanwhile: join again
+            if attempt == 2 or not joins:
+                raise
+    if name == "room_leave_room":
+        page.rooms = set(result["rooms"])
+    return result
+
 
 UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
           "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -12181,22 +12671,26 @@ UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 
 def _ui_arguments(sub):
     sub.add_argument("--port", type=parse_int, default=0,
                      help="the port on 127.0.0.1 (default: a free one)")
-    sub.add_argument("--open", action="store_true", help="open the page in a browser")
+    sub.add_argument("--open", action="store_true",
+                     help="open the page in a browser (through a private file, so the "
+                          "browser's command line carries no code)")
     sub.add_argument("--label", help="the operator's label (default: your user name)")
 
 
 @command("ui", "Serve a live page of the rooms on 127.0.0.1.",
-         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: rooms, sessions,\n"
-         "leases, quiet windows, the conversation in threads with delivery states and\n"
-         "the event log, updated as they change.  Prints one URL with a secret; the\n"
-         "page acts as the operator's own session (send, reply, ack, set a room's\n"
-         "cap, cancel a quiet window, release a gone holder's lease).",
+         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: one row per agent\n"
+         "(what it does, holds and waits for; who needs you first), the last hour as a\n"
+         "timeline, the task board, the conversation in threads with delivery states,\n"
+         "the rooms and the event log in sentences, updated as they change.  Prints one\n"
+         "URL whose code works once.  Watching joins no room; an act (send, reply, ack,\n"
+         "add a task, set a room's cap, cancel a quiet window, release a gone holder's\n"
+         "lease or task) joins the room it is in as your human session, which leaves\n"
+         "every room when `ui` stops.",
          "ui --open --label alice", _ui_arguments)
 def run_ui(args):
     """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
     import getpass
     import threading
-    from http.server import ThreadingHTTPServer
     stop_on_signals()
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0..65535")
@@ -12207,28 +12701,28 @@ def run_ui(args):
         except Exception:
             label = "operator"
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), None)
+        server = _ui_server()(("127.0.0.1", args.port))
     except OSError as error:
         raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
             args.port, error.strerror or error), "pick another --port, or none")
-    server.daemon_threads = True
     page = OperatorPage(server.server_address[1], label)
     server.RequestHandlerClass = _ui_handler(page)
-    try:
-        page.join()
-    except RoomError:
-        pass                    # no room yet: the page joins at its first action
     watcher = threading.Thread(target=page.watch, daemon=True)
     watcher.start()
-    url = "%s/?k=%s" % (page.origin, page.secret)
+    url = "%s/#k=%s" % (page.origin, page.new_code())
     sys.stdout.write(url + "\n")
     sys.stdout.flush()
-    sys.stderr.write("agents-room ui: serving %s as %s on 127.0.0.1:%d; Ctrl-C stops\n"
-                     % (page.store.shown, label, page.port))
+    sys.stderr.write("agents-room ui: serving %s on 127.0.0.1:%d as %s (watching: in no "
+                     "room); the code in the URL works once; Ctrl-C stops\n"
+                     % (page.store.shown, page.port, label))
     sys.stderr.flush()
     if args.open:
         import webbrowser
-        webbrowser.open(url)
+        from urllib.parse import quote
+        target = "file://" + quote(page.write_opener(url))
+        # A browser that stays in the foreground (BROWSER=lynx) must not
+        # keep the server from serving it.
+        threading.Thread(target=webbrowser.open, args=(target,), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:
@@ -12238,22 +12732,31 @@ def run_ui(args):
         with page.changed:
             page.changed.notify_all()
         server.server_close()
+        page.remove_opener()
+        try:
+            left = page.leave()
+        except RoomError as error:
+            left = []
+            sys.stderr.write("agents-room ui: could not leave: %s\n"
+                             % one_line(error.message, 200))
+        if left:
+            sys.stderr.write("agents-room ui: %s left %s\n" % (label, ", ".join(left)))
     return "", 0
 
 
 # ---- appendix: the operator page's HTML, CSS and JavaScript --------------
 # The page itself, as data (bottle keeps its templates the same way): served
-# by _ui_handler from this process, never from anywhere else (UI_CSP).
-
-# The page itself: no external asset, so it works offline and the CSP can be
-# strict.  Only {token} is filled in on the server; every stored string reaches
-# the page as JSON and is rendered with textContent by the script.
+# by _ui_handler from this process, never from anywhere else (UI_CSP).  No
+# external asset, so it works offline and the CSP can be strict; nothing is
+# filled in on the server (the page holds no secret: the script fetches
+# everything with its key); every stored string reaches the page as JSON and
+# is rendered with textContent.
 UI_HTML = """<!doctype html>
-<html lang="en">
+<html lang="en" data-loaded="0">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="room-token" content="{token}">
+<meta name="referrer" content="no-referrer">
 <title>agents-room</title>
 <link rel="stylesheet" href="/app.css">
 <script src="/app.js" defer></script>
@@ -12261,14 +12764,35 @@ UI_HTML = """<!doctype html>
 <body>
 <header>
   <h1>agents-room</h1>
-  <span id="store" class="muted"></span>
+  <span id="summary" class="summary"></span>
+  <span class="grow"></span>
   <span id="me" class="muted"></span>
+  <button type="button" id="newtab" hidden
+    title="a one-time link for another tab (each tab holds its own key)">another tab</button>
   <span id="conn" class="pill" role="status" aria-live="polite">connecting</span>
 </header>
+<p id="locked" class="banner" hidden></p>
 <main>
-  <section id="rooms-pane" aria-labelledby="rooms-title">
-    <h2 id="rooms-title">Rooms</h2>
-    <div id="rooms"></div>
+  <section id="overview-pane" aria-labelledby="overview-title">
+    <h2 id="overview-title">Agents</h2>
+    <div id="overview"><p class="empty">Loading…</p></div>
+  </section>
+  <section id="timeline-pane" aria-labelledby="timeline-title">
+    <h2 id="timeline-title">Last hour</h2>
+    <div id="timeline"></div>
+  </section>
+  <section id="tasks-pane" aria-labelledby="tasks-title">
+    <h2 id="tasks-title">Tasks</h2>
+    <div id="tasks"></div>
+    <form id="task-add" class="card" autocomplete="off">
+      <div class="row">
+        <label class="grow">New task <input id="task-title" maxlength="500" required
+          placeholder="what needs doing"></label>
+        <label>in <select id="task-room"></select></label>
+        <button type="submit" id="task-submit">Add</button>
+      </div>
+      <p id="task-note" class="note muted"></p>
+    </form>
   </section>
   <section id="talk-pane" aria-labelledby="talk-title">
     <h2 id="talk-title">Conversation</h2>
@@ -12276,23 +12800,35 @@ UI_HTML = """<!doctype html>
     <div id="threads" tabindex="0" aria-label="messages"></div>
     <form id="compose" autocomplete="off">
       <div class="row">
-        <label>To <input id="to" name="to" value="*" required
-          title="* (everyone), a session id, file:&lt;glob&gt; or tag:&lt;tag&gt;; comma-separated"></label>
-        <label>Subject <input id="subject" name="subject" maxlength="1000"></label>
+        <label class="grow">To <select id="to" required></select></label>
+        <label id="selector-label" class="grow" hidden>Selector <input id="selector"
+          placeholder="tag:x, label:x, file:glob or a session id; comma-separated"></label>
+        <label id="room-label" hidden>in <select id="room"></select></label>
       </div>
+      <label class="block">Subject <input id="subject" name="subject" maxlength="1000"></label>
       <label class="block">Body <textarea id="body" name="body" rows="3"></textarea></label>
       <div class="row">
+        <label class="check"><input type="checkbox" id="urgent"> urgent</label>
         <span id="replying" class="muted"></span>
         <button type="button" id="noreply" hidden>not a reply</button>
         <span class="grow"></span>
         <span id="sendstatus" class="muted" role="status" aria-live="polite"></span>
         <button type="submit" id="send">Send</button>
       </div>
+      <p id="joinnote" class="note muted"></p>
     </form>
+  </section>
+  <section id="rooms-pane" aria-labelledby="rooms-title">
+    <h2 id="rooms-title">Rooms</h2>
+    <div id="rooms"></div>
   </section>
   <section id="events-pane" aria-labelledby="events-title">
     <h2 id="events-title">Events</h2>
-    <label>Filter <input id="filter" type="search" placeholder="kind, label, room, text"></label>
+    <div class="row">
+      <label>Filter <input id="filter" type="search" placeholder="who, what, room"></label>
+      <label class="check"><input type="checkbox" id="quiet" checked> hide signals
+        and reads</label>
+    </div>
     <ol id="events" tabindex="0" aria-label="events"></ol>
   </section>
 </main>
@@ -12301,123 +12837,317 @@ UI_HTML = """<!doctype html>
 """
 
 UI_CSS = """
-:root { --bg: #fafafa; --fg: #1b1b1f; --muted: #5c5f66; --card: #fff; --line: #d8dbe0;
+:root { --bg: #f6f7f9; --fg: #1b1b1f; --muted: #5c5f66; --card: #fff; --line: #d8dbe0;
   --accent: #0b5cad; --ok: #1a7f37; --warn: #9a6700; --bad: #b42318; --chip: #eef1f5;
-  color-scheme: light dark; }
+  --needs: #fdecea; --soft: #e7eef8; color-scheme: light dark; }
 @media (prefers-color-scheme: dark) {
   :root { --bg: #111318; --fg: #e6e8eb; --muted: #a0a6b0; --card: #1a1d24; --line: #30343c;
-    --accent: #6cb6ff; --ok: #57c46b; --warn: #e0b441; --bad: #ff7b72; --chip: #262a33; }
+    --accent: #6cb6ff; --ok: #57c46b; --warn: #e0b441; --bad: #ff7b72; --chip: #262a33;
+    --needs: #3a1f1f; --soft: #1f2a3a; }
 }
 * { box-sizing: border-box; }
+[hidden] { display: none !important; }
 html { scrollbar-gutter: stable; }
 body { margin: 0; background: var(--bg); color: var(--fg);
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
-header { display: flex; gap: 1em; align-items: baseline; flex-wrap: wrap;
-  padding: .6em 1em; border-bottom: 1px solid var(--line); background: var(--card); }
+header { display: flex; gap: .4em 1em; align-items: center; flex-wrap: wrap;
+  padding: .5em 1em; border-bottom: 1px solid var(--line); background: var(--card); }
 h1 { font-size: 1.15em; margin: 0; }
-h2 { font-size: 1em; margin: 0 0 .5em; text-transform: uppercase; letter-spacing: .04em;
+h2 { font-size: .85em; margin: 0 0 .4em; text-transform: uppercase; letter-spacing: .05em;
   color: var(--muted); }
-h3 { font-size: 1em; margin: 0 0 .4em; overflow-wrap: anywhere; }
-h4 { font-size: .9em; margin: .7em 0 .3em; color: var(--muted); }
-main { display: grid; gap: 1em; padding: 1em;
-  grid-template-columns: minmax(0, 5fr) minmax(0, 6fr);
-  grid-template-areas: "rooms talk" "events events"; }
-#rooms-pane { grid-area: rooms; } #talk-pane { grid-area: talk; }
-#events-pane { grid-area: events; }
+h3 { font-size: 1em; margin: 0 0 .3em; overflow-wrap: anywhere; }
+h4 { font-size: .85em; margin: .6em 0 .2em; color: var(--muted); font-weight: 600; }
+main { display: grid; gap: 1em 1.2em; padding: 1em;
+  grid-template-columns: minmax(0, 7fr) minmax(0, 5fr);
+  grid-template-areas: "overview overview" "timeline timeline" "talk tasks" "talk rooms"
+    "events events"; align-items: start; }
+#overview-pane { grid-area: overview; } #timeline-pane { grid-area: timeline; }
+#tasks-pane { grid-area: tasks; } #talk-pane { grid-area: talk; }
+#rooms-pane { grid-area: rooms; } #events-pane { grid-area: events; }
 @media (max-width: 900px) {
-  main { grid-template-columns: minmax(0, 1fr); grid-template-areas: "rooms" "talk" "events"; }
+  main { grid-template-columns: minmax(0, 1fr); padding: .6em; grid-template-areas:
+    "overview" "timeline" "tasks" "talk" "rooms" "events"; }
 }
 section { min-width: 0; }
 .card, article, form#compose { background: var(--card); border: 1px solid var(--line);
-  border-radius: 6px; padding: .7em .8em; margin-bottom: .8em; }
+  border-radius: 6px; padding: .6em .75em; margin-bottom: .7em; }
 .muted { color: var(--muted); }
-.pill { border: 1px solid var(--line); border-radius: 999px; padding: 0 .6em; font-size: .85em; }
+.small, .note { font-size: .85em; }
+.note { margin: .3em 0 0; }
+.note:empty { display: none; }
+.summary { color: var(--muted); }
+.summary b { color: var(--fg); }
+.summary .needs { color: var(--bad); font-weight: 600; }
+.pill { border: 1px solid var(--line); border-radius: 999px; padding: 0 .6em; font-size: .85em;
+  color: var(--muted); }
 .pill.live { color: var(--ok); border-color: var(--ok); }
 .pill.bad { color: var(--bad); border-color: var(--bad); }
+.banner { margin: 0; padding: .6em 1em; background: var(--needs); color: var(--bad);
+  border-bottom: 1px solid var(--line); }
+.grow { flex: 1; }
 table { border-collapse: collapse; width: 100%; font-size: .92em; }
-th, td { text-align: left; padding: .2em .4em; border-bottom: 1px solid var(--line);
+th, td { text-align: left; padding: .3em .45em; border-bottom: 1px solid var(--line);
   vertical-align: top; }
-td:first-child { overflow-wrap: anywhere; min-width: 8em; }
-td:last-child { white-space: nowrap; }
+th { color: var(--muted); font-weight: 600; font-size: .85em; }
 .tablewrap { overflow-x: auto; }
-button { white-space: nowrap; }
-th { color: var(--muted); font-weight: 600; }
+#overview table { background: var(--card); border: 1px solid var(--line); border-radius: 6px; }
+#overview tr.needs td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
+#overview tr.needs { background: var(--needs); }
+#overview tr.watch td:first-child { box-shadow: inset 4px 0 0 var(--warn); }
+#overview td.state { white-space: nowrap; }
+#overview td.who { min-width: 8em; }
+#overview .label { font-weight: 600; overflow-wrap: anywhere; }
+#overview .sub { font-size: .82em; color: var(--muted); overflow-wrap: anywhere; }
+#overview td.waits { min-width: 14em; }
+.line { display: block; overflow-wrap: anywhere; }
+.line.r0, .line.r1 { color: var(--bad); font-weight: 600; }
+.line.r2 { color: var(--warn); font-weight: 600; }
+.line .due { font-weight: 400; color: var(--muted); }
+.tag { display: inline-block; border-radius: 4px; padding: 0 .35em; font-size: .8em;
+  font-weight: 600; border: 1px solid currentColor; margin-right: .3em; }
+.tag.bad { color: var(--bad); } .tag.warn { color: var(--warn); } .tag.ok { color: var(--ok); }
+.dot { display: inline-block; width: .6em; height: .6em; border-radius: 50%;
+  margin-right: .3em; background: var(--muted); }
 .alive { color: var(--ok); } .gone { color: var(--bad); } .unknown { color: var(--warn); }
+.dot.alive { background: var(--ok); } .dot.gone { background: var(--bad); }
+.dot.unknown { background: var(--warn); }
 .chip { display: inline-block; background: var(--chip); border-radius: 4px;
-  padding: 0 .4em; margin: .15em .3em 0 0; font-size: .85em; }
+  padding: 0 .4em; margin: .15em .3em 0 0; font-size: .85em; overflow-wrap: anywhere; }
 .chip.acked, .chip.read { color: var(--ok); }
-.chip.expired, .chip.undeliverable { color: var(--bad); }
-#threads { max-height: 62vh; overflow-y: auto; scrollbar-gutter: stable; min-height: 8em;
-  padding-right: .2em; }
-.msg { border-left: 3px solid var(--line); padding: .3em .6em; margin: .4em 0; }
-.msg.reply { margin-left: 1.2em; }
-.msg .head { font-size: .85em; color: var(--muted); display: flex; gap: .6em; flex-wrap: wrap; }
+.chip.expired, .chip.undeliverable, .chip.overdue, .chip.bad { color: var(--bad); }
+.chip.you { outline: 1px solid var(--accent); }
+.work.blocked { color: var(--bad); font-weight: 600; }
+.work.waiting { color: var(--warn); }
+@media (max-width: 700px) {
+  #overview table, #overview tbody, #overview tr, #overview td { display: block; width: 100%; }
+  #overview table { border: 0; background: none; }
+  #overview thead { display: none; }
+  #overview tr { background: var(--card); border: 1px solid var(--line); border-radius: 6px;
+    margin-bottom: .5em; padding: .35em .6em; }
+  #overview tr.needs { background: var(--needs); box-shadow: inset 4px 0 0 var(--bad); }
+  #overview tr.watch { box-shadow: inset 4px 0 0 var(--warn); }
+  #overview tr.needs td:first-child, #overview tr.watch td:first-child { box-shadow: none; }
+  #overview td { border: 0; padding: .1em 0; min-width: 0; }
+  #overview td[data-col] { display: grid; grid-template-columns: 4.2em minmax(0, 1fr);
+    align-items: baseline; }
+  #overview td[data-col]::before { content: attr(data-col); color: var(--muted);
+    font-size: .82em; }
+}
+.tl { background: var(--card); border: 1px solid var(--line); border-radius: 6px;
+  padding: .4em .7em .3em; }
+.lane { display: grid; grid-template-columns: 7.5em minmax(0, 1fr); align-items: center;
+  gap: .5em; min-height: 1.45em; }
+.lane-label { font-size: .82em; white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis; }
+.track { position: relative; height: 1.2em; border-bottom: 1px dotted var(--line); }
+.axis .track { border: 0; height: 1.2em; }
+.tick { position: absolute; top: 0; font-size: .72em; color: var(--muted);
+  transform: translateX(-50%); white-space: nowrap; }
+.tick.last { transform: translateX(-100%); }
+.tick.first { transform: none; }
+.mark { position: absolute; top: .3em; width: .62em; height: .62em; margin-left: -.31em;
+  border-radius: 50%; background: var(--accent); }
+.mark.k-ack { background: var(--ok); width: .45em; height: .45em; top: .38em;
+  margin-left: -.22em; }
+.mark.k-claim { border-radius: 1px; transform: rotate(45deg); background: var(--accent); }
+.mark.k-release { background: var(--card); border: 2px solid var(--accent); }
+.mark.k-hold { border-radius: 1px; background: var(--warn); }
+.mark.k-wake { border-radius: 1px; transform: rotate(45deg); background: var(--ok); }
+.mark.k-work { border-radius: 0; width: 3px; height: 1em; top: .1em; margin-left: -1px;
+  background: var(--muted); }
+.mark.k-blocked { background: var(--bad); }
+.mark.k-task { border-radius: 1px; background: var(--muted); }
+.mark.k-window { border-radius: 0; width: 3px; height: 1em; top: .1em; margin-left: -1px;
+  background: var(--warn); }
+.mark.k-session { width: .4em; height: .4em; top: .4em; margin-left: -.2em;
+  background: var(--muted); }
+.bar { position: absolute; top: .42em; height: .36em; border-radius: 3px;
+  background: var(--accent); opacity: .3; min-width: 2px; }
+.bar.gone { background: var(--bad); }
+.legend { display: flex; flex-wrap: wrap; gap: .2em 1em; font-size: .78em; color: var(--muted);
+  margin-top: .3em; }
+.legend span { display: inline-flex; align-items: center; gap: .35em; }
+.legend .mark, .legend .bar { position: relative; top: 0; margin: 0; display: inline-block; }
+.legend .bar { width: 1.4em; }
+.group h4 { margin-top: .3em; }
+.task { display: flex; gap: .5em; align-items: baseline; padding: .3em 0;
+  border-bottom: 1px solid var(--line); }
+.task:last-child { border-bottom: 0; }
+.task .title { font-weight: 600; overflow-wrap: anywhere; }
+.task .meta { font-size: .82em; color: var(--muted); overflow-wrap: anywhere; }
+.task.done .title, .task.failed .title { font-weight: 400; color: var(--muted); }
+.row { display: flex; gap: .5em .6em; flex-wrap: wrap; align-items: center; }
+form label { display: flex; gap: .4em; align-items: center; }
+form label.grow { flex: 1 1 12em; }
+form label input, form label select { flex: 1; min-width: 0; }
+form label.block { display: block; margin: .35em 0; }
+form label.block input, form textarea { width: 100%; display: block; margin-top: .15em; }
+form textarea { resize: vertical; }
+label.check { display: inline-flex; gap: .3em; align-items: center; }
+#compose .row { margin: .3em 0; }
+#threads { max-height: 60vh; overflow-y: auto; scrollbar-gutter: stable; min-height: 6em;
+  padding-right: .2em; border-block: 1px solid var(--line); margin-bottom: .7em; }
+.msg { border-left: 3px solid var(--line); padding: .25em .6em; margin: .35em 0; }
+.msg.reply { margin-left: 1.1em; }
+.msg.urgent { border-left-color: var(--bad); }
+.msg .head { font-size: .84em; color: var(--muted); display: flex; gap: .2em .6em;
+  flex-wrap: wrap; }
 .msg .subject { font-weight: 600; overflow-wrap: anywhere; }
-.msg .text { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2em 0; }
+.msg .text { white-space: pre-wrap; overflow-wrap: anywhere; margin: .15em 0; }
 .msg.mine { border-left-color: var(--accent); }
 .actions { display: flex; gap: .4em; flex-wrap: wrap; margin-top: .3em; align-items: center; }
 button, input, select, textarea { font: inherit; color: inherit; background: var(--bg);
-  border: 1px solid var(--line); border-radius: 4px; padding: .25em .5em; }
-button { cursor: pointer; background: var(--chip); }
+  border: 1px solid var(--line); border-radius: 4px; padding: .2em .5em; }
+button { cursor: pointer; background: var(--chip); white-space: nowrap; }
 button:hover { border-color: var(--accent); }
 button.danger { color: var(--bad); }
+button.small { font-size: .82em; padding: 0 .4em; }
+button:disabled { opacity: .6; cursor: default; }
 :focus-visible { outline: 2px solid var(--accent); outline-offset: 1px; }
-#compose .row { display: flex; gap: .6em; flex-wrap: wrap; align-items: center; margin: .3em 0; }
-#compose label { display: flex; gap: .4em; align-items: center; flex: 1 1 14em; }
-#compose label input { flex: 1; min-width: 0; }
-#compose label.block { display: block; }
-#compose textarea { width: 100%; display: block; margin-top: .2em; resize: vertical; }
-.grow { flex: 1; }
-#events { list-style: none; padding: 0; margin: .5em 0 0; font: 12px/1.5 ui-monospace,
-  SFMono-Regular, Menlo, Consolas, monospace; max-height: 40vh; overflow-y: auto;
+.room .members { margin: .2em 0 .3em; }
+.room table { margin-top: .2em; }
+.room td.res { overflow-wrap: anywhere; min-width: 7em; }
+.room td.act { white-space: nowrap; text-align: right; }
+.room details { margin-top: .5em; font-size: .88em; }
+.room summary { cursor: pointer; color: var(--muted); }
+.room .cap { margin-top: .4em; }
+#events-pane .row { margin-bottom: .4em; }
+#events-pane input[type=search] { width: 20em; max-width: 100%; }
+#events { list-style: none; padding: 0; margin: 0; max-height: 40vh; overflow-y: auto;
   background: var(--card); border: 1px solid var(--line); border-radius: 6px; }
-#events li { padding: .1em .6em; border-bottom: 1px solid var(--line); overflow-wrap: anywhere; }
-#events .kind { display: inline-block; min-width: 12em; color: var(--accent); }
-#events-pane input { width: 22em; max-width: 100%; }
-.empty { color: var(--muted); font-style: italic; }
+#events li { border-bottom: 1px solid var(--line); }
+#events summary { padding: .15em .6em; cursor: pointer; overflow-wrap: anywhere;
+  list-style-position: inside; }
+#events time { color: var(--muted); font: 12px ui-monospace, SFMono-Regular, Menlo,
+  Consolas, monospace; margin-right: .5em; }
+#events .raw { display: block; padding: .2em .6em .4em 2em; font: 12px/1.45 ui-monospace,
+  SFMono-Regular, Menlo, Consolas, monospace; color: var(--muted); white-space: pre-wrap;
+  overflow-wrap: anywhere; }
+#events .noise summary { color: var(--muted); }
+.empty { color: var(--muted); font-style: italic; margin: .2em 0; }
 """
 
 UI_JS = r"""
 "use strict";
 (function () {
-  const token = document.querySelector('meta[name="room-token"]').content;
   const AUTONOMY = ["notify", "hold", "wake"];
-  let state = null, before = null, loading = false, again = false, replyTo = null;
+  const KEY = "agents-room-key";
+  const WORK_VERBS = { started: "started", waiting: "waiting on", blocked: "blocked on",
+    handoff: "handing off" };
+  const NOISE = /^(signal\.|msg\.read$|wake\.(none|later)$|session\.rejoin$)/;
+  const root = document.documentElement;
   const $ = (id) => document.getElementById(id);
+  let key = null, state = null, before = null, loading = false, again = false;
+  let reply = null, streamUp = false, loadedOk = false, renders = 0, skew = 0;
+  let toSignature = "", roomSignature = "";
 
+  // ---- small helpers: every stored string goes in as text, never markup
   function el(tag, cls, text) {
     const node = document.createElement(tag);
     if (cls) node.className = cls;
     if (text !== undefined && text !== null) node.textContent = String(text);
     return node;
   }
-  function button(text, key, onclick, cls) {
+  function span(cls, text) { return el("span", cls, text); }
+  function button(text, k, onclick, cls) {
     const b = el("button", cls, text);
-    b.type = "button"; b.dataset.k = key; b.addEventListener("click", onclick);
+    b.type = "button"; b.dataset.k = k; b.addEventListener("click", onclick);
     return b;
+  }
+  function now() { return Date.now() - skew; }
+  function dur(seconds) {
+    const a = Math.max(0, Math.round(seconds));
+    return a < 60 ? a + "s" : a < 3600 ? Math.floor(a / 60) + "m" :
+      a < 86400 ? Math.floor(a / 3600) + "h" + (a % 3600 >= 60 ? Math.floor(a % 3600 / 60) +
+        "m" : "") : Math.floor(a / 86400) + "d";
   }
   function ago(iso) {
     if (!iso) return "-";
-    const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
-    const a = Math.abs(s);
-    const t = a < 60 ? a + "s" : a < 3600 ? Math.floor(a / 60) + "m" :
-      a < 86400 ? Math.floor(a / 3600) + "h" : Math.floor(a / 86400) + "d";
-    return s >= 0 ? t + " ago" : "in " + t;
+    const s = (now() - Date.parse(iso)) / 1000;
+    return s >= 0 ? dur(s) + " ago" : "in " + dur(-s);
   }
-  function who(sid, label) { return label || (sid ? sid.slice(0, 8) : "-"); }
-  function named(value) {
-    const found = state && state.sessions.find((s) => s.session_id === value);
-    return found ? who(found.session_id, found.label) : value;
+  function dueText(iso) {
+    if (!iso) return "";
+    const s = (Date.parse(iso) - now()) / 1000;
+    return s >= 0 ? "due in " + dur(s) : "overdue " + dur(-s);
   }
-  function conn(text, cls) { const c = $("conn"); c.textContent = text; c.className = "pill " + (cls || ""); }
+  function clock(iso) { return iso ? iso.slice(11, 19) : ""; }
+  function session(sid) {
+    return state && sid ? state.sessions.find((s) => s.session_id === sid) : null;
+  }
+  function who(sid, label) { return label || (sid ? String(sid).slice(0, 8) : "someone"); }
+  function named(sid) {
+    if (sid === state.operator) return "you";
+    const s = session(sid);
+    return s ? who(s.session_id, s.label) : (typeof sid === "string" && sid.length === 16 ?
+      sid.slice(0, 8) : String(sid));
+  }
+  function names(list) { return (list || []).map(named).join(", ") || "nobody"; }
+  function toText(to) {
+    if (to === null || to === undefined) return "";
+    if (typeof to === "string") return to === "*" ? "everyone" : named(to);
+    if (Array.isArray(to)) return to.map(toText).join(", ");
+    if (typeof to === "object") {
+      if ("window" in to) return "those asked about quiet window #" + String(to.window);
+      return Object.keys(to).map((k) => k + " " + String(to[k])).join(", ");
+    }
+    return String(to);
+  }
+  function shortPath(keyText, shown, sid) {
+    const k = String(keyText || "");
+    if (k.startsWith("@") && k.indexOf("/") > 0) return k.slice(k.indexOf("/") + 1);
+    const path = String(shown || k), s = session(sid);
+    if (s && s.cwd && path.startsWith(s.cwd.replace(/\/$/, "") + "/"))
+      return path.slice(s.cwd.replace(/\/$/, "").length + 1);
+    return path;
+  }
+  function conn(text, cls) {
+    const c = $("conn"); c.textContent = text; c.className = "pill " + (cls || "");
+  }
+  function badge() {
+    if (!renders) conn("connecting");
+    else if (streamUp && loadedOk) conn("live", "live");
+    else conn("reconnecting", "bad");
+  }
+  function locked(text) {
+    const b = $("locked");
+    b.textContent = text || "This tab holds no valid key. Open the URL `ui` printed (its " +
+      "code works once), or use \u201canother tab\u201d in a tab that works.";
+    b.hidden = false;
+    root.dataset.loaded = "locked";
+    conn("locked", "bad");
+  }
 
+  // ---- the key: a one-time code from the fragment, traded once, kept per tab
+  async function login() {
+    const m = /^#k=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (m) {
+      history.replaceState(null, "", location.pathname);
+      try {
+        const r = await fetch("/api/login", { method: "POST", credentials: "omit",
+          cache: "no-store", headers: { "X-Room-Code": m[1] } });
+        if (r.ok) {
+          key = (await r.json()).key;
+          try { sessionStorage.setItem(KEY, key); } catch (e) { /* this load only */ }
+          return true;
+        }
+      } catch (e) { /* the stored key, if any, below */ }
+    }
+    try { key = sessionStorage.getItem(KEY); } catch (e) { key = null; }
+    return !!key;
+  }
+  function request(path, options) {
+    const o = Object.assign({ credentials: "omit", cache: "no-store" }, options || {});
+    o.headers = Object.assign({ "X-Room-Key": key }, o.headers || {});
+    return fetch(path, o);
+  }
   async function post(path, body) {
-    const r = await fetch(path, { method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Room-Token": token },
-      body: JSON.stringify(body) });
+    const r = await request(path, { method: "POST",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const text = await r.text();
     let data = null;
     try { data = JSON.parse(text); } catch (e) { data = null; }
+    if (r.status === 403) locked();
     if (!r.ok) {
       const e = data && data.error;
       throw new Error(e ? e.message + (e.hint ? " (" + e.hint + ")" : "") : text);
@@ -12434,105 +13164,400 @@ UI_JS = r"""
     if (loading) { again = true; return; }
     loading = true;
     try {
-      const r = await fetch("/api/state" + (before ? "?before=" + before : ""),
-                            { credentials: "same-origin" });
-      if (r.ok) { state = await r.json(); render(); conn("live", "live"); }
-      else conn("error " + r.status, "bad");
-    } catch (e) { conn("offline", "bad"); }
+      const r = await request("/api/state" + (before ? "?before=" + before : ""));
+      if (r.status === 403) { loadedOk = false; locked(); }
+      else if (r.ok) {
+        state = await r.json();
+        skew = Date.now() - Date.parse(state.generated_at);
+        render();
+        loadedOk = true;
+      } else loadedOk = false;
+    } catch (e) { loadedOk = false; }
     loading = false;
+    if (root.dataset.loaded !== "locked") badge();
     if (again) { again = false; load(); }
   }
 
-  function render() {
-    const focused = document.activeElement && document.activeElement.dataset ?
-      document.activeElement.dataset.k : null;
-    const box = $("threads");
-    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 30;
-    $("store").textContent = state.store || "";
-    const me = state.sessions.find((s) => s.session_id === state.operator);
-    $("me").textContent = me ? "you: " + who(me.session_id, me.label) : "";
-    renderRooms(); renderThreads(); renderEvents();
-    if (atBottom) box.scrollTop = box.scrollHeight;
-    if (focused) {
-      const again = document.querySelector('[data-k="' + CSS.escape(focused) + '"]');
-      if (again) again.focus();
+  // The event stream, read with fetch (EventSource cannot send the key).
+  async function listen() {
+    let pause = 500;
+    for (;;) {
+      try {
+        const r = await request("/api/stream");
+        if (r.status === 403) { streamUp = false; locked(); return; }
+        if (!r.ok || !r.body) throw new Error("stream " + r.status);
+        streamUp = true; pause = 500; badge();
+        const reader = r.body.getReader(), decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const got = await reader.read();
+          if (got.done) break;
+          buffer += decoder.decode(got.value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            if (/^event: change$/m.test(block)) load();
+          }
+        }
+      } catch (e) { /* reconnect below */ }
+      streamUp = false; badge();
+      await new Promise((done) => setTimeout(done, pause));
+      pause = Math.min(pause * 2, 8000);
     }
   }
 
-  function table(headers, rows) {
-    const wrap = el("div", "tablewrap"), t = wrap.appendChild(el("table")), head = el("tr");
-    headers.forEach((h) => head.appendChild(el("th", null, h)));
-    t.appendChild(el("thead")).appendChild(head);
-    const body = t.appendChild(el("tbody"));
-    rows.forEach((cells) => {
-      const tr = body.appendChild(el("tr"));
-      cells.forEach((c) => {
-        const td = tr.appendChild(el("td"));
-        if (c instanceof Node) td.appendChild(c); else td.textContent = c === null ? "-" : String(c);
+  // ---- rendering
+  function render() {
+    const active = document.activeElement;
+    const focused = active && active.dataset ? active.dataset.k : null;
+    const box = $("threads");
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 30;
+    renderHeader(); renderOverview(); renderTimeline(); renderTasks(); renderRooms();
+    renderThreads(); renderComposer(); renderEvents();
+    if (atBottom || !renders) box.scrollTop = box.scrollHeight;
+    if (focused) {
+      const back = document.querySelector('[data-k="' + CSS.escape(focused) + '"]');
+      if (back) back.focus();
+    }
+    renders += 1;
+    root.dataset.renders = String(renders);
+    root.dataset.loaded = "1";
+  }
+
+  function myRooms() {
+    const me = session(state.operator);
+    return me ? me.rooms : [];
+  }
+  function renderHeader() {
+    const out = document.createDocumentFragment();
+    const agents = state.agents, needs = agents.filter((a) => a.needs_you).length;
+    out.appendChild(el("b", null, agents.length + (agents.length === 1 ? " agent" : " agents")));
+    if (needs) out.appendChild(span("needs", " \u00b7 " + needs + " need" +
+      (needs === 1 ? "s" : "") + " you"));
+    const open = state.tasks.filter((t) => t.state === "open").length;
+    const claimed = state.tasks.filter((t) => t.state === "claimed").length;
+    const count = (n, one) => n + " " + one + (n === 1 ? "" : "s");
+    out.appendChild(span(null, " \u00b7 " + count(state.leases.length, "lease") + " \u00b7 " +
+      open + " open / " + claimed + " claimed " + (open + claimed === 1 ? "task" : "tasks") +
+      " \u00b7 " + count(state.windows.length, "quiet window")));
+    $("summary").replaceChildren(out);
+    $("summary").title = state.store || "";
+    const rooms = myRooms();
+    $("me").textContent = "you: " + (state.you || "operator") + (!rooms.length ?
+      " \u2014 watching, in no room" : " \u2014 in " + (rooms.length < 3 ? rooms.join(", ") :
+        rooms[0] + " and " + (rooms.length - 1) + " more"));
+    $("me").title = rooms.join(", ");
+    $("newtab").hidden = false;
+  }
+
+  function cell(row, col, content, cls) {
+    const td = row.appendChild(el("td", cls));
+    if (col) td.dataset.col = col;
+    const box = td.appendChild(el("div", "v"));
+    (Array.isArray(content) ? content : [content]).forEach((c) => {
+      if (c === null || c === undefined || c === "") return;
+      box.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+    });
+    return td;
+  }
+  function autonomyText(s) {
+    return AUTONOMY[s.autonomy_requested] + (s.autonomy !== s.autonomy_requested ?
+      " \u2192 " + AUTONOMY[s.autonomy] + " (capped)" : "");
+  }
+  function whereText(s, all) {
+    // A branch or worktree only where it tells this agent apart from the
+    // others of its repository room.
+    const mates = all.filter((o) => o.home === s.home);
+    const parts = [];
+    if (s.worktree && mates.some((o) => o.worktree !== s.worktree))
+      parts.push("worktree " + s.worktree);
+    if (s.branch && mates.some((o) => o.branch !== s.branch)) parts.push("branch " + s.branch);
+    return parts.join(", ");
+  }
+  function renderOverview() {
+    const agents = state.agents;
+    if (!agents.length) {
+      $("overview").replaceChildren(el("p", "empty", "No agent is in a room yet."));
+      return;
+    }
+    const wrap = el("div", "tablewrap"), table = wrap.appendChild(el("table"));
+    const head = table.appendChild(el("thead")).appendChild(el("tr"));
+    ["agent", "state", "doing", "holds", "inbox", "waiting on / owes", "quiet"].forEach(
+      (h) => head.appendChild(el("th", null, h)));
+    const body = table.appendChild(el("tbody"));
+    agents.forEach((a) => {
+      const tr = body.appendChild(el("tr", a.needs_you ? "needs" : a.rank <= 3 ? "watch" :
+        null));
+      tr.dataset.agent = a.session_id;
+      tr.dataset.rank = String(a.rank);
+      const where = whereText(a, agents);
+      cell(tr, "", [span("label", who(a.session_id, a.label)), el("div", "sub",
+        [a.harness, a.home, where].filter(Boolean).join(" \u00b7 "))], "who");
+      const live = span(a.liveness);
+      live.appendChild(span("dot " + a.liveness));
+      live.appendChild(document.createTextNode(a.liveness));
+      cell(tr, "state", [live, el("div", "sub", autonomyText(a))], "state");
+      cell(tr, "doing", a.work.length ? a.work.map((w) => span("line work " + w.state,
+        (WORK_VERBS[w.state] || w.state) + " " + w.scope + (w.summary ? ": " + w.summary :
+          ""))) : "-");
+      const holds = a.holds.map((l) => span("chip" + (a.liveness === "gone" ? " bad" : ""),
+        l.short + (l.mode === "shared" ? " (shared)" : "")));
+      state.tasks.filter((t) => t.claimed_by === a.session_id && t.state === "claimed")
+        .forEach((t) => holds.push(span("chip", "task #" + t.task_id)));
+      cell(tr, "holds", holds.length ? holds : "-");
+      const inbox = [];
+      if (a.unread) inbox.push(span("chip", a.unread + " unread"));
+      if (a.urgent_unread) inbox.push(span("chip bad", a.urgent_unread + " urgent"));
+      if (a.acks_owed) inbox.push(span("chip" + (a.acks_overdue ? " bad" : ""), "owes " +
+        a.acks_owed + " ack" + (a.acks_owed === 1 ? "" : "s") +
+        (a.acks_overdue ? " (" + a.acks_overdue + " overdue)" : "")));
+      cell(tr, "inbox", inbox.length ? inbox : "0 unread");
+      cell(tr, "waiting", a.waits.length ? a.waits.map((w) => {
+        const line = span("line r" + w.rank, w.text);
+        if (w.due) line.appendChild(span("due", " \u00b7 " + dueText(w.due)));
+        return line;
+      }) : "-", "waits");
+      cell(tr, "quiet", dur(a.quiet_s));
+    });
+    $("overview").replaceChildren(wrap);
+  }
+
+  // ---- the last hour: a lane per agent, a mark per event, a bar per lease
+  const MARKS = { "msg.send": "k-msg", "msg.ack": "k-ack", "lease.claim": "k-claim",
+    "lease.release": "k-release", "lease.expire": "k-release", "lease.takeover": "k-claim",
+    "signal.stop": "k-hold", "wake.accepted": "k-wake", "wake.try": "k-wake",
+    "session.join": "k-session", "session.end": "k-session", "session.leave": "k-session" };
+  function markKind(e) {
+    if (MARKS[e.kind]) return MARKS[e.kind];
+    if (e.kind === "work.blocked") return "k-work k-blocked";
+    if (e.kind.startsWith("work.")) return "k-work";
+    if (e.kind.startsWith("task.")) return "k-task";
+    if (e.kind.startsWith("window.")) return "k-window";
+    return "k-session";
+  }
+  function renderTimeline() {
+    const span_s = state.timeline_s || 3600;
+    const end = Date.parse(state.generated_at), start = end - span_s * 1000;
+    const pct = (t) => Math.max(0, Math.min(100, (t - start) / (end - start) * 100));
+    const lanes = new Map();
+    state.agents.forEach((a) => lanes.set(a.session_id, { label: who(a.session_id, a.label),
+      marks: [], bars: [] }));
+    const lane = (sid, label) => {
+      const k = sid || "-";
+      if (!lanes.has(k)) lanes.set(k, { label: sid === state.operator ? "you" :
+        sid ? named(sid) : "store", marks: [], bars: [], extra: true });
+      return lanes.get(k);
+    };
+    const open = new Map();
+    state.timeline.forEach((e) => {
+      const t = Date.parse(e.at), d = e.data || {};
+      const l = lane(e.session_id, e.label);
+      l.marks.push({ t: t, kind: markKind(e), text: clock(e.at) + " " + sentence(e) });
+      if (e.kind === "lease.claim" || e.kind === "lease.takeover") {
+        const k = e.session_id + "\u0000" + e.subject;
+        if (!open.has(k)) open.set(k, { sid: e.session_id, t: t, shown: d.shown,
+          what: shortPath(e.subject, d.shown, e.session_id) });
+      }
+      if (e.kind === "lease.takeover" && d.from) closeBar(open, lanes, d.from + "\u0000" +
+        e.subject, t, start, d.from, shortPath(e.subject, d.shown, d.from));
+      if (e.kind === "lease.release" || e.kind === "lease.expire") {
+        const holder = d.holder || e.session_id;
+        closeBar(open, lanes, holder + "\u0000" + e.subject, t, start, holder,
+          shortPath(e.subject, d.shown, holder));
+      }
+    });
+    const live = new Set(state.leases.map((l) => l.session_id + "\u0000" + l.resource));
+    state.leases.forEach((l) => {
+      const from = Math.max(start, Date.parse(l.acquired_at));
+      const target = lanes.get(l.session_id) || lane(l.session_id, l.label);
+      target.bars.push({ a: from, b: end, text: l.short + " (held)", gone: l.liveness === "gone" });
+    });
+    open.forEach((o) => {
+      // A claim the log shows no end of, and no longer live: it ended beyond
+      // what the timeline read; drawn up to now rather than dropped.
+      if (!live.has(o.sid + "\u0000" + o.shown))
+        lane(o.sid).bars.push({ a: o.t, b: end, text: o.what });
+    });
+    const box = el("div", "tl");
+    const axis = box.appendChild(el("div", "lane axis"));
+    axis.appendChild(span("lane-label muted", ""));
+    const ticks = axis.appendChild(el("div", "track"));
+    const steps = [60, 45, 30, 15, 0].map((m) => m * span_s / 60);
+    steps.forEach((s, i) => {
+      const tick = ticks.appendChild(span("tick" + (i === 0 ? " first" : i === steps.length - 1 ?
+        " last" : ""), s ? "\u2212" + dur(s) : "now"));
+      tick.style.left = pct(end - s * 1000) + "%";
+    });
+    let any = false;
+    lanes.forEach((l) => {
+      if (l.extra && !l.marks.length && !l.bars.length) return;
+      any = any || l.marks.length > 0 || l.bars.length > 0;
+      const row = box.appendChild(el("div", "lane"));
+      row.appendChild(span("lane-label", l.label)).title = l.label;
+      const track = row.appendChild(el("div", "track"));
+      l.bars.forEach((b) => {
+        const bar = track.appendChild(span("bar" + (b.gone ? " gone" : "")));
+        bar.style.left = pct(b.a) + "%";
+        bar.style.width = Math.max(0.2, pct(b.b) - pct(b.a)) + "%";
+        bar.title = b.text;
+      });
+      l.marks.forEach((m) => {
+        const mark = track.appendChild(span("mark " + m.kind));
+        mark.style.left = pct(m.t) + "%";
+        mark.title = m.text;
+        mark.setAttribute("aria-label", m.text);
       });
     });
-    return wrap;
+    if (!any) box.appendChild(el("p", "empty", "Nothing happened in the last hour."));
+    const legend = box.appendChild(el("div", "legend"));
+    [["k-msg", "message"], ["k-ack", "ack"], ["k-claim", "claim"], ["k-release", "release"],
+     ["bar", "lease held"], ["k-hold", "turn held"], ["k-wake", "wake"],
+     ["k-work", "work state"], ["k-work k-blocked", "blocked"], ["k-task", "task"],
+     ["k-window", "quiet window"]].forEach((pair) => {
+      const item = legend.appendChild(span(null));
+      item.appendChild(span(pair[0] === "bar" ? "bar" : "mark " + pair[0]));
+      item.appendChild(document.createTextNode(pair[1]));
+    });
+    $("timeline").replaceChildren(box);
   }
-  function span(cls, text) { return el("span", cls, text); }
+  function closeBar(open, lanes, k, t, start, sid, what) {
+    const o = open.get(k);
+    open.delete(k);
+    const target = lanes.get(sid);
+    if (target) target.bars.push({ a: o ? o.t : start, b: t, text: what });
+  }
 
+  // ---- the task board
+  function renderTasks() {
+    const groups = [["claimed", "Claimed"], ["open", "Open"], ["finished", "Done or failed"]];
+    const out = document.createDocumentFragment();
+    if (!state.tasks.length) out.appendChild(el("p", "empty", "No tasks yet."));
+    groups.forEach((g) => {
+      const items = state.tasks.filter((t) => g[0] === "finished" ?
+        t.state === "done" || t.state === "failed" : t.state === g[0]);
+      if (!items.length) return;
+      const card = out.appendChild(el("div", "card group"));
+      card.dataset.tasks = g[0];
+      card.appendChild(el("h4", null, g[1] + " (" + items.length + ")"));
+      items.slice(0, g[0] === "finished" ? 10 : 100).forEach((t) => {
+        const row = card.appendChild(el("div", "task " + t.state));
+        row.dataset.task = String(t.task_id);
+        const text = row.appendChild(el("div", "grow"));
+        text.appendChild(span("title", "#" + t.task_id + " " + t.title));
+        const meta = [t.room, "added by " + t.creator_label];
+        if (t.state === "claimed") meta.push("claimed by " + (t.claimant_label ||
+          named(t.claimed_by)) + (t.claimed_at ? " for " + dur((now() -
+          Date.parse(t.claimed_at)) / 1000) : "") + (t.claimant_liveness &&
+          t.claimant_liveness !== "alive" ? " (" + t.claimant_liveness + ")" : ""));
+        if (t.state === "done" || t.state === "failed") meta.push(t.state + " " +
+          ago(t.updated_at) + (t.claimant_label ? " by " + t.claimant_label : ""));
+        if (t.note) meta.push(t.note);
+        text.appendChild(el("div", "meta", meta.join(" \u00b7 ")));
+        if (t.state === "claimed" && t.claimant_liveness === "gone")
+          row.appendChild(button("reopen", "task-release:" + t.task_id, () =>
+            act("/api/task-release", { task_id: t.task_id, room: t.room },
+              "Reopen task #" + t.task_id + "? Its claimant " + (t.claimant_label || "") +
+              " is gone." + joinWarning(t.room)), "danger small"));
+      });
+    });
+    $("tasks").replaceChildren(out);
+  }
+
+  // ---- rooms: what is in each room, once (a lease or window in its holder's home room)
   function renderRooms() {
-    const root = $("rooms");
     const out = document.createDocumentFragment();
     if (!state.rooms.length) out.appendChild(el("p", "empty", "No rooms yet."));
+    const mine = myRooms();
     state.rooms.forEach((room) => {
-      const card = el("div", "card");
+      const card = el("div", "card room");
       card.dataset.room = room.room;
-      card.appendChild(el("h3", null, room.room));
-      const capRow = el("div", "actions");
-      const label = el("label", null, "autonomy cap ");
+      const title = card.appendChild(el("div", "row"));
+      title.appendChild(el("h3", "grow", room.room));
+      const members = state.sessions.filter((s) => s.rooms.indexOf(room.room) >= 0);
+      title.appendChild(span("muted small", members.length + (members.length === 1 ?
+        " member" : " members") + " \u00b7 cap " + AUTONOMY[room.cap]));
+      if (mine.indexOf(room.room) >= 0) title.appendChild(button("leave", "leave:" +
+        room.room, () => act("/api/leave-room", { room: room.room }, "Leave " + room.room +
+        "? Its broadcasts stop reaching you."), "small"));
+      const chips = card.appendChild(el("div", "members"));
+      members.forEach((s) => {
+        const chip = chips.appendChild(span("chip" + (s.session_id === state.operator ?
+          " you" : "")));
+        chip.appendChild(span("dot " + s.liveness));
+        chip.appendChild(document.createTextNode(who(s.session_id, s.label) +
+          (s.session_id === state.operator ? " (you)" : "")));
+        chip.title = s.harness + ", " + s.liveness;
+      });
+      const leases = state.leases.filter((l) => l.home === room.room);
+      if (leases.length) {
+        card.appendChild(el("h4", null, "Leases (" + leases.length + ")"));
+        card.appendChild(roomTable(["resource", "holder", "purpose", "expires", ""],
+          leases.map((l) => [span("res", l.short + (l.mode === "shared" ? " (shared)" :
+            "")), span(l.liveness, who(l.session_id, l.label) + (l.liveness !== "alive" ?
+            " (" + l.liveness + ")" : "")), l.purpose || "-", ago(l.expires_at),
+            l.liveness === "gone" ? button("release", "rel:" + l.session_id + ":" + l.resource,
+              () => act("/api/lease-release", { holder: l.session_id, resource: l.resource,
+                room: room.room }, "Release " + who(l.session_id, l.label) + "'s lease on " +
+                l.short + "? Its holder is gone." + joinWarning(room.room)), "danger small") :
+              ""]), [0]));
+      }
+      const windows = state.windows.filter((w) => w.home === room.room);
+      if (windows.length) {
+        card.appendChild(el("h4", null, "Quiet windows (" + windows.length + ")"));
+        card.appendChild(roomTable(["#", "on", "of", "state", "missing acks", ""],
+          windows.map((w) => [String(w.window_id), w.resources.join(", "),
+            who(w.session_id, w.label), w.state + " \u00b7 ends " + ago(w.expires_at),
+            w.missing_labels.length ? w.missing_labels.join(", ") : "none",
+            button("cancel", "win:" + w.window_id, () => act("/api/window-cancel",
+              { window_id: w.window_id, room: room.room }, "Cancel quiet window #" +
+              w.window_id + " of " + who(w.session_id, w.label) + "?" +
+              joinWarning(room.room)), "danger small")]), [1]));
+      }
+      const tasks = state.tasks.filter((t) => t.room === room.room &&
+        (t.state === "open" || t.state === "claimed"));
+      if (tasks.length) card.appendChild(el("p", "muted small", tasks.length +
+        " open or claimed task" + (tasks.length === 1 ? "" : "s") + " (see Tasks)"));
+      const cap = card.appendChild(el("details", "cap"));
+      cap.appendChild(el("summary", null, "autonomy cap: " + AUTONOMY[room.cap]));
+      const row = cap.appendChild(el("div", "actions"));
       const select = el("select");
       select.dataset.k = "cap:" + room.room;
       AUTONOMY.forEach((name, i) => {
         const o = el("option", null, name); o.value = String(i);
         if (i === room.cap) o.selected = true; select.appendChild(o);
       });
-      label.appendChild(select); capRow.appendChild(label);
-      capRow.appendChild(button("set cap", "setcap:" + room.room, () => act("/api/cap",
-        { room: room.room, autonomy: Number(select.value) },
-        "Set the autonomy cap of " + room.room + " to " + AUTONOMY[Number(select.value)] + "?")));
-      card.appendChild(capRow);
-      const members = state.sessions.filter((s) => s.rooms.indexOf(room.room) >= 0);
-      card.appendChild(el("h4", null, "Sessions (" + members.length + ")"));
-      card.appendChild(table(["label", "harness", "where", "liveness", "autonomy", "work", "seen"],
-        members.map((s) => [
-          who(s.session_id, s.label) + (s.session_id === state.operator ? " (you)" : ""),
-          s.harness,
-          [s.branch ? "branch " + s.branch : "", s.worktree ? "worktree " + s.worktree : ""]
-            .filter(Boolean).join(", ") || "-",
-          span(s.liveness, s.liveness + (s.left ? " (left)" : "")),
-          AUTONOMY[s.autonomy_requested] + (s.autonomy !== s.autonomy_requested ?
-            " \u2192 " + AUTONOMY[s.autonomy] : ""),
-          s.work && s.work.length ? s.work.map((w) => w.state + " " + w.scope +
-            (w.summary ? ": " + w.summary : "")).join("; ") : "-",
-          ago(s.last_seen)])));
-      const ids = new Set(room.sessions);
-      const leases = state.leases.filter((l) => ids.has(l.session_id));
-      card.appendChild(el("h4", null, "Leases (" + leases.length + ")"));
-      if (leases.length) card.appendChild(table(["resource", "holder", "mode", "purpose", "expires", ""],
-        leases.map((l) => [l.resource, span(l.liveness, who(l.session_id, l.label) + " (" + l.liveness + ")"),
-          l.mode, l.purpose || "-", ago(l.expires_at),
-          l.liveness === "gone" ? button("release", "rel:" + l.session_id + ":" + l.resource,
-            () => act("/api/lease-release", { holder: l.session_id, resource: l.resource },
-              "Release the lease on " + l.resource + " of " + who(l.session_id, l.label) +
-              " (gone)?"), "danger") : ""])));
-      const windows = state.windows.filter((w) => ids.has(w.session_id));
-      card.appendChild(el("h4", null, "Quiet windows (" + windows.length + ")"));
-      if (windows.length) card.appendChild(table(["#", "holder", "state", "purpose", "resources", "expires", ""],
-        windows.map((w) => [String(w.window_id), who(w.session_id, w.label), w.state,
-          w.purpose || "-", w.resources.join(", "), ago(w.expires_at),
-          button("cancel", "win:" + w.window_id, () => act("/api/window-cancel",
-            { window_id: w.window_id }, "Cancel quiet window #" + w.window_id + " of " +
-            who(w.session_id, w.label) + "?"), "danger")])));
+      row.appendChild(select);
+      row.appendChild(button("set cap", "setcap:" + room.room, () => act("/api/cap",
+        { room: room.room, autonomy: Number(select.value) }, "Set the autonomy cap of " +
+        room.room + " to " + AUTONOMY[Number(select.value)] + "? Members above it are " +
+        "lowered at once." + joinWarning(room.room))));
       out.appendChild(card);
     });
-    root.replaceChildren(out);
+    $("rooms").replaceChildren(out);
+  }
+  function roomTable(headers, rows, wide) {
+    const wrap = el("div", "tablewrap"), t = wrap.appendChild(el("table"));
+    const head = t.appendChild(el("thead")).appendChild(el("tr"));
+    headers.forEach((h) => head.appendChild(el("th", null, h)));
+    const body = t.appendChild(el("tbody"));
+    rows.forEach((cells) => {
+      const tr = body.appendChild(el("tr"));
+      cells.forEach((c, i) => {
+        const td = tr.appendChild(el("td", wide.indexOf(i) >= 0 ? "res" :
+          i === cells.length - 1 ? "act" : null));
+        if (c instanceof Node) td.appendChild(c);
+        else td.textContent = c === null ? "-" : String(c);
+      });
+    });
+    return wrap;
+  }
+  function joinWarning(room) {
+    return myRooms().indexOf(room) >= 0 ? "" : "\n\nThis joins you to " + room +
+      " (as a human session): its broadcasts then reach you until you leave it or stop ui.";
   }
 
+  // ---- the conversation
   function renderThreads() {
     const byId = new Map(state.messages.map((m) => [m.message_id, m]));
     const rootOf = (m) => { let r = m, n = 0;
@@ -12561,110 +13586,300 @@ UI_JS = r"""
     if (before) paging.appendChild(button("newest", "newest", () => { before = null; load(); }));
     $("paging").replaceChildren(paging);
   }
-
   function renderMessage(m) {
     const box = el("div", "msg" + (m.reply_to ? " reply" : "") +
-      (m.sender === state.operator ? " mine" : ""));
+      (m.sender === state.operator ? " mine" : "") +
+      (m.importance === "urgent" ? " urgent" : ""));
     box.dataset.message = String(m.message_id);
     const head = box.appendChild(el("div", "head"));
     head.appendChild(span(null, "#" + m.message_id));
-    head.appendChild(span(null, "from " + who(m.sender, m.sender_label)));
-    if (m.to) head.appendChild(span(null, "to " + (Array.isArray(m.to) ? m.to : [m.to])
-      .map(named).join(", ")));
+    head.appendChild(span(null, "from " + (m.sender === state.operator ? "you" :
+      who(m.sender, m.sender_label))));
+    if (m.to !== null && m.to !== undefined) head.appendChild(span(null, "to " + toText(m.to)));
     if (m.reply_to) head.appendChild(span(null, "re #" + m.reply_to));
     head.appendChild(span(null, ago(m.created_at)));
+    if (m.importance === "urgent" || m.importance === "high")
+      head.appendChild(span("tag " + (m.importance === "urgent" ? "bad" : "warn"), m.importance));
+    const overdue = m.ack_by && Date.parse(m.ack_by) < now();
+    if (m.ack_required) head.appendChild(span("tag " + (overdue ? "bad" : "warn"), "ack" +
+      (m.ack_by ? " " + dueText(m.ack_by) : " asked")));
     if (m.subject) box.appendChild(el("div", "subject", m.subject));
     if (m.body) box.appendChild(el("div", "text", m.body));
     const chips = box.appendChild(el("div", "deliveries"));
-    m.deliveries.forEach((d) => chips.appendChild(el("span", "chip " + d.state,
-      who(d.session_id, d.label) + ": " + d.state)));
+    m.deliveries.forEach((d) => {
+      const late = m.ack_required && overdue && d.state !== "acked" && d.state !== "expired";
+      chips.appendChild(span("chip " + d.state + (late ? " overdue" : ""),
+        (d.session_id === state.operator ? "you" : who(d.session_id, d.label)) + ": " +
+        d.state + (late ? " (ack overdue)" : "")));
+    });
     const actions = box.appendChild(el("div", "actions"));
-    actions.appendChild(button("reply", "reply:" + m.message_id, () => startReply(m)));
+    actions.appendChild(button("reply", "reply:" + m.message_id, () => startReply(m), "small"));
     const mine = m.deliveries.find((d) => d.session_id === state.operator);
     if (mine && mine.state !== "acked" && mine.state !== "expired")
       actions.appendChild(button("ack", "ack:" + m.message_id,
-        () => act("/api/ack", { message_id: m.message_id })));
+        () => act("/api/ack", { message_id: m.message_id }), "small"));
+    const w = m.to && typeof m.to === "object" && !Array.isArray(m.to) ? m.to.window : null;
+    const win = w ? state.windows.find((x) => x.window_id === w) : null;
+    if (win && win.state === "pending" && win.missing_acks.indexOf(state.operator) >= 0)
+      actions.appendChild(button("agree to window #" + w, "wack:" + w,
+        () => act("/api/window-ack", { window_id: w }), "small"));
     return box;
   }
 
+  // ---- the composer: never "everyone" by default; it says what a send joins
+  function roomFor(sid, prefer) {
+    const s = session(sid);
+    if (!s || !s.rooms.length) return null;
+    const mine = myRooms();
+    const pick = (prefer || []).filter((r) => s.rooms.indexOf(r) >= 0);
+    return pick.find((r) => mine.indexOf(r) >= 0) || pick[0] ||
+      s.rooms.find((r) => mine.indexOf(r) >= 0) || s.home || s.rooms[0];
+  }
+  function option(parent, value, text) {
+    const o = parent.appendChild(el("option", null, text)); o.value = value; return o;
+  }
+  function renderComposer() {
+    const agents = state.agents.filter((a) => a.rooms.length);
+    const signature = JSON.stringify([agents.map((a) => [a.session_id, a.label, a.home]),
+      state.rooms.map((r) => r.room)]);
+    const to = $("to");
+    if (signature !== toSignature) {
+      toSignature = signature;
+      const keep = to.value;
+      to.replaceChildren();
+      option(to, "", "choose a recipient\u2026");
+      const people = to.appendChild(el("optgroup")); people.label = "an agent";
+      agents.forEach((a) => option(people, "s:" + a.session_id, who(a.session_id, a.label) +
+        " (" + a.home + ")"));
+      const everyone = to.appendChild(el("optgroup")); everyone.label = "everyone in a room";
+      state.rooms.forEach((r) => option(everyone, "r:" + r.room, "everyone in " + r.room));
+      option(to, "x", "a selector\u2026");
+      to.value = Array.from(to.options).some((o) => o.value === keep) ? keep : "";
+      [$("task-room")].forEach((select) => {
+        const was = select.value;
+        select.replaceChildren();
+        state.rooms.forEach((r) => option(select, r.room, r.room));
+        if (was) select.value = was;
+      });
+    }
+    composerRooms();
+  }
+  function composerRooms() {
+    const value = $("to").value, pick = $("room");
+    let rooms = [];
+    if (value.startsWith("s:")) rooms = (session(value.slice(2)) || { rooms: [] }).rooms;
+    else if (value === "x") rooms = state.rooms.map((r) => r.room);
+    const signature = JSON.stringify(rooms);
+    if (signature !== roomSignature) {
+      roomSignature = signature;
+      const was = pick.value;
+      pick.replaceChildren();
+      rooms.forEach((r) => option(pick, r, r));
+      if (rooms.indexOf(was) >= 0) pick.value = was;
+      else if (value.startsWith("s:")) pick.value = roomFor(value.slice(2),
+        reply ? reply.rooms : null) || "";
+    }
+    $("room-label").hidden = rooms.length < 2 && value !== "x";
+    $("selector-label").hidden = value !== "x";
+    const room = sendRoom();
+    $("joinnote").textContent = room && myRooms().indexOf(room) < 0 ? "Sending joins you to " +
+      room + " as a human session: its agents can then reply to you, and its broadcasts " +
+      "reach you, until you leave it or stop ui." : "";
+    const taskRoom = $("task-room").value;
+    $("task-note").textContent = taskRoom && myRooms().indexOf(taskRoom) < 0 ?
+      "Adding a task joins you to " + taskRoom + "." : "";
+  }
+  function sendRoom() {
+    const value = $("to").value;
+    if (value.startsWith("r:")) return value.slice(2);
+    if (value.startsWith("s:") || value === "x") return $("room").value || null;
+    return null;
+  }
   function startReply(m) {
-    replyTo = m.message_id;
-    $("to").value = m.sender === state.operator ? "*" : m.sender;
-    if (m.subject && !$("subject").value) $("subject").value = /^re:/i.test(m.subject) ? m.subject : "re: " + m.subject;
-    $("replying").textContent = "replying to #" + m.message_id + " from " + who(m.sender, m.sender_label);
+    reply = { message_id: m.message_id, rooms: m.rooms };
+    if (m.sender !== state.operator && session(m.sender)) $("to").value = "s:" + m.sender;
+    roomSignature = "";
+    composerRooms();
+    // The reply is said where the message was, in a room its sender is in.
+    const where = $("to").value.startsWith("s:") ? roomFor(m.sender, m.rooms) : null;
+    if (where) { $("room").value = where; composerRooms(); }
+    if (m.subject && !$("subject").value)
+      $("subject").value = /^re:/i.test(m.subject) ? m.subject : "re: " + m.subject;
+    $("replying").textContent = "replying to #" + m.message_id + " from " +
+      (m.sender === state.operator ? "you" : who(m.sender, m.sender_label));
     $("noreply").hidden = false;
     $("body").focus();
   }
   function clearReply() {
-    if (replyTo) $("to").value = "*";
-    replyTo = null; $("replying").textContent = ""; $("noreply").hidden = true;
+    reply = null; $("replying").textContent = ""; $("noreply").hidden = true;
   }
 
-  function eventText(e) {
-    const d = e.data || {};
-    const parts = [];
-    Object.keys(d).sort().forEach((k) => {
-      const v = d[k];
-      if (v === null || v === "" || (Array.isArray(v) && !v.length)) return;
-      if (/_at$/.test(k) && typeof v === "number") {
-        parts.push(k + "=" + new Date(v * 1000).toISOString().slice(0, 19) + "Z"); return;
-      }
-      parts.push(k + "=" + (typeof v === "string" ? named(v) :
-        Array.isArray(v) ? v.map((x) => typeof x === "string" ? named(x) : JSON.stringify(x))
-          .join(",") : JSON.stringify(v)));
-    });
-    return [e.room || "", e.subject === null ? "" : String(e.subject), parts.join(" ")]
-      .filter(Boolean).join("  ");
+  // ---- events as sentences, the raw form one click away
+  function sentence(e) {
+    const d = e.data || {}, w = e.session_id === state.operator ? "you" :
+      e.session_id ? who(e.session_id, e.label) : "the store";
+    const n = e.subject === null || e.subject === undefined ? "" : String(e.subject);
+    const path = () => shortPath(e.subject, d.shown, e.session_id);
+    const held = (sec) => sec ? " for " + dur(sec) : "";
+    const until = typeof d.expires_at === "number" ? d.expires_at - Date.parse(e.at) / 1000 : 0;
+    const k = e.kind;
+    if (k === "msg.send") return w + " sent #" + n + (d.subject ? " \u201c" + d.subject +
+      "\u201d" : "") + " to " + toText(d.to) + " (" + (d.recipients || []).length +
+      " recipient" + ((d.recipients || []).length === 1 ? ")" : "s)");
+    if (k === "msg.read") return w + " read " + (d.messages || []).map((x) => "#" + x).join(", ");
+    if (k === "msg.ack") return w + " acked #" + n;
+    if (k === "msg.expire") return "message #" + n + " expired";
+    if (k === "lease.claim") return w + (d.reason === "renewed" ? " renewed " : " claimed ") +
+      path() + held(until) + (d.mode === "shared" ? " (shared)" : "") +
+      (d.purpose ? ": " + d.purpose : "");
+    if (k === "lease.renew") return w + " renewed " + path() + held(until);
+    if (k === "lease.release") return d.why === "operator" ? w + " released " +
+      named(d.holder) + "'s lease on " + shortPath(e.subject, d.shown, d.holder) +
+      " (its holder was gone)" : d.why ? w + "'s lease on " + path() + " ended (" + d.why +
+      ")" : w + " released " + path();
+    if (k === "lease.expire") return w + "'s lease on " + path() + " expired";
+    if (k === "lease.takeover") return w + " took over " + path() + " from " + named(d.from) +
+      " (gone)";
+    if (k === "lease.refused") return w + " was refused " + (d.resources || []).join(", ") +
+      ": held by " + names(d.holders);
+    if (k.startsWith("work.")) {
+      const state_ = k.slice(5), verbs = { started: "started", waiting: "is waiting on",
+        blocked: "is blocked on", completed: "completed", handoff: "handed off",
+        failed: "failed" };
+      return w + " " + (verbs[state_] || state_) + " " + n + (d.summary ? ": " + d.summary : "") +
+        (d.message_id ? " (told in #" + d.message_id + ")" : "");
+    }
+    if (k === "window.request") return w + " asked for quiet on " + (d.resources || [])
+      .join(", ") + " (window #" + n + ")" + (d.purpose ? ": " + d.purpose : "");
+    if (k === "window.ack") return w + " agreed to quiet window #" + n;
+    if (k === "window.activate") return "quiet window #" + n + " of " + w + " began";
+    if (k === "window.release") return w + " ended quiet window #" + n;
+    if (k === "window.cancel") return d.why === "operator" ? w + " cancelled " +
+      named(d.owner) + "'s quiet window #" + n : "quiet window #" + n + " of " + w +
+      " was cancelled" + (d.why ? " (" + d.why + ")" : "");
+    if (k === "window.expire") return "quiet window #" + n + " of " + w + " expired";
+    if (k === "window.refused") return "quiet window #" + n + " of " + w + " could not begin" +
+      (d.problems ? ": " + [].concat(d.problems).map((p) => typeof p === "string" ? p :
+        JSON.stringify(p)).join("; ") : "");
+    if (k === "task.add") return w + " added task #" + n + " in " + (e.room || "?") +
+      (d.title ? ": " + d.title : "");
+    if (k === "task.claim") return w + " claimed task #" + n + (d.taken_from ? " from " +
+      named(d.taken_from) + " (gone)" : "");
+    if (k === "task.done") return w + " finished task #" + n;
+    if (k === "task.fail") return w + " gave up on task #" + n;
+    if (k === "task.release") return d.why === "operator" ? w + " reopened task #" + n +
+      " (" + named(d.claimant) + " was gone)" : w + " released task #" + n;
+    if (k === "room.join") return w + " joined " + e.room;
+    if (k === "room.leave") return w + " left " + e.room;
+    if (k === "room.cap") return w + " set the autonomy cap of " + e.room + " to " +
+      AUTONOMY[d.autonomy] + ((d.lowered || []).length ? ", lowering " + names(d.lowered) : "");
+    if (k === "session.join") return w + " arrived" + (d.harness ? " (" + d.harness + ")" : "");
+    if (k === "session.rejoin") return w + " came back";
+    if (k === "session.leave") return w + " left " + ((d.rooms || []).join(", ") || "its rooms");
+    if (k === "session.end") return w + "'s session ended";
+    if (k === "session.prune") return w + " was pruned";
+    if (k === "signal.tool" || k === "signal.result") return w + " was told of unread mail";
+    if (k === "signal.stop") return w + "'s turn end was held for unread mail";
+    if (k === "wake.try") return "waking " + w + (d.lever ? " (" + d.lever + ")" : "");
+    if (k === "wake.accepted") return w + " was woken";
+    if (k === "wake.armed") return w + " waits to be woken";
+    if (k === "wake.none") return w + " cannot be woken (no lever); " + (d.messages || []).length +
+      " message(s) wait for its next turn";
+    if (k === "wake.later") return "waking " + w + " again later";
+    if (k.startsWith("wake.")) return "waking " + w + ": " + k.slice(5);
+    if (k === "read.note") return w + " read " + path();
+    if (k === "store.migrate") return "the store moved from schema " + d.from + " to " + d.to;
+    return w + " " + k + (n ? " " + n : "");
   }
   function renderEvents() {
     const words = $("filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+    const hideNoise = $("quiet").checked;
     const list = $("events");
     const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 30;
+    const open = new Set(Array.from(list.querySelectorAll("details[open]")).map(
+      (x) => x.dataset.event));
     const out = document.createDocumentFragment();
     state.events.forEach((e) => {
-      const text = eventText(e);
-      const hay = (e.kind + " " + (e.label || "") + " " + (e.session_id || "") + " " + text).toLowerCase();
-      if (words.some((w) => hay.indexOf(w) < 0)) return;
-      const li = el("li");
-      li.appendChild(span("muted", e.at.slice(11, 19) + " "));
-      li.appendChild(span("kind", e.kind));
-      li.appendChild(span(null, " " + (e.session_id ? who(e.session_id, e.label) : "") + "  " + text));
+      const noise = NOISE.test(e.kind);
+      if (noise && hideNoise) return;
+      const text = sentence(e), raw = e.kind + "  " + JSON.stringify(
+        { session_id: e.session_id, room: e.room, subject: e.subject, data: e.data });
+      if (words.some((w) => (text + " " + raw).toLowerCase().indexOf(w) < 0)) return;
+      const li = el("li", noise ? "noise" : null);
+      const details = li.appendChild(el("details"));
+      details.dataset.event = String(e.id);
+      if (open.has(String(e.id))) details.open = true;
+      const summary = details.appendChild(el("summary"));
+      const time = summary.appendChild(el("time", null, clock(e.at)));
+      time.dateTime = e.at;
+      summary.appendChild(document.createTextNode(text));
+      details.appendChild(el("code", "raw", e.at + "  " + raw));
       out.appendChild(li);
     });
+    if (!out.childNodes.length) out.appendChild(el("li", "empty", "No events match."));
     list.replaceChildren(out);
-    if (atBottom) list.scrollTop = list.scrollHeight;
+    if (atBottom || renders === 0) list.scrollTop = list.scrollHeight;
   }
 
+  // ---- forms
+  $("to").addEventListener("change", composerRooms);
+  $("room").addEventListener("change", composerRooms);
+  $("task-room").addEventListener("change", composerRooms);
   $("compose").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const to = $("to").value.split(",").map((s) => s.trim()).filter(Boolean);
-    const body = { to: to.length === 1 ? to[0] : to, subject: $("subject").value,
-                   body: $("body").value };
-    if (replyTo) body.reply_to = replyTo;
+    const value = $("to").value, room = sendRoom();
+    let to = null;
+    if (value.startsWith("s:")) to = value.slice(2);
+    else if (value.startsWith("r:")) to = "*";
+    else if (value === "x") {
+      const list = $("selector").value.split(",").map((s) => s.trim()).filter(Boolean);
+      to = list.length === 1 ? list[0] : list.length ? list : null;
+    }
+    if (!to || !room) { $("sendstatus").textContent = "choose a recipient (and a room)"; return; }
+    const body = { room: room, to: to, subject: $("subject").value, body: $("body").value };
+    if ($("urgent").checked) body.importance = "urgent";
+    if (reply) body.reply_to = reply.message_id;
     $("send").disabled = true;
     $("sendstatus").textContent = "sending\u2026";
     try {
       const r = await post("/api/send", body);
-      $("sendstatus").textContent = "sent #" + r.message_id + " to " + r.recipients +
-        (r.warning ? " \u2014 " + r.warning : "");
-      $("subject").value = ""; $("body").value = ""; clearReply();
+      $("sendstatus").textContent = "sent #" + r.message_id + " to " + (r.recipient_labels ||
+        []).join(", ") + (r.recipients ? "" : "nobody") + (r.warning ? " \u2014 " + r.warning : "");
+      $("subject").value = ""; $("body").value = ""; $("urgent").checked = false;
+      clearReply();
       load();
     } catch (e) { $("sendstatus").textContent = "not sent: " + e.message; }
     $("send").disabled = false;
   });
   $("noreply").addEventListener("click", clearReply);
+  $("task-add").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const room = $("task-room").value, title = $("task-title").value.trim();
+    if (!room || !title) return;
+    $("task-submit").disabled = true;
+    try {
+      await post("/api/task-add", { room: room, title: title });
+      $("task-title").value = "";
+      load();
+    } catch (e) { window.alert(e.message); }
+    $("task-submit").disabled = false;
+  });
   $("filter").addEventListener("input", () => { if (state) renderEvents(); });
+  $("quiet").addEventListener("change", () => { if (state) renderEvents(); });
+  $("newtab").addEventListener("click", async () => {
+    try {
+      const r = await post("/api/code", {});
+      window.open("/#k=" + r.code, "_blank", "noopener");
+    } catch (e) { window.alert(e.message); }
+  });
 
-  function listen() {
-    const source = new EventSource("/api/stream");
-    source.addEventListener("change", () => load());
-    source.onopen = () => conn("live", "live");
-    source.onerror = () => conn("reconnecting", "bad");
-  }
-  listen();
-  load();
-  // Liveness and relative times move without a write: refresh now and then.
-  setInterval(load, 10000);
+  login().then((ok) => {
+    if (!ok) { locked(); return; }
+    listen();
+    load();
+    // Liveness and relative times move without a write: refresh now and then.
+    setInterval(load, 10000);
+  });
 })();
 """
 
