@@ -12,8 +12,9 @@ library only; Python 3.9 or newer.  Tests: ``python3 test_agents_room.py``.
 Commands (``python3 agents_room.py <command> --help`` shows an example each):
   join leave leave-room who set-cap status        rooms and sessions
   send recv show thread reply ask ack unread      messages
-  sent history                                    what you sent, a room's history
-  claim renew release check leases guard          leases on paths and kind:name
+  sent history retract cancel-wake                what you sent, take back; history
+  notify-when notify-cancel                       tell me once: idle, gone, free
+  claim renew release check leases guard          fenced leases on paths, kind:name
   install-guard                                   a git pre-commit hook running guard
   note-read drift                                 reads and drift
   work window task                                work states, quiet windows, tasks
@@ -42,6 +43,7 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   operations: work states and quiet windows
                                        what a session does; asking for quiet
   operations: task board               a room's shared to-do list
+  operations: watches                  tell me once when: idle, gone, free, leaves
   operations: status                   the room at a glance (and the page's)
   operations: reads and drift          what you read, and whether it changed
   operations: signals and wakes        what hooks and levers ask of the store
@@ -127,7 +129,7 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants -----------------------------------------------------------
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIN_SQLITE = (3, 31, 0)
 
 
@@ -999,7 +1001,66 @@ def _migrate_v5(conn):
                  (host_name(), os.uname().nodename))
 
 
-MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5]
+# Schema 6: fenced leases, watches, retracted messages.  One text for both
+# stores (PostgreSQL's types are put in by PG_TYPES).
+SCHEMA_V6 = """
+CREATE TABLE grants (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    real TEXT,
+    shown TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    granted_at REAL NOT NULL,
+    released_at REAL
+);
+CREATE INDEX grants_key ON grants(kind, key);
+CREATE INDEX grants_real ON grants(kind, real);
+CREATE INDEX grants_session ON grants(session_id);
+ALTER TABLE leases ADD COLUMN fence INTEGER;
+CREATE TABLE watches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    event TEXT NOT NULL,
+    target TEXT,
+    kind TEXT,
+    key TEXT,
+    real TEXT,
+    shown TEXT,
+    state TEXT,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX watches_target ON watches(target);
+CREATE INDEX watches_event ON watches(event);
+CREATE INDEX watches_session ON watches(session_id);
+ALTER TABLE messages ADD COLUMN retracted_at REAL;
+"""
+
+
+def _migrate_v6(conn):
+    """Every grant of a resource is a row whose id, taken in the grant's
+    transaction, is the grant's fence; leases carry theirs (those already held
+    get one now); watches; a message records when its sender took it back."""
+    for statement in SCHEMA_V6.strip().split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    for lease in conn.execute("SELECT * FROM leases ORDER BY acquired_at, id").fetchall():
+        conn.execute("UPDATE leases SET fence=? WHERE id=?", (_grant(
+            conn, lease["session_id"], lease["kind"], lease["key"], lease["real"],
+            lease["path"], lease["mode"], lease["acquired_at"]), lease["id"]))
+
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migrate_v6]
+
+
+def _grant(conn, session_id, kind, key, real, shown, mode, at):
+    """A new grant of a resource: its fence, a number no earlier grant of any
+    resource has, assigned by the store in the grant's transaction."""
+    return conn.execute(
+        "INSERT INTO grants (session_id, kind, key, real, shown, mode, granted_at) "
+        "VALUES (?,?,?,?,?,?,?)", (session_id, kind, key, real, shown, mode, at)).lastrowid
 
 
 def run_migration(conn, migration):
@@ -1014,7 +1075,7 @@ def run_migration(conn, migration):
 # these); SQLite also keeps its full-text index.
 STORE_TABLES = ("meta", "sessions", "rooms", "memberships", "messages", "message_rooms",
                 "deliveries", "leases", "reads", "events", "work", "windows",
-                "window_resources", "tasks")
+                "window_resources", "tasks", "grants", "watches")
 OUR_TABLES = set(STORE_TABLES) | {"messages_fts", "messages_fts_data", "messages_fts_idx",
                                   "messages_fts_docsize", "messages_fts_config"}
 
@@ -1590,6 +1651,13 @@ def retention(conn, at, batch=RETENTION_BATCH):
                      "WHERE id=?", [(r[2], r[1]) for r in old_messages])
     old_messages = [r[0] for r in old_messages]
     conn.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in old_messages])
+    # Grants as long as the audit log (a fence outlives its lease so that a
+    # stalled holder is still told who came after it); watches past their TTL.
+    old_grants = [r[0] for r in conn.execute(
+        "SELECT id, granted_at FROM grants WHERE id < (SELECT MIN(id) FROM grants) + ?",
+        (batch,)) if r[1] < events_cutoff]
+    conn.executemany("DELETE FROM grants WHERE id=?", [(i,) for i in old_grants])
+    conn.execute("DELETE FROM watches WHERE expires_at <= ?", (at,))
     return len(old_events), len(old_messages)
 
 
@@ -1600,7 +1668,8 @@ def sweep(conn, at, real=None):
     retention batch.  Every operation runs it first (the door does), so no
     answer is computed from a stale moment.  The watermark that bounds the
     next scan never moves past the real clock (real: the store's, when it has
-    one of its own: a server's)."""
+    one of its own: a server's).  Returns (leases expired, whether the
+    once-a-minute beat came)."""
     row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
     swept_to = float(row[0]) if row else 0.0
     ids = []
@@ -1617,18 +1686,22 @@ def sweep(conn, at, real=None):
     # every call would add a page write to every transaction.  Retention rides
     # the same once-a-minute beat.
     mark = real_time(at) if real is None else min(at, real)
-    if (ids and mark > swept_to) or mark - swept_to > RETENTION_EVERY_S:
+    beat = mark - swept_to > RETENTION_EVERY_S
+    if (ids and mark > swept_to) or beat:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
                      "('expiry_swept_to', ?)", (repr(mark),))
-        if mark - swept_to > RETENTION_EVERY_S:
+        if beat:
             retention(conn, mark)
     sweep_windows(conn, at)
-    for lease in conn.execute("SELECT * FROM leases WHERE expires_at <= ? LIMIT ?",
-                              (at, SWEEP_BATCH)).fetchall():
+    expired = conn.execute("SELECT * FROM leases WHERE expires_at <= ? LIMIT ?",
+                           (at, SWEEP_BATCH)).fetchall()
+    for lease in expired:
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
         event(conn, "lease.expire", lease["session_id"], subject=lease["key"],
               data={"mode": lease["mode"], "expires_at": lease["expires_at"],
-                    "shown": lease["path"], "kind": lease["kind"]}, at=at)
+                    "shown": lease["path"], "kind": lease["kind"],
+                    "fence": lease["fence"]}, at=at)
+    return len(expired), beat
 
 
 COPY_BATCH = 200                      # rows per INSERT while copying a room
@@ -4297,6 +4370,7 @@ class Op:
         self.liveness = LazyScan(ctx, at)
         self.after = []           # run once the transaction committed
         self.readonly = False     # a plain read: the disk is full (see call_tool)
+        self.freed = False        # a lease ended: watches for a free resource look
         self._rows = {}
 
     @property
@@ -4384,6 +4458,18 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
 AFTER_TOOL_EVENT = []
 
 
+# Who is told when the room changes in a way a session may watch for (a turn
+# ended, a session went, a lease ended, a work state changed, the door's
+# once-a-minute beat): listener(op, what, session_id); the watches section
+# registers itself, so the sections before it need not know of it.
+CHANGE_LISTENERS = []
+
+
+def changed(op, what, session_id=None):
+    for listener in CHANGE_LISTENERS:
+        listener(op, what, session_id)
+
+
 def call_tool(store, ctx, name, args, public_only=False):
     """The one door every operation enters by (MCP, CLI, hooks, guard, the
     page): check the arguments, then in one write transaction read the clock,
@@ -4434,9 +4520,14 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
         try:
             with store.write() as conn:
                 op = Op(store, conn, ctx, store.now(), prepared=prepared)
-                sweep(conn, op.at, store.real_now())
+                expired, beat = sweep(conn, op.at, store.real_now())
+                op.freed = expired > 0
                 op.caller = _find_caller(op, tool_, session_id, harness_key)
                 result = tool_.fn(op, **args)
+                if op.freed:
+                    changed(op, "free")
+                if beat:
+                    changed(op, "beat")
                 op.liveness.record(conn)
                 if ctx.via == "mcp" and op.caller is not None and tool_.public and \
                         not tool_.tells_mail:
@@ -4478,7 +4569,10 @@ S_LEASE = {"type": "object", "properties": {
     "path": {"type": "string"}, "resource": {"type": "string"},
     "kind": {"type": "string"}, "purpose": {"type": ["string", "null"]},
     "mode": {"type": "string"},
-    "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS},
+    "acquired_at": S_TIME, "expires_at": S_TIME, "liveness": S_LIVENESS,
+    "fence": {"type": ["integer", "null"],
+              "description": "this grant's number: every grant of a resource gets a "
+                             "larger one (lease_check fence tells whether it is current)"}},
     "required": ["session_id", "label", "path", "mode", "acquired_at", "expires_at",
                  "liveness"]}
 S_LEASE_OR_NULL = dict(S_LEASE, type=["object", "null"])
@@ -4488,7 +4582,8 @@ S_MESSAGE = {"type": "object", "properties": {
     "sender_harness": {"type": ["string", "null"]}, "subject": {"type": ["string", "null"]},
     "body": {"type": ["string", "null"]}, "reply_to": {"type": ["integer", "null"]},
     "created_at": S_TIME, "expires_at": S_TIME,
-    "rooms": {"type": "array", "items": {"type": "string"}}},
+    "rooms": {"type": "array", "items": {"type": "string"}},
+    "retracted_at": S_TIME},
     "required": ["message_id", "sender", "sender_label", "subject", "body", "reply_to",
                  "created_at", "expires_at", "rooms"]}
 S_SESSION_ROW = {"type": "object", "properties": {
@@ -4549,6 +4644,8 @@ def _render_messages(messages, empty):
             head += "  [%s]" % m["importance"]
         if m.get("ack_required"):
             head += "  [ack required%s]" % (" by " + m["ack_by"] if m.get("ack_by") else "")
+        if m.get("retracted_at"):
+            head += "  [retracted by its sender at %s]" % m["retracted_at"]
         lines.append(head)
         if m.get("subject"):
             lines.append("    subject: " + one_line(m["subject"], 200))
@@ -4614,16 +4711,25 @@ def _render_sent(result):
         return "nothing sent yet"
     lines = []
     for m in result["messages"]:
+        if m.get("retracted_at"):
+            lines.append("#%d  %s  %s  - retracted at %s" % (
+                m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)",
+                                                           60), m["retracted_at"]))
+            continue
         lines.append("#%d  %s  %s  - to %d, %d not read yet%s%s" % (
             m["message_id"], m["created_at"], one_line(m["subject"] or "(no subject)", 60),
             m["sent"], m["pending"], ", %d left the room" % m["left"] if m["left"] else "",
             ", %d acks owed (%d overdue)" % (m["acks_owed"], m["acks_overdue"])
             if "acks_owed" in m else ""))
         for d in m["deliveries"]:
-            lines.append("    %-13s %s%s%s" % (
+            wake = d.get("wake")
+            lines.append("    %-13s %s%s%s%s" % (
                 d["state"], _who_name(d), " (left the room)" if d.get("left") else "",
                 "  wake failed: " + one_line(d["wake_failed"], 80)
-                if d.get("wake_failed") else ""))
+                if d.get("wake_failed") else "",
+                "  wake at %s by %s, %d attempt%s left" % (
+                    wake["next_at"], wake["lever"] or "no lever yet", wake["attempts_left"],
+                    "" if wake["attempts_left"] == 1 else "s") if wake else ""))
     return "\n".join(lines)
 
 
@@ -4680,6 +4786,18 @@ def _render_status(r):
     if r["windows"]:
         lines.append("== quiet windows")
     lines += ["   " + _render_window(w).replace("\n", "\n   ") for w in r["windows"]]
+    if r.get("watches"):
+        lines.append("== watches (one message each)")
+    lines += ["   #%d for %s: when %s (until %s)" % (
+        w["watch_id"], _who_name({"label": w.get("watcher_label"),
+                                  "session_id": w["session_id"]}), w["what"], w["expires_at"])
+        for w in r.get("watches", [])]
+    if r.get("wakes"):
+        lines.append("== wakes to come")
+    lines += ["   %s for #%d from %s at %s by %s, %d attempt%s left" % (
+        _who_name(w), w["message_id"], one_line(w["sender_label"] or w["sender"], 30),
+        w["next_at"], w["lever"] or "no lever yet", w["attempts_left"],
+        "" if w["attempts_left"] == 1 else "s") for w in r.get("wakes", [])]
     return "\n".join(lines)
 
 
@@ -5069,6 +5187,9 @@ def release_all(op, session_id, why):
     for lease in op.conn.execute("SELECT * FROM leases WHERE session_id=?",
                                  (session_id,)).fetchall():
         op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+        op.conn.execute("UPDATE grants SET released_at=? WHERE id=?",
+                        (op.at, lease["fence"]))
+        op.freed = True
         op.event("lease.release", session_id, subject=lease["key"],
                  data={"mode": lease["mode"], "why": why, "shown": lease["path"],
                        "kind": lease["kind"]})
@@ -5100,6 +5221,7 @@ def room_leave(op):
     op.conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
                     (op.at, me))
     op.event("session.leave", me, data={"rooms": rooms})
+    changed(op, "gone", me)
     return {"ok": True, "session_id": me, "left_rooms": rooms}
 
 
@@ -5331,6 +5453,8 @@ def message_dict(op, row):
     if row["ack_required"]:
         item["ack_required"] = True
         item["ack_by"] = iso(row["ack_by"]) if row["ack_by"] else None
+    if row["retracted_at"] is not None:
+        item["retracted_at"] = iso(row["retracted_at"])
     return item
 
 
@@ -5640,14 +5764,15 @@ def msg_sent(op, limit=20):
     Answers 'why did they not hear me'."""
     conn = op.conn
     messages = conn.execute(
-        "SELECT id, subject, created_at, ack_required, ack_by FROM messages WHERE sender=? "
-        "ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
+        "SELECT id, subject, created_at, ack_required, ack_by, retracted_at FROM messages "
+        "WHERE sender=? ORDER BY id DESC LIMIT ?", (op.me, limit)).fetchall()
     result = []
     for message in reversed(messages):
         deliveries = conn.execute(
-            "SELECT d.session_id, s.label, d.state, s.left_at, d.wake_failed FROM "
-            "deliveries d JOIN sessions s ON s.id = d.session_id WHERE d.message_id=? "
-            "ORDER BY s.label, d.session_id", (message["id"],)).fetchall()
+            "SELECT d.session_id, s.label, d.state, s.left_at, d.wake_failed, "
+            "d.wake_next_at, d.wake_attempts FROM deliveries d JOIN sessions s ON "
+            "s.id = d.session_id WHERE d.message_id=? ORDER BY s.label, d.session_id",
+            (message["id"],)).fetchall()
         counts = {state: 0 for state in STATE_ORDER}
         for d in deliveries:
             counts[d["state"]] += 1
@@ -5657,6 +5782,8 @@ def msg_sent(op, limit=20):
                     "state": d["state"], "left": d["left_at"] is not None}
             if d["wake_failed"] and d["state"] in UNREAD_STATES:
                 item["wake_failed"] = d["wake_failed"]
+            if d["wake_next_at"] is not None and d["state"] in UNREAD_STATES:
+                item["wake"] = pending_wake(op, d)
             items.append(item)
         result.append(dict({
             "message_id": message["id"], "subject": message["subject"],
@@ -5667,6 +5794,8 @@ def msg_sent(op, limit=20):
                            and d["left_at"] is None),
             "left": sum(1 for d in deliveries if d["left_at"] is not None),
         }, **counts))
+        if message["retracted_at"] is not None:
+            result[-1]["retracted_at"] = iso(message["retracted_at"])
         if message["ack_required"]:
             owed = sum(1 for d in deliveries if d["state"] not in ("acked", "expired")
                        and d["left_at"] is None)
@@ -5674,6 +5803,100 @@ def msg_sent(op, limit=20):
                               acks_overdue=owed if message["ack_by"] and
                               message["ack_by"] < op.at else 0)
     return {"messages": result}
+
+
+def pending_wake(op, delivery):
+    """A wake still to come, as a sender sees it: when, by which lever (as
+    things stand), how many attempts are left."""
+    recipient = op.session(delivery["session_id"])
+    return {"next_at": iso(delivery["wake_next_at"]),
+            "lever": current_lever(recipient, op.at) if recipient else None,
+            "attempts": delivery["wake_attempts"],
+            "attempts_left": max(0, WAKE_ATTEMPTS_MAX - delivery["wake_attempts"])}
+
+
+def _own_message(op, message_id):
+    row = op.conn.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+    if row is None or row["sender"] != op.me:
+        mine = [r[0] for r in op.conn.execute(
+            "SELECT id FROM messages WHERE sender=? ORDER BY id DESC LIMIT 5", (op.me,))]
+        raise RoomError("you sent no message #%d" % message_id, "your newest: %s" % (
+            ", ".join("#%d" % i for i in mine) or "none") + "; sent lists them")
+    return row
+
+
+@tool("msg_retract", "Take back a message", {
+    "session_id": S_SESSION, "message_id": S_MESSAGE_ID}, ["session_id", "message_id"],
+    output=out_schema(["ok", "message_id", "removed_from"], ok={"type": "boolean"},
+                      message_id={"type": "integer"},
+                      removed_from={"type": "array", "items": {"type": "string"}},
+                      wakes_cancelled={"type": "integer"}, reason={"type": "string"},
+                      read_by={"type": "array", "items": {"type": "object"}}),
+    cli="retract", positional=("message_id",), example="retract --session $ID 12",
+    destructive=True, refusal=True,
+    render=lambda r: ("retracted #%d: gone from %d inbox%s%s" % (
+        r["message_id"], len(r["removed_from"]), "" if len(r["removed_from"]) == 1
+        else "es", ", %d wake%s cancelled" % (r["wakes_cancelled"], "" if
+                                               r["wakes_cancelled"] == 1 else "s")
+        if r["wakes_cancelled"] else "") if r["ok"] else paint("refused:", "refused") +
+        " " + r["reason"]))
+def msg_retract(op, message_id):
+    """Take back a message you sent that no recipient has read yet: it leaves
+    every inbox, wakes not yet made are cancelled, and the message stays on
+    record marked retracted (history shows it so). Once someone read it, the
+    answer is ok false with who read it: reply to correct it instead."""
+    conn = op.conn
+    row = _own_message(op, message_id)
+    if row["retracted_at"] is not None:
+        raise RoomError("message #%d was retracted already, at %s" % (
+            message_id, iso(row["retracted_at"])))
+    readers = conn.execute(
+        "SELECT d.session_id, s.label, d.state, d.read_at FROM deliveries d JOIN sessions s "
+        "ON s.id = d.session_id WHERE d.message_id=? AND d.state IN ('read', 'acked') "
+        "ORDER BY d.read_at", (message_id,)).fetchall()
+    if readers:
+        read_by = [{"session_id": r["session_id"], "label": r["label"],
+                    "read_at": iso(r["read_at"])} for r in readers]
+        return {"ok": False, "message_id": message_id, "removed_from": [],
+                "read_by": read_by, "reason": "#%d was read by %s; a read message cannot "
+                "be taken back (reply to it to correct it)" % (message_id, ", ".join(
+                    "%s at %s" % (one_line(r["label"] or r["session_id"], 40), r["read_at"])
+                    for r in read_by))}
+    pending = conn.execute("SELECT session_id, wake_next_at FROM deliveries WHERE "
+                           "message_id=?", (message_id,)).fetchall()
+    conn.execute("DELETE FROM deliveries WHERE message_id=?", (message_id,))
+    conn.execute("UPDATE messages SET retracted_at=? WHERE id=?", (op.at, message_id))
+    removed = [r["session_id"] for r in pending]
+    wakes = sum(1 for r in pending if r["wake_next_at"] is not None)
+    op.event("msg.retract", op.me, subject=message_id,
+             data={"recipients": removed, "wakes_cancelled": wakes})
+    return {"ok": True, "message_id": message_id, "removed_from": removed,
+            "wakes_cancelled": wakes}
+
+
+@tool("wake_cancel", "Cancel a pending wake", {
+    "session_id": S_SESSION, "message_id": S_MESSAGE_ID,
+    "recipient": {"type": "string", "maxLength": 200,
+                  "description": "one recipient's wake (default: every recipient's)"}},
+    ["session_id", "message_id"],
+    output=out_schema(["ok", "cancelled"], ok={"type": "boolean"},
+                      cancelled={"type": "array", "items": {"type": "string"}}),
+    cli="cancel-wake", positional=("message_id",), example="cancel-wake --session $ID 12",
+    render=lambda r: "cancelled the wake of %s" % (", ".join(r["cancelled"]) or "nobody"))
+def wake_cancel(op, message_id, recipient=None):
+    """Cancel the wakes still to come for a message you sent (all recipients,
+    or one): it stays in their inboxes and is signalled as usual at their
+    next turn; only no lever starts a turn for it."""
+    _own_message(op, message_id)
+    scope, params = "message_id=? AND wake_next_at IS NOT NULL", [message_id]
+    if recipient is not None:
+        scope += " AND session_id=?"
+        params.append(recipient)
+    cancelled = [r[0] for r in op.conn.execute(
+        "SELECT session_id FROM deliveries WHERE %s" % scope, params)]
+    stamp(op.conn, scope, params, wake_next_at=None)
+    op.event("wake.cancel", op.me, subject=message_id, data={"recipients": cancelled})
+    return {"ok": True, "cancelled": cancelled}
 
 
 def acks_owed(conn, session_id, at):
@@ -5931,7 +6154,15 @@ def lease_dict(conn, lease, liveness):
             "path": lease["path"], "resource": lease["path"], "kind": lease["kind"],
             "mode": lease["mode"], "purpose": lease["purpose"],
             "acquired_at": iso(lease["acquired_at"]), "expires_at": iso(lease["expires_at"]),
-            "liveness": liveness(holder) if holder else "gone"}
+            "liveness": liveness(holder) if holder else "gone", "fence": lease["fence"]}
+
+
+def _covers(granted, lease):
+    """Whether a lease just granted (a dict) is on the resource a taken-over
+    lease (a row) was on, or above it."""
+    return granted["kind"] == lease["kind"] and (
+        granted["path"] == lease["path"] or lease["key"].startswith(
+            granted["path"].rstrip("/") + "/"))
 
 
 def _holder_text(lease):
@@ -6053,38 +6284,58 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode=None,
         # The holder's process is gone: its lease would block for up to its
         # TTL (24 h at most) with nobody to release it.
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-        op.event("lease.takeover", me, subject=lease["key"],
-                 data={"from": lease["session_id"], "shown": lease["path"],
-                       "mode": lease["mode"], "kind": lease["kind"]})
-        old = session_row(conn, lease["session_id"])
-        if old is not None:
-            post_message(op, op.caller, [old["id"]],
-                         "[lease taken over] %s" % lease["path"][:SUBJECT_MAX_CHARS - 30],
-                         "%s took over your lease on %s because your session was gone."
-                         % (op.caller["label"] or me, lease["path"]), None,
-                         MESSAGE_TTL_S, old["id"])
     reasons, granted = [], []
     for resource in targets:
         mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
                             "session_id=?", (resource.kind, resource.key, me)).fetchone()
-        if mine:
+        if mine and mine["expires_at"] > at:
+            # A renewal of a live lease: the same grant, the same fence.
             conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
                          "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
             reason, lease_id = "renewed" if mine["mode"] == mode else \
                 "renewed (was %s)" % mine["mode"], mine["id"]
+        elif mine:
+            # Expired, so anyone could have held it meanwhile: a new grant.
+            fence = _grant(conn, me, resource.kind, resource.key, resource.real,
+                           resource.shown, mode, at)
+            conn.execute("UPDATE leases SET mode=?, expires_at=?, acquired_at=?, fence=?, "
+                         "purpose=COALESCE(?, purpose) WHERE id=?",
+                         (mode, at + ttl_s, at, fence, purpose, mine["id"]))
+            reason, lease_id = "acquired again (yours had expired)", mine["id"]
         else:
+            fence = _grant(conn, me, resource.kind, resource.key, resource.real,
+                           resource.shown, mode, at)
             lease_id = conn.execute(
                 "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
-                "acquired_at, expires_at, inode, real) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "acquired_at, expires_at, inode, real, fence) VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?)",
                 (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
-                 at + ttl_s, resource.inode, resource.real)).lastrowid
+                 at + ttl_s, resource.inode, resource.real, fence)).lastrowid
             reason = "acquired"
         reasons.append(reason)
+        lease = conn.execute("SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone()
         op.event("lease.claim", me, subject=resource.key,
                  data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
-                       "kind": resource.kind, "purpose": purpose, "shown": resource.shown})
-        granted.append(lease_dict(conn, conn.execute(
-            "SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone(), op.liveness))
+                       "kind": resource.kind, "purpose": purpose, "shown": resource.shown,
+                       "fence": lease["fence"]})
+        granted.append(lease_dict(conn, lease, op.liveness))
+    for lease in stale.values():
+        new = next((g for g in granted if _covers(g, lease)), granted[0])
+        op.event("lease.takeover", me, subject=lease["key"],
+                 data={"from": lease["session_id"], "shown": lease["path"],
+                       "mode": lease["mode"], "kind": lease["kind"],
+                       "fence": new["fence"], "was_fence": lease["fence"]})
+        old = session_row(conn, lease["session_id"])
+        if old is not None:
+            post_message(op, op.caller, [old["id"]],
+                         "[lease taken over] %s" % lease["path"][:SUBJECT_MAX_CHARS - 30],
+                         "%s took over your lease on %s (fence %s; yours was %s) because "
+                         "your session was gone. Commits and fenced tools of yours on it "
+                         "are refused from now on." % (
+                             op.caller["label"] or me, lease["path"], new["fence"],
+                             lease["fence"]), None, MESSAGE_TTL_S, old["id"])
+    if stale:
+        op.freed = True
     reason = reasons[0] if len(set(reasons)) == 1 else "acquired and renewed"
     result = {"ok": True, "holder": None, "holders": [], "reason": reason,
               "lease": granted[0], "leases": granted}
@@ -6158,6 +6409,8 @@ def lease_release(op, path=None, resources=None):
             raise RoomError("you hold no lease on %s; nothing was released"
                             % resource.shown, "lease_list shows the leases in your rooms")
         conn.execute("DELETE FROM leases WHERE id=?", (mine["id"],))
+        conn.execute("UPDATE grants SET released_at=? WHERE id=?", (op.at, mine["fence"]))
+        op.freed = True
         op.event("lease.release", me, subject=resource.key,
                  data={"mode": mine["mode"], "expired": mine["expires_at"] <= op.at,
                        "kind": resource.kind, "shown": resource.shown})
@@ -6174,22 +6427,39 @@ def _check_one(op, resource):
             "lease": shown_leases[0] if shown_leases else None, "leases": shown_leases}
 
 
-@tool("lease_check", "Is it leased", S_LEASE_ARGS, ["session_id"],
+@tool("lease_check", "Is it leased", dict(S_LEASE_ARGS, fence={
+    "type": "integer", "minimum": 1, "maximum": ID_MAX,
+    "description": "a grant's fence: ok says whether it is still the current grant"}),
+      ["session_id"],
       output=out_schema(["free", "lease"], free={"type": "boolean"}, lease=S_LEASE_OR_NULL,
                         leases={"type": "array", "items": S_LEASE},
                         path={"type": "string"},
-                        resources={"type": "array", "items": {"type": "object"}}),
+                        resources={"type": "array", "items": {"type": "object"}},
+                        ok={"type": "boolean"}, reason={"type": "string"}),
       cli="check", positional=("resources",), example="check --session $ID src/a.go",
-      read_only=True, idempotent=True,
-      render=lambda r: ("free: %s" % one_line(r["path"], 200) if r["free"] else
-                                    "taken: " + _render_lease(r["lease"])) + (
+      read_only=True, idempotent=True, refusal=True,
+      render=lambda r: r["reason"] if "ok" in r else (
+          "free: %s" % one_line(r["path"], 200) if r["free"] else
+          "taken: " + _render_lease(r["lease"])) + (
               "\n  held by you too" if r["free"] and r["lease"] else ""))
-def lease_check(op, path=None, resources=None):
+def lease_check(op, path=None, resources=None, fence=None):
     """Whether resources are free of other sessions' live leases, counting
     leases on a directory above a path or on anything under it. lease is the
     first other holder's lease (or your own if only you hold it); leases lists
-    all; with several resources, resources has one answer each."""
+    all; with several resources, resources has one answer each. With fence
+    (the number a claim returned): ok is whether that grant still holds every
+    resource named, so a script can fence itself (exit 1 when not)."""
     answers = [_check_one(op, resource) for resource in op.resources(path, resources)]
+    if fence is not None:
+        held = all(any(l["fence"] == fence for l in a["leases"]) for a in answers)
+        current = sorted({l["fence"] for a in answers for l in a["leases"]
+                          if l["fence"] is not None and l["fence"] != fence})
+        answers[0] = dict(answers[0], ok=held, reason=(
+            "fence %d is current on %s" % (fence, ", ".join(a["path"] for a in answers))
+            if held else "fence %d is not current on %s%s" % (
+                fence, ", ".join(a["path"] for a in answers),
+                ": held now with fence %s" % ", ".join(map(str, current)) if current
+                else ": nobody holds it with that grant now")))
     first = dict(answers[0])
     if len(answers) > 1:
         first["free"] = all(a["free"] for a in answers)
@@ -6229,7 +6499,8 @@ def lease_list(op):
     conflicts={"type": "array", "items": S_LEASE},
     missing={"type": "array", "items": {"type": "string"}},
     stale={"type": "array", "items": S_LEASE},
-    windows={"type": "array", "items": {"type": "object"}}),
+    windows={"type": "array", "items": {"type": "object"}},
+    fenced={"type": "array", "items": {"type": "object"}}),
     cli="guard", positional=("resources",),
     example="guard --session $ID src/api/users.go --require-held", read_only=True,
     idempotent=True, cli_extra=CliExtra(nargs={"resources": "*"}, own=True))
@@ -6239,13 +6510,19 @@ def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusi
     one is leased by another live session or in another session's active
     quiet window (or, with require_held, not covered by a lease of yours);
     conflicts, windows and missing say why. Gone holders' leases are listed as
-    stale and do not block."""
+    stale and do not block. fenced: resources whose lease of yours ended
+    without your release (it expired, or was taken over) and that another
+    session was granted since: you may be writing over its work."""
     me = op.me
     if me is None and require_held:
         raise UsageError("require_held needs your session (--session or "
                          "AGENTS_ROOM_SESSION)")
-    conflicts, stale, missing, windows = [], [], [], {}
+    conflicts, stale, missing, windows, fenced = [], [], [], {}, []
     for resource in op.resources(path, resources):
+        if me is not None:
+            after = fenced_after(op, resource, me)
+            if after:
+                fenced.append(after)
         leases = overlapping_leases(op.conn, resource, op.at)
         if ignorecase and resource.kind == "path":
             seen = {m["id"] for m in leases}
@@ -6268,9 +6545,52 @@ def lease_guard(op, path=None, resources=None, require_held=False, mode="exclusi
             window.setdefault("blocks", [])
             windows.setdefault(window["window_id"], window)["blocks"].append(
                 resource.shown)
-    return {"safe": not conflicts and not missing and not windows,
+    return {"safe": not conflicts and not missing and not windows and not fenced,
             "conflicts": conflicts, "missing": missing, "stale": stale,
-            "windows": list(windows.values())}
+            "windows": list(windows.values()), "fenced": fenced}
+
+
+def overlapping_grants(conn, resource):
+    """Every recorded grant on the resource, or for a path on a directory
+    above it or anything under it, oldest first."""
+    if resource.kind != "path":
+        return conn.execute("SELECT * FROM grants WHERE kind=? AND key=? ORDER BY id",
+                            (resource.kind, resource.key)).fetchall()
+    keys = list(dict.fromkeys(path_ancestors(resource.key) + path_ancestors(resource.real)))
+    low, high = descendant_range(resource.key)
+    return conn.execute(
+        "SELECT * FROM grants WHERE kind='path' AND key IN (%s) UNION SELECT * FROM "
+        "grants WHERE kind='path' AND key >= ? AND key < ? UNION SELECT * FROM grants "
+        "WHERE kind='path' AND real IN (%s) ORDER BY id" % (
+            ",".join("?" * len(keys)), ",".join("?" * len(keys))),
+        keys + [low, high] + keys).fetchall()
+
+
+def fenced_after(op, resource, me):
+    """Whether my last grant on a resource ended without my release and
+    another session was granted it since: what the guard refuses (a holder
+    stalled past its TTL, or taken over as gone, that came back)."""
+    grants = overlapping_grants(op.conn, resource)
+    mine = [g for g in grants if g["session_id"] == me]
+    if not mine or mine[-1]["released_at"] is not None:
+        return None
+    last = mine[-1]
+    if op.conn.execute("SELECT 1 FROM leases WHERE fence=? AND expires_at > ?",
+                       (last["id"], op.at)).fetchone():
+        return None                             # still mine
+    later = [g for g in grants if g["session_id"] != me and g["id"] > last["id"]]
+    if not later:
+        return None
+    newest = later[-1]
+    holder = op.session(newest["session_id"])
+    return {"resource": resource.shown, "fence": last["id"], "new_fence": newest["id"],
+            "holder": newest["session_id"], "label": holder["label"] if holder else None,
+            "granted_at": iso(newest["granted_at"]),
+            "reason": "your lease on %s (fence %d) ended without your release; %s was "
+                      "granted it at %s (fence %d)" % (
+                          resource.shown, last["id"], one_line(
+                              (holder["label"] if holder else None) or newest["session_id"],
+                              40), iso(newest["granted_at"]), newest["id"])}
 
 
 @tool("ui_lease_release", "The operator releases a stale lease", {
@@ -6345,6 +6665,7 @@ def work_set(op, state, scope, summary=None, to=None):
         result["recipients"] = len(recipients)
     op.event("work." + state, me, subject=scope,
              data={"summary": summary, "message_id": result["message_id"]})
+    changed(op, "leaves", me)
     return result
 
 
@@ -6669,6 +6990,225 @@ def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
         "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
 
 
+# ---- operations: watches ------------------------------------------------
+# "Tell me when": one message to the watcher when a session's turn ends, when
+# it goes, when a resource has no other holder, when a session's work state
+# leaves one; delivered like any message (so it signals, holds and wakes as
+# the watcher's autonomy says), once, and dropped at its TTL.  Each fires
+# where the room learns of the change: a Stop, a leave or end (and liveness
+# on the door's once-a-minute beat), a lease ending, a work state set.
+
+WATCH_EVENTS = {"idle": "its turn ends", "gone": "it goes",
+                "free": "no other session holds it", "leaves": "its work state leaves"}
+WATCH_TTL_S = 86400
+WATCHES_PER_SESSION_MAX = 50
+
+
+def _watch_dict(op, row):
+    target = op.session(row["target"]) if row["target"] else None
+    who = (target["label"] or target["id"]) if target else row["target"]
+    what = {"idle": "%s's turn ends" % who, "gone": "%s is gone" % who,
+            "free": "%s is free" % row["shown"],
+            "leaves": "%s's work state leaves %s" % (who, row["state"])}[row["event"]]
+    watcher = op.session(row["session_id"])
+    return {"watch_id": row["id"], "session_id": row["session_id"],
+            "watcher_label": watcher["label"] if watcher else None, "on": row["event"],
+            "of": row["target"] or row["shown"], "label": target["label"] if target else None,
+            "state": row["state"], "what": what, "created_at": iso(row["created_at"]),
+            "expires_at": iso(row["expires_at"])}
+
+
+S_WATCH = {"type": "object", "properties": {
+    "watch_id": {"type": "integer"}, "session_id": {"type": "string"},
+    "on": {"type": "string"}, "of": {"type": "string"}, "label": {"type": ["string", "null"]},
+    "state": {"type": ["string", "null"]}, "what": {"type": "string"},
+    "created_at": S_TIME, "expires_at": S_TIME},
+    "required": ["watch_id", "on", "of", "what", "expires_at"]}
+
+
+@tool("notify_when", "Tell me once when", {
+    "session_id": S_SESSION,
+    "on": {"type": "string", "enum": list(WATCH_EVENTS),
+           "description": "idle: a session's turn ends; gone: it ends, leaves or its "
+                          "process is gone; free: a resource has no other holder; leaves: "
+                          "a session's work state leaves `state`"},
+    "of": {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
+           "description": "the session (id or label) or, for free, the resource"},
+    "state": {"type": "string", "enum": list(WORK_STATES),
+              "description": "with leaves: the state (default blocked)"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_S,
+              "description": "drop the watch unfired after this long (default 1 day)"},
+}, ["session_id", "on", "of"],
+    output=out_schema(["watches", "already"], watches={"type": "array", "items": S_WATCH},
+                      already={"type": ["string", "null"]}),
+    cli="notify-when", positional=("on", "of"), flags={"ttl_s": "--ttl"},
+    caller="present",
+    example="notify-when --session $ID idle api",
+    render=lambda r: r["already"] if r["already"] else "\n".join(
+        "watch #%d: one message when %s (until %s)" % (w["watch_id"], w["what"],
+                                                       w["expires_at"])
+        for w in r["watches"]))
+def notify_when(op, on, of, state=None, ttl_s=WATCH_TTL_S):
+    """Ask for one message when something happens: on idle (a session's turn
+    ends), gone, free (a resource: no other session's live lease), leaves (a
+    session's work state leaves `state`, default blocked). of: a session id or
+    label, or for free a resource. What is already so is answered at once
+    (already) and watches nothing; otherwise the message comes once, like any
+    message, and the watch is dropped after ttl_s. notify_cancel takes one back."""
+    conn, me, at = op.conn, op.me, op.at
+    if state is not None and on != "leaves":
+        raise UsageError("state goes with leaves, not %s" % on)
+    held = conn.execute("SELECT COUNT(*) FROM watches WHERE session_id=?",
+                        (me,)).fetchone()[0]
+    if held >= WATCHES_PER_SESSION_MAX:
+        raise RoomError("you have %d watches; at most %d" % (held, WATCHES_PER_SESSION_MAX),
+                        "notify_cancel the ones you no longer need")
+    rows = []
+    if on == "free":
+        resource = op.resources(of)[0]
+        if not _held_by_others(op, resource, me):
+            return {"watches": [], "already": "%s is free now: no other session holds it"
+                    % resource.shown}
+        rows.append((None, resource.kind, resource.key, resource.real, resource.shown, None))
+    else:
+        selector = of if is_session_id(of) or ":" in of else "label:" + of
+        targets = resolve_selectors(op, op.caller, [selector])
+        if not targets:
+            raise RoomError("no session %r shares a room with you" % of,
+                            "room_who lists them; of takes a session id or a label")
+        state = state or ("blocked" if on == "leaves" else None)
+        for target in targets:
+            already = _watch_holds(op, on, op.session(target), state)
+            if already and len(targets) == 1:
+                return {"watches": [], "already": already}
+            if not already:
+                rows.append((target, None, None, None, None, state))
+    watches = []
+    for target, kind, key, real, shown, wanted in rows:
+        watch_id = conn.execute(
+            "INSERT INTO watches (session_id, event, target, kind, key, real, shown, state, "
+            "created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (me, on, target, kind, key, real, shown, wanted, at, at + ttl_s)).lastrowid
+        row = conn.execute("SELECT * FROM watches WHERE id=?", (watch_id,)).fetchone()
+        watches.append(_watch_dict(op, row))
+        op.event("watch.add", me, subject=str(watch_id), data=watches[-1])
+    return {"watches": watches, "already": None}
+
+
+def _held_by_others(op, resource, me):
+    return [l for l in overlapping_leases(op.conn, resource, op.at, exclude=me)
+            if holder_liveness(op, l) != "gone"]
+
+
+def _watch_holds(op, on, target, state):
+    """Why a session already is as a watch of it waits for, or None."""
+    who = target["label"] or target["id"]
+    if on == "gone" or on == "idle":
+        if target["left_at"] is not None or target["ended_at"] is not None or \
+                op.liveness(target) == "gone":
+            return "%s is gone already" % who
+    if on == "idle" and (target["turn_started"] is None or
+                         op.at - target["turn_started"] >= TURN_MAX_S):
+        return ("%s is not in a turn now (the room learns of turns from its harness's "
+                "hooks)" % who)
+    if on == "leaves" and not op.conn.execute(
+            "SELECT 1 FROM work WHERE session_id=? AND state=?", (target["id"], state)
+            ).fetchone():
+        return "%s is not %s now" % (who, state)
+    return None
+
+
+@tool("notify_cancel", "Drop a watch", {
+    "session_id": S_SESSION, "watch_id": {"type": "integer", "minimum": 1,
+                                          "maximum": ID_MAX}},
+    ["session_id", "watch_id"],
+    output=out_schema(["ok"], ok={"type": "boolean"}, watch=S_WATCH),
+    cli="notify-cancel", positional=("watch_id",), caller="present", destructive=True,
+    example="notify-cancel --session $ID 3",
+    render=lambda r: "dropped watch #%d (%s)" % (r["watch"]["watch_id"], r["watch"]["what"]))
+def notify_cancel(op, watch_id):
+    """Drop a watch of yours before it fires."""
+    row = op.conn.execute("SELECT * FROM watches WHERE id=?", (watch_id,)).fetchone()
+    if row is None or row["session_id"] != op.me:
+        mine = [r[0] for r in op.conn.execute(
+            "SELECT id FROM watches WHERE session_id=? ORDER BY id", (op.me,))]
+        raise RoomError("you have no watch #%d" % watch_id,
+                        "yours: %s" % (", ".join("#%d" % i for i in mine) or "none"))
+    shown = _watch_dict(op, row)
+    op.conn.execute("DELETE FROM watches WHERE id=?", (watch_id,))
+    op.event("watch.cancel", op.me, subject=str(watch_id))
+    return {"ok": True, "watch": shown}
+
+
+def watches_of(op, session_ids):
+    """The pending watches of these sessions, oldest first (status, the page)."""
+    if not session_ids:
+        return []
+    return [_watch_dict(op, r) for r in op.conn.execute(
+        "SELECT * FROM watches WHERE session_id IN (%s) AND expires_at > ? ORDER BY id"
+        % ",".join("?" * len(session_ids)), list(session_ids) + [op.at])]
+
+
+def fire_watches(op, on, target=None):
+    """Fire the pending watches of `on` whose condition now holds: of target
+    (idle, gone, leaves), or every free one whose resource no other live
+    session holds."""
+    conn = op.conn
+    if target is not None:
+        rows = conn.execute("SELECT * FROM watches WHERE target=? AND event=? AND "
+                            "expires_at > ?", (target, on, op.at)).fetchall()
+    else:
+        rows = conn.execute("SELECT * FROM watches WHERE event=? AND expires_at > ?",
+                            (on, op.at)).fetchall()
+    for row in rows:
+        shown = _watch_dict(op, row)
+        if on == "free":
+            resource = Resource(row["kind"], row["key"], row["shown"], real=row["real"])
+            if _held_by_others(op, resource, row["session_id"]):
+                continue
+        elif on == "leaves":
+            if conn.execute("SELECT 1 FROM work WHERE session_id=? AND state=?",
+                            (row["target"], row["state"])).fetchone():
+                continue
+        watcher = op.session(row["session_id"])
+        conn.execute("DELETE FROM watches WHERE id=?", (row["id"],))
+        if watcher is None or watcher["left_at"] is not None:
+            continue
+        # From the watcher to itself, labelled as the watch: no session wrote it.
+        sender = {"id": watcher["id"], "label": "watch #%d" % row["id"],
+                  "stored_chars": watcher["stored_chars"]}
+        message_id = post_message(
+            op, sender, [watcher["id"]], ("[watch #%d] %s" % (
+                row["id"], shown["what"]))[:SUBJECT_MAX_CHARS],
+            "You asked to be told once when %s; it happened at %s." % (
+                shown["what"], iso(op.at)), None, MESSAGE_TTL_S,
+            {"watch": row["id"]})
+        op.event("watch.fire", watcher["id"], subject=str(row["id"]),
+                 data={"on": row["event"], "of": shown["of"], "message_id": message_id})
+
+
+def _watch_change(op, what, session_id):
+    """What a change fires: a session gone (also ends whatever turn it had),
+    its turn's end, its work state, a lease ended (free watches look), and on
+    the once-a-minute beat, watched sessions whose process went away."""
+    if what in ("gone", "idle", "leaves"):
+        fire_watches(op, what, session_id)
+        if what == "gone":
+            fire_watches(op, "idle", session_id)
+    elif what == "free":
+        fire_watches(op, "free")
+    elif what == "beat":
+        for row in op.conn.execute("SELECT DISTINCT target FROM watches WHERE event IN "
+                                   "('gone', 'idle') AND expires_at > ?",
+                                   (op.at,)).fetchall():
+            target = op.session(row[0])
+            if target is None or op.liveness(target) == "gone":
+                _watch_change(op, "gone", row[0])
+
+
+CHANGE_LISTENERS.append(_watch_change)
+
+
 # ---- operations: status --------------------------------------------------
 
 STATUS_SCHEMA_VERSION = 1
@@ -6682,7 +7222,9 @@ STATUS_SCHEMA_VERSION = 1
                       rooms={"type": "array", "items": {"type": "object"}},
                       sessions={"type": "array", "items": {"type": "object"}},
                       leases={"type": "array", "items": S_LEASE},
-                      windows={"type": "array", "items": S_WINDOW}),
+                      windows={"type": "array", "items": S_WINDOW},
+                      watches={"type": "array", "items": S_WATCH},
+                      wakes={"type": "array", "items": {"type": "object"}}),
     cli="status", example="status --room shared:storefront --json", read_only=True,
     idempotent=True,
     render=_render_status, peer_text=True)
@@ -6734,7 +7276,28 @@ def room_status(op, room=None):
                 "ORDER BY id LIMIT 50", (name,))]})
     return {"schema_version": STATUS_SCHEMA_VERSION, "generated_at": iso(at),
             "store": op.store.shown, "rooms": room_items, "sessions": sessions,
-            "leases": leases, "windows": windows}
+            "leases": leases, "windows": windows, "watches": watches_of(op, ids),
+            "wakes": pending_wakes(op, ids)}
+
+
+def pending_wakes(op, session_ids):
+    """The wakes still to come for these recipients: whom, for which message
+    of whom, when, by which lever, attempts left (status, the page)."""
+    if not session_ids:
+        return []
+    found = []
+    for d in op.conn.execute(
+            "SELECT d.session_id, d.message_id, d.wake_next_at, d.wake_attempts, "
+            "m.sender, m.sender_label, m.subject FROM deliveries d JOIN messages m ON "
+            "m.id = d.message_id WHERE d.wake_next_at IS NOT NULL AND d.state IN %s AND "
+            "d.session_id IN (%s) ORDER BY d.wake_next_at LIMIT 200" % (
+                UNREAD_SQL, ",".join("?" * len(session_ids))), list(session_ids)):
+        recipient = op.session(d["session_id"])
+        found.append(dict(pending_wake(op, d), session_id=d["session_id"],
+                          label=recipient["label"] if recipient else None,
+                          message_id=d["message_id"], sender=d["sender"],
+                          sender_label=d["sender_label"], subject=d["subject"]))
+    return found
 
 
 UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
@@ -7322,8 +7885,10 @@ def signal_stop(op, harness_key, stop_hook_active=False, urgent_only=False,
            else "(d.stop_held_at IS NULL OR d.stop_held_at <= ?)"),
         (row["id"],) if notify else (row["id"], op.at - window)).fetchone()[0]
     if not due:
-        # The turn ends here: wakes put off while it ran are due now.
+        # The turn ends here: wakes put off while it ran are due now, and
+        # whoever asked to be told is.
         op.conn.execute("UPDATE sessions SET turn_started=NULL WHERE id=?", (row["id"],))
+        changed(op, "idle", row["id"])
         stamp(op.conn, "session_id=? AND wake_next_at > ?", (row["id"], op.at),
               wake_next_at=op.at)
         return {"text": None}
@@ -7348,6 +7913,7 @@ def session_end(op, harness_key):
     op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
                     (op.at, row["id"]))
     op.event("session.end", row["id"])
+    changed(op, "gone", row["id"])
     return {"ok": True}
 
 
@@ -7602,6 +8168,7 @@ def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False, host=None):
         if not dry_run:
             release_all(op, row["id"], "prune")
             end_windows(op, row["id"], "prune")
+            changed(op, "gone", row["id"])
             conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
             op.event("session.prune", row["id"], data=item)
     return {"removed": removed, "kept": kept, "dry_run": dry_run,
@@ -9177,7 +9744,7 @@ def run_tool_command(args):
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
-    code = 1 if tool_.refusal and not result["ok"] else 0
+    code = 1 if tool_.refusal and not result.get("ok", True) else 0
     answer = extra.answer(args, result) if extra.answer else None
     if answer is not None:
         return answer, code
@@ -9619,7 +10186,8 @@ def _run_guard(args, setting):
         return "agents-room guard: nothing to check", 0
     session = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
     store = open_store()
-    result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": []}
+    result = {"safe": True, "conflicts": [], "missing": [], "stale": [], "windows": [],
+              "fenced": []}
     try:
         if not session:
             key = harness_key_from(os.environ)
@@ -9633,7 +10201,7 @@ def _run_guard(args, setting):
                 values["session_id"] = session
             part = call_tool(store, Context(via="cli"), "lease_guard", values)
             result["safe"] = result["safe"] and part["safe"]
-            for field in ("conflicts", "missing", "stale", "windows"):
+            for field in ("conflicts", "missing", "stale", "windows", "fenced"):
                 result[field] += part[field]
     finally:
         store.close()
@@ -9643,6 +10211,7 @@ def _run_guard(args, setting):
               for w in result["windows"]]
     lines += ["%s is not covered by a lease of yours" % one_line(m, 200)
               for m in result["missing"]]
+    lines += [one_line(f["reason"], 400) for f in result["fenced"]]
     lines += ["%s: stale lease of %s (gone), ignored" % (one_line(l["resource"], 200),
                                                         l["session_id"])
               for l in result["stale"]]
@@ -9655,6 +10224,8 @@ def _run_guard(args, setting):
         return "\n".join(["agents-room guard (warn only, AGENTS_ROOM_GUARD=warn):"] +
                          ["  " + l for l in lines]), 0
     raise GuardRefused("agents-room guard: refused\n" + "\n".join("  " + l for l in lines),
+                       ("a fenced file: see what its new holder changed, then claim it "
+                        "again to go on; otherwise: " if result["fenced"] else "") +
                        "release the leases, ask their holders, or set "
                        "AGENTS_ROOM_GUARD=warn (report only) or =off")
 
@@ -10925,7 +11496,7 @@ PG_DIALECT = {
 }
 PG_UPSERT_KEYS = {"meta": "key", "work": "session_id, scope", "reads": "session_id, path",
                   "sessions": "id", "rooms": "name"}
-PG_RETURNING_TABLES = ("leases", "windows", "tasks")   # callers read lastrowid
+PG_RETURNING_TABLES = ("leases", "windows", "tasks", "grants", "watches")
 _PG_TRANSLATED = {}
 
 
@@ -11437,7 +12008,20 @@ STORE_KINDS.append(PgStore)
 
 # PG_MIGRATIONS[n] takes a PostgreSQL store from schema n to n + 1; they begin
 # at PG_FIRST_VERSION (the SQLite steps before it were never PostgreSQL's).
-PG_MIGRATIONS = {}
+def _pg_migrate_v6(conn):
+    """Schema 6 on PostgreSQL: the same statements in its types, the same
+    backfill (the fences come from the grants' sequence, in the server)."""
+    text = SCHEMA_V6.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+    text = text.replace(" INTEGER", " BIGINT").replace(" REAL", " FLOAT8").replace(
+        " TEXT", " TXT").replace("TXT", 'TEXT COLLATE "C"')
+    conn.simple(text)
+    for lease in conn.execute("SELECT * FROM leases ORDER BY acquired_at, id").fetchall():
+        conn.execute("UPDATE leases SET fence=? WHERE id=?", (_grant(
+            conn, lease["session_id"], lease["kind"], lease["key"], lease["real"],
+            lease["path"], lease["mode"], lease["acquired_at"]), lease["id"]))
+
+
+PG_MIGRATIONS = {5: _pg_migrate_v6}
 
 
 # ---- appendix: benchmark -------------------------------------------------
@@ -13513,6 +14097,22 @@ UI_JS = r"""
               { window_id: w.window_id, room: room.room }, "Cancel quiet window #" +
               w.window_id + " of " + who(w.session_id, w.label) + "?" +
               joinWarning(room.room)), "danger small")]), [1]));
+      }
+      const inRoom = (sid) => members.some((s) => s.session_id === sid);
+      const watches = (state.watches || []).filter((w) => inRoom(w.session_id));
+      if (watches.length) {
+        card.appendChild(el("h4", null, "Watches (" + watches.length + ")"));
+        card.appendChild(roomTable(["#", "for", "tells once when", "until"],
+          watches.map((w) => [String(w.watch_id), who(w.session_id, w.watcher_label),
+            w.what, ago(w.expires_at)]), [2]));
+      }
+      const wakes = (state.wakes || []).filter((w) => inRoom(w.session_id));
+      if (wakes.length) {
+        card.appendChild(el("h4", null, "Wakes to come (" + wakes.length + ")"));
+        card.appendChild(roomTable(["wakes", "for", "when", "by", "attempts left"],
+          wakes.map((w) => [who(w.session_id, w.label), "#" + w.message_id + " from " +
+            who(w.sender, w.sender_label), ago(w.next_at), w.lever || "no lever yet",
+            String(w.attempts_left)]), [1]));
       }
       const tasks = state.tasks.filter((t) => t.room === room.room &&
         (t.state === "open" || t.state === "claimed"));

@@ -7376,9 +7376,191 @@ class PgTrustTest(RoomTest):
                     "messages"]], ["carried"])
 
 # The store and operation tests again, on PostgreSQL.
+# ---- what no peer has: fences, watches, retract ---------------------------------
+
+
+class FenceWatchRetractTest(SignalBase):
+    """Fenced leases (a holder stalled past its TTL is refused at commit once
+    another session was granted the file), watches that fire once (a turn's
+    end, a session gone, a file free, a work state left), and taking back a
+    message nobody read, with the wakes still to come shown and cancellable.
+    Real processes: the CLI, the git hook, the MCP server."""
+
+    process = True
+
+    def git(self, repo, *args, env=None):
+        return subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c",
+                               "user.name=t"] + list(args), cwd=repo, capture_output=True,
+                              text=True, env=dict(self.env, **(env or {})),
+                              timeout=CALL_TIMEOUT_S)
+
+    def test_a_holder_stalled_past_its_ttl_is_refused_at_commit(self):
+        repo = os.path.join(self.tmp, "fenced")
+        os.makedirs(repo)
+        self.assertEqual(self.git(repo, "init", "-q").returncode, 0)
+        self.run_cli("install-guard", cwd=repo, check=0)
+        path = os.path.join(repo, "users.go")
+        stalled = self.keep_alive("k-stalled")            # the holder's harness
+        mine = self.join("--room", "fenced", "--label", "stalled", cwd=repo,
+                         key="k-stalled")["session_id"]
+        newer = self.join("--room", "fenced", "--label", "newer", cwd=repo, key="k-newer",
+                          live=True)["session_id"]
+        as_stalled = {"AGENTS_ROOM_HARNESS_KEY": "k-stalled", "AGENTS_ROOM_SESSION": mine}
+        first = self.cli_json("claim", path, "--ttl", "1", cwd=repo, env=as_stalled)
+        fence = first["lease"]["fence"]
+        self.assertIsInstance(fence, int)
+        os.kill(stalled.pid, signal.SIGSTOP)             # a suspended laptop, say
+        self.addCleanup(lambda: os.kill(stalled.pid, signal.SIGCONT))
+        time.sleep(1.5)
+        taken = self.cli_json("claim", "--session", newer, path, cwd=repo)
+        self.assertGreater(taken["lease"]["fence"], fence)
+        with open(path, "w") as handle:
+            handle.write("newer's work\n")
+        self.assertEqual(self.git(repo, "add", "users.go").returncode, 0)
+        done = self.git(repo, "commit", "-qm", "newer", env={
+            "AGENTS_ROOM_HARNESS_KEY": "k-newer"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.run_cli("release", "--session", newer, path, cwd=repo, check=0)
+        os.kill(stalled.pid, signal.SIGCONT)
+        # It comes back still believing it holds the file: nothing of the
+        # newer session's blocks it any more, only the fence does.
+        with open(path, "w") as handle:
+            handle.write("stalled's stale edit\n")
+        self.git(repo, "add", "users.go")
+        done = self.git(repo, "commit", "-qm", "stale", env=as_stalled)
+        self.assertNotEqual(done.returncode, 0, done.stdout)
+        self.assertIn("(fence %d) ended without your release" % fence, done.stderr)
+        self.assertIn("newer was granted it at", done.stderr)
+        self.assertIn("fence %d" % taken["lease"]["fence"], done.stderr)
+        # Any other tool fences itself the same way: is my grant current?
+        check = self.run_cli("check", path, "--fence", fence, cwd=repo, env=as_stalled,
+                             check=1)
+        self.assertIn("fence %d is not current" % fence, check.stdout)
+        client = McpClient(self, env=as_stalled, cwd=repo)
+        client.initialize()
+        me = client.ok("room_join", room="fenced")["session_id"]
+        self.assertFalse(client.ok("lease_check", session_id=me, path=path,
+                                   fence=fence)["ok"])
+        again = client.ok("lease_claim", session_id=me, path=path)
+        self.assertGreater(again["lease"]["fence"], taken["lease"]["fence"])
+        self.assertTrue(client.ok("lease_check", session_id=me, path=path,
+                                  fence=again["lease"]["fence"])["ok"])
+        client.close()
+        done = self.git(repo, "commit", "-qm", "claimed again", env=as_stalled)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        # A lease given up by its holder is no fence: the next holder's work
+        # after it is ordinary.
+        self.run_cli("release", path, cwd=repo, env=as_stalled, check=0)
+        self.cli_json("claim", "--session", newer, path, cwd=repo)
+        self.run_cli("release", "--session", newer, path, cwd=repo, check=0)
+        self.run_cli("guard", path, cwd=repo, env=as_stalled, check=0)
+
+    def test_a_watch_fires_once_when_it_happens(self):
+        api, _ = self.start("k-api-w", "--harness", "claude-code", "--room", "w",
+                            "--label", "api")
+        web = self.join("--room", "w", "--label", "web", key="k-web-w",
+                        live=True)["session_id"]
+        turn = {"session_id": "k-api-w", "cwd": self.tmp}
+        idle = self.cli_json("notify-when", "--session", web, "idle", "api")
+        self.assertEqual(idle["watches"], [])
+        self.assertIn("not in a turn now", idle["already"])
+        self.hook("UserPromptSubmit", dict(turn, prompt="do it"), "--harness", "claude-code")
+        watch = self.cli_json("notify-when", "--session", web, "idle", "api")["watches"][0]
+        self.assertEqual((watch["on"], watch["of"]), ("idle", api))
+        shown = self.cli_json("status")["watches"]
+        self.assertEqual([w["watch_id"] for w in shown], [watch["watch_id"]])
+        for _ in range(2):                               # two turn ends: one message
+            self.hook("Stop", dict(turn, stop_hook_active=False), "--harness", "claude-code")
+        told = self.cli_json("recv", "--session", web)["messages"]
+        self.assertEqual([m["subject"] for m in told],
+                         ["[watch #%d] api's turn ends" % watch["watch_id"]])
+        self.assertEqual(told[0]["sender_label"], "watch #%d" % watch["watch_id"])
+        self.assertEqual(self.cli_json("status")["watches"], [])
+        # A file free: on release, and on expiry (noticed by the next call).
+        path = os.path.join(self.tmp, "f.go")
+        self.cli_json("claim", "--session", api, path)
+        self.cli_json("notify-when", "--session", web, "free", path)
+        self.cli_json("release", "--session", api, path)
+        self.cli_json("claim", "--session", api, path, "--ttl", "1")
+        self.cli_json("notify-when", "--session", web, "free", path)
+        time.sleep(1.2)
+        self.cli_json("who")
+        told = [m["subject"] for m in self.cli_json("recv", "--session", web)["messages"]]
+        self.assertEqual(len(told), 2, told)
+        self.assertTrue(all(t.endswith("f.go is free") for t in told), told)
+        # A work state left, over MCP (by name: lean lists it under room_call).
+        self.cli_json("work", "--session", api, "blocked", "--scope", "db")
+        client = McpClient(self, env={"AGENTS_ROOM_HARNESS_KEY": "k-web-w"})
+        client.initialize()
+        left = client.ok("notify_when", session_id=web, on="leaves", of="api")
+        self.assertEqual(left["watches"][0]["state"], "blocked")
+        gone = client.ok("notify_when", session_id=web, on="gone", of=api,
+                         ttl_s=60)["watches"][0]
+        dropped = client.ok("notify_cancel", session_id=web, watch_id=gone["watch_id"])
+        self.assertEqual(dropped["watch"]["watch_id"], gone["watch_id"])
+        self.assertTrue(client.call("notify_cancel", session_id=web,
+                                    watch_id=gone["watch_id"])["isError"])
+        client.close()
+        self.cli_json("work", "--session", api, "started", "--scope", "db")
+        self.cli_json("notify-when", "--session", web, "gone", "api")
+        self.hook("SessionEnd", turn, "--harness", "claude-code")
+        told = [m["subject"] for m in self.cli_json("recv", "--session", web)["messages"]]
+        self.assertEqual(told, ["[watch #%d] api's work state leaves blocked" %
+                                left["watches"][0]["watch_id"],
+                                "[watch #%d] api is gone" % (gone["watch_id"] + 1)])
+
+    def test_retract_takes_back_what_nobody_read(self):
+        sender = self.join("--room", "r", "--label", "boss", key="k-boss",
+                           live=True)["session_id"]
+        reader = self.join("--room", "r", "--label", "reader", key="k-reader",
+                           live=True)["session_id"]
+        # A recipient woken by a lever that fails: its wake is retried.
+        sleeper = self.cli_json("join", "--room", "r", "--label", "sleeper", "--autonomy",
+                                "wake", env={"AGENTS_ROOM_WAKE_CMD": "false",
+                                             "AGENTS_ROOM_HARNESS_KEY": "k-sleeper"}
+                                )["session_id"]
+        self.keep_alive("k-sleeper")
+        read = self.cli_json("send", "--session", sender, "--to", reader, "--subject",
+                             "read it")["message_id"]
+        self.cli_json("recv", "--session", reader)
+        refused = self.run_cli("retract", "--session", sender, read, check=1)
+        self.assertIn("was read by reader at", refused.stdout)
+        self.assertEqual(len(self.cli_json("history", "--session", sender)["messages"]), 1)
+        wrong = self.cli_json("send", "--session", sender, "--to", sleeper, "--subject",
+                              "wrong numbers")["message_id"]
+        self.wait_for(lambda: self.event_count("wake.failed", sleeper), 10, "a failed wake")
+        delivery = self.cli_json("sent", "--session", sender)["messages"][-1][
+            "deliveries"][0]
+        wake = delivery["wake"]
+        self.assertEqual((wake["attempts"], wake["attempts_left"]),
+                         (1, agents_room.WAKE_ATTEMPTS_MAX - 1))
+        self.assertEqual(wake["lever"], "wake-cmd")
+        self.assertIn(wrong, [w["message_id"] for w in self.cli_json("status")["wakes"]])
+        self.assertEqual(self.cli_json("cancel-wake", "--session", sender, wrong)[
+            "cancelled"], [sleeper])
+        self.assertNotIn("wake", self.cli_json("sent", "--session", sender)["messages"][-1][
+            "deliveries"][0])
+        client = McpClient(self, env={"AGENTS_ROOM_HARNESS_KEY": "k-boss"})
+        client.initialize()
+        self.assertTrue(client.call("msg_retract", session_id=reader,
+                                    message_id=wrong)["isError"])    # not its sender
+        taken = client.ok("msg_retract", session_id=sender, message_id=wrong)
+        client.close()
+        self.assertEqual(taken["removed_from"], [sleeper])
+        self.assertEqual(self.cli_json("recv", "--session", sleeper)["messages"], [])
+        self.assertEqual(self.cli_json("unread", "--session", sleeper)["count"], 0)
+        history = {m["message_id"]: m for m in self.cli_json(
+            "history", "--session", sender)["messages"]}
+        self.assertIn("retracted_at", history[wrong])
+        self.assertEqual(history[wrong]["subject"], "wrong numbers")   # never rewritten
+        again = self.run_cli("retract", "--session", sender, wrong, check=1)
+        self.assertIn("retracted already", again.stderr)
+        self.assertEqual(self.event_count("msg.retract", sender), 1)
+
+
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
               DoorTest, MailboxTest, ConcurrencyTest, McpTest, HookTest, WakeTest,
-              SignalScenarioTest, RetentionTest, ReadmeTest)
+              SignalScenarioTest, RetentionTest, ReadmeTest, FenceWatchRetractTest)
 for _base in PG_CLASSES:
     globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
         "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})
