@@ -3389,9 +3389,13 @@ class GeminiCli(Harness):
     def hook_facts(self, event, payload):
         facts = Harness.hook_facts(self, event, payload)
         prompt = payload.get("prompt")
-        if event == "UserPromptSubmit" and isinstance(prompt, str) and \
-                prompt.startswith("agents-room:"):
-            facts["silent"] = True       # our own hold, sent again as a prompt
+        if event == "UserPromptSubmit" and isinstance(prompt, str):
+            # gemini -p puts SessionStart's context in front of the prompt (a
+            # resumed run's prompt is the signal the lever sent).
+            while prompt.startswith("<hook_context>") and "</hook_context>" in prompt:
+                prompt = prompt.split("</hook_context>", 1)[1].lstrip()
+            if prompt.startswith("agents-room:"):
+                facts["silent"] = True   # our own hold or wake, sent as a prompt
         return facts
 
     def ask(self, reason, harness_argv=None):
@@ -3473,7 +3477,39 @@ class GeminiCli(Harness):
             checks.append(("ok" if ok else "warn", "Gemini CLI folder trust: %s" % (
                 "trusted" if ok else "not trusted yet"), "" if ok else
                 "start gemini here once and trust the folder"))
+        if env.get("GEMINI_CLI") == "1" and not harness_key_from(env):
+            checks += self._shell_session()
         return checks
+
+    def _shell_session(self):
+        """Gemini CLI gives its shell tool no session id (only its hooks get
+        GEMINI_SESSION_ID): doctor run there finds its session by the Gemini
+        CLI process it runs under, the one the hooks recorded."""
+        pid = harness_pid(os.getppid())
+        path = default_db_path()
+        if not pid or not store_kind(path).exists(path):
+            return []
+        start = process_start(pid)
+        store = open_store(path)
+        try:
+            row = store.connection().execute(
+                "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
+                "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
+                (pid,)).fetchone()
+            found = row is not None and (row["pid_start"] is None or start is None or
+                                         abs(row["pid_start"] - start) <= 2)
+            session = found and call_tool(store, Context(via="cli"), "store_info", {
+                "harness_key": row["harness_key"]})["session"]
+        finally:
+            store.close()
+        if not session:
+            return [("warn", "no session recorded for this Gemini CLI process (%d)" % pid,
+                     "its SessionStart hook joins one: restart gemini in the project")]
+        return [("ok", "this session: %s (label %s), autonomy %s, wake lever %s (found by "
+                 "its Gemini CLI process %d: the shell tool gets no session id)" % (
+                     session["session_id"], session["label"] or "-",
+                     autonomy_name(session["autonomy"]), session["lever"] or "none", pid),
+                 "")]
 
 
 class PiSocket(Lever):

@@ -3684,6 +3684,36 @@ class HarnessAdapterTest(SignalBase):
             cwd=self.tmp, timeout=CALL_TIMEOUT_S)
         self.assertEqual(json.loads(done.stdout)["decision"], "deny", done.stderr)
 
+    def test_gemini_signal_as_a_resumed_prompt_is_not_signalled_again(self):
+        key = "gem-resumed"
+        me, digest = self.start(key, "--harness", "gemini", "--autonomy", "2")
+        peer = self.join("--label", "peer")["session_id"]
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", "hi")
+        signal = "agents-room: 1 unread message (1 from peer); call msg_recv"
+        base = {"session_id": key, "cwd": self.tmp}
+        # gemini --resume ID -p SIGNAL: SessionStart's context comes first.
+        for prompt in (signal, "<hook_context>%s</hook_context>\n\n%s" % (digest, signal)):
+            done = self.hook("UserPromptSubmit", dict(base, prompt=prompt), "--harness",
+                             "gemini")
+            self.assertEqual(done.stdout, "", prompt)
+        said = self.hook("UserPromptSubmit", dict(base, prompt="<hook_context>%s"
+                                                  "</hook_context>\n\ngo" % digest),
+                         "--harness", "gemini")
+        self.assertIn("1 unread", self.context_of(said))
+
+    def test_gemini_doctor_in_the_shell_tool_finds_its_session_by_process(self):
+        # Gemini CLI's shell tool has GEMINI_CLI=1 and no session id: the hook
+        # recorded this test process as the harness, as it records gemini.
+        me, _ = self.start("gem-shell", "--harness", "gemini", "--autonomy", "2")
+        doctor = self.run_cli("doctor", env={"GEMINI_CLI": "1"}).stdout
+        line = [l for l in doctor.splitlines() if "this session:" in l]
+        self.assertEqual(len(line), 1, doctor)
+        self.assertIn(me, line[0])
+        self.assertIn("autonomy 2 (wake)", line[0])
+        self.assertIn("Gemini CLI process %d" % os.getpid(), line[0])
+        # Outside Gemini CLI nothing is guessed from the parent process.
+        self.assertNotIn("this session:", self.run_cli("doctor").stdout)
+
     def test_an_argument_the_client_adds_is_dropped(self):
         client = McpClient(self)
         client.initialize()
