@@ -44,6 +44,7 @@ Contents (this file's banners, each with its test classes):
   signal scenarios                               SignalScenarioTest
   trust: the security review's findings          TrustTest TrustThirdRoundTest
   PostgreSQL's own seams                         PgStoreTest PgTrustTest
+  what no peer has: fences, watches, retract     FenceWatchRetractTest
 
 The store and operation classes run again on PostgreSQL as Pg<Class> (see
 PG_CLASSES at the end).
