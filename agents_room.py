@@ -20,7 +20,7 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   work window task                                work states, quiet windows, tasks
   serve                                           the MCP server over stdio
   hook setup doctor                               harness hooks, their setup, checks
-  watch version prune store                       follow, identify, clean up, copy
+  watch version prune store shim                  follow, identify, clean up, copy
   bench                                           measure (appendix)
   ui                                              the operator's live page (appendix)
 
@@ -162,9 +162,11 @@ PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
 MESSAGE_RETENTION_S = 90 * 86400      # history keeps a message 90 days past its TTL
 RETENTION_BATCH = 200                 # rows removed per tool event, at most
+CLOCK_SLACK_S = 5             # clocks of one store's processes may differ this much
 RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
 WAL_LIMIT_BYTES = 4 * 1024 * 1024     # a checkpointed WAL is truncated to this
+WAL_CHECK_BYTES = 256 * 1024          # a WAL this big is set against the disk's room
 RECONNECT_PAUSE_S = 1.0               # a follower's pause before it looks again
 WAIT_ASK_EVERY_S = 5.0                # a waiter asks at least this often
 
@@ -1346,6 +1348,21 @@ class SqliteStore:
         except sqlite3.Error:
             pass          # busy or locked: the next pause, or SQLite, does it
 
+    def after_commit(self):
+        """Keep the write-ahead log small beside the disk's free space: a log
+        that only grows (a busy server checkpoints when idle) fills a small
+        disk, and then nothing can move it into the file, which needs room
+        too.  One stat per write; the disk is asked only once the log is big."""
+        try:
+            wal = os.stat(self.path + "-wal").st_size
+            if wal < WAL_CHECK_BYTES:
+                return
+            disk = os.statvfs(os.path.dirname(self.path) or ".")
+        except OSError:
+            return
+        if wal * 2 > disk.f_bavail * disk.f_frsize:
+            self.reclaim()
+
     def reclaim(self):
         """After a write failed for want of space: move the WAL into the file
         and truncate it, so that the space it held is free again."""
@@ -1411,7 +1428,6 @@ class _Transaction:
         if kind is None:
             try:
                 conn.execute("COMMIT")
-                return False
             except sqlite3.Error as error:
                 # A failed COMMIT (disk full, I/O error) may already have rolled
                 # the transaction back; either way nothing of it was kept.
@@ -1421,6 +1437,9 @@ class _Transaction:
                     except sqlite3.Error:
                         pass
                 raise explain_sqlite(error, self.store.path)
+            if self.begin == "BEGIN IMMEDIATE":
+                self.store.after_commit()
+            return False
         try:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
@@ -1672,11 +1691,21 @@ def sweep(conn, at, real=None):
     once-a-minute beat came)."""
     row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
     swept_to = float(row[0]) if row else 0.0
+    mark = real_time(at) if real is None else min(at, real)
+    if swept_to > mark + CLOCK_SLACK_S:
+        # The clock stepped back past the watermark (an NTP step, a restored
+        # VM): sweep from here again, or what expires before the watermark
+        # would never be swept.
+        swept_to = mark
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
+                     "('expiry_swept_to', ?)", (repr(mark),))
     ids = []
     if at > swept_to:
+        # From a little before the watermark: another process's clock may
+        # have run a little ahead (its expiries are looked at again, once).
         ids = [r[0] for r in conn.execute(
             "SELECT id FROM messages WHERE expires_at > ? AND expires_at <= ?",
-            (swept_to, at))]
+            (swept_to - CLOCK_SLACK_S, at))]
         for message_id in ids:
             count = advance(conn, "expired", at, "message_id=?", (message_id,))
             if count:
@@ -1685,7 +1714,6 @@ def sweep(conn, at, real=None):
     # The watermark only bounds the next scan of an index range; writing it on
     # every call would add a page write to every transaction.  Retention rides
     # the same once-a-minute beat.
-    mark = real_time(at) if real is None else min(at, real)
     beat = mark - swept_to > RETENTION_EVERY_S
     if (ids and mark > swept_to) or beat:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
@@ -7127,7 +7155,8 @@ def notify_when(op, on, of, state=None, ttl_s=WATCH_TTL_S):
             (me, on, target, kind, key, real, shown, wanted, at, at + ttl_s)).lastrowid
         row = conn.execute("SELECT * FROM watches WHERE id=?", (watch_id,)).fetchone()
         watches.append(_watch_dict(op, row))
-        op.event("watch.add", me, subject=str(watch_id), data=watches[-1])
+        op.event("watch.add", me, subject=str(watch_id), data={
+            "what": watches[-1]["what"], "expires_at": row["expires_at"]})
     return {"watches": watches, "already": None}
 
 
@@ -7163,7 +7192,7 @@ def _watch_holds(op, on, target, state):
     example="notify-cancel --session $ID 3",
     render=lambda r: "dropped watch #%d (%s)" % (r["watch"]["watch_id"], r["watch"]["what"]))
 def notify_cancel(op, watch_id):
-    """Drop a watch of yours before it fires."""
+    """Drop a watch of yours (notify_when) before it fires: no message comes."""
     row = op.conn.execute("SELECT * FROM watches WHERE id=?", (watch_id,)).fetchone()
     if row is None or row["session_id"] != op.me:
         mine = [r[0] for r in op.conn.execute(
@@ -8132,7 +8161,7 @@ def wake_plan(op, limit=20):
         data = json.loads(row["lever_data"] or "{}")
         adapter = harness_named(row["harness"])
         lever = current_lever(row, at)
-        refused = row["lever"] in LEVERS and LEVERS[row["lever"]].refuses(data)
+        refused = (row["lever"] in LEVERS and LEVERS[row["lever"]].refuses(data)) or None
         waiter = lever if lever == (adapter.waiter or "waiter") else None
         busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
         if busy or (adapter.arms_at_turn_end and (lever is None or not LEVERS[
@@ -8446,6 +8475,15 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job.notes = notes
     adapter.setup(job)
     files = job.files
+    machine = [f["path"] for f in files if job.root and f["path"].startswith(
+        job.root + os.sep) and this_file() in f["content"]]
+    if machine:
+        # A team commits its project's files: say which name this machine.
+        notes.append("%s name%s this machine's paths (%s): keep %s out of git, or put "
+                     "agents_room.py in the project (tools/, say) and run setup from "
+                     "there" % (", ".join(os.path.relpath(p, job.root) for p in machine),
+                                "s" if len(machine) == 1 else "", this_file(),
+                                "it" if len(machine) == 1 else "them"))
     if write:
         precompile()
         for item in files:
@@ -9631,6 +9669,10 @@ def _add_command(commands, cmd, epilog="", argparse=None):
     if cmd.raw is None:
         sub.add_argument("--json", action="store_true",
                          help="print the result as JSON (the object the MCP tool returns)")
+    if cmd.tool is not None:
+        sub.add_argument("--get", metavar="FIELD",
+                         help="print one field of the result (message_id, task.task_id, "
+                              "lease.fence): for scripts, instead of --json")
     return sub
 
 
@@ -9763,6 +9805,22 @@ def cli_args_to_tool(tool_, args):
     return values
 
 
+def _result_field(result, path):
+    """--get a.b: one field of a result, as a script takes it (a string or
+    number bare, anything else as JSON); a missing one names what there is."""
+    value = result
+    for part in path.split("."):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise UsageError("the result has no %s" % path, "--json shows the whole result")
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value) if isinstance(value, (str, int, float)) else json.dumps(value)
+
+
 def run_tool_command(args):
     tool_ = args.command.tool
     extra = tool_.cli_extra
@@ -9774,13 +9832,15 @@ def run_tool_command(args):
         timeout = values.pop(tool_.parks, None) if tool_.parks else None
         if getattr(args, "wait", False) or timeout is not None:
             return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
-                                   lambda r: json.dumps(
-                r, indent=2, ensure_ascii=False) if args.json else tool_.render(r),
-                tool_.name, args.json)
+                                   lambda r: _result_field(r, args.get) if args.get else
+                                   json.dumps(r, indent=2, ensure_ascii=False) if args.json
+                                   else tool_.render(r), tool_.name, args.json)
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
         store.close()
     code = 1 if tool_.refusal and not result.get("ok", True) else 0
+    if getattr(args, "get", None):
+        return _result_field(result, args.get), code
     answer = extra.answer(args, result) if extra.answer else None
     if answer is not None:
         return answer, code
@@ -9899,6 +9959,26 @@ def _watch_arguments(sub):
                      help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
 
 
+def _event_value(key, value):
+    """An event's field as a person reads it: times as times, a selector as
+    what it names, a path under a repository as written there."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            key.endswith("_at") and value > 1e8:
+        return iso(value)
+    if isinstance(value, str):
+        if value.startswith("@") and "/" in value:
+            return value.split("/", 1)[1]       # a repository key: the path under it
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, what), = value.items()
+        return "%s #%s" % (kind, what) if isinstance(what, int) else "%s %s" % (
+            kind, _event_value(key, what))
+    if isinstance(value, list) and all(isinstance(x, (str, int)) for x in value):
+        return ",".join(_event_value(key, x) if isinstance(x, str) else str(x)
+                        for x in value)
+    return json.dumps(value, ensure_ascii=False)
+
+
 @command("watch", "Follow the room's events live, like tail -f.",
          "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
          "releases, windows, work states.  --since replays from a time, --last N\n"
@@ -9951,14 +10031,14 @@ def run_watch(args):
         for field in ("recipients", "holders", "required", "lowered"):
             if isinstance(data.get(field), list):
                 data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
-        detail = ", ".join("%s=%s" % (k, one_line(v if isinstance(v, str) else ",".join(
-            v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
-            else json.dumps(v, ensure_ascii=False), 60))
-                           for k, v in sorted(data.items()) if v not in (None, [], {}))
+        detail = ", ".join("%s=%s" % (k, one_line(_event_value(k, v), 60))
+                           for k, v in sorted(data.items()) if v not in (None, [], {})
+                           and k != "shown")
         who = (_who_name(item) + " ") if item["session_id"] else ""
         return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
-                                      one_line(data.get("shown") or item["subject"] or
-                                               item["room"] or "", 200),
+                                      one_line(_event_value("subject", data.get("shown") or
+                                                            item["subject"] or
+                                                            item["room"] or ""), 200),
                                       ("  " + detail) if detail else "")
     try:
         if last is not None:
@@ -9978,6 +10058,37 @@ def run_watch(args):
     except BrokenPipeError:
         _quiet_stdout()
     return "", 0
+
+
+def _shim_arguments(sub):
+    sub.add_argument("--dir", metavar="DIR",
+                     help="where to write it (default ~/.local/bin)")
+    sub.add_argument("--name", default="agents-room", help="its name (default agents-room)")
+
+
+@command("shim", "Write a fast agents-room command (for your PATH).",
+         "Write a small shell script that runs this file from its bytecode cache:\n"
+         "python3 agents_room.py compiles the whole file on every call, the shim\n"
+         "does not (the hooks setup writes run the same way).  Writing it again\n"
+         "updates it; it names this copy, so run shim from the copy you use.",
+         "shim --dir ~/.local/bin", _shim_arguments)
+def run_shim(args):
+    import shlex
+    directory = os.path.expanduser(args.dir or os.path.join("~", ".local", "bin"))
+    path = os.path.join(directory, args.name)
+    argv = launcher(missing_exit=1)
+    text = ("#!/bin/sh\n# agents-room: runs %s from its bytecode cache (written by\n"
+            "# agents_room.py shim; python3 agents_room.py would compile it on every call)\n"
+            "exec %s \"$@\"\n" % (this_file(), " ".join(shlex.quote(a) for a in argv)))
+    precompile()
+    write_private(path, text, 0o755)
+    on_path = directory in os.environ.get("PATH", "").split(os.pathsep)
+    result = {"path": path, "on_path": on_path, "runs": this_file()}
+    if args.json:
+        return json.dumps(result, indent=2), 0
+    return "wrote %s (runs %s)%s" % (path, this_file(), "" if on_path else
+                                      "\nnote: %s is not on your PATH; add it, or call "
+                                      "the shim by its path" % directory), 0
 
 
 @command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",

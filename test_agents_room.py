@@ -2875,7 +2875,8 @@ class McpTest(RoomTest):
             "msg_sent", "room_history", "msg_get", "msg_thread", "task", "lease_claim", "lease_renew", "lease_release",
             "lease_check", "lease_list", "note_read", "drift_check", "lease_guard",
             "work_set", "window_request", "window_ack", "window_activate", "window_release",
-            "window_cancel", "window_status", "room_status"]))
+            "window_cancel", "window_status", "room_status", "notify_when", "notify_cancel",
+            "msg_retract", "wake_cancel"]))
         read_only = {"room_who", "msg_unread", "msg_sent", "room_history", "lease_check",
                      "msg_get", "msg_thread",
                      "lease_list", "drift_check", "lease_guard", "window_status",
@@ -2895,7 +2896,8 @@ class McpTest(RoomTest):
                     self.assertIn("session_id", schema["required"])
         destructive = {t["name"] for t in tools if t["annotations"]["destructiveHint"]}
         self.assertEqual(destructive, {"room_leave", "room_leave_room", "lease_release",
-                                       "window_release", "window_cancel"})
+                                       "window_release", "window_cancel", "msg_retract",
+                                       "notify_cancel"})
 
     def test_the_lean_listing_is_small_and_reaches_every_operation(self):
         """What a bare serve (and setup) gives every session: at most 8,000
@@ -2954,6 +2956,9 @@ class McpTest(RoomTest):
         schemas = {t["name"]: t["outputSchema"]
                    for t in client.request("tools/list")["result"]["tools"]}
         other = self.join("--room", "mcp-proj", "--label", "other", key="k-other")
+        third = self.join("--room", "mcp-proj", "--label", "third", key="k-third",
+                          live=True)["session_id"]
+        self.cli_json("claim", "--session", third, "db:y")
         me = client.ok("room_join", label="me", extra_rooms=["team"], autonomy="hold")
         sid = me["session_id"]
         self.assertEqual(me["rooms"], ["repo:mcp-proj", "shared:team"])
@@ -2975,6 +2980,12 @@ class McpTest(RoomTest):
             ("msg_unread", {"session_id": sid}),
             ("msg_recv", {"session_id": sid}),
             ("msg_sent", {"session_id": sid}),
+            ("notify_when", {"session_id": sid, "on": "free", "of": "db:y"}),
+            ("notify_when", {"session_id": sid, "on": "idle", "of": "other"}),
+            ("notify_cancel", {"session_id": sid, "watch_id": 1}),
+            ("msg_retract", {"session_id": sid, "message_id": 2}),
+            ("wake_cancel", {"session_id": sid, "message_id": 1}),
+            ("lease_check", {"session_id": sid, "path": "a.txt", "fence": 1}),
             ("room_history", {"session_id": sid}),
             ("lease_guard", {"session_id": sid, "resources": ["a.txt", "db:x"]}),
             ("lease_release", {"session_id": sid, "path": "a.txt"}),
@@ -6335,6 +6346,63 @@ def _summary(result):
 class TrustThirdRoundTest(RoomTest):
     """The third trust review's findings in the core (issue 26): each test
     failed on the code before its fix.  Real processes for liveness."""
+
+    def test_a_clock_stepped_back_still_expires_what_comes_due(self):
+        # A watermark written by a clock that was ahead (an NTP step back, a
+        # restored VM since): what expires before it is swept all the same.
+        a = self.join("--room", "clock", key="k-clock-a")["session_id"]
+        b = self.join("--room", "clock", key="k-clock-b")["session_id"]
+        conn = self.connect()
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('expiry_swept_to', ?)",
+                     (repr(time.time() + 7200),))
+        conn.commit()
+        conn.close()
+        self.cli_json("send", "--session", a, "--to", b, "--subject", "soon", "--ttl", "2")
+        time.sleep(2.5)
+        states = [d["state"] for d in self.cli_json("sent", "--session", a)["messages"][-1][
+            "deliveries"]]
+        self.assertEqual(states, ["expired"])
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("mount"),
+                         "mounting a small tmpfs needs root")
+    def test_a_small_full_disk_is_writable_again_once_space_is_freed(self):
+        # A server writing without a pause: its log must not fill a small disk
+        # (then no checkpoint could move it into the file, which needs room).
+        disk = os.path.join(self.tmp, "small")
+        os.makedirs(disk)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", disk],
+                              capture_output=True, text=True)
+        if done.returncode:
+            self.skipTest("cannot mount a tmpfs here: %s" % done.stderr.strip())
+        self.addCleanup(subprocess.run, ["umount", "-l", disk], capture_output=True)
+        env = {"AGENTS_ROOM_DB": os.path.join(disk, "store", "room.db"),
+               "AGENTS_ROOM_HARNESS_KEY": "k-full"}
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as handle:
+            handle.write(b"\0" * (1024 * 1024))
+        client = McpClient(self, env=env)
+        client.initialize()
+        me = client.ok("room_join", room="full")["session_id"]
+        other = self.cli_json("join", "--room", "full", "--harness-key", "k-full-b",
+                              env=env)["session_id"]
+
+        def sends(most):
+            for count in range(most):
+                answer = client.call("msg_send", session_id=me, to=other, body="x" * 4000)
+                if answer["isError"]:
+                    return count, answer["content"][0]["text"]
+            return most, None
+        first, error = sends(400)
+        self.assertIn("cannot write the store", error)
+        self.assertIn("free space on that disk", error)
+        # The log held 2 MB for 10 sends here before: now the messages fill it.
+        self.assertGreater(first, 50)
+        os.remove(filler)
+        more, error = sends(150)
+        self.assertEqual((more, error), (150, None))
+        client.close()
+        self.assertEqual(self.cli_json("unread", "--session", other, env=env)["count"],
+                         first + more)
 
     def test_a_control_character_in_a_search_is_a_usage_error(self):
         me = self.join("--label", "me")["session_id"]
