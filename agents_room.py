@@ -8164,9 +8164,9 @@ def wake_plan(op, limit=20):
         refused = (row["lever"] in LEVERS and LEVERS[row["lever"]].refuses(data)) or None
         waiter = lever if lever == (adapter.waiter or "waiter") else None
         busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
-        if busy or (adapter.arms_at_turn_end and (lever is None or not LEVERS[
-                lever].while_alive) and row["ended_at"] is None and
-                op.liveness(row) == "alive"):
+        if busy or (not waiter and adapter.arms_at_turn_end and (
+                lever is None or not LEVERS[lever].while_alive) and
+                row["ended_at"] is None and op.liveness(row) == "alive"):
             # Mid-turn, the turn's own hooks signal the message and its Stop
             # holds it (a lever fired now would start a stale turn later); a
             # harness that arms its wake when a turn ends gets it then.  Try

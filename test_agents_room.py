@@ -3472,7 +3472,9 @@ class WakeTest(SignalBase):
                                        "cwd": self.tmp}).encode())
         waiter.stdin.close()
         self.wait_for(lambda: self.event_count("wake.armed", sid), 10, "waiter armed")
-        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        done = self.run_cli("send", "--session", sender, "--to", sid, "--subject", "x",
+                            check=0)
+        self.assertNotIn("wake:", done.stderr)          # the plan names no lever amiss
         self.assertEqual(waiter.wait(15), 2)
         errors = waiter.stderr.read().decode()
         self.assertIn("1 unread message", errors)
@@ -4386,7 +4388,7 @@ class HostileInputTest(RoomTest):
         good = {"session_id": self.sid, "path": "ok.txt", "to": "*", "subject": "s",
                 "message_id": 1, "room": "hostile", "autonomy": 0, "state": "started",
                 "scope": "x", "resources": ["db:x"], "purpose": "p", "window_id": 1,
-                "action": "list"}
+                "action": "list", "on": "free", "of": "db:x", "watch_id": 1}
         base = {k: good[k] for k in tool["inputSchema"]["required"]}
         cases = [(dict(base, unexpected=1), "unknown field")]
         for name, schema in tool["inputSchema"]["properties"].items():
