@@ -133,8 +133,9 @@ class Box:
         self.config_home = os.path.join(self.home, ".config")
         self.tmux = None
         self.peer_sid = None
-        self.notes = []
         self.runs = 0
+        self.latency = None          # a wake's, when the case measured one
+        self.last_stderr = ""
         self.mock = MockModel(log=lambda text: log("%s %s" % (self.name, text))).start()
         for path in (self.home, self.repo, os.path.dirname(self.db)):
             os.makedirs(path, exist_ok=True)
@@ -893,10 +894,7 @@ class Suite:
             status, detail = "FAIL", "error: %s: %s" % (type(error).__name__, error)
         finally:
             if box is not None:
-                notes = [n for n in box.notes if n]
-                if notes and status != "PASS":
-                    detail += " [%s]" % "; ".join(notes)
-                if getattr(box, "latency", None) is not None and status == "PASS":
+                if box.latency is not None and status == "PASS":
                     self.latency[mode] = box.latency
                 box.cleanup()
         elapsed = time.time() - started
