@@ -3660,7 +3660,16 @@ class Pi(Harness):
 class OpencodeResume(ResumeLever):
     name = "opencode-resume"
     resume = ("run", "--session", "KEY", "TEXT")
-    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
+    # Where the resumed run finds its config, plugin and sessions, and what it
+    # may fetch: without OPENCODE_CONFIG_DIR a user-scope setup's plugin and
+    # MCP entry are not loaded; without _DISABLE_MODELS_FETCH an offline setup
+    # calls models.opencode.ai.  Not OPENCODE_CONFIG_CONTENT or
+    # OPENCODE_SERVER_PASSWORD: they can hold secrets, and the store keeps this.
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "OPENCODE_CONFIG", "OPENCODE_CONFIG_DIR", "OPENCODE_DB",
+            "OPENCODE_DISABLE_PROJECT_CONFIG", "OPENCODE_DISABLE_AUTOUPDATE",
+            "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD",
+            "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) in (

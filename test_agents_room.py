@@ -3779,6 +3779,22 @@ class HarnessAdapterTest(SignalBase):
         with open(os.path.join(project, "opencode.json")) as handle:
             self.assertEqual(handle.read(), '{// mine\n "model": "x"}')
 
+    def test_opencode_resume_keeps_where_opencode_finds_its_config_and_no_secret(self):
+        env = {"HOME": "/h", "PATH": "/bin", "XDG_CONFIG_HOME": "/h/.c",
+               "OPENCODE_CONFIG_DIR": "/h/oc", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+               "OPENCODE_SERVER_PASSWORD": "pw", "OPENCODE_CONFIG_CONTENT": '{"k": 1}',
+               "OPENCODE": "1", "OPENCODE_PID": "42"}
+        lever, data = agents_room.detect_lever(
+            env, "opencode", "ses_1", "/p", ["/n/.bin/opencode", "run", "go"])
+        self.assertEqual(lever, "opencode-resume")
+        self.assertEqual(data["argv"], ["/n/.bin/opencode"])
+        self.assertEqual(data["env"], {"HOME": "/h", "PATH": "/bin", "PWD": "/p",
+                                       "XDG_CONFIG_HOME": "/h/.c",
+                                       "OPENCODE_CONFIG_DIR": "/h/oc",
+                                       "OPENCODE_DISABLE_MODELS_FETCH": "1"})
+        self.assertEqual(agents_room.LEVERS[lever].argv(data, "signal")[1:],
+                         ["run", "--session", "ses_1", "signal"])
+
     def receiver(self, answer):
         """A socket that reads one frame and answers: answer(lines, conn)."""
         path = os.path.join(tempfile.mkdtemp(prefix="ar-rcv-"), "s.sock")
