@@ -4767,6 +4767,11 @@ def _render_session_table(sessions):
                      ago(s["last_seen"]), one_line((s.get("branch") or "-") + (
                          " (%s)" % s["worktree"] if s.get("worktree") else ""), 40),
                      one_line(",".join(s["rooms"]), 200) or "(left)"))
+    if any(s.get("work") for s in sessions):
+        # What each says it is doing, where any says so.
+        rows = [rows[0] + ("WORK",)] + [row + ("; ".join(
+            "%s %s" % (one_line(w["scope"], 30), w["state"]) for w in s.get("work") or [])
+            or "-",) for row, s in zip(rows[1:], sessions)]
     if any(s.get("you") for s in sessions):
         rows.append(("* is you",) + ("",) * (len(rows[0]) - 1))
     return _table(rows, {3: lambda cell: cell.split()[0] if cell else ""})

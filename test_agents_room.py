@@ -2644,107 +2644,94 @@ class CliSpeaksCliTest(RoomTest):
 
 
 class ReadmeTest(RoomTest):
-    """Real processes: the README's blocks run in bash as written, with the
-    script path as users type it."""
+    """Real processes: every walk-through of the README runs in bash as
+    written, in README order, on one store (so none depends on a fresh one),
+    with AR the shim the README has the reader write."""
 
     process = True
+    # The walk-throughs, in README order: (heading, what follows it).
+    SECTIONS = (("## A walk-through", "## A monorepo"), ("## A monorepo", "## Concepts"),
+                ("## Mail: peek", "## Leases on anything"),
+                ("## Leases on anything", "## Status, watch"),
+                ("## Status, watch, work states", "## Tell me once"),
+                ("## Tell me once", "## Operator view"))
 
-    def readme_blocks(self, heading, until):
+    def blocks(self, heading, until):
         with open(os.path.join(HERE, "README.md")) as handle:
             text = handle.read()
         section = text[text.index(heading):text.index(until)]
         return [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
 
-    def run_block(self, block, replace):
+    def test_the_walk_throughs_run_as_written_in_order_on_one_store(self):
         home = os.path.join(self.tmp, "home")
         os.makedirs(home, exist_ok=True)
-        for old, new in replace.items():
-            block = block.replace(old, new)
-        done = subprocess.run(["bash", "-c", "set -e\n" + block], env=dict(
-            self.env, HOME=home, AR="python3 %s" % SCRIPT), capture_output=True, text=True,
-            timeout=120, cwd=self.tmp)
-        self.assertEqual(done.returncode, 0, "%s\n%s\n%s" % (block, done.stdout, done.stderr))
-        return done
-
-    def test_guard_walk_through_runs_as_written(self):
-        blocks = self.readme_blocks("## Leases on anything", "## Status, watch")
-        self.assertEqual(len(blocks), 1)
-        done = self.run_block(blocks[0], {"/tmp/guard-demo": os.path.join(self.tmp, "g")})
-        self.assertIn("commit refused", done.stdout)
-        self.assertIn("agents-room guard: refused", done.stderr)
-        self.assertIn("(label migrator, alive, exclusive until", done.stderr)
-        self.assertIn("for: rewriting the schema", done.stderr)
-        self.assertIn("commit passed", done.stdout)
-
-    def test_window_walk_through_runs_as_written(self):
-        blocks = self.readme_blocks("## Status, watch, work states", "## Harness setup")
-        self.assertEqual(len(blocks), 1)
-        done = self.run_block(blocks[0], {"/tmp/window-demo": os.path.join(self.tmp, "w")})
-        kinds = [line.split()[1] for line in done.stdout.splitlines()
+        bindir = os.path.join(self.tmp, "bin")
+        done = subprocess.run([sys.executable, SCRIPT, "shim", "--dir", bindir],
+                              env=dict(self.env, HOME=home), capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        env = dict(self.env, HOME=home, AR=os.path.join(bindir, "agents-room"))
+        places = {"/tmp/demo": "demo", "/tmp/mono-demo-feature": "mono-demo-feature",
+                  "/tmp/mono-demo": "mono-demo", "/tmp/mono-moved": "mono-moved",
+                  "/tmp/guard-demo": "g", "/tmp/window-demo": "w", "/tmp/once-demo": "o"}
+        outputs = {}
+        for heading, until in self.SECTIONS:
+            blocks = self.blocks(heading, until)
+            self.assertTrue(blocks, heading)
+            for index, block in enumerate(blocks):
+                for old, new in places.items():
+                    block = block.replace(old, os.path.join(self.tmp, new))
+                block = block.replace("cd /tmp &&", "cd %s &&" % self.tmp)
+                script = "set -e\n" + block
+                if heading == "## A walk-through":
+                    # Two terminals, each keeping its environment and directory.
+                    terminal = os.path.join(self.tmp, "terminal-%d" % (index % 2))
+                    script = ("set -e\n[ -f %s.env ] && . %s.env && cd \"$(cat %s.cwd)\"\n"
+                              "%s\nexport -p > %s.env\npwd > %s.cwd\n" % (
+                                  terminal, terminal, terminal, block, terminal, terminal))
+                done = subprocess.run(["bash", "-c", script], env=env, capture_output=True,
+                                      text=True, timeout=120, cwd=self.tmp)
+                self.assertEqual(done.returncode, 0, "%s, block %d:\n%s\n%s\n%s" % (
+                    heading, index, block, done.stdout, done.stderr))
+                outputs.setdefault(heading, []).append(done.stdout + done.stderr)
+        two = outputs["## A walk-through"]
+        self.assertIn("acquired exclusive lease", two[0])
+        self.assertIn("message #", two[1])
+        self.assertIn("-> 1 recipient", two[1])
+        self.assertIn("need a phone field", two[2])
+        self.assertIn("shared:storefront", two[2])
+        self.assertIn("SAFE", two[2])
+        self.assertIn("read", two[3])
+        mono = outputs["## A monorepo"][0]
+        self.assertIn("-> 1 recipient: api", mono)
+        self.assertIn("feature (mono-demo-feature)", mono)
+        self.assertIn("refused: the same file", mono)
+        self.assertIn("ok   Claude Code hook command runs", mono)
+        mail = outputs["## Mail: peek"][0]
+        self.assertIn("[urgent]", mail)
+        self.assertIn("(reply to #", mail)
+        self.assertIn("yes, optional", mail)             # ask got its reply
+        self.assertIn("task #", mail)                    # the claim shows as work
+        self.assertRegex(mail, r"#\d+ +done +add the phone field")
+        fence, guard = outputs["## Leases on anything"]
+        self.assertIn("migration step 2", fence)
+        self.assertIn("is current on db:main", fence)
+        self.assertIn("commit refused", guard)
+        self.assertIn("agents-room guard: refused", guard)
+        self.assertIn("(label migrator, alive, exclusive until", guard)
+        self.assertIn("for: rewriting the schema", guard)
+        self.assertIn("commit passed", guard)
+        window = outputs["## Status, watch, work states"][0]
+        kinds = [line.split()[1] for line in window.splitlines()
                  if line[:2].isdigit() and len(line.split()) > 1]
         order = ["window.request", "msg.send", "window.ack", "lease.release", "window.ack",
                  "window.activate", "work.started", "work.completed", "window.release"]
         self.assertEqual([k for k in kinds if k in order], order)
-
-    def test_monorepo_walk_through_runs_as_written(self):
-        blocks = self.readme_blocks("## A monorepo", "## Concepts")
-        self.assertEqual(len(blocks), 1)
-        done = self.run_block(blocks[0], {"/tmp/mono-demo-feature": os.path.join(
-            self.tmp, "mono-demo-feature"), "/tmp/mono-demo": os.path.join(
-            self.tmp, "mono-demo"), "/tmp/mono-moved": os.path.join(self.tmp, "mono-moved"),
-            "cd /tmp &&": "cd %s &&" % self.tmp})
-        self.assertIn("message #1 -> 1 recipient: api", done.stdout)
-        self.assertIn("feature (mono-demo-feature)", done.stdout)
-        self.assertEqual(done.stdout.count("repo:mono-demo"), 3)
-        self.assertIn("refused: the same file", done.stdout)
-        self.assertIn("ok   Claude Code hook command runs", done.stdout)
-
-    def test_mail_walk_through_runs_as_written(self):
-        blocks = self.readme_blocks("## Mail: peek", "## Leases on anything")
-        self.assertEqual(len(blocks), 1)
-        done = self.run_block(blocks[0], {})
-        self.assertIn("[urgent]", done.stdout)
-        self.assertIn("(reply to #1)", done.stdout)
-        self.assertIn("yes, optional", done.stdout)             # ask got its reply
-        self.assertIn("done    add the phone field", done.stdout)
-        # Open tasks show in status and in a starting session's digest.
-        web = self.cli_json("join", env={"AGENTS_ROOM_HARNESS_KEY": "web"})["session_id"]
-        self.cli_json("task", "--session", web, "add", "--title", "the next one",
-                      "--room", "storefront")
-        self.assertIn("task #2 open: the next one", self.run_cli("status", check=0).stdout)
-        digest = self.run_cli("hook", "--event=SessionStart", input=json.dumps(
-            {"session_id": "api", "cwd": self.tmp}), check=0).stdout
-        self.assertIn("1 open task in your rooms", digest)
-
-    def test_walk_through_runs_as_written(self):
-        with open(os.path.join(HERE, "README.md")) as handle:
-            text = handle.read()
-        section = text[text.index("## A walk-through"):text.index("## A monorepo")]
-        blocks = [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
-        self.assertEqual(len(blocks), 4)
-        home = os.path.join(self.tmp, "home")
-        os.makedirs(home, exist_ok=True)
-        demo = os.path.join(self.tmp, "demo")
-        outputs = []
-        for index, block in enumerate(blocks):
-            terminal = os.path.join(self.tmp, "terminal-%d" % (index % 2))
-            script = "set -e\n[ -f %s.env ] && . %s.env && cd \"$(cat %s.cwd)\"\n%s\n" \
-                "export -p > %s.env\npwd > %s.cwd\n" % (
-                    terminal, terminal, terminal, block.replace("/tmp/demo", demo),
-                    terminal, terminal)
-            # AR names the copy, as the README asks the reader to set it.
-            done = subprocess.run(["bash", "-c", script], env=dict(
-                self.env, HOME=home, AR="python3 %s" % SCRIPT),
-                                  capture_output=True, text=True, timeout=60, cwd=self.tmp)
-            self.assertEqual(done.returncode, 0, "block %d:\n%s\n%s" % (
-                index, block, done.stderr))
-            outputs.append(done.stdout)
-        self.assertIn("acquired exclusive lease", outputs[0])
-        self.assertIn("message #1 -> 1 recipient", outputs[1])
-        self.assertIn("need a phone field", outputs[2])
-        self.assertIn("shared:storefront", outputs[2])
-        self.assertIn("SAFE", outputs[2])
-        self.assertIn("read", outputs[3])
+        once = outputs["## Tell me once"][0]
+        self.assertIn("db:orders is free", once)
+        self.assertIn("api's work state leaves blocked", once)
+        self.assertRegex(once, r"retracted #\d+: gone from 1 inbox")
+        self.assertIn("[retracted by its sender at", once)
 
 
 # ---- MCP over stdio --------------------------------------------------------------
