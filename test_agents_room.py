@@ -7742,6 +7742,11 @@ REAL_HOME = os.path.expanduser("~")
 
 if __name__ == "__main__":
     home_before = _home_state()
+    # The tests that call the operations in this process (not through a
+    # child's environment) see this HOME: the person's own stays untouched.
+    SUITE_HOME = tempfile.mkdtemp(prefix="agents-room-suite-home-")
+    os.environ["HOME"] = SUITE_HOME
+    atexit.register(shutil.rmtree, SUITE_HOME, True)
     runner = unittest.TextTestRunner(resultclass=ClassProgress,
                                      verbosity=int(os.environ.get("VERBOSE", "1")))
     program = unittest.main(exit=False, testRunner=runner)
