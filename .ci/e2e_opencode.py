@@ -657,8 +657,11 @@ def s_wake(box, side_rows):
     state = {}
 
     def script(req):
-        text = req.user_texts()[-1] if req.user_texts() else ""
-        if "woken" not in state and state.get("sent_at") and SIGNAL_RE.search(text):
+        # The woken turn's prompt is the signal (a resumed run's digest may
+        # follow it: the hook adds no second copy of the signal).
+        texts = req.user_texts()[-2:]
+        if "woken" not in state and state.get("sent_at") and any(
+                SIGNAL_RE.search(t) for t in texts):
             state["woken"] = req
             state["at_wake"] = box.states()
             return Reply(calls=[ar_call("msg_recv", {"session_id": state["sid"]})])
@@ -707,7 +710,7 @@ def s_wake(box, side_rows):
           "states %s; events %s)" % (bound, lever, box.states(), box.wake_events()))
     latency = woke.at - state["sent_at"]
     box.latency = latency
-    check("woken" in state, "the next request does not end with the signal: %r"
+    check("woken" in state, "the next request does not carry the signal: %r"
           % (woke.user_texts()[-1:] if woke.user_texts() else None))
     # run: the resumed process's plugin joins again and adds a new digest
     named = SESSION_RE.findall(woke.all_text())
