@@ -87,7 +87,8 @@ async def sdk_client(workdir, env, profile):
 
             peer = subprocess.run(
                 [sys.executable, SCRIPT, "join", "--room", "interop", "--label", "peer",
-                 "--json"], env=env, cwd=workdir, capture_output=True, text=True)
+                 "--pid", str(os.getpid()), "--json"], env=env, cwd=workdir,
+                capture_output=True, text=True)
             peer_id = json.loads(peer.stdout)["session_id"]
             me = await call("room_join", room="interop", label="sdk-" + profile,
                             extra_rooms=["team"])
@@ -129,6 +130,16 @@ async def sdk_client(workdir, env, profile):
             second = await call("window_request", session_id=sid, resources=["db:x"],
                                 purpose="p")
             await call("window_cancel", session_id=sid, window_id=second["window_id"])
+            watch = await call("notify_when", session_id=sid, on="gone", of=peer_id)
+            check("%s: a watch of a live peer waits" % tag, watch and watch["watches"],
+                  watch)
+            if watch and watch["watches"]:
+                await call("notify_cancel", session_id=sid,
+                           watch_id=watch["watches"][0]["watch_id"])
+            oops = await call("msg_send", session_id=sid, to=["tag:nobody"], subject="oops")
+            if oops:
+                await call("wake_cancel", session_id=sid, message_id=oops["message_id"])
+                await call("msg_retract", session_id=sid, message_id=oops["message_id"])
             await call("room_leave_room", session_id=sid, room="team")
             await call("room_leave", session_id=sid)
             check("%s: message reached the CLI peer" % tag, sent and sent["recipients"] == 1,
