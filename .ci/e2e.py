@@ -51,6 +51,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from mock_model import Call, MockModel, Reply  # noqa: E402
 
+# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
+# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
+# none, and tmux hands this process's environment to every pane.
+for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
+              or k.startswith("CI_")]:
+    del os.environ[_name]
+
 AR = os.path.join(ROOT, "agents_room.py")
 MODES = ("claude-p", "claude-tui", "codex-exec", "codex-tui")
 SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")

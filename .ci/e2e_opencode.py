@@ -80,6 +80,13 @@ sys.path.insert(0, HERE)
 from mock_model import Call, MockModel, Reply  # noqa: E402
 from e2e_report import row as report_row  # noqa: E402
 
+# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
+# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
+# none, and tmux hands this process's environment to every pane.
+for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
+              or k.startswith("CI_")]:
+    del os.environ[_name]
+
 AR = os.path.join(ROOT, "agents_room.py")
 MODES = ("run", "tui")
 PREFIX = "agents-room_"                 # how OpenCode names our MCP tools

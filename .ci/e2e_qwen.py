@@ -73,6 +73,13 @@ import mock_model  # noqa: E402
 from mock_model import Call, MockModel, Reply  # noqa: E402
 from e2e_report import row  # noqa: E402
 
+# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
+# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
+# none, and tmux hands this process's environment to every pane.
+for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
+              or k.startswith("CI_")]:
+    del os.environ[_name]
+
 AR = os.path.join(ROOT, "agents_room.py")
 PACKAGE = "@qwen-code/qwen-code"
 MODES = ("qwen-p", "qwen-tui")
