@@ -5,7 +5,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser
+.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-latest e2e-pg e2e-hermes browser
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -19,10 +19,16 @@ interop:
 	rm -rf "$(INTEROP_DIR)"
 
 # End to end: real Claude Code and Codex turns against a local mock model
-# (.ci/mock_model.py), offline but for the npm install.  E2E_ARGS="--only NAME"
-# picks cases (python3 .ci/e2e.py --list shows them); needs node, git, tmux.
+# (.ci/mock_model.py), offline but for the npm install, each case from what
+# setup writes plus the README's one-time steps taken in the TUI.
+# E2E_ARGS="--only NAME" picks cases (python3 .ci/e2e.py --list shows them);
+# needs node, git, tmux.  CI runs the pins; `make e2e-latest` runs the same
+# cases on the newest release of each harness, to find a changed hook format
+# the week it ships.  The E2E-ROW lines of the log are the README's table
+# (python3 .ci/e2e_report.py LOG).
 E2E_DIR ?= $(CURDIR)/.e2e
-E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
+E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+E2E_LATEST ?= @anthropic-ai/claude-code@latest @openai/codex@latest
 E2E_ARGS ?=
 
 e2e:
@@ -30,6 +36,9 @@ e2e:
 	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
 	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" $(E2E_ARGS); \
 	status=$$?; rm -rf "$(E2E_DIR)"; exit $$status
+
+e2e-latest:
+	$(MAKE) e2e E2E_HARNESSES="$(E2E_LATEST)" E2E_DIR="$(E2E_DIR)-latest"
 
 # The same end-to-end cases on PostgreSQL (a throwaway cluster, a schema per
 # case): hooks, MCP, holds and wakes of real Claude Code and Codex turns with
@@ -81,4 +90,4 @@ bench-pg:
 	status=$$?; $(PG_CLI) stop "$(PG_DIR)"; exit $$status
 
 clean:
-	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-hermes" "$(BROWSER_OUT)" __pycache__
+	rm -rf "$(INTEROP_DIR)" "$(E2E_DIR)" "$(E2E_DIR)-latest" "$(E2E_DIR)-hermes" "$(BROWSER_OUT)" __pycache__
