@@ -20,10 +20,15 @@ interop:
 	rm -rf "$(INTEROP_DIR)"
 
 # End to end: real Claude Code and Codex turns against a local mock model
-# (.ci/mock_model.py), offline but for the npm install.  E2E_ARGS="--only NAME"
-# picks cases (python3 .ci/e2e.py --list shows them); needs node, git, tmux.
+# (.ci/mock_model.py), offline but for the npm install, each case from what
+# setup writes plus the README's one-time steps taken in the TUI.
+# E2E_ARGS="--only NAME" picks cases (python3 .ci/e2e.py --list shows them);
+# needs node, git, tmux.  CI runs the pins; `make e2e-latest` (below) runs the
+# same cases on the newest release of each harness.  The E2E-ROW lines of the log are the README's table
+# (python3 .ci/e2e_report.py LOG).
 E2E_DIR ?= $(CURDIR)/.e2e
-E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
+E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+E2E_LATEST ?= @anthropic-ai/claude-code@latest @openai/codex@latest
 E2E_ARGS ?=
 
 e2e:
@@ -100,7 +105,7 @@ e2e-all:
 
 e2e-latest:
 	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode \
-	  E2E_HARNESSES="@anthropic-ai/claude-code@latest @openai/codex@latest" \
+	  E2E_HARNESSES="$(E2E_LATEST)" \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
 	  OPENCODE_PKG=opencode-ai@latest

@@ -6,16 +6,31 @@
 
 Each case is SCENARIO/MODE, e.g. c-midturn-signal/codex-exec; --only matches any
 part of it ("c-midturn", "claude-tui", "d-hold-once/claude-p").  Modes:
-claude-p (claude -p), claude-tui (interactive claude in tmux), codex-exec
-(codex exec), codex-tui (interactive codex in tmux).
+claude-p (claude -p, default permission mode), claude-tui (interactive claude
+in tmux, its default mode: "auto" in 2.1.332), claude-tui-skip (the same with
+--dangerously-skip-permissions), codex-exec (codex exec), codex-tui
+(interactive codex in tmux).
 
-Every harness run gets its own HOME, git repository (set up with
-`agents_room.py setup claude|codex --write`), CODEX_HOME and AGENTS_ROOM_DB, and
-talks only to .ci/mock_model.py on 127.0.0.1, which records each request body:
-the assertions are on what the model was shown.  A peer session (the CLI:
-join, send, sent) plays the other agent.  Prints a PASS/FAIL table; exits 1 on
-any FAIL.  Standard library only; needs node, npm-installed `claude` and
-`codex` on --npm-bin, git and tmux.
+Every harness run starts from what a user has: its own HOME, git repository
+set up with `agents_room.py setup claude|codex --write`, CODEX_HOME and
+AGENTS_ROOM_DB, and nothing else but what is about the mock (Claude Code's
+onboarding done and its API key approved; Codex's model provider) and the
+one-time steps the README tells a user, taken as a user takes them:
+  * claude (TUI): "Yes, I trust this folder" in its trust dialog (and, with
+    --dangerously-skip-permissions, "Yes, I accept" in the Bypass Permissions
+    warning), driven through tmux; claude -p runs untrusted, setup alone;
+  * codex (TUI): "Trust and continue" for the folder and "Trust all and
+    continue" for the new hooks, through tmux; codex exec runs its hooks with
+    --dangerously-bypass-hook-trust.
+A TUI case fails on any dialog on screen after that start (the MCP server
+approval, a held message from another session, a trust dialog again).  Each
+talks only to .ci/mock_model.py on 127.0.0.1, which records each request body
+(the assertions are on what the model was shown) and refuses to send a
+scripted call of a tool the request did not offer.  A peer session (the CLI:
+join, send, sent) plays the other agent.  Prints a PASS/FAIL table and the
+E2E-ROW lines of the README's truth table (.ci/e2e_report.py); exits 1 on any
+FAIL.  Standard library only; needs node, npm-installed `claude` and `codex`
+on --npm-bin, git and tmux.
 
 Scenarios (setup --autonomy in brackets):
   a-digest [0]            the SessionStart digest, with the session id, is in the first request
@@ -26,8 +41,14 @@ Scenarios (setup --autonomy in brackets):
   d-hold-once [1]         the end of a turn with unread mail is held once (the continuation
                           carries the signal), not again next turn; d-hold-ui: the hold is not
                           shown as an error and shows no hook command line
-  e1/e2-wake-* [2]        (TUIs) a send wakes an idle session before / after its first turn;
-                          the latency is reported
+  e1/e2-wake-* [2]        (TUIs) a send wakes an idle session before / after its first turn
+                          with exactly one model call, the delivery accepted once that turn
+                          is seen; /exit then leaves no process; the latency is reported
+  e3-wake-finished-run [2] a send to a finished codex exec run resumes it (codex exec resume)
+                          with the agents-room tools; a finished claude -p run has no lever:
+                          nothing runs, and its next --resume is told
+  e4-wake-by-inbox [1->2] (claude TUI) autonomy raised in-session (room_join), so no rewake
+                          waiter is installed: Claude Code's inbox socket wakes it, one call
   f-oneshot-exits [2]     claude -p / codex exec exit and print their result
   g-resume-keeps-rooms    a shared room joined in-session survives SessionEnd + resume
   h-sent-states [2]       the sender's delivery states: never undeliverable for a signalled
@@ -59,7 +80,16 @@ for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
     del os.environ[_name]
 
 AR = os.path.join(ROOT, "agents_room.py")
-MODES = ("claude-p", "claude-tui", "codex-exec", "codex-tui")
+MODES = ("claude-p", "claude-tui", "codex-exec", "codex-tui")   # what most scenarios run
+TUIS = {"claude-tui": "claude", "claude-tui-skip": "claude --dangerously-skip-permissions",
+        "codex-tui": "codex"}
+# Dialogs no user should meet once the one-time steps are done (a held message
+# needs a person; Enter on the MCP dialog rejects the server for good).
+DIALOGS = {"claude": ("New MCP server found", "new MCP servers found",
+                      "Held message from another session", "Yes, I trust this folder",
+                      "Bypass Permissions mode"),
+           "codex": ("Trust this folder?", "Hooks need review")}
+WAKE_QUIET_S = 4.0      # after a woken request, a second lever's turn would show by then
 SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SHARED = "e2e-shared"
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
@@ -91,7 +121,7 @@ def claude_mode(mode):
 
 
 def tui_mode(mode):
-    return mode.endswith("tui")
+    return "-tui" in mode
 
 
 # ---- the world of one case ---------------------------------------------------
@@ -120,6 +150,9 @@ class Box:
         self.tmux = None
         self.peer_sid = None
         self.notes = []
+        self.dialogs_met = []       # the first-run dialogs accepted, in order
+        self.dialog_seen = None     # (marker, screen) of a dialog after the start
+        self.watching = None
         self.mock = suite.mock
         self.mock.reset()
         for path in (self.home, self.repo, self.codex_home):
@@ -158,27 +191,29 @@ class Box:
         return env
 
     def _setup_claude(self):
+        # About the mock only: onboarding done, the dummy API key approved.  No
+        # trust, no MCP approval, no bypass acceptance: setup writes its part,
+        # the TUI cases take the README's one step through the TUI.
         key = self.env["ANTHROPIC_API_KEY"]
         state = {
-            "hasCompletedOnboarding": True, "bypassPermissionsModeAccepted": True,
-            "numStartups": 5, "autoUpdates": False, "theme": "dark",
+            "hasCompletedOnboarding": True, "numStartups": 5, "autoUpdates": False,
+            "theme": "dark",
             "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
-            "projects": {self.repo: {"hasTrustDialogAccepted": True,
-                                     "hasCompletedProjectOnboarding": True,
-                                     "enabledMcpjsonServers": ["agents-room"]}},
         }
         with open(os.path.join(self.home, ".claude.json"), "w") as handle:
             json.dump(state, handle)
         self.setup("claude")
 
     def _setup_codex(self):
+        # The mock as the model provider; no folder or hook trust (the TUI
+        # cases trust both in its dialogs, codex exec bypasses hook trust).
         with open(os.path.join(self.codex_home, "config.toml"), "w") as handle:
             handle.write(
                 'model = "mock-model"\nmodel_provider = "mock"\n'
                 'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n\n'
                 '[model_providers.mock]\nname = "Mock"\nbase_url = "%s/v1"\n'
-                'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n\n'
-                '[projects."%s"]\ntrust_level = "trusted"\n' % (self.mock.url, self.repo))
+                'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+                % self.mock.url)
         self.setup("codex")
 
     def setup(self, harness):
@@ -236,6 +271,25 @@ class Box:
             store.close()
         return row[0] if row else None
 
+    def wake_events(self, session):
+        """[(kind, lever)] of the session's wake events, oldest first: which
+        lever was tried, armed, accepted (lever "turn": its turn was seen)."""
+        store = _agents_room().open_store(self.db)
+        try:
+            rows = store.conn.execute(
+                "SELECT kind, data FROM events WHERE session_id=? AND kind LIKE 'wake.%%' "
+                "ORDER BY id", (session["session_id"],)).fetchall()
+        finally:
+            store.close()
+        out = []
+        for kind, data in rows:
+            try:
+                data = json.loads(data or "{}")
+            except ValueError:
+                data = {}
+            out.append((kind, data.get("lever") if isinstance(data, dict) else None))
+        return out
+
     def wait_session(self, timeout):
         """The harness's agents-room session (after SessionStart), or None."""
         end = time.time() + timeout
@@ -253,8 +307,10 @@ class Box:
         With done(): once done() holds and no request came for `quiet` s, a
         process still running is killed and reported hung."""
         if claude_mode(self.mode):
-            argv = ["claude", "-p", prompt, "--dangerously-skip-permissions",
-                    "--output-format", "json"] + (["--resume", resume] if resume else [])
+            # The default permission mode in a folder never trusted: setup's
+            # allow rule (in the local settings) is what lets the tools run.
+            argv = ["claude", "-p", prompt, "--output-format", "json"] + (
+                ["--resume", resume] if resume else [])
         elif resume:
             argv = ["codex", "exec", "resume", "--dangerously-bypass-hook-trust", "--json",
                     resume, prompt]
@@ -316,30 +372,158 @@ class Box:
 
     # -- interactive runs in tmux
     def tui_start(self):
+        """Start the TUI and take the README's one-time steps in its own
+        dialogs, as a user would; fail on a dialog no user should meet.
+        Then watch the screen until the case ends."""
         self.tmux = "e2e-%s" % self.name[-40:]
         envfile = os.path.join(self.dir, "env.sh")
         with open(envfile, "w") as handle:
             for key, value in sorted(self.env.items()):
                 handle.write("export %s=%s\n" % (key, shlex.quote(value)))
-        program = ("claude --dangerously-skip-permissions" if claude_mode(self.mode)
-                   else "codex --dangerously-bypass-hook-trust")
         command = "bash --norc --noprofile -c %s" % shlex.quote(
-            ". %s; cd %s && exec %s" % (shlex.quote(envfile), shlex.quote(self.repo), program))
+            ". %s; cd %s && exec %s" % (shlex.quote(envfile), shlex.quote(self.repo),
+                                        TUIS[self.mode]))
         self.suite.tmux("new-session", "-d", "-s", self.tmux, "-x", "160", "-y", "50",
                         command)
-        ready = "❯" if claude_mode(self.mode) else "Ask Codex to do anything"
-        end = time.time() + 40
+        steps = ((("Yes, I trust this folder",), "Yes, I trust this folder", "trust"),
+                 (("Bypass Permissions mode", "Yes, I accept"), "Yes, I accept",
+                  "bypass warning"),
+                 (("Trust this folder?",), "Trust and continue", "trust"),
+                 (("Hooks need review",), "Trust all and continue", "hook trust"))
+        end = time.time() + 45
+        ready_since = None
         while time.time() < end:
-            screen = self.screen()
-            if ready in screen and "trust" not in screen.lower():
+            screen = self.visible()
+            step = next((s for s in steps if all(m in screen for m in s[0])), None)
+            if step is not None:
+                if self.dialogs_met.count(step[2]) >= 2:
+                    raise Failure("the %s dialog came back after it was answered; screen:"
+                                  "\n%s" % (step[2], screen))
+                self.dialogs_met.append(step[2])
+                if not self.choose(step[1]):
+                    raise Failure("cannot pick %r in the %s dialog; screen:\n%s"
+                                  % (step[1], step[2], self.visible()))
+                time.sleep(1.0)
+                continue
+            bad = self.forbidden(screen)
+            if bad:
+                raise Failure("at start the TUI shows %r, a dialog setup should have made "
+                              "unneeded (dialogs answered: %s); screen:\n%s"
+                              % (bad, self.dialogs_met or "none", screen))
+            if not self.ready(screen):
+                ready_since = None
+            elif ready_since is None:
+                ready_since = time.time()
+            elif time.time() - ready_since > 1.5:
+                # Ready and still so: a dialog may come up over a prompt
+                # that was drawn first (Codex's folder trust does).
                 break
-            time.sleep(0.5)
+            time.sleep(0.4)
         else:
-            raise Failure("the TUI did not become ready in 40 s; screen:\n%s" % self.screen())
-        time.sleep(1.0)
+            raise Failure("the TUI did not become ready in 45 s (dialogs answered: %s); "
+                          "screen:\n%s" % (self.dialogs_met or "none", self.visible()))
+        want = "trust" if claude_mode(self.mode) else "hook trust"
+        if want not in self.dialogs_met:
+            self.notes.append("no %s dialog met" % want)
+        self.watch()
+
+    def ready(self, screen):
+        lines = [l for l in screen.splitlines() if l.strip()]
+        if claude_mode(self.mode):
+            # The prompt box near the bottom, its mode/shortcuts line under it
+            # (a dialog's options are marked with the same arrow).
+            return any(l.lstrip().startswith("\u276f") for l in lines[-6:]) and any(
+                m in screen for m in ("for shortcuts", "mode on", "permissions on",
+                                      "for agents"))
+        # Codex draws its session card and prompt first and puts the folder
+        # trust dialog over them seconds later; the card's "permissions:"
+        # line comes only once the folder's trust is settled.
+        return "OpenAI Codex (v" in screen and "permissions:" in screen and any(
+            l.lstrip().startswith("\u203a") for l in lines[-6:])
+
+    def forbidden(self, screen):
+        marks = DIALOGS["claude" if claude_mode(self.mode) else "codex"]
+        return next((m for m in marks if m in screen), None)
+
+    def choose(self, label):
+        """Move a dialog's cursor to the option containing label, then Enter."""
+        for _ in range(12):
+            lines = self.visible().splitlines()
+            cursor = [i for i, l in enumerate(lines)
+                      if l.lstrip()[:1] in ("\u276f", "\u203a")]
+            target = [i for i, l in enumerate(lines) if label in l]
+            if not cursor or not target:
+                time.sleep(0.3)
+                continue
+            if cursor[0] == target[0]:
+                self.suite.tmux("send-keys", "-t", self.tmux, "Enter")
+                return True
+            self.suite.tmux("send-keys", "-t", self.tmux,
+                            "Down" if target[0] > cursor[0] else "Up")
+            time.sleep(0.3)
+        return False
+
+    def watch(self):
+        """A thread that looks at the screen twice a second until cleanup and
+        keeps the first dialog a user would have to answer."""
+        import threading
+        stop = threading.Event()
+
+        def look():
+            while not stop.wait(0.5):
+                try:
+                    screen = self.visible()
+                except (Failure, subprocess.SubprocessError, OSError):
+                    continue
+                bad = self.forbidden(screen)
+                if bad and self.dialog_seen is None:
+                    self.dialog_seen = (bad, screen, time.time())
+        thread = threading.Thread(target=look, daemon=True)
+        thread.start()
+        self.watching = (stop, thread)
+
+    def unwatch(self):
+        if self.watching:
+            self.watching[0].set()
+            self.watching[1].join(timeout=5)
+            self.watching = None
+
+    def check_no_dialog(self):
+        if self.dialog_seen is not None:
+            bad, screen, _ = self.dialog_seen
+            shown = "\n".join(l for l in screen.splitlines() if l.strip())
+            raise Failure("the TUI showed %r (a dialog the user must answer); screen:\n%s"
+                          % (bad, shown[-1500:]))
+
+    def visible(self):
+        return self.suite.tmux("capture-pane", "-p", "-t", self.tmux)
 
     def screen(self):
         return self.suite.tmux("capture-pane", "-p", "-t", self.tmux, "-S", "-200")
+
+    def tui_exit(self, timeout=12):
+        """/exit as a user types it: the TUI must end, and with it every
+        process of this case (MCP server, rewake waiter; see
+        marked_processes).  Returns what is left (the screen, if the TUI
+        itself is)."""
+        self.unwatch()
+        self.tui_send("/exit")
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.tmux and self._has_session():
+                left = ["the TUI (screen: %s)" % one_line(self.visible(), 400)]
+            else:
+                self.tmux = None
+                left = marked_processes([self.dir, self.db])
+            if not left:
+                break
+            time.sleep(0.5)
+        return left
+
+    def _has_session(self):
+        done = subprocess.run(["tmux", "-L", self.suite.socket, "has-session", "-t",
+                               self.tmux], capture_output=True, timeout=10)
+        return done.returncode == 0
 
     def tui_send(self, text):
         self.suite.tmux("send-keys", "-t", self.tmux, "-l", text)
@@ -360,6 +544,7 @@ class Box:
         return self.mock.model_calls()
 
     def cleanup(self):
+        self.unwatch()
         if self.tmux:
             try:
                 with open(os.path.join(self.dir, "screen.txt"), "w") as handle:
@@ -371,24 +556,53 @@ class Box:
         kill_marked([self.dir, self.db])
 
 
-def kill_marked(markers):
-    """End the processes this suite started whose environment names one of
-    `markers` (a case's dir or store), by pid."""
+def _marked(markers):
+    """{pid: command line} of the processes whose environment names one of
+    `markers` (a case's dir or store): the ones this suite started."""
     wanted = [("AGENTS_ROOM_E2E_BOX=%s" % markers[0]).encode(),
               ("AGENTS_ROOM_DB=%s" % markers[-1]).encode()]
     me = os.getpid()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as handle:
+                environ = handle.read().split(b"\0")
+            if not any(item in wanted for item in environ):
+                continue
+            with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                found[int(entry)] = handle.read().replace(b"\0", b" ").decode(
+                    "utf-8", "replace").strip()
+        except OSError:
+            continue
+    return found
+
+
+def marked_processes(markers):
+    """Command lines of this case's live processes (zombies left out), but
+    Codex's app-server daemon and what it runs: Codex 0.171's TUI runs its
+    threads, MCP servers included, in a daemon that outlives it by design."""
+    found = _marked(markers)
+    out = []
+    for pid, command in found.items():
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                fields = handle.read().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" or "app-server" in command or \
+                "app-server" in found.get(int(fields[1]), ""):
+            continue
+        out.append(command[:160])
+    return out
+
+
+def kill_marked(markers):
+    """End the processes this suite started whose environment names one of
+    `markers` (a case's dir or store), by pid."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == me:
-                continue
-            try:
-                with open("/proc/%s/environ" % entry, "rb") as handle:
-                    environ = handle.read().split(b"\0")
-            except OSError:
-                continue
-            if any(item in wanted for item in environ):
-                found.append(int(entry))
+        found = list(_marked(markers))
         for pid in found:
             try:
                 os.kill(pid, sig)
@@ -432,9 +646,11 @@ def ar_call(mode, name, args):
     return Call(name, args, namespace="mcp__agents_room")
 
 
-def noop_call(mode):
-    if claude_mode(mode):
-        return Call("Bash", {"command": "true", "description": "no-op"})
+def noop_call(box):
+    if claude_mode(box.mode):
+        # Read needs no permission in any mode (Bash would, in claude -p's
+        # default mode, and auto mode may ask its classifier first).
+        return Call("Read", {"file_path": os.path.join(box.repo, "README")})
     return Call("exec_command", {"cmd": "true"})
 
 
@@ -531,7 +747,7 @@ def s_midturn(box):
         if sid and not req.tool_results():
             if "sent" not in state:
                 state["sent"] = box.send(sid)
-            return Reply(calls=[noop_call(box.mode)])
+            return Reply(calls=[noop_call(box)])
         return Reply(text="done")
     box.mock.script = script
     run = run_turn(box, "work on something", 2)
@@ -625,26 +841,171 @@ def s_wake(box, before_first):
         session = box.sessions()[0] if box.sessions() else None
         check(session, "no agents-room session after the first turn")
         time.sleep(2.0)       # let a turn-end waiter arm
+    # The armed rewake waiter goes first (no dialog, one turn); Codex: its queue.
+    return _wake_once(box, session, "claude-rewake" if claude_mode(box.mode) else
+                      "codex-queue")
+
+
+def _wake_once(box, session, want_lever=None):
+    """Send to an idle TUI session: exactly one model call, carrying the
+    signal (not the subject or body); the delivery accepted once that turn is
+    seen; no dialog; /exit leaves nothing running."""
     before = len(box.mock.model_calls())
     level = "" if session["autonomy"] == 2 else (
-        "; its autonomy is %s, not 2, after setup --autonomy 2" % session["autonomy"])
+        "; its autonomy is %s, not 2" % session["autonomy"])
+    lever = box.sessions()[0].get("lever") if box.sessions() else session.get("lever")
     sent_at = time.time()
     box.send(session["session_id"])
     woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], 30)
     states = box.states()
     check(woke is not None, "no turn started within 30 s of the send (lever %s, "
-          "delivery states %s%s)" % (session.get("lever"), states, level))
+          "delivery states %s, wake events %s%s)" % (lever, states,
+                                                   box.wake_events(session), level))
     check(not level, "woke, but" + level[1:])
     latency = woke.at - sent_at
     box.notes.append("wake latency %.1f s" % latency)
-    previous = box.mock.model_calls()[before - 1] if before else None
+    calls = box.wait_quiet(before + 1, quiet=WAKE_QUIET_S, settle=WAKE_QUIET_S,
+                           timeout=30)
+    count = len(calls) - before
+    previous = calls[before - 1] if before else None
     tail = new_text(woke, previous)
     check(SIGNAL_RE.search(tail), "the woken turn does not carry the signal: %r"
           % tail[-300:])
     check(not secrets_shown([woke]), "subject/body rode the wake")
+    events = box.wake_events(session)
+    tails = [new_text(calls[i], calls[i - 1] if i else None) for i in range(before,
+                                                                             len(calls))]
+    check(count == 1, "one send made %d model calls (want 1); wake events %s; what each "
+          "added: %s" % (count, events, [one_line(signal_line(t) or t[-120:], 120)
+                                         for t in tails]))
+    states = box.states()
+    end = time.time() + 5
+    while states != ["accepted"] and time.time() < end:
+        time.sleep(0.5)
+        states = box.states()
     check("undeliverable" not in states, "delivery marked undeliverable although it "
           "woke the session: %s" % states)
-    return "woke in %.1f s; states %s" % (latency, states)
+    check(states == ["accepted"], "after the woken turn the sender sees %s, not accepted "
+          "(the turn it started was not recognised; wake events %s)" % (states, events))
+    levers = wake_levers(events)
+    if want_lever:
+        check(want_lever in levers, "the wake went through %s, not %s (events %s)"
+              % (levers, want_lever, events))
+    box.check_no_dialog()
+    left = box.tui_exit()
+    check(not left, "after /exit these are still running: %s" % left)
+    box.suite.wakes.append((box.mode, latency, count))
+    return "woke in %.1f s, %d model call; lever %s; states %s; /exit left nothing " \
+        "(first-run dialogs answered: %s)" % (latency, count, "+".join(levers), states,
+                                               ", ".join(box.dialogs_met) or "none")
+
+
+def wake_levers(events):
+    """The levers that were tried or took a wake ("turn": a turn seen is
+    what confirmed it, not a lever)."""
+    return sorted({lever for kind, lever in events if kind in ("wake.try", "wake.accepted")
+                   and lever and lever != "turn"})
+
+
+def s_wake_by_inbox(box):
+    """setup --autonomy 1 installs no rewake waiter; the model raises the
+    session to wake (room_join {"autonomy": 2}), so a send can only go
+    through Claude Code's inbox socket (2.1.224 and later)."""
+    state = {"n": 0}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and "raised" not in state and not req.tool_results():
+            state["raised"] = sid
+            return Reply(calls=[ar_call(box.mode, "room_join", {"autonomy": 2})])
+        state["n"] += 1
+        return Reply(text="done-%d" % state["n"])
+    box.mock.script = script
+    box.tui_start()
+    box.tui_send("raise your autonomy to wake")
+    box.wait_quiet(2)
+    found = box.sessions()
+    check(found and state.get("raised"), "no session raised its autonomy (sessions %s)"
+          % found)
+    session = found[0]
+    check(session["autonomy"] == 2, "room_join {autonomy: 2} left autonomy %s"
+          % session["autonomy"])
+    if session.get("lever") is None:
+        raise Skip("no lever without the rewake waiter: this Claude Code has no inbox "
+                   "socket (CLAUDE_CODE_MESSAGING_SOCKET, 2.1.224 and later)")
+    time.sleep(1.0)
+    return _wake_once(box, session, want_lever="claude-socket")
+
+
+def s_wake_finished(box):
+    """A send to a session whose one-shot run has exited."""
+    state = {"phase": 1, "n": 0}
+
+    def script(req):
+        if state["phase"] == 1:
+            state.setdefault("sid", req.session_id())
+            return Reply(text="first done")
+        state["n"] += 1
+        if state["n"] == 1 and not claude_mode(box.mode):
+            return Reply(calls=[ar_call(box.mode, "msg_recv", {"session_id": state["sid"]})])
+        return Reply(text="woken done")
+    box.mock.script = script
+    run = box.oneshot("first task", timeout=45)
+    check(state.get("sid") and run["id"] and not run["hung"],
+          "the first run gave no session%s" % _run_hint(run))
+    session = box.sessions()[0]
+    state["phase"] = 2
+    before = len(box.mock.model_calls())
+    sent_at = time.time()
+    box.send(state["sid"])
+    if claude_mode(box.mode):
+        # No lever for a finished claude -p run: nothing may start, and the
+        # next run of the session is told.
+        time.sleep(6.0)
+        stray = box.mock.model_calls()[before:]
+        check(not stray, "%d model call(s) after a send to a finished claude -p run"
+              % len(stray))
+        states = box.states()
+        check("accepted" not in states, "the sender sees %s although nothing runs the "
+              "session" % states)
+        box.oneshot("next task", resume=run["id"], timeout=45)
+        calls = box.mock.model_calls()[before:]
+        check(calls, "the resumed run reached no model")
+        check(SIGNAL_RE.search(calls[0].all_text()) or
+              "1 unread message" in calls[0].all_text(),
+              "the resumed run was not told of the unread message")
+        return "no lever (nothing ran; states %s); the next --resume run was told" % states
+    woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], 40)
+    check(woke is not None, "no resumed turn within 40 s of the send (lever %s, states %s,"
+          " wake events %s)" % (session.get("lever"), box.states(), box.wake_events(session)))
+    latency = woke.at - sent_at
+    box.notes.append("wake latency %.1f s" % latency)
+    tail = new_text(woke, box.mock.model_calls()[before - 1] if before else None)
+    check(SIGNAL_RE.search(tail), "the resumed turn does not carry the signal: %r"
+          % tail[-300:])
+    mine = [n for n in woke.tool_names() if "agents_room" in str(n)]
+    check(mine, "the resumed turn was offered no agents-room tool (%s)" % woke.tool_names())
+    calls = box.wait_quiet(before + 2, quiet=WAKE_QUIET_S, settle=WAKE_QUIET_S, timeout=40)
+    count = len(calls) - before
+    check(count == 2, "the wake made %d model calls (want 2: msg_recv and the answer)"
+          % count)
+    results = result_texts(calls[-1])
+    check(results and '"messages"' in results[-1], "msg_recv in the resumed turn failed: "
+          "%r" % results[-1:])
+    states = box.states()
+    check(states == ["read"], "after the resumed turn read it the sender sees %s" % states)
+    levers = wake_levers(box.wake_events(session))
+    check(levers == ["codex-resume"], "the wake went through %s (want codex-resume)"
+          % levers)
+    end = time.time() + 10
+    while time.time() < end and [c for c in marked_processes([box.dir, box.db])
+                                 if " exec " in " %s " % c]:
+        time.sleep(0.5)
+    left = [c for c in marked_processes([box.dir, box.db]) if " exec " in " %s " % c]
+    check(not left, "the resumed run is still running: %s" % left)
+    box.suite.wakes.append((box.mode, latency, 1))
+    return "resumed in %.1f s (codex exec resume), 1 turn: msg_recv worked; states %s" % (
+        latency, states)
 
 
 def s_p_exits(box):
@@ -708,7 +1069,7 @@ def s_sent_states(box):
             if "sent" not in state:
                 state["sent"] = box.send(sid)
                 state["at_send"] = box.states()
-            return Reply(calls=[noop_call(box.mode)])
+            return Reply(calls=[noop_call(box)])
         if sid and len(results) == 1:
             state["signalled"] = bool(signal_in(req))
             state["at_signal"] = box.states()
@@ -768,9 +1129,12 @@ SCENARIOS = [
     ("b-mcp-session", 0, MODES, s_mcp),
     ("c-midturn-signal", 0, MODES, s_midturn),
     ("d-hold-once", 1, MODES, s_hold_once),
-    ("e1-wake-before-first-turn", 2, ("claude-tui", "codex-tui"),
+    ("e1-wake-before-first-turn", 2, ("claude-tui", "claude-tui-skip", "codex-tui"),
      lambda box: s_wake(box, True)),
-    ("e2-wake-after-turn", 2, ("claude-tui", "codex-tui"), lambda box: s_wake(box, False)),
+    ("e2-wake-after-turn", 2, ("claude-tui", "claude-tui-skip", "codex-tui"),
+     lambda box: s_wake(box, False)),
+    ("e3-wake-finished-run", 2, ("claude-p", "codex-exec"), s_wake_finished),
+    ("e4-wake-by-inbox", 1, ("claude-tui",), s_wake_by_inbox),
     ("f-oneshot-exits-at-wake", 2, ("claude-p", "codex-exec"), s_p_exits),
     ("g-resume-keeps-rooms", 0, ("claude-p", "codex-exec"), s_resume_rooms),
     ("h-sent-states", 2, MODES, s_sent_states),
@@ -787,8 +1151,9 @@ class Suite:
         os.makedirs(args.workdir, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
         self.socket = "agents-room-e2e-%d" % os.getpid()
-        self.mock = MockModel(log=log).start()
+        self.mock = MockModel(log=log, require_offered=True).start()
         self.results = []
+        self.wakes = []         # (mode, latency s, model calls) of each wake measured
 
     def tmux(self, *args, check=True):
         done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null"] + list(args),
@@ -809,13 +1174,23 @@ class Suite:
                 detail = s_hold_once(box, extra)
             else:
                 detail = function(box)
+            check(not self.mock.problems, "; ".join(self.mock.problems[:2]))
+            if box.tmux:
+                box.check_no_dialog()
             status = "PASS"
         except Failure as error:
             status, detail = "FAIL", str(error)
+            if self.mock.problems and self.mock.problems[0] not in detail:
+                detail += " [mock: %s]" % self.mock.problems[0]
+            if box is not None and box.dialog_seen and box.dialog_seen[0] not in detail:
+                detail += " [the TUI showed %r]" % box.dialog_seen[0]
         except Skip as error:
             status, detail = "SKIP", str(error)
         except Exception as error:  # a broken case is a failure, never a crash
             status, detail = "FAIL", "error: %s: %s" % (type(error).__name__, error)
+            if VERBOSE:
+                import traceback
+                traceback.print_exc()
         finally:
             if box is not None:
                 try:
@@ -844,6 +1219,74 @@ class Suite:
 def one_line(text, width=150):
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def truth_rows(results, versions, wakes):
+    """One E2E-ROW per harness and mode for the README's table
+    (.ci/e2e_report.py): a cell is yes when every case behind it passed."""
+    sys.path.insert(0, HERE)
+    from e2e_report import row
+    status = {case: s for case, s, _, _ in results}
+
+    def cell(*names):
+        got = [status[n] for n in names if n in status]
+        if not got or all(s == "SKIP" for s in got):
+            return None
+        return all(s in ("PASS", "SKIP") for s in got)
+
+    def measured(mode):
+        mine = [(l, c) for m, l, c in wakes if m == mode]
+        if not mine:
+            return None, ""
+        latencies = sorted(l for l, _ in mine)
+        calls = sorted({c for _, c in mine})
+        return latencies[len(latencies) // 2], "%s model call%s per wake (%d wake%s)" % (
+            "/".join(map(str, calls)), "" if calls == [1] else "s", len(mine),
+            "" if len(mine) == 1 else "s")
+
+    def basics(mode):
+        return dict(digest=cell("a-digest/" + mode, "b-mcp-session/" + mode),
+                    signal=cell("c-midturn-signal/" + mode, "h-sent-states/" + mode),
+                    hold=cell("d-hold-once/" + mode, "d-hold-ui/" + mode))
+    claude, codex = versions
+    # Claude Code's inbox socket exists from 2.1.224 on: e4 skips without it.
+    inbox = status.get("e4-wake-by-inbox/claude-tui") not in (None, "SKIP")
+    if any(c.endswith("/claude-p") for c in status):
+        row("claude-code", claude, "claude -p", wake="n/a" if status.get(
+            "e3-wake-finished-run/claude-p") == "PASS" else cell(
+                "e3-wake-finished-run/claude-p"),
+            note="untrusted folder, default permission mode: setup alone; no lever for a "
+                 "finished run (the next --resume is told)", **basics("claude-p"))
+    if any(c.endswith("/claude-tui") for c in status):
+        latency, calls = measured("claude-tui")
+        row("claude-code", claude, "claude (TUI, default mode)", latency=latency,
+            wake=cell("e1-wake-before-first-turn/claude-tui",
+                      "e2-wake-after-turn/claude-tui", "e4-wake-by-inbox/claude-tui"),
+            note="folder trusted once in the TUI; the rewake waiter%s; %s" % (
+                ", or the inbox socket where no waiter is armed" if inbox else
+                " (no inbox socket in this version)", calls or "no wake measured"),
+            **basics("claude-tui"))
+    if any(c.endswith("/claude-tui-skip") for c in status):
+        latency, calls = measured("claude-tui-skip")
+        row("claude-code", claude, "claude --dangerously-skip-permissions (TUI)",
+            latency=latency, wake=cell("e1-wake-before-first-turn/claude-tui-skip",
+                                       "e2-wake-after-turn/claude-tui-skip"),
+            note="trust and the Bypass warning accepted once in the TUI; the rewake "
+                 "waiter%s; %s" % (" (never the inbox: it would hold the wake behind a "
+                                   "dialog)" if inbox else "", calls or "no wake measured"),
+            **basics("claude-tui-skip"))
+    if any(c.endswith("/codex-exec") for c in status):
+        latency, calls = measured("codex-exec")
+        row("codex", codex, "codex exec", latency=latency,
+            wake=cell("e3-wake-finished-run/codex-exec"),
+            note="hooks run with --dangerously-bypass-hook-trust; a finished run is woken "
+                 "by codex exec resume", **basics("codex-exec"))
+    if any(c.endswith("/codex-tui") for c in status):
+        latency, calls = measured("codex-tui")
+        row("codex", codex, "codex (TUI)", latency=latency,
+            wake=cell("e1-wake-before-first-turn/codex-tui", "e2-wake-after-turn/codex-tui"),
+            note="folder and hooks trusted once in the TUI; codex queue, not before the "
+                 "first prompt; %s" % (calls or "no wake measured"), **basics("codex-tui"))
 
 
 def cases(only):
@@ -900,8 +1343,8 @@ def main():
     parser.add_argument("--workdir", default=os.path.join(ROOT, ".e2e"))
     parser.add_argument("--agents-room", default=AR, help="the agents_room.py under test "
                         "(default: the one beside .ci/)")
-    parser.add_argument("--budget", type=float, default=480, help="seconds; cases not "
-                        "started by then are reported SKIP (default 480, so make e2e stays "
+    parser.add_argument("--budget", type=float, default=540, help="seconds; cases not "
+                        "started by then are reported SKIP (default 540, so make e2e stays "
                         "under 10 minutes)")
     parser.add_argument("--db", metavar="URL", help="run every case on this PostgreSQL "
                         "database (a schema per case) instead of a SQLite file")
@@ -923,8 +1366,9 @@ def main():
         return 2
     suite = Suite(args)
     started = time.time()
-    print("e2e: %s (sha256 %s), claude %s, codex %s" % (AR, _sha(AR), _version(
-        suite.npm_bin, "claude"), _version(suite.npm_bin, "codex")), flush=True)
+    versions = (_version(suite.npm_bin, "claude"), _version(suite.npm_bin, "codex"))
+    print("e2e: %s (sha256 %s), claude %s, codex %s" % ((AR, _sha(AR)) + versions),
+          flush=True)
     try:
         for scenario, mode in selected:
             if time.time() - started > args.budget:
@@ -942,6 +1386,8 @@ def main():
     failed = sum(1 for r in results if r[1] == "FAIL")
     passed = sum(1 for r in results if r[1] == "PASS")
     skipped = sum(1 for r in results if r[1] == "SKIP")
+    print()
+    truth_rows(results, versions, suite.wakes)
     print("\n%.0f s%s" % (time.time() - started,
                            "" if not args.keep else "; kept %s" % suite.root))
     print("e2e: %d passed, %d failed, %d skipped" % (passed, failed, skipped))

@@ -29,6 +29,11 @@ The mock turns a Call into the harness's wire shape: a tool_use block for
 Anthropic; for Responses a function_call item (with "namespace" when the tool
 the harness offered lives in a namespace, as Codex offers MCP tools).
 
+MockModel(require_offered=True): a scripted call of a tool that the request did
+not offer is not sent; the reply is a text saying so, and the refusal is kept
+in mock.problems (a harness whose MCP server was not up in time, or that
+deferred its tools, shows as that and not as a confusing tool error).
+
 Run standalone for manual poking:  python3 .ci/mock_model.py --port 8765
 (prints each request's path and the last user text; answers "ok").
 """
@@ -131,6 +136,9 @@ class Request:
         return self.body.get("input") or []
 
     def all_text(self):
+        """Every text the model was shown: the system prompt and every item of
+        the conversation, whatever its role (Claude Code 2.1.332 puts hook
+        context in role "system" messages inside `messages`)."""
         parts = list(_texts(self.body.get("system") or self.body.get("instructions") or ""))
         parts += list(_texts(self.messages()))
         return "\n".join(parts)
@@ -338,9 +346,11 @@ def _fill_schema(schema, text):
 
 
 class MockModel:
-    def __init__(self, script=None, log=None):
+    def __init__(self, script=None, log=None, require_offered=False):
         self.script = script
         self.requests = []
+        self.require_offered = require_offered
+        self.problems = []
         self.lock = threading.Lock()
         self.log = log
         self.server = None
@@ -407,6 +417,7 @@ class MockModel:
     def reset(self, script=None):
         with self.lock:
             self.requests = []
+            self.problems = []
             self.script = script
 
     def model_calls(self, main_only=True):
@@ -475,6 +486,18 @@ class MockModel:
                 if self.log:
                     self.log("mock: script failed: %r" % (error,))
                 reply = Reply(text="script error: %r" % (error,))
+        if reply is not None and reply.calls and self.require_offered:
+            missing = [c.name for c in reply.calls if not self.offered(req, c)]
+            if missing:
+                problem = ("request %d: the script called %s, which the harness did not "
+                           "offer (it offered %d tools: %s)" % (
+                               req.index, ", ".join(missing), len(req.tool_names()),
+                               ", ".join(sorted(str(n) for n in req.tool_names()))[:600]))
+                with self.lock:
+                    self.problems.append(problem)
+                if self.log:
+                    self.log("mock: " + problem)
+                reply = Reply(text="mock: %s not offered" % ", ".join(missing))
         if reply is None:
             # Auxiliary calls (no tools): Claude Code and Codex ask for a session
             # title (Claude Code wants JSON {"title": ...}); anything else gets "ok".
@@ -487,6 +510,17 @@ class MockModel:
         if reply.delay:
             time.sleep(reply.delay)
         return reply
+
+    @staticmethod
+    def offered(req, call):
+        """Whether req offered the tool a Call names (a Responses namespace
+        may be given by the call or found among the tools)."""
+        names = req.tool_names()
+        if call.name in names:
+            return True
+        return any(n.endswith("/" + call.name) and (
+            call.namespace is None or n == "%s/%s" % (call.namespace, call.name))
+            for n in names if isinstance(n, str))
 
     @staticmethod
     def _json(handler, obj, status=200):
