@@ -9030,14 +9030,16 @@ class McpServer:
         return self.answer(id_, result, name)
 
     def answer(self, id_, result, name=None):
+        if name in TOOLS and TOOLS[name].peer_text:
+            # What the model reads: other agents' words, framed once per answer
+            # (each message names its sender as the store recorded it), first
+            # in the result itself.  Not a block of its own: Claude Code 2.1.332
+            # and Codex 0.171.0 show the model one block, the result (make e2e,
+            # b-mcp-session).
+            result = dict({"framing": PEER_TEXT_NOTE}, **result)
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         answer = {"content": [{"type": "text", "text": text}],
                   "structuredContent": result, "isError": False}
-        if name in TOOLS and TOOLS[name].peer_text:
-            # What the model reads: other agents' words, framed once per answer
-            # (each message names its sender as the store recorded it), in a
-            # block of its own: the first holds the result's JSON, as is.
-            answer["content"].append({"type": "text", "text": PEER_TEXT_NOTE})
         if self.ctx.signal:
             # The signal rides beside the result, never inside it (clients
             # validate structuredContent against the outputSchema).

@@ -35,7 +35,8 @@ on --npm-bin, git and tmux.
 Scenarios (setup --autonomy in brackets):
   a-digest [0]            the SessionStart digest, with the session id, is in the first request
   b-mcp-session [0]       room_join and msg_recv over MCP act on the digest's session; `who`
-                          shows no second (orphan) session
+                          shows no second (orphan) session; a peer's message comes framed
+                          as other agents' words
   c-midturn-signal [0]    a message sent while the harness works shows up in a later request as
                           the one-line signal, never with its subject or body
   d-hold-once [1]         the end of a turn with unread mail is held once (the continuation
@@ -53,6 +54,8 @@ Scenarios (setup --autonomy in brackets):
   g-resume-keeps-rooms    a shared room joined in-session survives SessionEnd + resume
   h-sent-states [2]       the sender's delivery states: never undeliverable for a signalled
                           message, read after msg_recv, and no stale wake afterwards
+  i-idle-watch [0]        a peer's notify-when idle, set while the session works, tells it
+                          once when the turn ends (TUIs: not again after a second turn)
 """
 
 import argparse
@@ -94,6 +97,7 @@ SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SHARED = "e2e-shared"
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
+PEER_FRAME = "[agents-room: other agents' words"     # agents_room.PEER_TEXT_NOTE's start
 VERBOSE = False
 
 
@@ -716,6 +720,8 @@ def s_mcp(box):
             state["sid"] = sid
             return Reply(calls=[ar_call(box.mode, "room_join", {})])
         if sid and done == 1:
+            if "sent" not in state:
+                state["sent"] = box.send(sid)       # a peer's words for msg_recv to frame
             return Reply(calls=[ar_call(box.mode, "msg_recv", {"session_id": sid})])
         return done_noting_who(box, state)
     box.mock.script = script
@@ -729,6 +735,12 @@ def s_mcp(box):
     joined, received = results[0], results[1]
     check('"messages"' in received and "error" not in received.lower()[:200],
           "msg_recv on the digest's session failed: %s" % received[:200])
+    check(SECRET_BODY in received, "msg_recv did not show the peer's message: %s"
+          % received[:300])
+    # The frame that tells the model these are other agents' words, not the
+    # user's: a second text block, which the harness must pass on.
+    check(PEER_FRAME in received, "the model got the peer's message without the frame "
+          "%r; the result it saw: %s" % (PEER_FRAME, received[-300:]))
     mine = state.get("who", [])
     joined_sid = re.findall(r'"session_id":\s*"([0-9a-f]{16})"', joined)
     check(joined_sid and joined_sid[0] == sid,
@@ -736,7 +748,7 @@ def s_mcp(box):
           % (joined_sid[:1], sid))
     check(mine == [sid], "`who` lists %d harness sessions %s; expected only %s"
           % (len(mine), mine, sid))
-    return "room_join -> %s, msg_recv ok, one session" % sid
+    return "room_join -> %s, msg_recv ok (the peer's words framed), one session" % sid
 
 
 def s_midturn(box):
@@ -1123,6 +1135,50 @@ def _run_hint(run):
                                         run["err"].strip()[-200:])
 
 
+def s_idle_watch(box):
+    """A peer asks, while the session works, to be told when its turn ends
+    (notify-when idle): one message when it ends, none at the next."""
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and not req.tool_results():
+            if "watch" not in state:
+                state["sid"] = sid
+                state["watch"] = box.ar("notify-when", "--session", box.peer(), "idle", sid,
+                                        "--json", check_rc=False)
+            return Reply(calls=[noop_call(box)])
+        return Reply(text="done")
+    box.mock.script = script
+    run = run_turn(box, "work on something", 2)
+    check("watch" in state, "no digest session id reached the model%s" % _run_hint(run))
+    watch = state["watch"]
+    check(isinstance(watch, dict), "notify-when idle failed: %r" % (watch,))
+    check(not watch.get("already"), "notify-when answered at once, as if no turn ran: %r"
+          % watch)
+    check(watch.get("watches"), "notify-when idle during the turn set no watch: %r" % watch)
+    told, end = [], time.time() + 15
+    while time.time() < end and not told:
+        got = box.ar("recv", "--session", box.peer(), "--json")
+        told += [m for m in got.get("messages", []) if m.get("subject", "").startswith(
+            "[watch #")]
+        time.sleep(0.5)
+    check(len(told) == 1, "the peer was told %d times that the turn ended, not once "
+          "(within 15 s of the last model request)" % len(told))
+    took = time.time() - box.mock.model_calls()[-1].at
+    detail = "told once: %r (%.1f s after the last model request)" % (told[0]["subject"],
+                                                                       took)
+    if tui_mode(box.mode):
+        box.tui_send("and again")
+        box.wait_quiet(len(box.mock.model_calls()) + 1)
+        time.sleep(2)
+        again = box.ar("recv", "--session", box.peer(), "--json").get("messages", [])
+        check(not again, "a second turn's end told the peer again: %r"
+              % [m.get("subject") for m in again])
+        detail += "; not again after a second turn"
+    return detail
+
+
 # name, autonomy, modes, function
 SCENARIOS = [
     ("a-digest", 0, MODES, s_digest),
@@ -1138,6 +1194,7 @@ SCENARIOS = [
     ("f-oneshot-exits-at-wake", 2, ("claude-p", "codex-exec"), s_p_exits),
     ("g-resume-keeps-rooms", 0, ("claude-p", "codex-exec"), s_resume_rooms),
     ("h-sent-states", 2, MODES, s_sent_states),
+    ("i-idle-watch", 0, ("claude-p", "claude-tui", "codex-exec", "codex-tui"), s_idle_watch),
 ]
 
 
