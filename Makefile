@@ -128,11 +128,12 @@ bench-quick:
 PG_DIR ?= /tmp/agents-room-bench-pg
 PG_CLI = $(PYTHON) -c 'import sys; sys.path.insert(0, "."); import test_agents_room as t; sys.exit(t.pg_cli(sys.argv))'
 BENCH_ARGS ?=
+BENCH_RTT ?= 0,20
 
 bench-pg:
 	$(PG_CLI) stop "$(PG_DIR)"
 	url=$$($(PG_CLI) start "$(PG_DIR)" | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["url"])') && \
-	$(PYTHON) agents_room.py bench $(BENCH_ARGS) --db "$$url?sslmode=disable"; \
+	$(PYTHON) agents_room.py bench $(BENCH_ARGS) --db "$$url?sslmode=disable" --rtt $(BENCH_RTT); \
 	status=$$?; $(PG_CLI) stop "$(PG_DIR)"; exit $$status
 
 clean:

@@ -86,6 +86,9 @@ Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_VERDICT_STALE_S     another host's liveness verdict, at most
   AGENTS_ROOM_EVENT_RETENTION_S, AGENTS_ROOM_MESSAGE_RETENTION_S   retention
   AGENTS_ROOM_SESSION_STORED_MAX  characters of messages one session may keep
+  AGENTS_ROOM_PG_NEAR_MS          a server nearer (ms round trip) is locked at
+                                  BEGIN; farther, a call reads ahead and has
+                                  its reads checked under the lock (0: always)
 Test seams (documented so tests never patch private names):
   AGENTS_ROOM_PROCSCAN=proc|ps   force the process scanner
   AGENTS_ROOM_PROC_ROOT=DIR      point the /proc scanner at another tree
@@ -1152,6 +1155,9 @@ class SqliteStore:
     # of their commits: it looks (PRAGMA data_version) instead.
     shared_by_hosts = False
     tells_commits = False
+    # Read-only tools run in BEGIN IMMEDIATE too: a local lock costs
+    # microseconds, and their sweep and last_seen write in the same breath.
+    reads_apart = False
 
     @staticmethod
     def claims(path):
@@ -1371,10 +1377,15 @@ class SqliteStore:
         except sqlite3.Error:
             pass
 
-    def write(self):
+    def calling(self, tool, args, session_id, lock_first=False):
+        """The door's call, for a store that plans its statements from it
+        (PostgreSQL); nothing here."""
+        return _NoCall()
+
+    def write(self, call=None):
         return _Transaction(self, "BEGIN IMMEDIATE")
 
-    def read(self):
+    def read(self, call=None):
         return _Transaction(self, "BEGIN")
 
     def schema_version(self):
@@ -1410,6 +1421,16 @@ class SqliteStore:
         """Wait up to timeout seconds for a change: SQLite has no way to be
         told, so callers poll change_mark() after this sleep."""
         time.sleep(max(timeout, 0))
+
+
+class _NoCall:
+    """calling() of a store that plans nothing: no call object."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, kind, value, traceback):
+        return False
 
 
 class _Transaction:
@@ -1449,6 +1470,34 @@ class _Transaction:
         return False
 
 
+class WritesNeeded(Exception):
+    """A call that read apart from the writers (a read-only tool, on a store
+    whose reads_apart is true) came to a write it cannot put off (a sweep
+    with something to do, an untold signal): the door runs it as a write."""
+
+
+class Conflict(Exception):
+    """What a call read before it took the write lock changed before it took
+    it: the door runs the call again (the store says whether that attempt
+    holds the lock from its start, which leaves nothing to conflict with)."""
+
+
+class Later:
+    """Writes nobody reads that a call apart from the writers puts off
+    (last_seen, liveness verdicts): the store makes them after the call, in a
+    short write of their own (write_later).  Offers what those writers use of
+    a connection."""
+
+    def __init__(self):
+        self.statements = []
+
+    def execute(self, sql, params=()):
+        self.statements.append((sql, tuple(params)))
+
+    def executemany(self, sql, seq):
+        self.statements.extend((sql, tuple(params)) for params in seq)
+
+
 # Kinds of store besides the default SQLite file, each a class with
 # SqliteStore's interface (an appendix registers PostgreSQL here).  What a
 # store kind knows about its paths is asked of the class: which paths it
@@ -1479,9 +1528,10 @@ def default_db_path():
 
 def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
     """The store AGENTS_ROOM_DB (or path) names, of whichever kind claims it.
-    Every kind offers the same interface: write() and read() transactions,
-    conn, connection(), now(), change_mark(), wait_change(), explain() and
-    close()."""
+    Every kind offers the same interface: write() and read() transactions
+    (given the door's call, from calling()), conn, connection(), now(),
+    change_mark(), wait_change(), explain() and close(); one whose
+    reads_apart is true also write_later()."""
     path = path or default_db_path()
     kind = store_kind(path)
     return kind(kind.normal_path(path), busy_ms)
@@ -1515,12 +1565,17 @@ def signal_marker(store_path, harness_key):
     store (hook_main).  On a server, markers are this host's (one directory
     per database): a sender on another host raises none here, so a quiet hook
     also asks the store once REMOTE_CHECK_S has passed (see nothing_to_say)."""
-    kind = store_kind(store_path)
     safe = harness_key if 0 < len(harness_key) <= 128 and all(
         c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
         else "h-" + __import__("hashlib").sha256(harness_key.encode(
             "utf-8", "surrogatepass")).hexdigest()[:40]
-    return os.path.join(kind.local_dir(store_path), kind.marker_dir(store_path), safe)
+    return os.path.join(marker_path(store_path), safe)
+
+
+def marker_path(store_path):
+    """The directory of this host's signal markers for a store."""
+    kind = store_kind(store_path)
+    return os.path.join(kind.local_dir(store_path), kind.marker_dir(store_path))
 
 
 def raise_marker(store_path, harness_key):
@@ -1551,10 +1606,54 @@ def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=No
          None if data is None else json.dumps(data, sort_keys=True)))
 
 
+class Moved:
+    """How many rows a change moved, asked of the store only when someone
+    looks: a server sends a change nobody asks about with the next statement
+    anyone waits for, or with the COMMIT.  Compares and adds as the number."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor):
+        self._cursor = cursor
+
+    def __int__(self):
+        return self._cursor.rowcount
+
+    __index__ = __int__
+
+    def __bool__(self):
+        return int(self) > 0
+
+    def __eq__(self, other):
+        return int(self) == other
+
+    def __ne__(self, other):
+        return int(self) != other
+
+    def __lt__(self, other):
+        return int(self) < other
+
+    def __gt__(self, other):
+        return int(self) > other
+
+    def __add__(self, other):
+        return int(self) + other
+
+    __radd__ = __add__
+
+    def __hash__(self):
+        return hash(int(self))
+
+    def __repr__(self):
+        return repr(int(self))
+
+    __str__ = __repr__
+
+
 def advance(conn, state, at, where, params):
     """Move the deliveries matching `where` (an SQL condition written in code,
     never from data) to `state`, from the states allowed to precede it.
-    Returns how many moved."""
+    Returns how many moved (a Moved: counted when asked)."""
     before, stamps = TRANSITIONS[state]
     sets = ["state=?", "updated_at=?"]
     values = [state, at]
@@ -1564,10 +1663,10 @@ def advance(conn, state, at, where, params):
         else:
             sets.append("%s=COALESCE(%s, ?)" % (column, column))
             values.append(at)
-    return conn.execute(
+    return Moved(conn.execute(
         "UPDATE deliveries SET %s WHERE (%s) AND state IN (%s)" % (
             ", ".join(sets), where, ",".join("?" * len(before))),
-        values + list(params) + list(before)).rowcount
+        values + list(params) + list(before)))
 
 
 class Sql(str):
@@ -1707,7 +1806,7 @@ def sweep(conn, at, real=None):
             "SELECT id FROM messages WHERE expires_at > ? AND expires_at <= ?",
             (swept_to - CLOCK_SLACK_S, at))]
         for message_id in ids:
-            count = advance(conn, "expired", at, "message_id=?", (message_id,))
+            count = int(advance(conn, "expired", at, "message_id=?", (message_id,)))
             if count:
                 event(conn, "msg.expire", subject=message_id,
                       data={"deliveries": count}, at=at)
@@ -4443,6 +4542,7 @@ class Op:
         self.liveness = LazyScan(ctx, at)
         self.after = []           # run once the transaction committed
         self.readonly = False     # a plain read: the disk is full (see call_tool)
+        self.later = None         # a Later: the call reads apart from the writers
         self.freed = False        # a lease ended: watches for a free resource look
         self._rows = {}
 
@@ -4520,11 +4620,14 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
     if row is not None and touch and op.at - row["last_seen"] >= TOUCH_EVERY_S:
         # last_seen is read in seconds and hours (who, prune): a write per
         # call would cost every call a page for nothing.
-        # Its own call proves it alive, the verdict other hosts go by.
-        conn.execute("UPDATE sessions SET last_seen=?, verdict='alive', verdict_at=? "
-                     "WHERE id=?", (op.at, op.at, row["id"]))
+        # Its own call proves it alive, the verdict other hosts go by.  A
+        # call apart from the writers makes it after its answer.
+        (op.later or conn).execute("UPDATE sessions SET last_seen=?, verdict='alive', "
+                                   "verdict_at=? WHERE id=?", (op.at, op.at, row["id"]))
     return row
 
+
+CONFLICT_TRIES = 5        # a call run again after a Conflict, at most
 
 # What rides every tool event after commit (the wake levers register here: they
 # sit in a later section, and a section only calls earlier ones).
@@ -4548,7 +4651,9 @@ def call_tool(store, ctx, name, args, public_only=False):
     page): check the arguments, then in one write transaction read the clock,
     sweep, find and touch the caller and run the operation; after commit, run
     what rides a tool event (due wakes).  A read-only tool whose write fails
-    because the disk is full is answered from a plain read instead."""
+    because the disk is full is answered from a plain read instead; on a
+    store whose reads_apart is true, a read-only tool reads without the write
+    lock, unless it finds it must write."""
     tool_ = TOOLS.get(name)
     if tool_ is None or (public_only and not tool_.public):
         raise UsageError("no tool %r" % name, "tools: %s" % ", ".join(
@@ -4558,30 +4663,52 @@ def call_tool(store, ctx, name, args, public_only=False):
     args = {k: v for k, v in args.items() if v is not None}
     session_id = args.pop("session_id", None)
     harness_key = args.get("harness_key") if tool_.caller == "key" else None
-    for attempt in (1, 2):
-        try:
-            result = _through_door(store, ctx, tool_, name, args, session_id, harness_key)
-            break
-        except StoreError as error:
-            # A connection to a server lost in the middle of a read: read
-            # again, once.  A write lost with a connection is reported, never
-            # replayed; a write refused for want of space was rolled back, and
-            # is tried once more after the store gave back what its log held.
-            if error.code == "disk_full" and attempt == 1:
-                store.reclaim()
-                continue
-            if error.code != "unavailable" or not tool_.read_only or attempt == 2:
-                raise
-    if tool_.after:
-        for work in AFTER_TOOL_EVENT:
-            work(store, ctx)
+    # The call as the store may plan it: a server reads ahead what this tool
+    # read last time, and keeps one clock for the whole tool event.  What an
+    # operation does outside the store while it holds the lock (a hook
+    # removing a signal marker: the hook front end's operations) needs the
+    # lock from its first read.
+    with store.calling(name, args, session_id, lock_first=not tool_.public) as call:
+        for attempt in (1, 2):
+            try:
+                result = _through_door(store, ctx, tool_, name, args, session_id,
+                                       harness_key, call)
+                break
+            except StoreError as error:
+                # A connection to a server lost in the middle of a read: read
+                # again, once.  A write lost with a connection is reported, never
+                # replayed; a write refused for want of space was rolled back, and
+                # is tried once more after the store gave back what its log held.
+                if error.code == "disk_full" and attempt == 1:
+                    store.reclaim()
+                    continue
+                if error.code != "unavailable" or not tool_.read_only or attempt == 2:
+                    raise
+        if tool_.after:
+            for work in AFTER_TOOL_EVENT:
+                work(store, ctx)
     return result
 
 
-def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
-    # PERF: every call, read-only ones too, runs in the write transaction (a
-    # read touches last_seen and sweeps): on a server across a network each of
-    # its round trips holds the room's lock.
+def _run_op(op, tool_, args, session_id, harness_key):
+    """An operation inside its transaction: the sweep, the caller (touched),
+    the rule, the liveness verdicts it reached, and an untold signal."""
+    expired, beat = sweep(op.conn, op.at, op.store.real_now())
+    op.freed = expired > 0
+    op.caller = _find_caller(op, tool_, session_id, harness_key)
+    result = tool_.fn(op, **args)
+    if op.freed:
+        changed(op, "free")
+    if beat:
+        changed(op, "beat")
+    op.liveness.record(op.later or op.conn)
+    if op.ctx.via == "mcp" and op.caller is not None and tool_.public and \
+            not tool_.tells_mail:
+        op.ctx.signal = untold_signal(op)
+    return result
+
+
+def _through_door(store, ctx, tool_, name, args, session_id, harness_key, call):
     try:
         prepared = None
         if tool_.prepare is not None:
@@ -4591,20 +4718,38 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key):
             op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
             prepared = tool_.prepare(op, **args)
         try:
-            with store.write() as conn:
-                op = Op(store, conn, ctx, store.now(), prepared=prepared)
-                expired, beat = sweep(conn, op.at, store.real_now())
-                op.freed = expired > 0
-                op.caller = _find_caller(op, tool_, session_id, harness_key)
-                result = tool_.fn(op, **args)
-                if op.freed:
-                    changed(op, "free")
-                if beat:
-                    changed(op, "beat")
-                op.liveness.record(conn)
-                if ctx.via == "mcp" and op.caller is not None and tool_.public and \
-                        not tool_.tells_mail:
-                    ctx.signal = untold_signal(op)
+            if tool_.read_only and store.reads_apart:
+                # A read apart from the writers: a snapshot, no lock held while
+                # its statements cross the network; what it writes nobody
+                # reads (last_seen, verdicts), and goes after the answer.  A
+                # sweep or a signal with something to do makes it a write.
+                later = Later()
+                try:
+                    with store.read(call) as conn:
+                        op = Op(store, conn, ctx, store.now(), prepared=prepared)
+                        op.later = later
+                        result = _run_op(op, tool_, args, session_id, harness_key)
+                    store.write_later(later.statements)
+                    for work in op.after:
+                        work()
+                    return result
+                except (WritesNeeded, Conflict):
+                    # (A Conflict here: a read sent ahead failed; nothing was
+                    # written, and the write below reads nothing ahead.)
+                    pass
+            for attempt in range(CONFLICT_TRIES + 1):
+                try:
+                    with store.write(call) as conn:
+                        op = Op(store, conn, ctx, store.now(), prepared=prepared)
+                        result = _run_op(op, tool_, args, session_id, harness_key)
+                    break
+                except Conflict:
+                    # What it read changed before it could write: again (the
+                    # store holds the lock from the start when it must, and
+                    # then there is nothing to conflict with).
+                    if attempt == CONFLICT_TRIES:
+                        raise StoreError("a call conflicted with other writers %d times "
+                                         "in a row; try again" % (attempt + 1))
             for work in op.after:
                 work()
         except StoreError as error:
@@ -5716,11 +5861,13 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
                 "messages were not marked read and will come again"}
     if messages:
         ids = [m["id"] for m in messages]
+        # Counted before the move, which takes each of ids from unread to
+        # read: a count after it would wait for the move's answer.
+        more = unread_count(conn, me) - len(ids)
         advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
                 % ",".join("?" * len(ids)), [me] + ids)
         op.event("msg.read", me, data={"messages": ids})
         answer = {"messages": result}
-        more = unread_count(conn, me)
         if more:
             answer["more"] = more       # still unread: call recv again
         return answer
@@ -10531,9 +10678,11 @@ def main(argv=None):
 # puts the room on PostgreSQL.  The client below speaks the wire protocol (v3)
 # itself, as the MCP loop speaks JSON-RPC: no driver to install.  PgConnection
 # offers what the operations use of a sqlite3 connection (execute, executemany,
-# rows by index and by name, rowcount, lastrowid), and PG_DIALECT is the one
-# table of what differs: the operations' SQL is written once, in SQLite's
-# dialect, and rewritten here on its first use.
+# rows by index and by name, rowcount, lastrowid), in pipelines (a write waits
+# for the next statement anyone waits for), and PG_DIALECT is the one table of
+# what differs: the operations' SQL is written once, in SQLite's dialect, and
+# rewritten here on its first use.  A call through the door is planned so that
+# it costs few round trips and holds the lock for none (_PgCall).
 
 # A libpq connection string ("host=db dbname=room ...") is not a path: taken
 # as one, it would become a file named after it, password and all.
@@ -10594,6 +10743,11 @@ def parse_postgres_url(url):
 
 
 PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
+# The room's write lock: one advisory lock per schema, held to the transaction's end.
+PG_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema()))"
+# A lock on one id of a table (the two-key form: apart from the room's lock).
+PG_ID_LOCK = "pg_advisory_xact_lock(hashtext(current_schema() || '.%s'), " \
+    "((%s) %% 2147483647)::int)"
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
 PG_CONNECT_TIMEOUT_S = 10            # the whole startup: connect, TLS, authentication
@@ -10756,18 +10910,146 @@ class PgRow(tuple):
 
 
 class PgCursor:
-    def __init__(self, rows, rowcount, lastrowid=None):
-        self._rows, self.rowcount, self.lastrowid = rows, rowcount, lastrowid
+    """A statement's answer as sqlite3 gives one: rows, rowcount, lastrowid.
+    A write that waits in the pipeline is sent when one of these is asked."""
+
+    def __init__(self, conn, statement):
+        self._conn, self._statement = conn, statement
+        self._rows, self._at = None, 0
+
+    def _done(self):
+        statement = self._statement
+        if not statement.done:
+            self._conn.flush(statement)
+        if statement.error is not None:
+            raise statement.error
+        return statement
+
+    def _fetched(self):
+        if self._rows is None:
+            self._rows = self._done().rows
+        return self._rows
 
     def fetchone(self):
-        return self._rows.pop(0) if self._rows else None
+        rows = self._fetched()
+        if self._at >= len(rows):
+            return None
+        self._at += 1
+        return rows[self._at - 1]
 
     def fetchall(self):
-        rows, self._rows = self._rows, []
+        rows = self._fetched()[self._at:]
+        self._at = len(self._rows)
         return rows
 
     def __iter__(self):
         return iter(self.fetchall())
+
+    @property
+    def rowcount(self):
+        return self._done().rowcount
+
+    @property
+    def lastrowid(self):
+        statement = self._done()
+        return statement.rows[-1][0] if statement.shape.returning and statement.rows \
+            else None
+
+
+class _PgShape:
+    """A statement as one connection prepares it: its name (b"" unnamed: the
+    cache is full), its PostgreSQL text, its columns once described, whether
+    it returns the new row's id, whether the server has parsed it."""
+
+    __slots__ = ("key", "name", "text", "returning", "columns", "parsed", "sent")
+
+    def __init__(self, key, name, text, returning):
+        self.key, self.name, self.text, self.returning = key, name, text, returning
+        self.columns = None
+        self.parsed = False
+        self.sent = False             # a Parse of it went out (its answer may be due)
+
+
+class PgStatement:
+    """One statement of a pipeline and, once its answers are read, its rows
+    (and their raw bytes, kept=True), command tags and error (its own, or the
+    one before it that made the server skip it).  simple: a simple query
+    (transaction control: one text, several statements, no parameters); quiet:
+    nobody waits for its answer, and its error is nobody's (a deferred write);
+    role: what a planner sent it for."""
+
+    __slots__ = ("sql", "params", "shape", "simple", "wire", "write", "rows", "raw", "tags",
+                 "error", "done", "quiet", "keep", "role", "key", "state")
+
+    def __init__(self, sql, params, shape, simple_text=None):
+        self.sql, self.params, self.shape = sql, tuple(params), shape
+        self.simple = simple_text is not None
+        self.wire = None
+        if self.simple:
+            self.wire = _pg_msg(b"Q", simple_text.encode("utf-8") + b"\0")
+            word = simple_text.lstrip()[:8].upper()
+            # The transaction state after it, as far as this side can tell
+            # before its answer is read (a quiet COMMIT ends the transaction).
+            self.state = True if word.startswith("BEGIN") else False if word.startswith((
+                "COMMIT", "ROLLBACK", "END")) else None
+        else:
+            self.state = None
+        self.write = self.simple
+        self.rows, self.raw, self.tags = [], None, []
+        self.error = None
+        self.done = self.quiet = self.keep = False
+        self.role = self.key = None
+
+    def encoded(self):
+        """The statement's messages: Bind and Execute, after a Parse and a
+        Describe where no Parse of its shape went out yet (a statement in the
+        queue that is never sent leaves nothing prepared behind)."""
+        if self.simple:
+            return self.wire
+        shape = self.shape
+        parts = []
+        if not shape.sent or not shape.name:
+            shape.sent = True
+            parts.append(_pg_msg(b"P", shape.name + b"\0" + shape.text.encode("utf-8") +
+                                 b"\0" + _pg_short(0)))
+            parts.append(_pg_msg(b"D", b"S" + shape.name + b"\0"))
+        parts.append(_pg_bind(shape.name, self.params))
+        parts.append(_PG_EXECUTE)
+        return b"".join(parts)
+
+    @property
+    def rowcount(self):
+        """Rows the statement changed, by its command tag (-1 for others)."""
+        counts = [int(t[-1]) for t in self.tags if t and t[-1].isdigit() and t[0] in (
+            b"INSERT", b"UPDATE", b"DELETE")]
+        return counts[-1] if counts else -1
+
+    @property
+    def text(self):
+        return self.shape.text
+
+    def fingerprint(self):
+        """The md5 of the rows as the server wrote them (each value its byte
+        length, ':', its text; NULL '-'), as _pg_validation has the server
+        compute it again."""
+        import hashlib
+        digest = hashlib.md5(usedforsecurity=False)
+        for body in self.raw or ():
+            at = 2
+            for _ in range(_pg_uint(body[:2])):
+                size = int.from_bytes(body[at:at + 4], "big", signed=True)
+                at += 4
+                if size < 0:
+                    digest.update(b"-")
+                else:
+                    digest.update(b"%d:" % size + body[at:at + size])
+                    at += size
+        return digest.hexdigest()
+
+
+def _pg_is_write(sql):
+    """Whether a statement (SQLite's dialect) changes rows."""
+    return sql.lstrip()[:7].upper() in ("INSERT ", "UPDATE ", "DELETE ", "REPLACE")
 
 
 def _decode_int(text):
@@ -10811,9 +11093,15 @@ class PgConnection:
         self.named = 0                  # names are never reused, even after a failure
         self.notes = {"any": 0, "mail": 0}   # NOTIFYs from other connections
         self.backend_pid = None
-        self.dirty = False              # rows changed in the open transaction
-        self.mail = False               # ... and deliveries among them
+        self.mail = False               # the open transaction stores deliveries
         self.in_transaction = False
+        self._queue = []                # statements not sent yet (see queries)
+        self._flight = []               # runs of statements sent, their answers due
+        self.planner = None             # the door's call, on a PgStore (_PgCall)
+        # Seconds from the last send to the first bytes of its answer: with
+        # a BEGIN first (it flushes its answer at once), a round trip.
+        self.first_answer_s = None
+        self._probe = self._sent_at = None
         self.params = {}
         # What the server sent and was not read yet: _buffer[_at:].  A read
         # moves _at; the read part is dropped once it is the larger half, so
@@ -11166,6 +11454,7 @@ class PgConnection:
                        fields.get(b"D"), fields.get(b"H"))
 
     def close(self):
+        self._queue, self._flight = [], []
         if self.sock is not None:
             try:
                 # Terminate, without waiting: a server that stopped reading
@@ -11181,9 +11470,269 @@ class PgConnection:
             self.sock = None
 
     # -- queries --
+    # Statements go in a pipeline.  A write inside a transaction waits in the
+    # queue (nobody has asked for its answer) and goes with the next statement
+    # whose answer someone needs, or with the COMMIT: many Parse/Bind/Execute
+    # before one Sync, one round trip for them all.  An error still aborts the
+    # transaction: the server skips what follows it up to the Sync, and the
+    # error is raised to whoever asks next (in the end, the COMMIT).  A read
+    # is answered where it is asked, with its rows or its error.  A planner
+    # (the door's call on a PgStore, _PgCall) may answer a read from what it
+    # read ahead, add statements to a pipeline and hold writes back.
+
+    def statement(self, sql, params=(), text=None):
+        """A PgStatement for sql (in SQLite's dialect), or for text (already
+        PostgreSQL's), prepared once per connection."""
+        key = sql if text is None else "\0" + text
+        shape = self.statements.get(key)
+        if shape is None:
+            returning = False
+            if text is None:
+                text, returning = pg_translate(sql)
+            name = b""
+            if len(self.statements) < PG_STATEMENTS_MAX:
+                self.named += 1
+                name = b"s%d" % self.named
+            shape = _PgShape(key, name, text, returning)
+            if name:
+                self.statements[key] = shape
+        return PgStatement(sql, params, shape)
+
+    def control(self, text):
+        """A simple query (transaction control, LISTEN, DDL) as a statement."""
+        return PgStatement(None, (), None, simple_text=text)
+
+    def notify(self):
+        """The statement that tells listeners of a commit that changed rows
+        (the server knows: the transaction has an id only once it wrote), and
+        whether it stored deliveries (waiters for mail wait for those)."""
+        statement = self.statement(None, (PG_CHANNEL, "mail" if self.mail else ""),
+                                   text="SELECT pg_notify($1, $2) WHERE "
+                                   "txid_current_if_assigned() IS NOT NULL")
+        statement.write = True
+        return statement
+
+    def simple(self, sql):
+        """Statements without parameters (transaction control, LISTEN, DDL),
+        by the simple query protocol: one round trip for several, after what
+        waits in the queue.  Returns the first column of the last row any of
+        them returned."""
+        self._guard()
+        statement = self.control(sql)
+        self._queue.append(statement)
+        self.flush(statement)
+        if statement.error is not None:
+            raise statement.error
+        return statement.rows[-1][0] if statement.rows else None
+
+    def execute(self, sql, params=()):
+        self._guard()
+        write = _pg_is_write(sql)
+        if not write and self.planner is not None:
+            hit = self.planner.hit(self, sql, params)
+            if hit is not None:
+                return PgCursor(self, hit)
+        statement = self.statement(sql, params)
+        statement.write = write
+        if self._push(statement):
+            self.flush(statement)
+        return PgCursor(self, statement)
+
+    def executemany(self, sql, seq):
+        """Every row a Bind and an Execute of one prepared statement, in one
+        pipeline (a bounded one per Sync): one round trip, not one a row."""
+        write = _pg_is_write(sql)
+        for params in seq:
+            statement = self.statement(sql, params)
+            statement.write = write
+            if self._push(statement, many=True):
+                self.flush()        # a bounded pipeline: the server answers as it goes
+        if self._queue and not self.in_transaction:
+            self.flush()
+
+    def _push(self, statement, many=False):
+        """Queue a statement; whether it must be sent now: a read (someone
+        waits for it), a write outside a transaction (nothing else would send
+        it), a queue at its bound."""
+        if self.planner is not None:
+            self.planner.queued(self, statement)          # may refuse a write
+        self._queue.append(statement)
+        if statement.write and (statement.sql or "").startswith("INSERT INTO deliveries"):
+            self.mail = True
+        if len(self._queue) >= PG_PIPELINE_ROWS:
+            return True
+        return not statement.write or (not self.in_transaction and not many)
+
+    def flush(self, want=None):
+        """Send what waits in the queue (and what a planner adds to it) and
+        read every answer due; raise the first error among them.  want: the
+        statement whose answer is asked for."""
+        if self.planner is not None:
+            return self.planner.flush(self, want)
+        self.run(self.take())
+
+    def take(self):
+        """The queued statements, leaving the queue empty."""
+        queued, self._queue = self._queue, []
+        return queued
+
+    def requeue(self, statements):
+        """Put statements back at the head of the queue."""
+        self._queue[:0] = statements
+
+    def pending_writes(self):
+        """Whether writes wait in the queue."""
+        return any(s.write for s in self._queue)
+
+    def run(self, statements):
+        """Send statements, read every answer due, raise the first error
+        among them (quiet ones' excepted)."""
+        self.send(statements)
+        self.receive()
+        for statement in statements:
+            if statement.error is not None and not statement.quiet:
+                raise statement.error
+
+    def send(self, statements):
+        """Write statements as one pipeline: each simple query as it is, each
+        run of extended ones closed by one Sync.  Their answers are read by
+        receive(), in order, after those of anything sent before."""
+        if not statements:
+            return
+        out, groups, group = [], [], []
+        for statement in statements:
+            if statement.simple and group:
+                out.append(_PG_SYNC)
+                groups.append(group)
+                group = []
+            out.append(statement.encoded())
+            if statement.simple:
+                groups.append([statement])
+            else:
+                group.append(statement)
+        if group:
+            out.append(_PG_SYNC)
+            groups.append(group)
+        try:
+            self._send_raw(b"".join(out))
+        except OSError as error:
+            raise self._lost(error, any(s.write for s in statements))
+        self._flight.extend(groups)
+        self._probe, self._sent_at = groups[0], time.monotonic()
+        for statement in statements:
+            if statement.state is not None:
+                self.in_transaction = statement.state
+
+    def receive(self):
+        """Read the answers to everything sent, in the order it was sent."""
+        try:
+            while self._flight:
+                group = self._flight[0]
+                if group is self._probe:
+                    self._probe = None
+                    self._peek()
+                    self.first_answer_s = time.monotonic() - self._sent_at
+                if group[0].simple:
+                    self._read_simple(group[0])
+                else:
+                    self._read_group(group)
+                self._flight.pop(0)
+        except OSError as error:
+            sent = any(s.write for group in self._flight for s in group)
+            raise self._lost(error, sent)
+
+    def _peek(self):
+        """Wait for the next bytes of the answer (bounded by the deadline)."""
+        if self._at < len(self._buffer):
+            return
+        self._settle()
+        try:
+            chunk = self.sock.recv(PG_READ_CHUNK)
+        except OSError as error:
+            raise self._late_or(error)
+        if not chunk:
+            raise OSError("the server closed the connection")
+        self._buffer += chunk
+
+    def _read_simple(self, statement):
+        columns = (None, None)
+        while True:
+            kind, body = self._read_message()
+            if kind in (b"D", b"T"):
+                try:
+                    if kind == b"D":
+                        statement.rows.append(self._row(body, columns))
+                    else:
+                        columns = _pg_columns(body)
+                except (ValueError, IndexError, TypeError):    # decoding too
+                    raise self._violation("the server sent a malformed %s" % (
+                        "row" if kind == b"D" else "row description")) from None
+            elif kind == b"n":
+                columns = ({}, ())
+            elif kind == b"C":
+                statement.tags.append(body.rstrip(b"\0").split())
+            elif kind == b"E":
+                statement.error = statement.error or self._error(body)
+            elif kind == b"Z":
+                self.in_transaction = body != b"I"
+                statement.done = True
+                return
+
+    def _read_group(self, group):
+        """The answers of a run of extended statements up to its Sync: each
+        statement's ends at its CommandComplete or its error; after an error
+        the server skipped the rest."""
+        index, failed = 0, None
+        while True:
+            kind, body = self._read_message()
+            if kind == b"Z":
+                self.in_transaction = body != b"I"
+                for statement in group[index:]:
+                    statement.error = statement.error or failed or PgError(
+                        "the server answered no statement of a pipeline", "08P01")
+                    statement.done = True
+                if failed is not None:
+                    for statement in group:
+                        shape = statement.shape
+                        if not shape.parsed:
+                            shape.sent = False                # its Parse never ran
+                    if failed.sqlstate == "0A000":
+                        # A cached plan outlived a schema change (a newer
+                        # program migrated the store): prepare afresh.
+                        self.statements.clear()
+                return
+            if kind not in (b"1", b"2", b"t", b"T", b"n", b"D", b"C", b"I", b"E"):
+                continue                          # ParameterStatus and the like
+            if index >= len(group):
+                raise self._violation("the server answered a statement it was not sent")
+            statement = group[index]
+            if kind == b"1":
+                statement.shape.parsed = True
+            elif kind in (b"T", b"D"):
+                try:
+                    if kind == b"T":
+                        statement.shape.columns = _pg_columns(body)
+                    else:
+                        statement.rows.append(self._row(body, statement.shape.columns))
+                        if statement.keep:
+                            statement.raw.append(body)
+                except (ValueError, IndexError, TypeError):
+                    raise self._violation("the server sent a malformed %s" % (
+                        "row" if kind == b"D" else "row description")) from None
+            elif kind == b"n":
+                statement.shape.columns = ({}, ())
+            elif kind in (b"C", b"I"):
+                statement.tags.append(body.rstrip(b"\0").split())
+                statement.done = True
+                index += 1
+            elif kind == b"E":
+                failed = statement.error = self._error(body)
+                statement.done = True
+                index += 1
+
     def _exchange(self, columns=(None, None)):
-        """The server's answers up to ReadyForQuery, which notes the
-        transaction status: (rows, columns, command tags, the first error)."""
+        """The server's answers up to ReadyForQuery (a portal's, see iterate):
+        (rows, columns, command tags, the first error)."""
         rows, tags, error = [], [], None
         while True:
             kind, body = self._read_message()
@@ -11193,10 +11742,10 @@ class PgConnection:
                         rows.append(self._row(body, columns))
                     else:
                         columns = _pg_columns(body)
-                except (ValueError, IndexError, TypeError):    # decoding too
+                except (ValueError, IndexError, TypeError):
                     raise self._violation("the server sent a malformed %s" % (
                         "row" if kind == b"D" else "row description")) from None
-            elif kind == b"n":                     # NoData: a statement without rows
+            elif kind == b"n":
                 columns = ({}, ())
             elif kind == b"C":
                 tags.append(body.rstrip(b"\0").split())
@@ -11206,134 +11755,32 @@ class PgConnection:
                 self.in_transaction = body != b"I"
                 return rows, columns, tags, error
 
-    def _changed(self, sql, tags):
-        """Rows an INSERT, UPDATE or DELETE changed, by its command tags (-1
-        for other statements); a change marks the transaction for NOTIFY."""
-        counts = [int(t[-1]) for t in tags if t and t[-1].isdigit() and t[0] in (
-            b"INSERT", b"UPDATE", b"DELETE")]
-        if any(counts):
-            self.dirty = True
-            self.mail = self.mail or sql.startswith("INSERT INTO deliveries")
-        return counts[-1] if counts else -1
-
-    def simple(self, sql):
-        """Statements without parameters (transaction control, LISTEN, DDL),
-        by the simple query protocol: one round trip for several.  Returns the
-        first column of the last row any of them returned."""
-        self._guard()
-        try:
-            self._send(b"Q", sql.encode("utf-8") + b"\0")
-            rows, _, _, error = self._exchange()
-        except OSError as error:
-            raise self._lost(error, True)
-        if error:
-            raise error
-        return rows[-1][0] if rows else None
-
-    def execute(self, sql, params=()):
-        self._guard()
-        prepared = self.statements.get(sql)
-        text = None
-        if prepared is None:
-            text, returning = pg_translate(sql)
-        try:
-            if prepared is None:
-                name = b""
-                if len(self.statements) < PG_STATEMENTS_MAX:
-                    self.named += 1
-                    name = b"s%d" % self.named
-                encoded = text.encode("utf-8")
-                self._send_raw(b"".join((
-                    _pg_msg(b"P", name + b"\0" + encoded + b"\0" + _pg_short(0)),
-                    _pg_msg(b"D", b"S" + name + b"\0"),
-                    self._bind(name, params), _pg_msg(b"E", b"\0" + _pg_int(0)),
-                    _pg_msg(b"S", b""))))
-            else:
-                name = prepared[0]
-                self._send_raw(self._bind(name, params) +
-                               _pg_msg(b"E", b"\0" + _pg_int(0)) + _pg_msg(b"S", b""))
-            rows, columns, tags, error = self._exchange(
-                prepared[1:3] if prepared else (None, None))
-        except OSError as error:
-            raise self._lost(error, not sql.lstrip()[:6].upper() == "SELECT")
-        if error:
-            if error.sqlstate == "0A000":
-                # A cached plan outlived a schema change (a newer program
-                # migrated the store): prepare afresh from now on.
-                self.statements.clear()
-            raise error
-        if prepared is None:
-            prepared = (name,) + columns + (returning,)
-            if name:
-                self.statements[sql] = prepared
-        return PgCursor(rows, self._changed(sql, tags),
-                        rows[-1][0] if prepared[3] and rows else None)
-
-    def executemany(self, sql, seq):
-        """The first row prepares the statement; the rest go in one pipeline
-        (a Bind and Execute each, one Sync): one round trip, not one a row."""
-        rows = list(seq)
-        if not rows:
-            return
-        self.execute(sql, rows[0])
-        prepared = self.statements.get(sql)
-        if prepared is None or len(rows) == 1:
-            for params in rows[1:]:
-                self.execute(sql, params)
-            return
-        execute = _pg_msg(b"E", b"\0" + _pg_int(0))
-        for start in range(1, len(rows), PG_PIPELINE_ROWS):
-            # A bounded batch per Sync: the server's answers to a huge one
-            # would fill the socket while this side is still sending.
-            try:
-                self._send_raw(b"".join(self._bind(prepared[0], params) + execute
-                                        for params in rows[start:start + PG_PIPELINE_ROWS])
-                               + _pg_msg(b"S", b""))
-                _, _, tags, error = self._exchange()
-            except OSError as error:
-                raise self._lost(error, False)
-            if error:
-                raise error
-            self._changed(sql, tags)
-
     def iterate(self, sql, params=(), size=1000):
         """The rows of one query, `size` at a time from a portal (inside a
         transaction): a whole table copied never sits in memory at once."""
+        self.flush()
         text, _ = pg_translate(sql)
         portal = b"agents_room_copy"
         try:
             self._send_raw(_pg_msg(b"P", b"\0" + text.encode("utf-8") + b"\0" +
-                                   _pg_short(0)) + self._bind(b"", params, portal) +
-                           _pg_msg(b"D", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
+                                   _pg_short(0)) + _pg_bind(b"", params, portal) +
+                           _pg_msg(b"D", b"P" + portal + b"\0") + _PG_SYNC)
             _, columns, _, error = self._exchange()
             if error:
                 raise error
             done = False
             while not done:                # a batch ends suspended, the last complete
-                self._send_raw(_pg_msg(b"E", portal + b"\0" + _pg_int(size)) +
-                               _pg_msg(b"S", b""))
+                self._send_raw(_pg_msg(b"E", portal + b"\0" + _pg_int(size)) + _PG_SYNC)
                 rows, _, tags, error = self._exchange(columns)
                 if error:
                     raise error
                 done = bool(tags)
                 for row in rows:
                     yield row
-            self._send_raw(_pg_msg(b"C", b"P" + portal + b"\0") + _pg_msg(b"S", b""))
+            self._send_raw(_pg_msg(b"C", b"P" + portal + b"\0") + _PG_SYNC)
             self._exchange()
         except OSError as error:
             raise self._lost(error, False)
-
-    def _bind(self, name, params, portal=b""):
-        parts = [portal, b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
-        for value in params:
-            data = _pg_param(value)
-            if data is None:
-                parts.append(_pg_int(-1))
-            else:
-                parts.append(_pg_int(len(data)))
-                parts.append(data)
-        parts.append(_pg_short(0))
-        return _pg_msg(b"B", b"".join(parts))
 
     def _row(self, body, columns):
         names, decoders = columns
@@ -11377,8 +11824,9 @@ class PgConnection:
         another connection on the channel this one listens to; True if one
         came.  The wait is the caller's; a message once begun must then come
         whole within a second more (a server that floods or stalls mid-way
-        cannot stretch the wait)."""
+        cannot stretch the wait).  Answers still due are read first."""
         import select
+        self.receive()
         start = self.notes[kind]
         deadline = time.monotonic() + timeout
         while True:
@@ -11416,6 +11864,24 @@ def _pg_uint(data):
 
 def _pg_msg(kind, body):
     return kind + _pg_int(len(body) + 4) + body
+
+
+_PG_SYNC = _pg_msg(b"S", b"")
+_PG_EXECUTE = _pg_msg(b"E", b"\0" + _pg_int(0))
+
+
+def _pg_bind(name, params, portal=b""):
+    """A Bind message: every parameter as text, every result as text."""
+    parts = [portal, b"\0", name, b"\0", _pg_short(0), _pg_short(len(params))]
+    for value in params:
+        data = _pg_param(value)
+        if data is None:
+            parts.append(_pg_int(-1))
+        else:
+            parts.append(_pg_int(len(data)))
+            parts.append(data)
+    parts.append(_pg_short(0))
+    return _pg_msg(b"B", b"".join(parts))
 
 
 def _pg_columns(body):
@@ -11642,9 +12108,13 @@ PG_FIRST_VERSION = 5                  # PostgreSQL stores begin at schema 5
 # its first use (and then prepared): whole statements first, by their exact
 # text, then the rules, then `?` becomes `$n`.
 PG_DIALECT = {
-    # A message's id is taken before its INSERT (its thread names it).
+    # A message's id is taken before its INSERT (its thread names it), with
+    # a lock on it that its transaction holds to its end: the transaction with
+    # the next id waits for it before it commits (see _PgCall._lock), so ids
+    # commit in their order though calls take them before the room's lock.
     "SELECT seq FROM sqlite_sequence WHERE name='messages'":
-        "SELECT nextval('messages_id_seq') - 1",
+        "SELECT n.id - 1 FROM (SELECT nextval('messages_id_seq') AS id) n, LATERAL "
+        "(SELECT %s) l" % (PG_ID_LOCK % ("messages", "n.id")),
     # Full-text search: no FTS5 table; the search reads with ILIKE.  PERF: no
     # index serves it (a tsvector column would).
     "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
@@ -11785,15 +12255,19 @@ def explain_pg(error, url):
 class PgStore:
     """The room on PostgreSQL: the Store interface (write, read, close, the
     change mark) over one PgConnection.  Writers are serialised by a
-    transaction-scoped advisory lock taken first in every write transaction:
-    the same meaning as SQLite's BEGIN IMMEDIATE, so every read-check-write
-    in the operations keeps it."""
+    transaction-scoped advisory lock: the same meaning as SQLite's BEGIN
+    IMMEDIATE, so every read-check-write in the operations keeps it.  A plain
+    write takes it at BEGIN; a call through the door may take it late, and
+    has what it read checked again under it (see _PgCall)."""
 
     kind = "postgresql"
     # Other hosts write it (a quiet hook asks it now and then: their sends
     # raise no marker here), and LISTEN tells a waiter of every commit.
     shared_by_hosts = True
     tells_commits = True
+    # Read-only tools read a snapshot without the write lock (a lock held
+    # while statements cross a network serialises the room on it).
+    reads_apart = True
 
     @staticmethod
     def claims(path):
@@ -11892,6 +12366,11 @@ class PgStore:
         self._mark = 0
         self._told = {}           # the mark the caller last saw, per kind
         self.skew = None          # the server's clock minus ours, read at each BEGIN
+        self._calls = []          # the door's calls under way (nested: after-work)
+        self._learned = {}        # tool -> _PgLearned: what its calls read
+        self.optimistic = True    # a call reads before it takes the lock (_PgCall)
+        self.rtt = None           # the round trip to the server, at least (took)
+        self.near_s = env_number("AGENTS_ROOM_PG_NEAR_MS", PG_NEAR_S * 1000) / 1000.0
         # Set in each transaction (SET LOCAL: nothing outlives it, so a pooler
         # that hands the connection on carries nothing over): a writer waits
         # busy_ms for the lock at most, and a transaction whose client stalls
@@ -11912,6 +12391,9 @@ class PgStore:
             settings.items()) if item[0] not in options)
         try:
             self.conn = PgConnection(url, answer_s=self.answer_s)
+            # A read is checked again under the lock by the md5 of its rows'
+            # text, which this side computes over UTF-8.
+            self.optimistic = self.conn.params.get("server_encoding") == "UTF8"
             self._open()
         except PgError as error:
             self.close()
@@ -11923,7 +12405,7 @@ class PgStore:
         if version is None or version < SCHEMA_VERSION:
             conn.simple("BEGIN ISOLATION LEVEL READ COMMITTED" + self.set_local)
             try:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+                conn.execute(PG_LOCK)
                 # Another process may have made it meanwhile (and a failed
                 # statement would abort this transaction: ask the catalogue).
                 version = self.schema_version() if conn.execute(
@@ -12002,6 +12484,14 @@ class PgStore:
 
     def close(self):
         if self.conn is not None:
+            if self.conn.sock is not None and self.conn._flight:
+                # A write put off (write_later): see that it arrived, for a
+                # moment at most (lost, it costs a last_seen a little late).
+                self.conn._deadline = min(self.conn._deadline, time.monotonic() + 2)
+                try:
+                    self.conn.receive()
+                except PgError:
+                    pass
             self.conn.close()
             self.conn = None
 
@@ -12023,13 +12513,21 @@ class PgStore:
             except PgError as error:
                 raise explain_pg(error, self.path)
             self._listening = False
+            self.conn.planner = self._calls[-1] if self._calls else None
         return self.conn
 
     def now(self):
         """The clock calls run on: the server's (every host then agrees on
         what has expired), as this machine's plus the difference read at the
         last BEGIN (off by the network's one-way time), with this process's
-        test offset if any."""
+        test offset if any.  Within a call through the door, one reading for
+        the whole tool event (what it read ahead was read at that time)."""
+        if self._calls and self._calls[-1].at is not None:
+            return self._calls[-1].at
+        return self.clock()
+
+    def clock(self):
+        """The server's clock now, as this machine's plus the skew."""
         if self.skew is None:
             try:
                 self.skew = float(self.connection().simple(
@@ -12058,11 +12556,58 @@ class PgStore:
         return "PostgreSQL %s at %s" % (self.conn.params.get("server_version", "?"),
                                         self.shown)
 
-    def write(self):
-        return _PgTransaction(self, True)
+    def calling(self, tool, args, session_id, lock_first=False):
+        """The door's call of tool: what it reads is planned from what the
+        last calls of tool read (see _PgCall), and it keeps one clock.
+        lock_first: it takes the lock at BEGIN."""
+        calling = _PgCalling(self, tool, args, session_id)
+        calling.call.pessimistic = calling.call.pessimistic or lock_first
+        return calling
 
-    def read(self):
-        return _PgTransaction(self, False)
+    def write(self, call=None):
+        return _PgTransaction(self, True, call)
+
+    def read(self, call=None):
+        return _PgTransaction(self, False, call)
+
+    def begin_text(self, write, lock):
+        """BEGIN as a transaction of this store opens, with the server's clock:
+        a write in READ COMMITTED (after the lock, each statement sees every
+        commit before it; REPEATABLE READ would keep a snapshot from before
+        the lock, and two claims could both succeed), lock: taking the lock
+        first; a read, a snapshot."""
+        clock = "; SELECT extract(epoch FROM clock_timestamp())"
+        if not write:
+            return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
+        return "BEGIN ISOLATION LEVEL READ COMMITTED%s%s%s" % (
+            self.set_local, "; " + PG_LOCK if lock else "", clock)
+
+    def took(self, seconds):
+        """A BEGIN's answer came this long after it was sent: the round trip
+        is at most that (the lower edge of what BEGINs take, rising slowly if
+        the path does)."""
+        self.rtt = seconds if self.rtt is None else min(seconds, self.rtt * 0.9 +
+                                                        seconds * 0.1)
+
+    def write_later(self, statements):
+        """Writes nobody reads, after a call that read apart (a Later's): a
+        short write transaction of their own, sent without waiting for its
+        answer (read with the next exchange; lost with the connection, which
+        costs a last_seen or a verdict a little late, never a message)."""
+        conn = self.conn
+        if not statements or conn is None or conn.sock is None:
+            return
+        steps = [conn.control(self.begin_text(True, True))]
+        for sql, params in statements:
+            steps.append(conn.statement(sql, params))
+        conn.mail = False
+        steps += [conn.notify(), conn.control("COMMIT")]
+        for step in steps:
+            step.quiet = step.write = True
+        try:
+            conn.send(steps)
+        except PgError:
+            pass                      # the connection is gone: so is what it put off
 
     def change_mark(self, mail=False):
         """A value that moves when another connection commits a change (with
@@ -12101,32 +12646,37 @@ class PgStore:
 
 
 class _PgTransaction:
-    def __init__(self, store, write):
-        self.store, self.write = store, write
+    """A transaction on the store's connection: the door's (call given: its
+    planner plans it, see _PgCall) or a plain one, whose write takes the lock
+    at BEGIN, queues its writes and sends them with the COMMIT."""
+
+    def __init__(self, store, write, call=None):
+        self.store, self.write, self.call = store, write, call
 
     def __enter__(self):
         # READ COMMITTED whatever the server's default: after the lock, each
         # statement sees every commit before it (REPEATABLE READ would keep a
         # snapshot from before the lock, and two claims could both succeed).
         # The server's clock comes back in the same round trip.
-        clock = "; SELECT extract(epoch FROM clock_timestamp())"
-        begin = "BEGIN ISOLATION LEVEL READ COMMITTED%s; SELECT pg_advisory_xact_lock(" \
-            "hashtext(current_schema()))%s" % (self.store.set_local, clock) if self.write \
-            else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
+        store = self.store
         for attempt in (1, 2):
-            conn = self.store.conn
+            conn = store.conn
             try:
                 if conn is None or conn.sock is None:
-                    self.store.conn = conn = PgConnection(
-                        self.store.path, answer_s=self.store.answer_s)
-                    self.store._listening = False
-                conn.dirty = conn.mail = False
-                self.store.skew = float(conn.simple(begin)) - time.time()
+                    store.conn = conn = PgConnection(store.path, answer_s=store.answer_s)
+                    store._listening = False
+                conn.planner = self.call
+                conn.mail = False
+                if self.call is not None:
+                    self.call.begin(conn, self.write)
+                else:
+                    store.skew = float(conn.simple(store.begin_text(
+                        self.write, self.write))) - time.time()
                 return conn
             except PgError as error:
                 if conn is not None and conn.sock is not None and conn.in_transaction:
                     try:
-                        conn.simple("ROLLBACK")     # a lock timeout: end it cleanly
+                        conn.run([conn.control("ROLLBACK")])    # a lock timeout
                     except PgError:
                         pass
                 # A connection that died while idle (a server restart, a
@@ -12134,36 +12684,823 @@ class _PgTransaction:
                 # server, so connecting again replays nothing.
                 # One that missed its deadline is not waited for a second time.
                 if not error.lost or error.timed_out or attempt == 2:
-                    raise explain_pg(error, self.store.path)
+                    raise explain_pg(error, store.path)
                 if conn is not None:
                     conn.close()
 
     def __exit__(self, kind, value, traceback):
-        conn = self.store.conn
+        conn, call = self.store.conn, self.call
         if kind is None:
             try:
-                # Listeners learn of a commit that changed rows, and whether
-                # it stored deliveries (waiters for mail wait for those).
-                conn.simple(("NOTIFY %s, '%s'; COMMIT" % (PG_CHANNEL, "mail" if conn.mail
-                                                          else "")) if conn.dirty
-                            else "COMMIT")
+                if call is not None:
+                    call.commit(conn) if self.write else call.end_read(conn)
+                else:
+                    # The queued writes, the notice to listeners and the COMMIT:
+                    # one round trip.
+                    conn.run(conn.take() + [conn.notify(), conn.control("COMMIT")])
                 return False
             except PgError as error:
                 if conn.sock is not None and conn.in_transaction:
                     try:
-                        conn.simple("ROLLBACK")
+                        conn.run([conn.control("ROLLBACK")])
                     except PgError:
                         pass
                 error.sent = True
                 raise explain_pg(error, self.store.path)
         if conn.sock is not None:
             try:
-                conn.simple("ROLLBACK")
+                if call is not None:
+                    call.abort(conn, value)            # may find a Conflict
+                else:
+                    conn.take()
+                    conn.run([conn.control("ROLLBACK")])
             except PgError:
                 pass
         if isinstance(value, PgError):
             raise explain_pg(value, self.store.path)
         return False
+
+
+# The door's calls on PostgreSQL: reading ahead, and the lock late.
+# Across a network every statement a call waits for is a round trip, and a
+# call that held the room's lock from its BEGIN would hold it across all of
+# them (20 ms away, msg_send waited 21 round trips, and the room managed 3
+# sends a second).  So a call through the door is planned (_PgCall):
+#   - Reading ahead.  What the last calls of the same tool read is kept as
+#     templates: each statement with where its parameters came from (the
+#     call's arguments, its caller, its clock, a column of an earlier read's
+#     rows, or the same value as last time).  The next call sends them with
+#     its BEGIN (a read that follows an earlier read's rows as a LATERAL join
+#     on that read, in the same pipeline), and a read the operation then asks
+#     with the same text and values is answered from what came back.  A
+#     template that guesses wrong costs the server a statement, never an
+#     answer: only a read asked with exactly the text and values sent ahead
+#     is answered from it, and only while no write of the call could have
+#     changed it (below).  A template learns from the call's own process:
+#     `serve` and every long-lived caller; a one-shot CLI or hook reads as it
+#     asks.
+#   - Writes wait in the pipeline (PgConnection) for the COMMIT.
+#   - The lock late.  A write reads without the lock; when it first sends a
+#     write (mostly: with its COMMIT), the same pipeline takes the lock, has
+#     the server read again each read the call was answered (the md5 of its
+#     rows' text, compared where it runs: a mismatch divides by zero, which
+#     aborts the pipeline and with it the transaction), then writes and
+#     commits.  Under the lock the call's reads are what they were, as if it
+#     had held the lock throughout; a mismatch is a Conflict and the door runs
+#     the call again, holding the lock from BEGIN.  The lock is held for the
+#     server's work on one pipeline, not for round trips.  Ids taken before
+#     the lock (nextval) are made to commit in their order (PG_DIALECT,
+#     _pg_id_wait): a reader never sees a smaller id arrive after a larger.
+#     A server nearer than PG_NEAR_S is cheaper to hold the lock across, and
+#     the hook front end's operations (they remove signal markers, a change
+#     outside the store that only the lock orders) always hold it from BEGIN.
+#   - Read-only tools read a snapshot (REPEATABLE READ READ ONLY) without the
+#     lock; their last_seen and verdicts are written after (write_later), and
+#     a sweep or a signal with something to write makes the call a write.
+# A read answered from what was read ahead stays valid until a write of the
+# call might change it: a write changes the tables it names (and, deleting,
+# those whose rows cascade from them), and where both the read and the write
+# name one row key of one table (a session's id) with different values, it
+# leaves that read alone.
+
+PG_TABLES = frozenset(STORE_TABLES)
+PG_ROW_KEYS = {"sessions": "id"}            # else session_id: a session's rows
+# Functions whose answer is not the table's: never answered twice, never
+# checked again.  nextval is read ahead once per call (its value is new each
+# time, and a value unused is a gap, as a rolled back insert leaves one).
+PG_VOLATILE = ("nextval(", "setval(", "currval(", "lastval(", "pg_advisory", "pg_notify",
+               "pg_sleep", "clock_timestamp", "random(", "txid_", "pg_current", "now()",
+               "current_timestamp", "to_regclass", "set_config", "pg_has_role")
+PG_AHEAD_MAX = 200                 # statements read ahead in one pipeline, at most
+PG_AHEAD_ROWS = 100                # rows of one read that further reads follow
+PG_TEMPLATE_CALLS = 3              # a template unused this many calls is forgotten
+PG_TEMPLATES_MAX = 400             # templates kept per tool
+PG_CLOCK_SLACK_S = 0.25            # a call's clock, at most this before its lock
+PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
+# A server this near (a round trip, at least) is cheaper to hold the lock
+# across than to check again: a call then takes it at BEGIN (measured on a
+# local cluster: msg_send 1.6 ms so, 1.9 ms checking; 4 writers 450 msg/s so,
+# 370 checking); farther away, the lock held across round trips is the cost.
+PG_NEAR_S = 0.002
+_PG_ANALYSED = {}
+_PG_CASCADES = None                # _pg_cascades(), once asked
+
+
+def _pg_bare(text):
+    """text without the contents of its string literals."""
+    out, literal = [], False
+    for char in text:
+        if char == "'":
+            literal = not literal
+            out.append(char)
+        elif not literal:
+            out.append(char)
+    return "".join(out)
+
+
+def _pg_conjunct(where, column):
+    """The parameter number n where `where` is a conjunction (no OR, NOT or
+    subquery) with a term `column=$n` (or alias.column=$n), else None."""
+    import re
+    if re.search(r"\b(OR|NOT|SELECT|EXISTS)\b", where):
+        return None
+    where = re.split(r"\b(?:ORDER BY|GROUP BY|LIMIT)\b", where)[0]
+    for term in where.split(" AND "):
+        found = re.fullmatch(r"\s*(?:\w+\.)?%s\s*=\s*\$(\d+)\s*" % column, term)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def _pg_analyse(text):
+    """What one statement (PostgreSQL's text) touches, computed once:
+    ("read", tables, (table, n) or None) for a read whose rows are one
+    table's rows of the row key $n; ("write", tables or None (any), (table, n)
+    or None) for a write that changes only rows of that key; "volatile" and
+    "sequence" for reads whose answer is not a table's."""
+    done = _PG_ANALYSED.get(text)
+    if done is not None:
+        return done
+    import re
+    bare = _pg_bare(text)
+    lowered = bare.lower()
+    head = bare.lstrip()[:6].upper()
+    if head == "SELECT" or head.startswith("WITH"):
+        if "nextval(" in lowered:
+            done = "sequence"
+        elif any(v in lowered for v in PG_VOLATILE):
+            done = "volatile"
+        else:
+            tables = frozenset(re.findall(r"[a-z_]+", bare)) & PG_TABLES
+            if not tables and re.search(r"\bFROM\b", bare):
+                done = "volatile"                  # a catalogue's: not ours to follow
+            else:
+                keyed = None
+                one = re.match(r"\s*SELECT\s.+?\sFROM\s+(\w+)(?:\s+(?!WHERE\b)\w+)?"
+                               r"\s+WHERE\s+(.*)$", bare, re.S)
+                if one and one.group(1) in tables and bare.count("SELECT") == 1 and \
+                        not re.search(r"\bJOIN\b|,\s*\w+\s+WHERE", bare[one.start(1):]):
+                    table = one.group(1)
+                    n = _pg_conjunct(one.group(2), PG_ROW_KEYS.get(table, "session_id"))
+                    keyed = (table, n) if n else None
+                done = ("read", tables, keyed)
+    else:
+        done = ("write", None, None)
+        found = re.match(r"\s*INSERT INTO (\w+)\s*\(([^)]*)\)\s*VALUES\s*\(([^()]*)\)"
+                         r"\s*(ON CONFLICT.*)?$", bare, re.S)
+        if found:
+            table = found.group(1)
+            column = PG_ROW_KEYS.get(table, "session_id")
+            columns = [c.strip() for c in found.group(2).split(",")]
+            values = [v.strip() for v in found.group(3).split(",")]
+            conflict = found.group(4) or ""
+            keyed = None
+            if column in columns and len(values) == len(columns) and not re.search(
+                    r"\b%s\s*=" % column, conflict):
+                n = re.fullmatch(r"\$(\d+)", values[columns.index(column)])
+                keyed = (table, int(n.group(1))) if n else None
+            done = ("write", frozenset([table]), keyed)
+        elif re.match(r"\s*INSERT INTO (\w+)", bare):
+            done = ("write", frozenset([re.match(r"\s*INSERT INTO (\w+)", bare).group(1)]),
+                    None)
+        else:
+            found = re.match(r"\s*UPDATE (\w+) SET (.*?)(?: WHERE (.*))?$", bare, re.S)
+            if found:
+                table = found.group(1)
+                column = PG_ROW_KEYS.get(table, "session_id")
+                keyed = None
+                if found.group(3) and column not in re.findall(r"(\w+)\s*=(?!=)",
+                                                               found.group(2)):
+                    n = _pg_conjunct(found.group(3), column)
+                    keyed = (table, n) if n else None
+                done = ("write", frozenset([table]), keyed)
+            found = re.match(r"\s*DELETE FROM (\w+)(?: WHERE (.*))?$", bare, re.S)
+            if found:
+                table = found.group(1)
+                keyed = None
+                cascades = _pg_cascades().get(table, ())
+                if found.group(2) and not cascades:
+                    n = _pg_conjunct(found.group(2), PG_ROW_KEYS.get(table, "session_id"))
+                    keyed = (table, n) if n else None
+                done = ("write", frozenset((table,) + cascades), keyed)
+    _PG_ANALYSED[text] = done
+    return done
+
+
+def _pg_cascades():
+    """{table: the tables whose rows a DELETE from it removes too}, read from
+    the schema's ON DELETE CASCADE references (and theirs in turn)."""
+    import re
+    global _PG_CASCADES
+    if _PG_CASCADES is None:
+        direct = {}
+        for ddl in (PG_SCHEMA_V5, SCHEMA_V6):
+            for table, body in re.findall(r"CREATE TABLE (\w+) \((.*?)\);", ddl, re.S):
+                for parent in re.findall(r"REFERENCES (\w+)\(\w+\) ON DELETE CASCADE", body):
+                    direct.setdefault(parent, set()).add(table)
+        found = {}
+        for parent in direct:
+            reach, todo = set(), list(direct[parent])
+            while todo:
+                table = todo.pop()
+                if table not in reach:
+                    reach.add(table)
+                    todo += direct.get(table, ())
+            found[parent] = tuple(sorted(reach))
+        _PG_CASCADES = found
+    return _PG_CASCADES
+
+
+def _pg_changes(read, write):
+    """Whether the write statement may change the read statement's answer."""
+    _, tables, keyed = _pg_analyse(write.text)
+    seen = _pg_analyse(read.text)
+    if seen in ("volatile", "sequence"):
+        return seen == "volatile"
+    if tables is None:
+        return True
+    common = seen[1] & tables
+    if not common:
+        return False
+    if keyed and seen[2] and common == {seen[2][0]} == {keyed[0]}:
+        mine, theirs = read.params[seen[2][1] - 1], write.params[keyed[1] - 1]
+        return mine is None or theirs is None or mine == theirs
+    return True
+
+
+def _pg_validation(conn, read):
+    """A statement that reads `read` again and divides by zero unless its
+    rows are those the call was answered (the md5 of PgStatement.fingerprint,
+    computed by the server over each value's text)."""
+    count = len(read.shape.columns[1])
+    names = ", ".join("__c%d" % i for i in range(count))
+    value = " || ".join("COALESCE(octet_length(__c%d::text)::text || ':' || __c%d::text, "
+                        "'-')" % (i, i) for i in range(count)) or "''"
+    # (Not CASE ... ELSE 1/0: the planner folds that constant, and fails always.)
+    text = ("SELECT 1 / (md5(COALESCE(string_agg(%s, '' ORDER BY __n), '')) = $%d)::int "
+            "FROM (SELECT row_number() OVER () AS __n, * FROM (%s) AS __r(%s)) AS __v"
+            % (value, len(read.params) + 1, read.text, names))
+    check = conn.statement(None, read.params + (read.fingerprint(),), text=text)
+    check.role = "check"
+    return check
+
+
+def _pg_id_wait(conn, read):
+    """The lock on the id before the one a sequence read took (see PG_DIALECT)."""
+    import re
+    table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+    return conn.statement(None, (read.rows[0][0],), text="SELECT " + PG_ID_LOCK % (
+        table, "$1::bigint"))
+
+
+def _pg_sequence_check(conn, read):
+    """A statement that divides by zero if a row of the sequence's table with
+    a greater id than the value taken before the lock is there already: ids
+    are in the order of their commits (a reader that saw one never sees a
+    smaller one come later), as they are when taken under the lock."""
+    import re
+    table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+    check = conn.statement(None, (read.rows[0][0],), text=(
+        "SELECT 1 / (NOT EXISTS (SELECT 1 FROM %s WHERE id > $1))::int" % table))
+    check.role = "order"
+    return check
+
+
+class _PgLearned:
+    """The templates of one tool's reads: (sql, sources, phase) -> [uses (the
+    most times one instance was asked in a call), the call it was last seen
+    in, the parameters' types]."""
+
+    def __init__(self):
+        self.calls = 0
+        self.templates = {}
+
+    def saw(self, template, uses, types):
+        known = self.templates.get(template)
+        if known is None:
+            self.templates[template] = [uses, self.calls, types]
+        else:
+            known[0] = max(known[0], uses) if known[1] >= self.calls - 1 else uses
+            known[1], known[2] = self.calls, types
+
+    def forget(self):
+        old = [t for t, v in self.templates.items() if v[1] <= self.calls - PG_TEMPLATE_CALLS]
+        for template in old:
+            del self.templates[template]
+        while len(self.templates) > PG_TEMPLATES_MAX:
+            del self.templates[min(self.templates, key=lambda t: self.templates[t][1])]
+
+
+class _PgCalling:
+    """store.calling(): the call pushed for as long as the door holds it."""
+
+    def __init__(self, store, tool, args, session_id):
+        self.store = store
+        self.call = _PgCall(store, tool, args, session_id)
+
+    def __enter__(self):
+        self.store._calls.append(self.call)
+        if self.store.conn is not None:
+            self.store.conn.planner = self.call
+        return self.call
+
+    def __exit__(self, kind, value, traceback):
+        store = self.store
+        store._calls.remove(self.call)
+        if store.conn is not None:
+            store.conn.planner = store._calls[-1] if store._calls else None
+        if kind is None:
+            self.call.learn()
+        return False
+
+
+class _PgCall:
+    """One call through the door on a PgStore: its clock, the reads it sent
+    ahead and was answered, and what the transaction is (see the comment
+    above): mode None outside one, "read" a snapshot, "open" a write not yet
+    holding the lock, "locked"."""
+
+    def __init__(self, store, tool, args, session_id):
+        self.store, self.tool, self.args, self.session_id = store, tool, args, session_id
+        # One clock for the tool event, read before its BEGIN (what it reads
+        # ahead is read for that time); None: the first call of a connection,
+        # which takes it from its BEGIN.
+        self.at = store.clock() if store.skew is not None else None
+        self.pessimistic = not store.optimistic or (store.rtt is not None and
+                                                    store.rtt < store.near_s)
+        self.ahead = True                 # read ahead (not after it failed once)
+        self.mode = None
+        self.ended = False                # the transaction ended: what follows is after
+        self.cache = {}                   # (sql, params) -> an answered read
+        self.unlocked = set()             # keys in cache read before the lock
+        self.consumed = {}                # key -> a read answered before the lock
+        self.sequences = []               # sequence values taken before the lock
+        self.orders = 0                   # attempts whose id lost its order
+        self.once = set()                 # keys in cache answered at most once
+        self.log = []                     # (key, read, phase): every read answered
+        self.asked = {}                   # key -> how often it was asked
+        self.learned = store._learned.get(tool)
+
+    # -- the connection's planner --
+    def hit(self, conn, sql, params):
+        key = (sql, tuple(params))
+        read = self.cache.get(key)
+        if read is None:
+            return None
+        if key in self.once:
+            del self.cache[key]
+            self.once.discard(key)
+            if self.mode == "open":
+                self.sequences.append(read)
+        elif key in self.unlocked and self.mode == "open":
+            self.consumed.setdefault(key, read)
+        self._asked(key, read)
+        return read
+
+    def queued(self, conn, statement):
+        if statement.simple:
+            return                       # transaction control, not a row's change
+        if not statement.write:
+            statement.key = (statement.sql, statement.params) if statement.sql else None
+            statement.keep = self.mode == "open"
+            statement.raw = [] if statement.keep else None
+            return
+        if self.mode == "read":
+            raise WritesNeeded()
+        for key, read in list(self.cache.items()):
+            if _pg_changes(read, statement):
+                del self.cache[key]
+                self.unlocked.discard(key)
+                self.once.discard(key)
+
+    def flush(self, conn, want):
+        steps = conn.take()
+        if self.mode == "open":
+            writes = [s for s in steps if s.write]
+            apart = want is not None and not want.write and want.shape is not None and \
+                _pg_analyse(want.text) != "volatile" and not any(
+                    w.simple or _pg_changes(want, w) for w in writes)
+            if apart:
+                # A read none of the waiting writes can change: it goes on
+                # without the lock, and the writes keep waiting.
+                conn.requeue(writes)
+                steps = [s for s in steps if not s.write]
+            elif writes or want is not None:
+                steps = self._lock(conn) + steps
+        # Nothing is read ahead in front of writes held back: it would be
+        # answered from before the call's own writes.
+        ahead = self._ahead(conn, "tx") if self.mode is not None and not (
+            self.mode == "open" and conn.pending_writes()) else []
+        self._exchange(conn, steps + ahead)
+        if want is not None and not want.write and want.key is not None and \
+                want.error is None:
+            self._answered(want)
+
+    # -- the transaction --
+    def begin(self, conn, write):
+        self.cache, self.unlocked, self.consumed, self.once = {}, set(), {}, set()
+        self.sequences = []
+        self.ended = False
+        lock = write and self.pessimistic
+        self.mode = "read" if not write else "locked" if lock else "open"
+        begin = conn.control(self.store.begin_text(write, lock))
+        begin.write = False            # nothing of it is a change: lost, it replays
+        ahead = []
+        if self.at is not None:
+            ahead = self._ahead(conn, "tx") + (self._ahead(conn, "after") if not write
+                                               else [])
+        try:
+            self._exchange(conn, [begin] + ahead)
+            self.store.took(conn.first_answer_s)
+        finally:
+            if begin.error is None and begin.rows:
+                clock = float(begin.rows[-1][0])
+                self.store.skew = clock - time.time()
+                if self.at is None or (lock and clock - self.at > PG_CLOCK_SLACK_S):
+                    # The first call of a connection, or one that waited for
+                    # the lock: its clock is the lock's.
+                    self.at = self.store.clock()
+
+    def commit(self, conn):
+        steps = conn.take()
+        if self.mode == "open" and (steps or len(self.consumed) > 1):
+            steps = self._lock(conn) + steps
+        steps += [conn.notify(), conn.control("COMMIT")]
+        self.mode, self.ended = None, True
+        self.cache, self.once = {}, set()
+        ahead = self._ahead(conn, "after")
+        for step in ahead:
+            # Sent behind the COMMIT: the call is done whatever they answer
+            # (never a Conflict, which would run it again); one that failed
+            # is asked again if the after-work asks it.
+            step.quiet = True
+        self._exchange(conn, steps + ahead, ending=True)
+
+    def end_read(self, conn):
+        """A snapshot ends without waiting: its COMMIT's answer is read with
+        the next exchange.  What it read ahead for after stays answerable."""
+        after = {k: v for k, v in self.cache.items() if getattr(v, "role", None) == "after"}
+        self.mode, self.ended = None, True
+        self.cache, self.once = after, set()
+        end = conn.control("COMMIT")
+        end.quiet = True
+        conn.send(conn.take() + [end])
+
+    def abort(self, conn, error):
+        """The operation raised: a refusal it reached from reads not checked
+        under the lock is checked first (a Conflict if they changed, so the
+        answer is one the room really gave); then the transaction rolls back."""
+        conn.take()
+        steps = []
+        if self.mode == "open" and isinstance(error, RoomError) and not isinstance(
+                error, StoreError) and len(self.consumed) > 1:
+            steps = self._lock(conn)
+        end = conn.control("ROLLBACK")
+        mode, self.mode, self.ended = self.mode, None, True
+        self.cache, self.once = {}, set()
+        if mode == "read" and not steps:
+            end.quiet = True
+            conn.send([end])
+            return
+        self._exchange(conn, steps + [end], ending=True)
+
+    def _lock(self, conn):
+        """The lock, then every read answered before it, checked again."""
+        # First the ids just before those taken (each sequence read answers
+        # the id before its new one): their calls end before this commits.
+        # (Before the room's lock, which those calls may wait for.)
+        steps = [_pg_id_wait(conn, read) for read in self.sequences]
+        steps.append(conn.statement(None, (), text=PG_LOCK))
+        steps += [_pg_validation(conn, read) for read in self.consumed.values()]
+        steps += [_pg_sequence_check(conn, read) for read in self.sequences]
+        # What was read ahead before the lock and not yet asked for is read
+        # again after it (a sequence's value too: one taken before the lock
+        # may be smaller than one another call committed meanwhile); what was
+        # asked is checked now, and stays.
+        for key in self.unlocked - set(self.consumed):
+            self.cache.pop(key, None)
+        self.once -= self.unlocked
+        self.consumed, self.sequences = {}, []
+        self.unlocked = set()
+        self.mode = "locked"
+        return steps
+
+    def _exchange(self, conn, steps, ending=False):
+        """Send steps, read every answer due, keep what was read ahead; the
+        first error raised: a read again under the lock that differs is a
+        Conflict, as is a read sent ahead that failed (then the call runs
+        again, and reads nothing ahead)."""
+        conn.send(steps)
+        conn.receive()
+        first = next((s for s in steps if s.error is not None and not s.quiet), None)
+        for step in steps:
+            if step.role in ("ahead", "sequence", "after") and step.error is None \
+                    and step.done:
+                self.cache[step.key] = step
+                if self.mode == "open" and step.role != "after":
+                    self.unlocked.add(step.key)
+                if step.role == "sequence":
+                    self.once.add(step.key)
+            elif step.role == "lateral" and step.error is None:
+                self._split(step)
+        if first is None:
+            return
+        if not ending and conn.in_transaction:
+            try:
+                conn.run([conn.control("ROLLBACK")])
+            except PgError:
+                pass
+        if first.role in ("check", "order"):
+            if first.error.sqlstate != "22012":
+                self.store.optimistic = False      # no md5 here: hold the lock instead
+            # Rows that changed: the next attempt holds the lock from BEGIN.
+            # Only an id's order (the rows checked before it were the same): a
+            # call that raced another to the lock, which holding the lock from
+            # BEGIN would make every other call wait for; read again, then.
+            self.orders += first.role == "order"
+            if first.role == "check" or self.orders >= PG_ORDER_TRIES:
+                self.pessimistic = True
+            raise Conflict()
+        if first.role in ("ahead", "sequence", "after", "lateral") and self.ahead:
+            self.ahead, self.pessimistic = False, True
+            raise Conflict()
+        raise first.error
+
+    def _answered(self, read):
+        """A read the server answered for the call: kept (until a write of
+        the call may change it), checked again under the lock if it was read
+        before it."""
+        kind = _pg_analyse(read.text)
+        if self.mode is None or kind in ("volatile", "sequence"):
+            if kind == "sequence" and self.mode == "open":
+                self.sequences.append(read)
+            self._asked(read.key, read)      # outside a transaction: not kept
+            return
+        self.cache[read.key] = read
+        if self.mode == "open":
+            self.unlocked.add(read.key)
+            self.consumed.setdefault(read.key, read)
+        self._asked(read.key, read)
+
+    def _asked(self, key, read):
+        self.asked[key] = self.asked.get(key, 0) + 1
+        if self.mode is not None or self.ended:
+            self.log.append((key, read, "tx" if self.mode is not None else "after"))
+
+    # -- reading ahead --
+    def _ahead(self, conn, phase):
+        """The reads the templates of phase give for this call that are not
+        answered yet: a statement each, and for a read that follows the rows of
+        one sent in the same pipeline, one statement for all its instances
+        (a LATERAL join on that read)."""
+        if self.learned is None or not self.ahead or self.at is None:
+            return []
+        out, keys, sent = [], set(), {}
+        templates = sorted(self.learned.templates.items(),
+                           key=lambda item: any(s[0] == "cell" for s in item[0][1]))
+        for template, (uses, _, types) in templates:
+            sql, sources, when = template
+            if when != phase or len(out) >= PG_AHEAD_MAX:
+                continue
+            follow = next((s for s in sources if s[0] == "cell"), None)
+            if follow is not None and self._rows_of(follow[1]) is None:
+                lateral = self._lateral(conn, template, types, follow, sent, phase)
+                if lateral is not None:
+                    out.append(lateral)
+                continue
+            for params in self._instances(sources, types):
+                key = (sql, params)
+                if key in self.cache or key in keys or self.asked.get(key, 0) >= uses:
+                    continue
+                statement = conn.statement(sql, params)
+                kind = _pg_analyse(statement.text)
+                if kind == "volatile" or (kind == "sequence" and self.mode != "open" and
+                                          self.mode != "locked"):
+                    continue
+                statement.key = key
+                statement.role = "after" if phase == "after" else "sequence" if \
+                    kind == "sequence" else "ahead"
+                self._keep(statement, phase)
+                out.append(statement)
+                keys.add(key)
+                sent[template] = statement
+        return out
+
+    def _keep(self, statement, phase):
+        """Raw rows are kept of a read that may be checked under the lock."""
+        statement.keep = self.mode == "open" and phase != "after"
+        statement.raw = [] if statement.keep else None
+
+    def _lateral(self, conn, template, types, follow, sent, phase):
+        """One statement for every instance of template, whose parameter
+        follows a column of the rows of a read sent in this pipeline: that read
+        again as a subquery, its distinct values of the column, and for each
+        the template's read, numbered in its order (LEFT JOIN: a value the
+        read has no rows for still says so).  None where there is no such
+        read."""
+        import re
+        _, what, column = follow
+        first = sent.get(what)
+        if first is None or first.role not in ("ahead", "after"):
+            return None
+        sql, sources, _ = template
+        index = next(i for i, s in enumerate(sources) if s[0] == "cell")
+        fixed = self._instances(tuple(("const", 0) if s[0] == "cell" else s
+                                      for s in sources), None)
+        params = list(fixed[0]) if fixed else None
+        if params is None or not _pg_bindable(
+                [p for i, p in enumerate(params) if i != index],
+                [t for i, t in enumerate(types or ()) if i != index]):
+            return None
+        text = pg_translate(sql)[0]
+        base = len(first.params)
+
+        def renumber(match):
+            number = int(match.group(1))
+            if number == index + 1:
+                return "__k.__v"
+            return "$%d" % (base + number - (number > index + 1))
+        text = re.sub(r"\$(\d+)(?!\d)", renumber, text)
+        names = ", ".join("__c%d" % i for i in range(column + 1))
+        lateral = conn.statement(None, first.params + tuple(
+            p for i, p in enumerate(params) if i != index), text=(
+            "SELECT __k.__v, __t.* FROM (SELECT DISTINCT __a.__c%d AS __v FROM (%s) AS "
+            "__a(%s)) AS __k LEFT JOIN LATERAL (SELECT row_number() OVER () AS __n, "
+            "__x.* FROM (%s) AS __x) AS __t ON true" % (column, first.text, names, text)))
+        lateral.role = "lateral"
+        lateral.key = (sql, tuple(params), index, types)
+        self._keep(lateral, phase)
+        return lateral
+
+    def _instances(self, sources, types):
+        """The parameter tuples a template's sources give now."""
+        fixed, follow = [], None
+        for index, source in enumerate(sources):
+            kind = source[0]
+            if kind == "at":
+                value = self.at
+            elif kind == "caller":
+                value = self.session_id
+            elif kind == "arg":
+                if source[1] not in self.args:
+                    return []
+                value = self.args[source[1]]
+            elif kind == "item":
+                items = self.args.get(source[1])
+                if not isinstance(items, list) or len(items) <= source[2]:
+                    return []
+                value = items[source[2]]
+            elif kind == "const":
+                value = source[1]
+            else:
+                follow = (index, source[1], source[2])
+                value = None
+            fixed.append(value)
+        if follow is None:
+            return [tuple(fixed)] if types is None or _pg_bindable(fixed, types) else []
+        index, template, column = follow
+        rows = self._rows_of(template) or []
+        out = []
+        for value in dict.fromkeys(row[column] for row in rows[:PG_AHEAD_ROWS]):
+            params = list(fixed)
+            params[index] = value
+            if _pg_bindable(params, types):
+                out.append(tuple(params))
+        return out
+
+    def _rows_of(self, template):
+        """The rows this call was answered for the read of template, or None
+        where it has not read it yet."""
+        sql, sources, _ = template
+        known = self.learned.templates.get(template) if self.learned else None
+        keys = [(sql, p) for p in self._instances(sources, known[2])] if known else []
+        for key in keys:
+            read = self.cache.get(key)
+            if read is not None:
+                return read.rows
+        for key, read, _ in reversed(self.log):
+            if key in keys:
+                return read.rows
+        return None
+
+    def _split(self, lateral):
+        """A LATERAL read's rows as the answers of the reads it stands for."""
+        sql, params, index, types = lateral.key
+        names, decoders = lateral.shape.columns
+        shape = _PgShape(None, b"", pg_translate(sql)[0], False)
+        shape.columns = ({n: i - 2 for n, i in names.items() if i >= 2}, decoders[2:])
+        answers = {}
+        for number, row in enumerate(lateral.rows):
+            value = row[0]
+            read = answers.get(value)
+            if read is None:
+                values = list(params)
+                values[index] = value
+                if not _pg_bindable(values, types):
+                    continue
+                read = answers[value] = PgStatement(sql, values, shape)
+                read.key, read.role, read.done = (sql, tuple(values)), "ahead", True
+                read.raw = [] if lateral.keep else None
+            if row[1] is not None:
+                read.rows.append(PgRow(tuple(row)[2:], shape.columns[0]))
+                if lateral.keep:
+                    read.raw.append(_pg_row_tail(lateral.raw[number], 2))
+        for read in answers.values():
+            if read.key not in self.cache:
+                self.cache[read.key] = read
+                if self.mode == "open":
+                    self.unlocked.add(read.key)
+
+    # -- learning --
+    def learn(self):
+        """Templates from what this call read, for the tool's next calls."""
+        if not self.log or self.at is None:
+            return
+        learned = self.store._learned.setdefault(self.tool, _PgLearned())
+        learned.calls += 1
+        seen, counts = [], {}
+        for key, read, phase in self.log:
+            sql, params = key
+            sources, follow = [], None
+            for value in params:
+                source = self._source(value, seen, follow)
+                if source[0] == "cell":
+                    follow = source[1]
+                sources.append(source)
+            template = (sql, tuple(sources), phase)
+            counts[(template, key)] = counts.get((template, key), 0) + 1
+            seen.append((template, read))
+            learned.saw(template, 0, tuple(type(v) for v in params))
+        for (template, _), uses in counts.items():
+            known = learned.templates[template]
+            known[0] = max(known[0], uses)
+        learned.forget()
+
+    def _source(self, value, seen, follow):
+        """Where a parameter's value came from, as a template says it."""
+        if value is None or isinstance(value, bool):
+            return ("const", value)
+        if isinstance(value, float) and value == self.at:
+            return ("at",)
+        if isinstance(value, str) and value == self.session_id:
+            return ("caller",)
+        for name, arg in sorted(self.args.items()):
+            if type(arg) is type(value) and arg == value:
+                return ("arg", name)
+            if isinstance(arg, list):
+                for index, item in enumerate(arg):
+                    if type(item) is type(value) and item == value:
+                        return ("item", name, index)
+        # Rows are followed by the keys calls walk: session ids, and integer
+        # ids (id, *_id); any other value is taken to come back the same.
+        if is_session_id(value) or (isinstance(value, int) and not isinstance(value, bool)):
+            for template, read in reversed(seen):
+                if any(s[0] == "cell" for s in template[1]) or (
+                        follow is not None and template != follow):
+                    continue
+                columns = read.shape.columns if read.shape is not None else None
+                if not columns or not read.rows:
+                    continue
+                names = {i: n for n, i in columns[0].items()}
+                for column in range(len(columns[1])):
+                    name = names.get(column, "")
+                    if isinstance(value, int) and not (name == "id" or name.endswith("_id")):
+                        continue
+                    if any(type(row[column]) is type(value) and row[column] == value
+                           for row in read.rows[:PG_AHEAD_ROWS]):
+                        return ("cell", template, column)
+        return ("const", value)
+
+
+def _pg_row_tail(body, skip):
+    """A DataRow's body without its first `skip` values."""
+    at = 2
+    for _ in range(skip):
+        size = int.from_bytes(body[at:at + 4], "big", signed=True)
+        at += 4 + max(size, 0)
+    return _pg_short(_pg_uint(body[:2]) - skip) + body[at:]
+
+
+def _pg_bindable(params, types):
+    """Whether values may go to the server as a template's did: the same
+    types, text it can hold (no NUL, no lone surrogate), integers in range.  A
+    read sent ahead must never fail where the operation's own would not run."""
+    if types is None or len(types) != len(params):
+        return False
+    for value, kind in zip(params, types):
+        if type(value) is not kind:
+            return False
+        if isinstance(value, str):
+            if "\0" in value:
+                return False
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(value, int) and not isinstance(value, bool) and \
+                not -(1 << 63) <= value < (1 << 63):
+            return False
+    return True
 
 
 STORE_KINDS.append(PgStore)
@@ -12346,12 +13683,13 @@ class _Bench:
         return row
 
 
-def bench(quick=False, progress=None, python=None, db=None):
+def bench(quick=False, progress=None, python=None, db=None, rtts=()):
     """Measure hooks, CLI, MCP round trips, contention, scale, the liveness scan
     and the server's memory -> {"figures": [...], "machine": {...}}.  python:
     the interpreter every started process runs with (default this one).  db:
     a postgresql:// URL whose figures are measured too, beside SQLite's (in a
-    schema of their own, dropped at the end)."""
+    schema of their own, dropped at the end); rtts: round trips in ms at which
+    its distance rows are measured through a delay proxy."""
     import shutil
     import tempfile
     progress = progress or (lambda row: None)
@@ -12382,7 +13720,7 @@ def bench(quick=False, progress=None, python=None, db=None):
         _bench_memory(b, env, workdir)
         store.close()
         if db:
-            _bench_postgres(b, db, env, workdir)
+            _bench_postgres(b, db, env, workdir, rtts)
     finally:
         if saved is None:
             os.environ.pop("AGENTS_ROOM_DB", None)
@@ -12407,7 +13745,7 @@ def _bench_listing(b):
                   cost["tools"], cost["tokens"], cost["instructions_bytes"]))
 
 
-def _bench_postgres(b, url, env, workdir):
+def _bench_postgres(b, url, env, workdir, rtts=()):
     """The rows the issue sets goals for, again on a PostgreSQL server: hooks,
     the MCP msg_send round trip, throughput, the cross-process wait, a raw
     write.  In a fresh schema of url's database, dropped at the end."""
@@ -12415,6 +13753,8 @@ def _bench_postgres(b, url, env, workdir):
         raise UsageError("--db takes a postgresql:// URL (SQLite is measured anyway)")
     schema = "agents_room_bench_%d" % os.getpid()
     admin = PgConnection(url)
+    b.marker_dirs = [marker_path(url)]
+    before = [d for d in b.marker_dirs if os.path.exists(d)]
     try:
         admin.simple("CREATE SCHEMA %s" % schema)
         path = url + ("&" if "?" in url else "?") + "options=-csearch_path%3D" + schema
@@ -12430,6 +13770,8 @@ def _bench_postgres(b, url, env, workdir):
             _bench_raw(b, store)
             _bench_contention(b, env, workdir)
             _bench_wait(b, store, ctx, env, workdir)
+            for rtt in rtts:
+                _bench_distance(b, store, path, env, workdir, rtt)
         finally:
             store.close()
             b.prefix, b.server = "", False
@@ -12437,11 +13779,16 @@ def _bench_postgres(b, url, env, workdir):
             if saved is None:
                 os.environ.pop("AGENTS_ROOM_DB")
     finally:
+        # This host's marker directories that the bench's stores made (one per
+        # database: the proxies' are new ones); one that was there stays.
+        import shutil
+        for directory in b.marker_dirs:
+            if directory not in before:
+                shutil.rmtree(directory, ignore_errors=True)
         try:
             admin.simple("DROP SCHEMA IF EXISTS %s CASCADE" % schema)
         finally:
             admin.close()
-
 
 def _site_importtime_ms(python, env, runs=5):
     """The median cumulative time `-X importtime` gives the import of site (its
@@ -12868,6 +14215,237 @@ def _bench_memory(b, env, workdir):
           goal_value=growth < 2, note="RSS at 10%% of the calls: %.1f MiB" % (early / 1024.0))
 
 
+# The distance rows: a store across a network.
+# `bench --db URL --rtt MS` measures the calls a team makes most through a
+# proxy on 127.0.0.1 that holds every chunk MS/2 before passing it on, each way
+# (a round trip of MS: a database in the same region, a VPN, a team's laptops),
+# and counts the round trips each call costs as the proxy sees them: a client
+# turn is a chunk from the client after the server last spoke.
+
+BENCH_WRITER = """
+import os, sys, time
+sys.path.insert(0, %r)
+import agents_room as ar
+store = ar.open_store()
+ctx = ar.Context(cwd=os.getcwd())
+index, to, room = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+sid = ar.call_tool(store, ctx, "room_join", {"room": room,
+    "harness_key": "%%s-writer-%%d" %% (room, index)})["session_id"]
+print("ready", flush=True)
+start, until = (float(x) for x in sys.stdin.readline().split())
+while time.time() < start:
+    time.sleep(0.001)
+done = errors = 0
+while time.time() < until:
+    try:
+        ar.call_tool(store, ctx, "msg_send", {"session_id": sid, "to": to, "subject": "far"})
+        done += 1
+    except ar.RoomError as error:
+        errors += 1
+        sys.stderr.write(error.message + "\\n")
+print(done, errors, time.time())
+"""
+
+
+class _DelayProxy:
+    """A TCP proxy on 127.0.0.1 to a PostgreSQL server (its TCP port or its
+    socket) that holds each chunk delay_s before passing it on, in order, and
+    counts client turns."""
+
+    def __init__(self, target, delay_s):
+        import socket
+        import threading
+        self.target, self.delay_s = target, delay_s
+        self.turns = 0
+        self._lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return                      # closed
+            try:
+                if isinstance(self.target, str):
+                    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    upstream.connect(self.target)
+                else:
+                    upstream = socket.create_connection(self.target)
+                    upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                client.close()
+                continue
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            spoke = ["server"]              # who sent last on this connection
+            self._pump(client, upstream, spoke, "client")
+            self._pump(upstream, client, spoke, "server")
+
+    def _pump(self, source, sink, spoke, side):
+        """Read from source, deliver to sink delay_s after each chunk came."""
+        import queue
+        import threading
+        chunks = queue.Queue()
+
+        def read():
+            while True:
+                try:
+                    data = source.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if side == "client" and data and spoke[0] == "server":
+                    with self._lock:
+                        self.turns += 1
+                spoke[0] = side
+                chunks.put((time.monotonic() + self.delay_s, data))
+                if not data:
+                    return
+
+        def write():
+            import socket
+            while True:
+                due, data = chunks.get()
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                try:
+                    if not data:
+                        sink.shutdown(socket.SHUT_WR)
+                        return
+                    sink.sendall(data)
+                except OSError:
+                    return
+        threading.Thread(target=read, daemon=True).start()
+        threading.Thread(target=write, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+
+def _url_via_proxy(url, port):
+    """url with its host and port replaced by 127.0.0.1:port."""
+    scheme, _, rest = url.partition("://")
+    cut = _authority_end(rest)
+    userinfo, at, _ = rest[:cut].rpartition("@")
+    head, question, query = rest[cut:].partition("?")
+    kept = [i for i in query.split("&") if i and _unquote(i.partition("=")[0]) not in (
+        "host", "hostaddr", "port")]
+    return "%s://%s127.0.0.1:%d%s%s" % (scheme, userinfo + at, port, head,
+                                         "?" + "&".join(kept) if kept else "")
+
+
+def _proxy_target(url):
+    """Where the proxy connects: a server's socket path, or (host, port)."""
+    probe = PgConnection.__new__(PgConnection)
+    probe.url = url
+    settings = probe._settings()
+    if settings["host"].startswith("/"):
+        return os.path.join(settings["host"], ".s.PGSQL.%d" % settings["port"])
+    return (settings["host"], settings["port"])
+
+
+def _bench_distance(b, store, url, env, workdir, rtt_ms):
+    """The calls at a round trip of rtt_ms: MCP msg_send to 1, msg_recv (5 of
+    a full inbox), room_who (a room of ten), each through one `serve`, with
+    their round trips; and 4 writers sending at once, each its own process."""
+    import subprocess
+    calls = 10 if b.quick else 30
+    seconds = 4 if b.quick else 10
+    proxy = _DelayProxy(_proxy_target(url), rtt_ms / 2000.0)
+    far = _url_via_proxy(url, proxy.port)
+    b.marker_dirs.append(marker_path(far))
+    env = dict(env, AGENTS_ROOM_DB=far)
+    ctx = Context(cwd=workdir)
+    tag = "%g ms: " % rtt_ms
+    room = "bench-far-%g" % rtt_ms
+    try:
+        mates = [call_tool(store, ctx, "room_join", {"room": room, "label": "far%d" % i})[
+            "session_id"] for i in range(8)]
+        inbox, filler = mates[0], mates[1]
+        for _ in range(calls * 12 + 60):      # recv takes 5 a call, near and far
+            call_tool(store, ctx, "msg_send", {"session_id": filler, "to": inbox,
+                                               "subject": "queued"})
+        server = _Pipe([b.python, "-I", "-S", this_file(), "serve"], env, workdir)
+        try:
+            server.rpc("initialize", {"protocolVersion": PROTOCOL_VERSIONS[0]})
+            sid = server.rpc("tools/call", {"name": "room_join", "arguments": {
+                "room": room, "harness_key": "bench-far-%g" % rtt_ms}})[
+                    "result"]["structuredContent"]["session_id"]
+            for name, arguments, goal in (
+                    ("msg_send to 1", {"session_id": sid, "to": inbox, "subject": "s"}, 3),
+                    ("msg_recv", {"session_id": inbox, "limit": 5}, 2),
+                    ("room_who", {"session_id": sid}, 2)):
+                params = {"name": name.split()[0], "arguments": arguments}
+                # The calls at no distance, then at the distance (the proxy's
+                # delay set between them, and a few calls to warm each): the
+                # difference of their p50s over the round trip is the round
+                # trips a call waits for, whatever the machine's own time.
+                near, times, turns = [], [], []
+                for delay, into in ((0.0, near), (rtt_ms / 2000.0, times)):
+                    proxy.delay_s = delay
+                    for i in range(calls + 3):
+                        before = proxy.turns
+                        started = time.perf_counter()
+                        answer = server.rpc("tools/call", params, i)
+                        if i >= 3:
+                            into.append(time.perf_counter() - started)
+                            if into is times:
+                                turns.append(proxy.turns - before)
+                        if answer.get("result", {}).get("isError") or "error" in answer:
+                            raise RoomError("bench: %s failed: %s" % (name, answer))
+                sent = sum(turns) / float(len(turns))
+                trips = (_percentile(times, 0.5) - _percentile(near, 0.5)) * 1000 / rtt_ms \
+                    if rtt_ms else sent
+                row = b.add("at %sMCP %s (%d calls)" % (tag, name, calls), times,
+                            goal="<= %d round trips" % goal,
+                            note="%.1f round trips per call ((p50 - p50 at 0 ms) / round "
+                                 "trip); %.1f client turns (the proxy's count: a write "
+                                 "that waits for no answer is one); p50 at 0 ms %.2f ms" % (
+                                     trips, sent, _percentile(near, 0.5) * 1000))
+                row["round_trips"] = round(trips, 2)
+                row["client_turns"] = round(sent, 2)
+                row["met"] = round(trips) <= goal      # to the nearest round trip
+        finally:
+            server.close()
+        code = BENCH_WRITER % os.path.dirname(this_file())
+        writers = [subprocess.Popen([b.python, "-c", code, str(i), inbox, room],
+                                    env=env,
+                                    cwd=workdir, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for i in range(4)]
+        for proc in writers:
+            proc.stdout.readline()
+        with store.read() as conn:
+            stored = conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=?",
+                                  (inbox,)).fetchone()[0]
+        start = time.time() + 0.5
+        for proc in writers:
+            proc.stdin.write("%r %r\n" % (start, start + seconds))
+            proc.stdin.flush()
+        sent = errors = 0
+        last = start
+        for proc in writers:
+            out, err = proc.communicate(timeout=seconds + 120)
+            done, failed, ended = out.split()[-3:]
+            sent, errors, last = sent + int(done), errors + int(failed), max(
+                last, float(ended))
+        with store.read() as conn:
+            stored = conn.execute("SELECT COUNT(*) FROM deliveries WHERE session_id=?",
+                                  (inbox,)).fetchone()[0] - stored
+        rate = sent / max(last - start, 0.001)
+        b.add("at %sthroughput: 4 writers sending at once, %d s" % (tag, seconds),
+              unit="msg/s", p50=rate, goal=">= 25 msg/s, 0 lost" if rtt_ms else "0 lost",
+              goal_value=(rate >= 25 or not rtt_ms) and stored == sent and errors == 0,
+              note="%d sent, %d stored, %d errors" % (sent, stored, errors))
+    finally:
+        proxy.close()
+
+
 def render_bench(result):
     rows = [("figure", "p50", "p99", "vs limit", "vs -S", "goal", "met")]
     for f in result["figures"]:
@@ -12899,11 +14477,25 @@ def render_bench(result):
     return "\n".join(lines)
 
 
+def _bench_rtts(text):
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = None
+    if not values or any(v < 0 or v > 10000 for v in values):
+        raise UsageError("--rtt takes round trips in ms between 0 and 10000, e.g. 0,20")
+    return tuple(values)
+
+
 def _bench_arguments(sub):
     sub.add_argument("--quick", action="store_true", help="a reduced set, under 30 s")
     sub.add_argument("--db", metavar="URL", help="also measure on this PostgreSQL "
                      "database (postgresql://...), beside SQLite; in a schema of its "
                      "own, dropped at the end")
+    sub.add_argument("--rtt", metavar="MS[,MS]", type=_bench_rtts, default=(),
+                     help="with --db: also measure send, recv, who and 4 writers "
+                          "through a proxy on 127.0.0.1 that delays each way by MS/2 "
+                          "(a round trip of MS), e.g. 0,20,80")
     sub.add_argument("--python", metavar="PATH",
                      help="the interpreter every started process (hooks, CLI, MCP "
                           "server, load workers) runs with (default: this one)")
@@ -12918,7 +14510,9 @@ def _bench_arguments(sub):
 def run_bench(args):
     def progress(row):
         sys.stderr.write("bench: %s: %.3f %s\n" % (row["name"], row["p50"], row["unit"]))
-    result = bench(args.quick, progress, args.python, args.db)
+    if args.rtt and not args.db:
+        raise UsageError("--rtt measures a PostgreSQL store: give it --db URL")
+    result = bench(args.quick, progress, args.python, args.db, args.rtt)
     return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
 
 

@@ -6910,9 +6910,13 @@ class PgStoreTest(RoomTest):
             other.execute("BEGIN")
             other.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
             ctx = agents_room.Context(cwd=self.tmp)
+            # A write waits for the lock (a read-only tool reads apart from it).
             with self.assertRaises(agents_room.StoreError) as caught:
-                agents_room.call_tool(store, ctx, "room_who", {})
+                agents_room.call_tool(store, ctx, "msg_send", {
+                    "session_id": me, "to": "*", "subject": "locked out"})
             self.assertEqual(caught.exception.code, "locked")
+            self.assertEqual(len(agents_room.call_tool(store, ctx, "room_who", {})[
+                "sessions"]), 1)
             other.execute("ROLLBACK")
             self.assertEqual(len(agents_room.call_tool(store, ctx, "room_who", {})[
                 "sessions"]), 1)
@@ -7041,6 +7045,129 @@ class PgStoreTest(RoomTest):
         self.assertEqual(waiter.returncode, 0, err)
         self.assertIn("ping", out)
         self.assertLess(time.time() - sent, 5)      # bench reports the figure
+
+    def far_store(self, delay_s):
+        """A store reached through the benchmark's delay proxy (delay_s each
+        way), and the proxy (its turns count the round trips)."""
+        proxy = agents_room._DelayProxy(agents_room._proxy_target(self.db), delay_s)
+        self.addCleanup(proxy.close)
+        store = agents_room.open_store(agents_room._url_via_proxy(self.db, proxy.port))
+        self.addCleanup(store.close)
+        return store, proxy
+
+    def test_a_call_costs_few_round_trips(self):
+        """Issue 29: what a call reads is read ahead with its BEGIN, what it
+        writes goes with its COMMIT, a read-only call reads apart from the
+        lock: msg_send two round trips, msg_recv two, room_who one (and the
+        snapshot's end, which waits for nothing)."""
+        store, proxy = self.far_store(0)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-far-me")["session_id"]
+        peers = [call("room_join", label="p%d" % i)["session_id"] for i in range(4)]
+        for _ in range(40):
+            call("msg_send", session_id=peers[1], to=peers[0], subject="queued")
+        for name, args, most in (
+                ("msg_send", {"session_id": me, "to": peers[0], "subject": "s"}, 2),
+                ("msg_recv", {"session_id": peers[0], "limit": 3}, 2),
+                ("room_who", {"session_id": me}, 2)):
+            for _ in range(3):
+                call(name, **args)                # the first calls teach the next
+            before = proxy.turns
+            for _ in range(5):
+                answer = call(name, **args)
+            self.assertLessEqual((proxy.turns - before) / 5.0, most, name)
+            if name == "msg_recv":
+                self.assertEqual(len(answer["messages"]), 3)
+            if name == "room_who":
+                self.assertEqual(len(answer["sessions"]), 5)
+        self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
+
+    def refused_ahead(self, tool, phase, mode):
+        """While in effect, the reads tool sends ahead in phase (and the
+        call's mode) include one the server refuses, as a statement timeout
+        or a plan gone stale refuses one."""
+        from unittest import mock
+        ahead = agents_room._PgCall._ahead
+
+        def with_refusal(call, conn, when):
+            out = ahead(call, conn, when)
+            if when == phase and call.tool == tool and call.mode == mode:
+                refused = conn.statement(None, (), text="SELECT 1/0")
+                refused.role = "after" if phase == "after" else "ahead"
+                refused.key = ("SELECT 1/0", ())
+                out.append(refused)
+            return out
+        return mock.patch.object(agents_room._PgCall, "_ahead", with_refusal)
+
+    def test_a_read_refused_after_the_commit_never_runs_the_call_again(self):
+        """What is read ahead behind a COMMIT cannot undo it: a send whose
+        after-read is refused is stored once and answered as sent."""
+        store, _ = self.far_store(0.002)
+        ctx = agents_room.Context(cwd=self.tmp)
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-after-me")["session_id"]
+        peer = call("room_join", label="peer", harness_key="k-after-peer")["session_id"]
+        call("msg_send", session_id=me, to=peer, subject="warm")
+        call("msg_recv", session_id=peer)
+        with self.refused_ahead("msg_send", "after", None):
+            sent = call("msg_send", session_id=me, to=peer, subject="once")
+        got = call("msg_recv", session_id=peer)["messages"]
+        self.assertEqual([(m["message_id"], m["subject"]) for m in got],
+                         [(sent["message_id"], "once")])
+
+    def test_a_read_refused_in_a_snapshot_is_read_again_as_a_write(self):
+        """A read-only call whose read sent ahead is refused is answered
+        anyway (as a write, reading nothing ahead), not an internal error."""
+        store, _ = self.far_store(0.002)
+        ctx = agents_room.Context(cwd=self.tmp)
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-snap-me")["session_id"]
+        for _ in range(3):
+            call("room_who", session_id=me)
+        with self.refused_ahead("room_who", "tx", "read"):
+            who = call("room_who", session_id=me)
+        self.assertEqual([s["session_id"] for s in who["sessions"]], [me])
+
+    def test_rows_past_the_pipeline_bound_are_sent_as_they_go(self):
+        """executemany sends a Sync per PG_PIPELINE_ROWS rows: a long run
+        never waits whole in one pipeline (the server's answers would fill
+        the socket while this side still writes)."""
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        rows = agents_room.PG_PIPELINE_ROWS * 3 + 7
+        with store.write() as conn:
+            conn.executemany("UPDATE meta SET value=value WHERE key=?",
+                             [("no-such-key-%d" % i,) for i in range(rows)])
+            self.assertLess(len(conn._queue), agents_room.PG_PIPELINE_ROWS)
+
+    def test_a_read_that_changed_before_the_lock_runs_the_call_again(self):
+        """A call farther than a few milliseconds reads without the lock and
+        has the server read it again under the lock before it writes: a
+        change in between (a rename while a send is on its way) runs the call
+        again, so the message carries the label the room had when it was
+        stored, never a stale one."""
+        store, proxy = self.far_store(0.15)
+        ctx = agents_room.Context(cwd=self.tmp)
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="before", harness_key="k-rename")["session_id"]
+        peer = call("room_join", label="peer")["session_id"]
+        for _ in range(2):
+            call("msg_send", session_id=me, to=peer, subject="warm")
+        self.assertGreater(store.rtt, agents_room.PG_NEAR_S)
+        near = agents_room.open_store(self.db)
+        self.addCleanup(near.close)
+        sent = {}
+        thread = threading.Thread(target=lambda: sent.update(call(
+            "msg_send", session_id=me, to=peer, subject="raced")))
+        thread.start()
+        time.sleep(0.4)           # its reads are done, its COMMIT not yet there
+        agents_room.call_tool(near, ctx, "room_join", {"label": "after",
+                                                        "harness_key": "k-rename"})
+        thread.join(30)
+        got = agents_room.call_tool(near, ctx, "msg_recv", {"session_id": peer})["messages"]
+        self.assertEqual(got[-1]["message_id"], sent["message_id"])
+        self.assertEqual(got[-1]["sender_label"], "after")
 
 
 def _i32(value):
@@ -7673,6 +7800,29 @@ PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWin
 for _base in PG_CLASSES:
     globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
         "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})
+del _base
+
+
+class _FarStore:
+    """Every call of a PostgreSQL store as across a network: it reads ahead
+    without the lock and has what it read checked under it (the PgFar*
+    classes run the concurrency checks so, on a local cluster)."""
+
+    def setUp(self):
+        super().setUp()
+        self.env["AGENTS_ROOM_PG_NEAR_MS"] = "0"
+        saved = os.environ.get("AGENTS_ROOM_PG_NEAR_MS")
+        os.environ["AGENTS_ROOM_PG_NEAR_MS"] = "0"
+        self.addCleanup(lambda: os.environ.pop("AGENTS_ROOM_PG_NEAR_MS") if saved is None
+                        else os.environ.__setitem__("AGENTS_ROOM_PG_NEAR_MS", saved))
+
+
+PG_FAR_CLASSES = (MessageTest, LeaseTest, DoorTest, ConcurrencyTest, FenceWatchRetractTest,
+                  MailboxTest)
+for _base in PG_FAR_CLASSES:
+    globals()["PgFar" + _base.__name__] = type("PgFar" + _base.__name__, (_FarStore, _base), {
+        "store": "postgresql",
+        "__doc__": "%s on PostgreSQL, every call read ahead and checked." % _base.__name__})
 del _base
 
 
