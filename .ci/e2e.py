@@ -75,12 +75,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from mock_model import Call, MockModel, Reply  # noqa: E402
 
-# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
-# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
-# none, and tmux hands this process's environment to every pane.
-for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
-              or k.startswith("CI_")]:
-    del os.environ[_name]
+from e2e_common import (  # noqa: E402
+    drop_ci_markers, Failure, SIGNAL_RE, Skip, check, file_sha, kill_group, one_line,
+    signal_line)
+
+drop_ci_markers()
 
 AR = os.path.join(ROOT, "agents_room.py")
 MODES = ("claude-p", "claude-tui", "codex-exec", "codex-tui")   # what most scenarios run
@@ -93,7 +92,6 @@ DIALOGS = {"claude": ("New MCP server found", "new MCP servers found",
                       "Bypass Permissions mode"),
            "codex": ("Trust this folder?", "Hooks need review")}
 WAKE_QUIET_S = 4.0      # after a woken request, a second lever's turn would show by then
-SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SHARED = "e2e-shared"
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
@@ -105,19 +103,6 @@ def log(text):
     if VERBOSE:
         sys.stderr.write("  . %s\n" % text)
         sys.stderr.flush()
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
 
 
 def claude_mode(mode):
@@ -340,7 +325,7 @@ class Box:
                 time.sleep(0.2)
             elapsed = time.time() - start
             if hung:
-                self.kill_group(proc)
+                kill_group(proc)
         with open(out_path) as handle:
             out_text = handle.read()
         with open(out_path + ".err") as handle:
@@ -360,19 +345,6 @@ class Box:
                 if item.get("type") == "thread.started":
                     return item.get("thread_id")
         return None
-
-    @staticmethod
-    def kill_group(proc):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout=3)
-                return
-            except subprocess.TimeoutExpired:
-                continue
 
     # -- interactive runs in tmux
     def tui_start(self):
@@ -633,11 +605,6 @@ def new_text(req, before):
 def _diff_tail(old, text):
     lines_old = set(old.splitlines())
     return "\n".join(line for line in text.splitlines() if line not in lines_old)
-
-
-def signal_line(text):
-    lines = [line.strip() for line in text.splitlines() if SIGNAL_RE.search(line)]
-    return lines[0] if lines else ""
 
 
 def secrets_shown(calls):
@@ -1273,11 +1240,6 @@ class Suite:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def one_line(text, width=150):
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
 def truth_rows(results, versions, wakes):
     """One E2E-ROW per harness and mode for the README's table
     (.ci/e2e_report.py): a cell is yes when every case behind it passed."""
@@ -1356,12 +1318,6 @@ def cases(only):
                 yield scenario, mode
 
 
-def _sha(path):
-    import hashlib
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:12]
-
-
 def _version(npm_bin, tool):
     try:
         out = subprocess.run([os.path.join(npm_bin, tool), "--version"], capture_output=True,
@@ -1424,7 +1380,7 @@ def main():
     suite = Suite(args)
     started = time.time()
     versions = (_version(suite.npm_bin, "claude"), _version(suite.npm_bin, "codex"))
-    print("e2e: %s (sha256 %s), claude %s, codex %s" % ((AR, _sha(AR)) + versions),
+    print("e2e: %s (sha256 %s), claude %s, codex %s" % ((AR, file_sha(AR)) + versions),
           flush=True)
     try:
         for scenario, mode in selected:

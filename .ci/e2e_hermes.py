@@ -59,12 +59,9 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
-# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
-# none, and tmux hands this process's environment to every pane.
-for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
-              or k.startswith("CI_")]:
-    del os.environ[_name]
+from e2e_common import drop_ci_markers  # noqa: E402
+
+drop_ci_markers()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # AGENTS_ROOM_PY: another copy to test (e.g. a prototype); default: the one beside .ci/

@@ -80,19 +80,16 @@ sys.path.insert(0, HERE)
 from mock_model import Call, MockModel, Reply  # noqa: E402
 from e2e_report import row as report_row  # noqa: E402
 
-# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
-# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
-# none, and tmux hands this process's environment to every pane.
-for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
-              or k.startswith("CI_")]:
-    del os.environ[_name]
+from e2e_common import (  # noqa: E402
+    drop_ci_markers, Failure, SIGNAL_RE, Skip, check, file_sha, kill_group, one_line, signal_line)
+
+drop_ci_markers()
 
 AR = os.path.join(ROOT, "agents_room.py")
 MODES = ("run", "tui")
 PREFIX = "agents-room_"                 # how OpenCode names our MCP tools
 LEAN = ("room_join", "msg_send", "msg_recv", "room_who", "lease_claim", "lease_release",
         "note_read", "drift_check", "room_call")
-SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SESSION_RE = re.compile(r"your session_id is ([0-9a-f]{16})")
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
@@ -104,24 +101,6 @@ def log(text):
     if VERBOSE:
         sys.stderr.write("  . %s\n" % text)
         sys.stderr.flush()
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def one_line(text, width=150):
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 # ---- the world of one case ---------------------------------------------------
@@ -408,19 +387,6 @@ class Box:
         self.mock.stop()
 
 
-def kill_group(proc):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def marked_processes(markers):
     """{pid: argv} of processes whose environment names a case's dir or store."""
     wanted = [("AGENTS_ROOM_E2E_BOX=%s" % markers[0]).encode(),
@@ -466,11 +432,6 @@ def new_text(req, before):
         return text[len(old):]
     seen = set(old.splitlines())
     return "\n".join(line for line in text.splitlines() if line not in seen)
-
-
-def signal_line(text):
-    lines = [line.strip() for line in text.splitlines() if SIGNAL_RE.search(line)]
-    return lines[0] if lines else ""
 
 
 def secrets_shown(calls):
@@ -946,12 +907,6 @@ def opencode_version(bin_dir):
     return found.group(0) if found else None
 
 
-def _sha(path):
-    import hashlib
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:12]
-
-
 def truth_rows(results, version, latency):
     """One E2E-ROW per mode that ran, for the README's table."""
     status = {case: s for case, s, _, _ in results}
@@ -1016,7 +971,7 @@ def main():
     suite = Suite(args, version)
     started = time.time()
     print("e2e-opencode: %s (sha256 %s), opencode %s (%s)" % (
-        AR, _sha(AR), version, os.path.realpath(os.path.join(args.bin, "opencode"))),
+        AR, file_sha(AR), version, os.path.realpath(os.path.join(args.bin, "opencode"))),
         flush=True)
     print("mock-side speed-up: node_modules/ + package-lock.json seeded in the config dirs "
           "(OpenCode skips its npm install of @opencode-ai/plugin)", flush=True)

@@ -74,12 +74,10 @@ sys.path.insert(0, HERE)
 from mock_model import Call, MockModel, Reply  # noqa: E402
 from e2e_report import row  # noqa: E402
 
-# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
-# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
-# none, and tmux hands this process's environment to every pane.
-for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
-              or k.startswith("CI_")]:
-    del os.environ[_name]
+from e2e_common import (  # noqa: E402
+    drop_ci_markers, Failure, SIGNAL_RE, Skip, check, file_sha, kill_group, one_line, signal_line)
+
+drop_ci_markers()
 
 AR = os.path.join(ROOT, "agents_room.py")
 PACKAGE = "@earendil-works/pi-coding-agent"
@@ -87,7 +85,6 @@ MODES = ("pi-p", "pi-tui")
 MCP = "mcp__agents_room__"
 LEAN = ("room_join", "msg_send", "msg_recv", "room_who", "lease_claim", "lease_release",
         "note_read", "drift_check", "room_call")
-SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
 NODE_MIN = (22, 19)
@@ -98,24 +95,6 @@ def log(text):
     if VERBOSE:
         sys.stderr.write("  . %s %s\n" % (time.strftime("%H:%M:%S"), text))
         sys.stderr.flush()
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def one_line(text, width=150):
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 # ---- the world of one case ---------------------------------------------------
@@ -413,19 +392,6 @@ def _read_json(path):
         return {}
 
 
-def kill_group(proc):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def marked_processes(markers):
     """[(pid, comm)] of processes whose environment has AGENTS_ROOM_E2E_BOX=
     one of `markers` (every process a case started carries it)."""
@@ -488,11 +454,6 @@ def new_text(req, before):
         return text[len(old):]
     lines_old = set(old.splitlines())
     return "\n".join(line for line in text.splitlines() if line not in lines_old)
-
-
-def signal_line(text):
-    lines = [line.strip() for line in text.splitlines() if SIGNAL_RE.search(line)]
-    return lines[0] if lines else ""
 
 
 def secrets_shown(calls):
@@ -944,12 +905,6 @@ def cases(only):
                 yield scenario, mode
 
 
-def _sha(path):
-    import hashlib
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:12]
-
-
 def _version(argv, env=None):
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env,
@@ -1043,7 +998,7 @@ def main():
     version = _version([os.path.join(suite.pi_bin, "pi"), "--version"], env) or "?"
     started = time.time()
     print("e2e-pi: %s (sha256 %s), pi %s (%s), node %s" % (
-        AR, _sha(AR), version, PACKAGE, node_version), flush=True)
+        AR, file_sha(AR), version, PACKAGE, node_version), flush=True)
     try:
         for scenario, mode in selected:
             suite.run_case(scenario, mode)

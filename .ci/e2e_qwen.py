@@ -73,12 +73,10 @@ import mock_model  # noqa: E402
 from mock_model import Call, MockModel, Reply  # noqa: E402
 from e2e_report import row  # noqa: E402
 
-# A harness's TUI draws nothing when it sees a CI marker (Ink's is-in-ci:
-# CI, CONTINUOUS_INTEGRATION or any CI_* variable); a user at a terminal has
-# none, and tmux hands this process's environment to every pane.
-for _name in [k for k in os.environ if k in ("CI", "CONTINUOUS_INTEGRATION")
-              or k.startswith("CI_")]:
-    del os.environ[_name]
+from e2e_common import (  # noqa: E402
+    drop_ci_markers, Failure, SIGNAL_RE, Skip, check, kill_group, one_line, signal_line)
+
+drop_ci_markers()
 
 AR = os.path.join(ROOT, "agents_room.py")
 PACKAGE = "@qwen-code/qwen-code"
@@ -86,7 +84,6 @@ MODES = ("qwen-p", "qwen-tui")
 PREFIX = "mcp__agents-room__"
 LEAN = {"room_join", "msg_send", "msg_recv", "room_who", "lease_claim", "lease_release",
         "note_read", "drift_check", "room_call"}
-SIGNAL_RE = re.compile(r"agents-room: (\d+) unread messages? \(")
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
 READY = "Type your message"
@@ -97,24 +94,6 @@ def log(text):
     if VERBOSE:
         sys.stderr.write("  . %s\n" % text)
         sys.stderr.flush()
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def one_line(text, width=150):
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 # ---- the mock: Qwen's auto-mode classifier is not the agent ---------------------
@@ -463,19 +442,6 @@ class Box:
         shutil.rmtree(self.run, ignore_errors=True)
 
 
-def kill_group(proc):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def marked(box):
     """{pid: command line} of the processes this run started: their environment
     names its directory or its store (a lever's process keeps only the store)."""
@@ -546,11 +512,6 @@ def new_text(req, before):
         return text[len(old):]
     lines_old = set(old.splitlines())
     return "\n".join(line for line in text.splitlines() if line not in lines_old)
-
-
-def signal_line(text):
-    lines = [line.strip() for line in text.splitlines() if SIGNAL_RE.search(line)]
-    return lines[0] if lines else ""
 
 
 def secrets_shown(calls):
