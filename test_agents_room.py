@@ -7810,11 +7810,11 @@ class _FarStore:
 
     def setUp(self):
         super().setUp()
-        self.env["AGENTS_ROOM_PG_NEAR_MS"] = "0"
-        saved = os.environ.get("AGENTS_ROOM_PG_NEAR_MS")
-        os.environ["AGENTS_ROOM_PG_NEAR_MS"] = "0"
-        self.addCleanup(lambda: os.environ.pop("AGENTS_ROOM_PG_NEAR_MS") if saved is None
-                        else os.environ.__setitem__("AGENTS_ROOM_PG_NEAR_MS", saved))
+        from unittest import mock
+        self.env["AGENTS_ROOM_PG_NEAR_MS"] = "0"           # the processes it starts
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})   # and this one
+        far.start()
+        self.addCleanup(far.stop)
 
 
 PG_FAR_CLASSES = (MessageTest, LeaseTest, DoorTest, ConcurrencyTest, FenceWatchRetractTest,
