@@ -4061,38 +4061,48 @@ SHELLS = {"sh", "bash", "zsh", "dash", "fish", "ksh", "tcsh", "csh", "env", "tim
 INTERACTIVE_SHELLS = {"bash", "zsh", "fish", "sh", "dash", "ksh", "tcsh", "csh"}
 
 
-def _has_tty(pid):
-    """Whether pid has a controlling terminal (a shell a person types in)."""
+def _tty_and_leader(pid):
+    """Whether pid has a controlling terminal, and whether it leads its process
+    group (what a shell a person types in does: job control gives it a group
+    of its own; a `sh -c` that a program at a terminal starts shares that
+    program's group)."""
     if scanner_kind() == "proc":
         try:
             with open(os.path.join(proc_root(), str(pid), "stat")) as handle:
-                return int(handle.read().rsplit(")", 1)[1].split()[4]) != 0
+                fields = handle.read().rsplit(")", 1)[1].split()
+            return int(fields[4]) != 0, int(fields[2]) == pid
         except (OSError, ValueError, IndexError):
-            return False
+            return False, False
     import subprocess
     try:
-        out = subprocess.run(["ps", "-o", "tty=", "-p", str(pid)], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        out = subprocess.run(["ps", "-o", "tty=", "-o", "pgid=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout.split()
     except (OSError, subprocess.SubprocessError):
-        return False
-    return bool(out) and out not in ("?", "??", "-")
+        return False, False
+    if len(out) != 2:
+        return False, False
+    return out[0] not in ("?", "??", "-"), out[1] == str(pid)
 
 
 def terminal_shell(start_pid):
     """The shell a person typed a command in: up through subshells ($(...)
     forks one) to the outermost of an unbroken chain of shells that have a
-    controlling terminal; None when the command was not typed in a terminal
-    (a script's or a harness's `sh -c` lives a moment, not a session)."""
-    pid, found = start_pid, None
+    controlling terminal, if that one leads its process group; None when the
+    command was not typed in a terminal (a script's or a harness's `sh -c`
+    lives a moment, not a session, even when the program that ran it has a
+    terminal)."""
+    pid, found, leader = start_pid, None, False
     for _ in range(16):
         if not pid or pid <= 1:
             break
         comm, parent = _proc_comm_ppid(pid)
-        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS \
-                or not _has_tty(pid):
+        if comm is None or os.path.basename(comm).lstrip("-") not in INTERACTIVE_SHELLS:
             break
-        found, pid = pid, parent
-    return found
+        tty, leads = _tty_and_leader(pid)
+        if not tty:
+            break
+        found, leader, pid = pid, leads, parent
+    return found if leader else None
 
 
 def process_argv(pid):

@@ -62,6 +62,7 @@ import pwd
 import queue
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -2283,14 +2284,23 @@ class SeamsTest(RoomTest):
         who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
         self.assertEqual(list(who), [first])
         self.assertEqual(who[first]["liveness"], "gone")     # its shell has exited
-        # Without a terminal (a script's sh -c), no process is recorded: the
-        # session is unknown, never gone at once (its leases are not taken over).
-        piped = subprocess.run(["sh", "-c", "%s %s join --room t --label piped --json" % (
-            sys.executable, SCRIPT)], env=self.env, capture_output=True, text=True,
-            timeout=60, cwd=self.tmp, stdin=subprocess.DEVNULL)
-        sid = json.loads(piped.stdout)["session_id"]
-        who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
-        self.assertEqual(who[sid]["liveness"], "unknown")
+        # A script's sh -c records no process, with or without a terminal (here
+        # a program at one runs it, as make or a test runner typed at a shell
+        # does): the session is unknown, never gone at once (its leases are
+        # not taken over).
+        for runs_it in ([], ["script", "-qec"]):
+            join = "%s %s join --room t --label piped%d --get session_id" % (
+                sys.executable, SCRIPT, len(runs_it))
+            program = [sys.executable, "-c", "import subprocess, sys; sys.exit("
+                       "subprocess.run(['sh', '-c', %r]).returncode)" % join]
+            if runs_it:
+                program = runs_it + [" ".join(map(shlex.quote, program)), "/dev/null"]
+            piped = subprocess.run(program, env=self.env, capture_output=True, text=True,
+                                   timeout=60, cwd=self.tmp, stdin=subprocess.DEVNULL)
+            self.assertEqual(piped.returncode, 0, piped.stderr)
+            sid = piped.stdout.strip()
+            who = {s["session_id"]: s for s in self.cli_json("who", "--room", "t")["sessions"]}
+            self.assertEqual(who[sid]["liveness"], "unknown", runs_it)
 
     def test_an_unquoted_star_is_named(self):
         me = self.join("--room", "s")["session_id"]
