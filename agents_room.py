@@ -2329,7 +2329,11 @@ class Harness:
     """One harness's adapter; this base is also any MCP client without hooks
     (generic).  name: as sessions record it; setup_name: the word `setup`
     takes (None: nothing to set up); events: the harness's hook event -> ours;
-    key_vars: the environment variables that carry its session key; levers:
+    key_vars: the environment variables that carry its session key;
+    env_prefixes: the names (or their beginnings) of every variable it sets
+    for the processes it runs or reads to find its files (detection, keys,
+    levers, config directories), so that a process can be kept from passing
+    for one (harness_free_env); levers:
     its wake levers, in the order they are tried; waiter: the name of its
     rewake waiter, where setup installs one (hook --event=Stop --wait);
     arms_at_turn_end: it arms a lever itself when a turn ends, so a wake due
@@ -2343,6 +2347,7 @@ class Harness:
     where = ""                  # the files setup writes, for setup --help
     events = {}
     key_vars = ()
+    env_prefixes = ()
     levers = ()
     waiter = None
     arms_at_turn_end = False
@@ -2606,6 +2611,7 @@ class ClaudeCode(Harness):
              "    --scope user)")
     events = {e: e for e in HOOK_EVENTS}
     key_vars = ("CLAUDE_CODE_SESSION_ID",)
+    env_prefixes = ("CLAUDECODE", "CLAUDE_CODE_")
     levers = (ClaudeSocket(),)
     # The asyncRewake Stop hook (hook --event=Stop --wait) runs in the
     # background, sleeps on the store and wakes the model by exiting 2.
@@ -2922,6 +2928,7 @@ class Codex(Harness):
     where = "$CODEX_HOME/config.toml and hooks.json"
     events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
     key_vars = ("CODEX_THREAD_ID",)
+    env_prefixes = ("CODEX_",)
     levers = (CodexQueue(), CodexResume())
     max_autonomy = 2
     mcp_prefix = "mcp__agents_room__"
@@ -3056,6 +3063,7 @@ class Hermes(Harness):
     events = {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
               "pre_verify": "Stop", "on_session_finalize": "SessionEnd"}
     key_vars = ("HERMES_SESSION_ID",)
+    env_prefixes = ("HERMES_",)
     levers = (HermesResume(),)
     max_autonomy = 2
     mcp_prefix = "mcp__agents_room__"
@@ -3363,6 +3371,7 @@ class QwenCode(Harness):
               "PostToolUse": "PostToolUse", "PostToolUseFailure": "PostToolUse",
               "Stop": "Stop", "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"}
     key_vars = ("QWEN_CODE_SESSION_ID",)
+    env_prefixes = ("QWEN_CODE", "QWEN_HOME")
     levers = (QwenSocket(), QwenResume())
     max_autonomy = 2
     # A Stop's added context does not continue a turn here: a decision does.
@@ -3498,6 +3507,7 @@ class GeminiCli(Harness):
               "AfterTool": "PostToolUse", "AfterAgent": "Stop", "BeforeTool": "PreToolUse",
               "SessionEnd": "SessionEnd"}
     key_vars = ("GEMINI_SESSION_ID",)
+    env_prefixes = ("GEMINI_",)
     # No way in from outside while its TUI runs: a finished session is resumed.
     levers = (GeminiResume(),)
     max_autonomy = 2
@@ -3684,6 +3694,7 @@ class Pi(Harness):
     # The extension maps Pi's events onto ours and calls the hook by our names.
     events = {e: e for e in HOOK_EVENTS}
     key_vars = ("PI_SESSION_ID",)
+    env_prefixes = ("PI_CODING_AGENT", "PI_SESSION_ID", "AGENTS_ROOM_PI_SOCKET")
     levers = (PiSocket(),)
     max_autonomy = 2
     mcp_prefix = "mcp__agents_room__"
@@ -3795,6 +3806,7 @@ class OpenCode(Harness):
     max_autonomy = 2
     mcp_prefix = "agents-room_"
     marker = "// agents-room: written by agents_room.py setup opencode"
+    env_prefixes = ("OPENCODE",)
 
     def detect(self, env):
         return env.get("OPENCODE") == "1"
@@ -3951,11 +3963,14 @@ def setup_names():
 
 
 def harness_free_env(env):
-    """env without what says a process runs under a harness (its keys, and
-    every variable by which an adapter detects its harness): for processes
-    that must not pass for one (bench's workers, doctor's probe)."""
-    return {k: v for k, v in env.items() if k not in harness_key_vars() and not any(
-        a.detect({k: v}) for a in HARNESS_ADAPTERS)}
+    """env without what says a process runs under a harness (its keys, each
+    adapter's env_prefixes, and every variable by which an adapter detects
+    its harness): for processes that must not pass for one (bench's workers,
+    the test suite's), whichever harness they were started from."""
+    prefixes = tuple(p for a in HARNESS_ADAPTERS for p in a.env_prefixes)
+    return {k: v for k, v in env.items() if k not in harness_key_vars()
+            and not k.startswith(prefixes) and not any(
+                a.detect({k: v}) for a in HARNESS_ADAPTERS)}
 
 
 def client_arguments():

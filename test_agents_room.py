@@ -82,12 +82,6 @@ SCRIPT = os.path.join(HERE, "agents_room.py")
 sys.path.insert(0, HERE)
 import agents_room  # noqa: E402
 
-HARNESS_VARS = ("AGENTS_ROOM_HARNESS_KEY", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID",
-                "HERMES_SESSION_ID", "AGENTS_ROOM_SESSION", "AGENTS_ROOM_WAKE_CMD",
-                "CLAUDECODE", "CLAUDE_CODE_MESSAGING_SOCKET",
-                "CLAUDE_CODE_MESSAGING_TOKEN", "AGENTS_ROOM_TIME_OFFSET",
-                "AGENTS_ROOM_PROCSCAN", "AGENTS_ROOM_PROC_ROOT")
-
 # The command a real-process CLI call runs: the module imported from its
 # bytecode (as the hooks `setup` writes do), not the script recompiled.
 PROGRAM = [sys.executable, "-c", "import sys; sys.path.insert(0, %r); "
@@ -127,9 +121,18 @@ def read_bytes(path):
         return handle.read()
 
 
+def hermetic_env(env):
+    """env as the suite's processes get it, the same inside any harness as in
+    CI: without what any harness adapter says marks its harness (keys,
+    detection, levers, config directories: agents_room.harness_free_env, so
+    a new adapter needs no edit here), and without the person's own
+    AGENTS_ROOM_* settings (the suite's switches, AGENTS_ROOM_TEST_*, kept)."""
+    return {k: v for k, v in agents_room.harness_free_env(env).items()
+            if not k.startswith("AGENTS_ROOM_") or k.startswith("AGENTS_ROOM_TEST_")}
+
+
 def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in HARNESS_VARS and not k.startswith(("CODEX_", "HERMES_"))}
+    env = hermetic_env(os.environ)
     env["AGENTS_ROOM_TEST_SEAMS"] = "1"     # the suite asks for the clock seam
     env.update(extra)
     return env
@@ -1050,6 +1053,38 @@ class AdapterSeamTest(unittest.TestCase):
                         agents_room.__doc__ not in tok.string:
                     found.append(tok.string[:80])
         self.assertEqual(found, [])
+
+    def test_the_suite_passes_inside_any_harness(self):
+        """Issue 36: the classes that read the harness's environment pass with
+        every adapter's variables set, as when the suite is run from inside
+        each harness: the variables come from the adapters (an eighth needs no
+        edit here), and the config directories they name stay untouched."""
+        tmp = tempfile.mkdtemp(prefix="agents-room-hermetic-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        elsewhere = os.path.join(tmp, "a harness's own files")
+        env = dict(os.environ, AGENTS_ROOM_TEST_PG="off", OPENCODE="1", GEMINI_CLI="1",
+                   QWEN_CODE="1", PI_CODING_AGENT="true", CLAUDECODE="1",
+                   AGENTS_ROOM_SESSION="someone-else", AGENTS_ROOM_DB=elsewhere,
+                   AGENTS_ROOM_WAKE_CMD="touch %s" % shlex.quote(elsewhere))
+        for adapter in agents_room.HARNESS_ADAPTERS:
+            for var in adapter.key_vars:
+                env[var] = "key-of-%s" % adapter.name
+            for prefix in adapter.env_prefixes:
+                for var in ((prefix + "HOME", prefix + "MESSAGING_SOCKET")
+                            if prefix.endswith("_") else (prefix,)):
+                    env.setdefault(var, elsewhere)
+        for name in self.IN_A_HARNESS:
+            self.assertIn(name, globals())
+        done = subprocess.run([sys.executable, os.path.join(HERE, "test_agents_room.py")]
+                              + list(self.IN_A_HARNESS), env=env,
+                              cwd=tmp, capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL)
+        self.assertEqual(done.returncode, 0, done.stdout[-3000:] + done.stderr[-3000:])
+        self.assertRegex(done.stdout.splitlines()[-1], r"^\d+ passed, 0 failed")
+        self.assertFalse(os.path.exists(elsewhere))
+
+    # What reads the harness's environment: identity, hooks, setup's files.
+    IN_A_HARNESS = ("SessionTest", "HookTest", "SetupTest")
 
 
 class DialectTest(unittest.TestCase):
@@ -7906,6 +7941,9 @@ REAL_HOME = os.path.expanduser("~")
 
 
 if __name__ == "__main__":
+    # What this process and the children it starts without clean_env see.
+    for _name in set(os.environ) - set(hermetic_env(os.environ)):
+        del os.environ[_name]
     home_before = _home_state()
     # The tests that call the operations in this process (not through a
     # child's environment) see this HOME: the person's own stays untouched.
