@@ -1,15 +1,23 @@
-# agents-room: `make test` is the suite (standard library only); `make interop`
+# agents-room: `make test` is the suite (standard library only); `make stress`
+# runs its races, kill storms and many-writer checks at full size; `make interop`
 # checks real MCP clients, installed into a throwaway venv and npm prefix.
 PYTHON ?= python3
 INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser \
+.PHONY: test stress interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser \
 	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-all e2e-latest
 
 test:
 	$(PYTHON) test_agents_room.py
+
+# The races of ConcurrencyTest on SQLite and PostgreSQL (local and read-ahead)
+# at full size: 8 claimers x 250 claims, 8 senders x 500 messages to 4
+# receivers, 200 writers killed mid-work; bounded by that work, judged by
+# invariants, each test's counts on stderr.  `make test` runs them small.
+stress:
+	AGENTS_ROOM_TEST_STRESS=1 $(PYTHON) test_agents_room.py
 
 interop:
 	rm -rf "$(INTEROP_DIR)"
