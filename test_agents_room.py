@@ -4164,10 +4164,10 @@ class MailboxTest(SignalBase):
         self.assertTrue(ok("msg_recv", session_id=me)["messages"])
         self.assertEqual(ok("msg_unread", session_id=me)["count"], 0)
         # wait_s parks the call; the server answers other requests meanwhile.
+        # The send answers it: its 300 s are beyond the client's read deadline.
         client.send_raw((json.dumps({"jsonrpc": "2.0", "id": "w1", "method": "tools/call",
                                      "params": {"name": "msg_recv", "arguments": {
-                                         "session_id": me, "wait_s": 30}}}) + "\n").encode())
-        started = time.time()
+                                         "session_id": me, "wait_s": 300}}}) + "\n").encode())
         self.assertEqual(client.request("ping", id_="p1"), {"jsonrpc": "2.0", "id": "p1",
                                                             "result": {}})
         self.assertEqual(ok("msg_unread", session_id=me)["count"], 0)
@@ -4176,7 +4176,6 @@ class MailboxTest(SignalBase):
         self.assertEqual(woken["id"], "w1")
         self.assertEqual([m["subject"] for m in woken["result"]["structuredContent"][
             "messages"]], ["late news"])
-        self.assertLess(time.time() - started, 20)
         quiet = client.request("tools/call", {"name": "msg_recv", "arguments": {
             "session_id": me, "wait_s": 1}})
         self.assertEqual(quiet["result"]["structuredContent"]["messages"], [])
@@ -5342,11 +5341,8 @@ class OperatorPageTest(RoomTest):
                 if line.startswith(b"data: "):
                     return int(line[6:])
         start = next_change()                       # the first, at once
-        time.sleep(0.5)
         self.cli_json("send", "--session", self.api, "--to", "*", "--subject", "news")
-        sent = time.time()
         self.assertGreater(next_change(), start)
-        self.assertLess(time.time() - sent, 1.5)
         subjects = [m["subject"] for m in self.state(key)["messages"]]
         self.assertEqual(subjects[-1], "news")
 
@@ -6142,16 +6138,17 @@ class TrustTest(RoomTest):
         locker = subprocess.Popen(
             [sys.executable, "-c", "import sqlite3, sys, time\n"
              "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-             "c.execute('BEGIN IMMEDIATE')\nprint('locked', flush=True)\ntime.sleep(15)\n",
-             self.db], stdout=subprocess.PIPE, text=True, env=self.env)
+             "c.execute('BEGIN IMMEDIATE')\nprint('locked', flush=True)\nsys.stdin.read()\n",
+             self.db], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
         self.procs.append(locker)
         self.assertEqual(readline_within(locker.stdout, 10).strip(), "locked")
-        started = time.time()
+        # The lock is held until the hook has answered: a hook that waited for
+        # it would run into its call deadline instead.
         done = self.run_cli("hook", "--event=SessionStart", process=True, input=json.dumps(
             {"session_id": "k-new", "cwd": self.tmp, "hook_event_name": "SessionStart"}))
-        elapsed = time.time() - started
+        self.assertIsNone(locker.poll(), "the lock was let go before the hook answered")
+        locker.stdin.close()
         self.assertEqual((done.returncode, done.stdout), (0, ""), done.stderr)
-        self.assertLess(elapsed, 6, "the hook waited %.1fs on the lock" % elapsed)
 
     # 13 -----------------------------------------------------------------------
 
@@ -7415,7 +7412,9 @@ class PgTrustTest(RoomTest):
         server = HostilePostgres(self, drip)
         err, took = self.refused(server.url("connect_timeout=2"),
                                  "did not finish the startup within 2 s", "08006")
-        self.assertLess(took, 4, err)
+        # Ended by its deadline, not by the server's 30 s of drip (upper bounds
+        # here are the hostile server's time, never a tight figure: load).
+        self.assertLess(took, 15, err)
 
     def test_1_a_server_that_never_answers_is_a_lost_call(self):
         server = HostilePostgres(self, lambda peer: (peer.startup(), peer.ready(),
@@ -7430,7 +7429,7 @@ class PgTrustTest(RoomTest):
             started = time.monotonic()
             with self.assertRaises(agents_room.PgError) as caught:
                 conn.simple("SELECT 1")
-            self.assertLess(time.monotonic() - started, 3)
+            self.assertLess(time.monotonic() - started, 20)       # the server holds 40 s
             self.assertTrue(caught.exception.lost and caught.exception.timed_out)
             self.assertIsNone(conn.sock)                  # closed
         with self.subTest(case="a store: the lock timeout plus the margin"):
@@ -7443,7 +7442,7 @@ class PgTrustTest(RoomTest):
             self.assertIn("no complete answer from PostgreSQL within %g s" % limit,
                           caught.exception.message)
             self.assertGreater(took, limit - 0.1)
-            self.assertLess(took, limit + 3)
+            self.assertLess(took, 20)
 
     def test_2_scram_iterations_are_capped(self):
         for count, shown in (("2000000", "2000000 SCRAM iterations"),
@@ -7456,8 +7455,7 @@ class PgTrustTest(RoomTest):
                         "r=%sxyz,s=c2FsdHNhbHQ=,i=%s" % (nonce, count)).encode()))
                     peer.hold(20)
                 server = HostilePostgres(self, script)
-                err, took = self.refused(server.url(), shown, "1000000 at most")
-                self.assertLess(took, 2, err)
+                self.refused(server.url(), shown, "1000000 at most")
                 self.assertEqual([k for k, _ in server.received], [b"p"])  # no proof
 
     def test_3_message_lengths_are_checked_before_anything_is_read(self):
@@ -7486,7 +7484,7 @@ class PgTrustTest(RoomTest):
                 server = HostilePostgres(self, script)
                 err, took = self.refused(server.url(), expected, "08P01",
                                          "is it a PostgreSQL server")
-                self.assertLess(took, 5, err)
+                self.assertLess(took, 10, err)              # the server holds 20 s
         with self.subTest(case="an error may be long, as libpq lets it"):
             server = HostilePostgres(self, after_startup((b"E", b"SFATAL\0C28000\0Mlong "
                                                                 b"but fine\0D" + b"d" * 40000
@@ -7512,10 +7510,12 @@ class PgTrustTest(RoomTest):
         server = HostilePostgres(self, script)
         conn = agents_room.PgConnection(server.url())
         self.addCleanup(conn.close)
-        started = time.monotonic()
+        # The reader's own CPU time, which load does not stretch as it does
+        # the wall clock (quadratic copying took many seconds of it).
+        started = time.thread_time()
         with self.assertRaises(agents_room.PgError) as caught:
             conn.execute("SELECT value FROM meta")
-        took = time.monotonic() - started
+        took = time.thread_time() - started
         self.assertEqual(caught.exception.sqlstate, "42P01")
         self.assertLess(took, 2.5)
 
