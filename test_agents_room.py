@@ -17,6 +17,9 @@ deadline, and a program that misses one fails its test.
 
 Test seam: AGENTS_ROOM_TEST_PROCESSES=1 runs every CLI call of the suite as a
 real process (slower; shows that the in-process layer hides nothing).
+AGENTS_ROOM_TEST_STRESS=1 (make stress) runs the races at full size.  The
+suite is hermetic: whatever harness it is run from, its processes get none of
+that harness's variables (hermetic_env, from the adapters' declarations).
 Standard library only.  Run: python3 test_agents_room.py  (ends with
 'N passed, N failed').
 
@@ -4420,7 +4423,7 @@ while True:
 """
         import random
         rng = random.Random(7)
-        kills, operations = sized(12, 200), 0
+        kills, operations = sized(12, 100), 0
         # Each writer is killed after a number of operations (then a moment,
         # to land inside the next one), not after a time: on a loaded machine
         # a writer still does its work before it dies.
@@ -6447,9 +6450,9 @@ class TrustThirdRoundTest(RoomTest):
         conn.commit()
         conn.close()
         self.cli_json("send", "--session", a, "--to", b, "--subject", "soon", "--ttl", "2")
-        time.sleep(2.5)
-        states = [d["state"] for d in self.cli_json("sent", "--session", a)["messages"][-1][
-            "deliveries"]]
+        later = {"AGENTS_ROOM_TIME_OFFSET": "3"}           # the clock seam, not a wait
+        states = [d["state"] for d in self.cli_json("sent", "--session", a, env=later)[
+            "messages"][-1]["deliveries"]]
         self.assertEqual(states, ["expired"])
 
     @unittest.skipUnless(os.geteuid() == 0 and shutil.which("mount"),
