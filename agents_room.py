@@ -16509,11 +16509,46 @@ export default function (pi: ExtensionAPI) {
 
 	const base = (event: string) => ({ session_id: sessionId, cwd, hook_event_name: event });
 
+	// The wake socket's directory: ~/.agents-room/pi, 0700, this user's own,
+	// checked with lstat (a link or another user's directory is refused),
+	// never a fixed name in the shared temporary directory, which another user
+	// can create first (issue 34).  Anything wrong there: no wake lever (the
+	// join says nothing can wake the session), never an error thrown in
+	// session_start.  A socket's path must fit sun_path (104 bytes on macOS,
+	// 108 on Linux): under a HOME too deep for that, a directory of its own
+	// that mkdtemp creates under the temporary directory (a fresh random
+	// name, 0700, so nobody can have made it first), removed at shutdown.
+	let socketDir = "";
+	function wakeSocketPath(): string {
+		const uid = process.getuid?.();
+		const room = path.join(os.homedir(), ".agents-room");
+		const dir = path.join(room, "pi");
+		const name = `pi-${sessionId}.sock`;
+		if (Buffer.byteLength(path.join(dir, name)) >= 104) {
+			socketDir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-pi-"));
+			const full = path.join(socketDir, name);
+			return Buffer.byteLength(full) < 104 ? full : "";
+		}
+		for (const d of [room, dir]) {
+			try {
+				fs.mkdirSync(d, { mode: 0o700 });
+			} catch (e: any) {
+				if (e?.code !== "EEXIST") return "";
+			}
+			const st = fs.lstatSync(d);
+			if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) return "";
+		}
+		if ((fs.lstatSync(dir).mode & 0o077) !== 0) fs.chmodSync(dir, 0o700);
+		return path.join(dir, name);
+	}
+
 	function startWakeSocket(): string {
-		const dir = path.join(os.tmpdir(), `agents-room-${process.getuid?.() ?? "u"}`);
-		fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-		fs.chmodSync(dir, 0o700);
-		socketPath = path.join(dir, `pi-${sessionId}.sock`);
+		try {
+			socketPath = wakeSocketPath();
+		} catch {
+			socketPath = "";
+		}
+		if (!socketPath) return "";
 		try {
 			fs.unlinkSync(socketPath);
 		} catch {}
@@ -16574,7 +16609,8 @@ export default function (pi: ExtensionAPI) {
 		const hookEnv: Record<string, string> = {};
 		if (ctx.mode === "tui" || ctx.mode === "rpc") {
 			// A lever only where a turn can be started later: print and json modes exit.
-			hookEnv.AGENTS_ROOM_PI_SOCKET = startWakeSocket();
+			const wake = startWakeSocket();
+			if (wake) hookEnv.AGENTS_ROOM_PI_SOCKET = wake;
 		}
 		const joined = answerOf(await runHook("SessionStart", { ...base("SessionStart"), source: event.reason }, hookEnv)).text;
 		// A /reload keeps the conversation, which has the digest already.
@@ -16642,7 +16678,9 @@ export default function (pi: ExtensionAPI) {
 			server = undefined;
 			try {
 				fs.unlinkSync(socketPath);
+				if (socketDir) fs.rmdirSync(socketDir);
 			} catch {}
+			socketDir = "";
 		}
 		if (event.reason !== "reload") await runHook("SessionEnd", { ...base("SessionEnd"), reason: event.reason });
 	});

@@ -6450,6 +6450,71 @@ class LeverTrustTest(SignalBase):
                 self.assertEqual(delivery["state"], "undeliverable", delivery)
                 self.assertIn("not a private file", delivery["wake_failed"])
 
+    def test_pi_keeps_its_wake_socket_in_a_private_directory_of_the_users(self):
+        # Issue 34 #5: the extension's socket directory was a fixed name in
+        # the shared temporary directory (another user could create it first).
+        # Its path choice runs in node, cut out of the extension's source (the
+        # rest needs Pi), with the two type annotations it has taken out.
+        node = shutil.which("node")
+        if node is None:
+            self.skipTest("no node on this machine")
+        found = re.search(r"\tfunction wakeSocketPath\(\): string \{\n.*?\n\t\}\n",
+                          agents_room.PI_EXTENSION, re.S)
+        self.assertIsNotNone(found, "the extension has no wakeSocketPath()")
+        body = found.group(0).replace("(): string", "()").replace("(e: any)", "(e)")
+        sid = "0b9f4c9e-6c0a-4d53-9a59-1d1f0c3c1a2b"
+
+        def choose(home):
+            tmp = os.path.join(self.tmp, "t")
+            os.makedirs(tmp, exist_ok=True)
+            done = subprocess.run([node, "-e", 'const fs = require("fs"), path = '
+                                   'require("path"), os = require("os");\n'
+                                   'let sessionId = %s, socketDir = "";\n%s\n'
+                                   'let chosen;\ntry { chosen = wakeSocketPath(); } '
+                                   'catch (e) { chosen = "THREW " + e; }\n'
+                                   'console.log(JSON.stringify(chosen));' % (
+                                       json.dumps(sid), body)],
+                                  env=dict(self.env, HOME=home, TMPDIR=tmp),
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            return json.loads(done.stdout)
+
+        home = os.path.join(self.tmp, "h1")
+        os.makedirs(home)
+        chosen = choose(home)
+        self.assertEqual(chosen, os.path.join(home, ".agents-room", "pi", "pi-%s.sock" % sid))
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+        with self.subTest(case="an open directory of ours is closed"):
+            os.chmod(os.path.dirname(chosen), 0o777)
+            self.assertEqual(choose(home), chosen)
+            self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+        with self.subTest(case="a link is refused"):
+            home = os.path.join(self.tmp, "h2")
+            os.makedirs(os.path.join(home, ".agents-room"))
+            os.makedirs(os.path.join(self.tmp, "elsewhere"))
+            os.symlink(os.path.join(self.tmp, "elsewhere"),
+                       os.path.join(home, ".agents-room", "pi"))
+            self.assertEqual(choose(home), "")
+        with self.subTest(case="a file where the directory goes is refused"):
+            home = os.path.join(self.tmp, "h3")
+            os.makedirs(home)
+            open(os.path.join(home, ".agents-room"), "w").close()
+            self.assertEqual(choose(home), "")
+        if os.geteuid() == 0:
+            with self.subTest(case="another user's directory is refused"):
+                home = os.path.join(self.tmp, "h4")
+                os.makedirs(os.path.join(home, ".agents-room", "pi"))
+                os.chown(os.path.join(home, ".agents-room", "pi"), 54321, 54321)
+                self.assertEqual(choose(home), "")
+        with self.subTest(case="a HOME too deep for a socket's name"):
+            home = os.path.join(self.tmp, "d" * 60, "e" * 40)
+            os.makedirs(home)
+            chosen = choose(home)
+            self.assertTrue(chosen.startswith(os.path.join(self.tmp, "t", "ar-pi-")), chosen)
+            self.assertLess(len(chosen.encode()), 104)
+            self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+            self.assertFalse(os.path.exists(os.path.join(home, ".agents-room", "pi")))
+
     def test_a_qwen_inbox_token_file_goes_when_the_session_ends_or_leaves(self):
         # Failed before the fix: the token stayed in ~/.agents-room/levers.
         for how in ("SessionEnd", "leave", "prune"):
