@@ -8805,6 +8805,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job.notes = notes
     adapter.setup(job)
     files = job.files
+    _refuse_links_out(job)
     machine = [f["path"] for f in files if job.root and f["path"].startswith(
         job.root + os.sep) and this_file() in f["content"]]
     if machine:
@@ -8829,6 +8830,29 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _refuse_links_out(job):
+    """A project-scope destination must stay in the project: a clone can hold
+    a link (.qwen/settings.json -> ../../.claude/settings.json, a linked
+    .opencode/plugin/, a dangling link) that would have setup merge hooks into
+    the user's own files or create one outside the checkout (issue 34 #9).
+    Files outside the top level that setup means to write (~/.claude.json, a
+    user's approvals) are not the project's and keep following their links."""
+    if not job.root:
+        return
+    root = os.path.abspath(job.root)
+    real_root = os.path.realpath(root)
+    for item in job.files:
+        path = os.path.abspath(item["path"])
+        if not path.startswith(root + os.sep):
+            continue
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root + os.sep):
+            raise RoomError("refused: %s resolves to %s, outside the repository (%s) "
+                            "through a link in it; nothing was written" % (
+                                os.path.relpath(path, root), real, root),
+                            "remove the link, or run setup with --scope user")
 
 
 GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"

@@ -4718,6 +4718,51 @@ class SetupTest(RoomTest):
         return {event: [h["command"] for g in groups for h in g["hooks"]]
                 for event, groups in settings["hooks"].items()}
 
+    def test_setup_never_writes_through_a_projects_link_out_of_it(self):
+        # Issue 34 #9: a clone's link made setup merge into the user's own
+        # files (or create one outside the checkout). Each case failed before
+        # the fix: the file outside changed or appeared.
+        cases = (("claude", ".claude/settings.local.json"), ("qwen", ".qwen/settings.json"),
+                 ("gemini", ".gemini/settings.json"), ("opencode", "opencode.json"),
+                 ("opencode", ".opencode/plugin/agents-room.js"),
+                 ("pi", ".pi/extensions/agents-room.ts"))
+        for index, (harness, dest) in enumerate(cases):
+            for kind in ("file link", "directory link", "dangling link")[
+                    :: 1 if "/" in dest else 2]:
+                with self.subTest(harness=harness, dest=dest, kind=kind):
+                    project = self.repo("clone-%d-%s" % (index, kind.split()[0]))
+                    outside = os.path.join(self.tmp, "outside-%d-%s" % (index,
+                                                                         kind.split()[0]))
+                    os.makedirs(outside)
+                    target = os.path.join(outside, os.path.basename(dest))
+                    link = os.path.join(project, dest)
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    if kind == "directory link":
+                        os.rmdir(os.path.dirname(link))
+                        os.symlink(outside, os.path.dirname(link))
+                    else:
+                        os.symlink(target, link)
+                    if kind != "dangling link" and dest.endswith(".json"):
+                        with open(target, "w") as handle:
+                            handle.write('{"mine": true}\n')
+                    before = sorted(os.listdir(outside)), (
+                        read_bytes(target) if os.path.exists(target) else None)
+                    done = self.run_cli("setup", harness, "--autonomy", "2", "--write",
+                                        cwd=project, check=1)
+                    self.assertIn("outside the repository", done.stderr)
+                    self.assertIn(dest.split("/")[0], done.stderr)
+                    self.assertEqual(len(done.stderr.strip().splitlines()), 2, done.stderr)
+                    self.assertEqual((sorted(os.listdir(outside)), read_bytes(target)
+                                      if os.path.exists(target) else None), before)
+
+    def test_setup_follows_a_link_that_stays_in_the_project(self):
+        project = self.repo("linked-inside")
+        os.makedirs(os.path.join(project, "config", "qwen"))
+        os.symlink(os.path.join("config", "qwen"), os.path.join(project, ".qwen"))
+        self.run_cli("setup", "qwen", "--write", cwd=project, check=0)
+        self.assertTrue(os.path.isfile(os.path.join(project, "config", "qwen",
+                                                    "settings.json")))
+
     def test_setup_claude_write_merges_and_keeps_entries(self):
         # agents_room.py outside the project: this machine's paths go in the
         # personal files (.claude/settings.local.json, the project's entry in
