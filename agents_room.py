@@ -2333,6 +2333,8 @@ class Lever:
         agents-room's)."""
         import hashlib
         import stat
+        if not is_session_id(session_id):
+            raise RefusedLever("its session id in the store is not one agents-room makes")
         path = lever_file(session_id, self.name)
         if stored.get("file") != os.path.basename(path) or not stored.get("digest"):
             raise RefusedLever("its lever row in the store names no lever file of "
@@ -8983,7 +8985,8 @@ def doctor(env=None, cwd=None, home=None):
                        "the SessionStart hook or room_join creates it"))
     for item in (info or {}).get("levers_refused", ()):
         checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
-            item["session_id"], item["label"] or "-", item["why"]),
+            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
+            one_line(item["why"], 200)),
             "nothing the store says runs as you; its harness's next session start "
             "records the lever again"))
     unset = []
