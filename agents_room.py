@@ -2191,7 +2191,8 @@ def _probe_argv(command, env, root):
     agents-room's own launcher with a harmless event; else (None, why not).
     A hook entry may come from a cloned repository's committed files, and
     doctor runs before any folder trust, so it never runs the entry's string
-    (no sh -c) nor any program or file the entry names but these (issue 34)."""
+    (no sh -c) nor any program it names: the probe is this interpreter and
+    this file; the entry's interpreter is only looked for (issue 34)."""
     import re
     import shlex
     try:
@@ -2219,18 +2220,19 @@ def _probe_argv(command, env, root):
     if os.path.realpath(script) != os.path.realpath(this_file()):
         return None, "it names %s, not this agents_room.py (%s)" % (
             one_line(words[5], 80), this_file())
+    # Its interpreter is looked for, never run: the probe runs this one.
     python = words[0]
     if python == "python3":
         import shutil
-        python = shutil.which("python3", path=env.get("PATH") or os.defpath)
-    elif not (os.path.isabs(python) and os.path.basename(python).startswith("python") and
-              not os.path.realpath(python).startswith(os.path.realpath(root) + os.sep)):
-        return None, "it runs %s, not python3 or an interpreter outside the project" % (
-            one_line(words[0], 80))
-    if not python:
-        return None, "no python3 on its PATH"
+        if not shutil.which("python3", path=env.get("PATH") or os.defpath):
+            return None, "no python3 on its PATH"
+    elif not (os.path.isabs(python) and os.path.basename(python).startswith("python")):
+        return None, "it runs %s, not python3 or an interpreter by its path" % (
+            one_line(python, 80))
+    elif not os.access(python, os.X_OK):
+        return None, "its interpreter %s is not there" % one_line(python, 80)
     harness = next((b for a, b in zip(words, words[1:]) if a == "--harness"), None)
-    return ([python] + launcher()[1:] + ["hook", "--event=PostToolUse"] + (
+    return (launcher() + ["hook", "--event=PostToolUse"] + (
         ["--harness", harness] if harness in {a.name for a in HARNESS_ADAPTERS} else [])), None
 
 
