@@ -276,6 +276,13 @@ class StoreError(RoomError):
     code = "store"
 
 
+class RefusedLever(RoomError):
+    """A session's lever row does not match a lever file of the recipient's
+    own on this host: the wake is refused (the delivery and doctor say why)."""
+
+    code = "lever"
+
+
 # ---- small utilities -----------------------------------------------------
 
 def real_time(at=None):
@@ -1932,6 +1939,17 @@ CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
+# What the store may carry of a lever beside its file's name and digest: what
+# the harness's hooks report about the session (its permission mode), which
+# can only hold a wake back, never say what runs.
+LEVER_FACTS = ("mode",)
+
+
+def lever_file(session_id, lever):
+    """The recipient's own file that holds what its lever runs: the name is
+    made here from the session and lever, never read from the store."""
+    return os.path.join(os.path.expanduser("~"), ".agents-room", "levers",
+                        "%s.%s.json" % (session_id.replace(os.sep, "_"), lever))
 
 
 def _launcher_code(missing_exit):
@@ -2166,14 +2184,68 @@ def _configured_commands(settings_path):
     return found
 
 
-def _try_command(command, env, cwd):
-    """Run a configured hook command as the harness would, with a harmless
-    event (no session: it must answer nothing and exit 0)."""
-    import subprocess
+def _probe_argv(command, env, root):
+    """What doctor runs to see that a configured hook entry works: (argv,
+    None) when the entry is what setup writes (python, -I -S -c the
+    launcher's code, this very agents_room.py, hook ...), the argv being
+    agents-room's own launcher with a harmless event; else (None, why not).
+    A hook entry may come from a cloned repository's committed files, and
+    doctor runs before any folder trust, so it never runs the entry's string
+    (no sh -c) nor any program it names: the probe is this interpreter and
+    this file; the entry's interpreter is only looked for (issue 34)."""
+    import re
+    import shlex
     try:
-        done = subprocess.run(["sh", "-c", command.replace("--event=SessionStart",
-                                                           "--event=PostToolUse")],
-                              input=b'{"session_id": "agents-room-doctor-probe"}',
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        return None, "it is not a command line setup writes"
+    if any(w and not w.strip("();<>|&") for w in words):
+        return None, "it holds shell operators, which setup never writes"
+    if len(words) < 7 or words[1:5] != ["-I", "-S", "-c", _launcher_code(0)] or \
+            words[6] != "hook":
+        return None, "it is not the command setup writes (python -I -S -c LAUNCHER " \
+            "agents_room.py hook ...)"
+    if any(c in w for w in words[6:] for c in "$`"):
+        return None, "its arguments hold shell expansions, which setup never writes"
+    script = words[5]
+    found = re.match(r"^(?:\$([A-Z_]+)|\$\{([A-Z_]+)\})?([^$`]*)$", script)
+    if not found or not script.endswith("agents_room.py"):
+        return None, "it runs %s, not an agents_room.py" % one_line(script, 80)
+    if found.group(1) or found.group(2):
+        script = root + found.group(3)
+    elif not os.path.isabs(script):
+        script = os.path.join(root, script)
+    if os.path.realpath(script) != os.path.realpath(this_file()):
+        return None, "it names %s, not this agents_room.py (%s)" % (
+            one_line(words[5], 80), this_file())
+    # Its interpreter is looked for, never run: the probe runs this one.
+    python = words[0]
+    if python == "python3":
+        import shutil
+        if not shutil.which("python3", path=env.get("PATH") or os.defpath):
+            return None, "no python3 on its PATH"
+    elif not (os.path.isabs(python) and os.path.basename(python).startswith("python")):
+        return None, "it runs %s, not python3 or an interpreter by its path" % (
+            one_line(python, 80))
+    elif not os.access(python, os.X_OK):
+        return None, "its interpreter %s is not there" % one_line(python, 80)
+    harness = next((b for a, b in zip(words, words[1:]) if a == "--harness"), None)
+    return (launcher() + ["hook", "--event=PostToolUse"] + (
+        ["--harness", harness] if harness in {a.name for a in HARNESS_ADAPTERS} else [])), None
+
+
+def _try_command(command, env, cwd):
+    """Run a configured hook entry's probe (see _probe_argv) with a harmless
+    event (no session: it must answer nothing and exit 0): (True, ""),
+    (False, why it failed), or (None, why it was not run)."""
+    import subprocess
+    argv, why = _probe_argv(command, env, cwd)
+    if argv is None:
+        return None, why
+    try:
+        done = subprocess.run(argv, input=b'{"session_id": "agents-room-doctor-probe"}',
                               capture_output=True, env=env, cwd=cwd, timeout=15)
     except (OSError, subprocess.SubprocessError) as error:
         return False, str(error)
@@ -2190,6 +2262,11 @@ def _doctor_hooks(title, settings, probe_env, root, fix):
         title, ", ".join(hooked) or "not configured"), "" if hooked else fix)]
     for command in list(dict.fromkeys(commands))[:1]:
         ok, detail = _try_command(command, probe_env, root)
+        if ok is None:
+            checks.append(("warn", "%s hook command not run: %s" % (title, one_line(
+                detail, 160)), "doctor runs only agents-room's own launcher; compare the "
+                "entry with what `%s` would write" % fix))
+            continue
         checks.append(("ok" if ok else "fail", "%s hook command runs" % title
                        if ok else "%s hook command fails: %s" % (title, one_line(
                            detail, 160)), "" if ok else fix))
@@ -2223,10 +2300,6 @@ class Lever:
     inline = False
     while_alive = True
     before_waiter = False
-    # Fields of its data that are credentials (an inbox token): kept in a
-    # file of the recipient's own (0600), never in the store, which other
-    # users of a shared store can read.
-    secrets = ()
 
     def detect(self, env, key, cwd, argv):
         """The lever's data for a session joining with this environment, or
@@ -2234,26 +2307,62 @@ class Lever:
         return None
 
     def stored(self, data, session_id):
-        """data as the store keeps it: its secrets moved to a private file."""
-        if not self.secrets:
-            return data
-        directory = os.path.join(os.path.expanduser("~"), ".agents-room", "levers")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        path = os.path.join(directory, "%s.%s.json" % (session_id, self.name))
+        """What the store keeps of a lever: a reference to a file of the
+        recipient's own (0600, under ~/.agents-room/levers, named by its
+        session and lever), where everything the lever runs or opens is kept
+        (program, arguments, environment, directory, socket, token), and the
+        digest of that file.  Other users of a shared store can write the
+        store, so what runs as the recipient never comes from it (issue 34):
+        the store names which file, the recipient's own file says what."""
+        import hashlib
+        body = json.dumps(data, sort_keys=True).encode("utf-8")
+        path = lever_file(session_id, self.name)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
                      getattr(os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({k: data[k] for k in self.secrets}, handle)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
         os.replace(path + ".tmp", path)
-        return dict({k: v for k, v in data.items() if k not in self.secrets},
-                    secret_file=path)
+        return dict({k: data[k] for k in LEVER_FACTS if k in data},
+                    file=os.path.basename(path), digest=hashlib.sha256(body).hexdigest())
 
-    def loaded(self, data):
-        """data with its secrets read back from the recipient's file."""
-        if "secret_file" not in data:
-            return data
-        with open(data["secret_file"]) as handle:
-            return dict(data, **json.load(handle))
+    def resolved(self, session_id, stored):
+        """The lever's data from the recipient's own file, with the facts its
+        hooks reported (kept in the store: they can only hold a wake back),
+        or RefusedLever saying why: no such file of this user's on this host,
+        a file another user could have written, or a store row whose digest
+        is not the file's (a row written by someone else, or an older
+        agents-room's)."""
+        import hashlib
+        import stat
+        if not is_session_id(session_id):
+            raise RefusedLever("its session id in the store is not one agents-room makes")
+        path = lever_file(session_id, self.name)
+        if stored.get("file") != os.path.basename(path) or not stored.get("digest"):
+            raise RefusedLever("its lever row in the store names no lever file of "
+                               "this session's (%s)" % os.path.basename(path))
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
+                    info.st_mode & 0o077:
+                raise RefusedLever("%s is not a private file of this user's" % path)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as handle:
+                body = handle.read(1 << 20)
+        except FileNotFoundError:
+            raise RefusedLever("no lever file %s on this host" % path) from None
+        except OSError as error:
+            raise RefusedLever("cannot read %s: %s" % (path, error.strerror)) from None
+        if hashlib.sha256(body).hexdigest() != stored["digest"]:
+            raise RefusedLever("its lever row in the store does not match %s" % path)
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise RefusedLever("%s is not a lever file" % path)
+        return dict(data, **{k: v for k, v in stored.items()
+                             if k in LEVER_FACTS and isinstance(v, str)})
 
     def refuses(self, data):
         """Why the lever must not be fired now (what its harness last
@@ -2471,7 +2580,6 @@ class ClaudeSocket(Lever):
 
     name = "claude-socket"
     inline = True
-    secrets = ("token",)
 
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
@@ -2505,7 +2613,6 @@ class ClaudeSocket(Lever):
     def send(self, data, text):
         import socket
         import uuid
-        data = self.loaded(data)
         # A receipt comes only to a socket in the recipient's sockets
         # directory, named as Claude Code names its own.
         reply_path = os.path.join(os.path.dirname(data["socket"]),
@@ -3298,7 +3405,6 @@ class QwenSocket(Lever):
     name = "qwen-socket"
     inline = True
     before_waiter = True
-    secrets = ("token",)
 
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("QWEN_CODE_MESSAGING_SOCKET")
@@ -3323,7 +3429,6 @@ class QwenSocket(Lever):
             return next((f.get("status") for f in frames[1:]
                          if f.get("origMsgId") == message_id), None)
         try:
-            data = self.loaded(data)
             with ReceiptSocket(reply_path) as receipts:
                 client.settimeout(SOCKET_TIMEOUT_S)
                 client.connect(data["socket"])
@@ -3909,6 +4014,22 @@ HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi
                     Human(), Harness()]
 LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
           for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
+
+
+def forget_levers(row, inline_only=False):
+    """Remove this user's lever files of a session that no lever will wake
+    again (left, pruned; a socket's once its process ended, since the socket
+    and its inbox token end with it): a token must not outlive its use.
+    Only files of this user's on this host: another's are not ours to reach."""
+    if row is None or row["uid"] != os.getuid() or row["host"] != host_name():
+        return
+    for lever in LEVERS.values():
+        if inline_only and not lever.inline:
+            continue
+        try:
+            os.unlink(lever_file(row["id"], lever.name))
+        except OSError:
+            pass                    # never written, or gone already
 
 
 # A hook run outside any harness it knows answers in the format the
@@ -5201,13 +5322,41 @@ def session_dict(conn, row, liveness, at=None):
     }
 
 
-def current_lever(row, at):
+def _stored_lever(row):
+    """The lever row as the store holds it (a reference and reported facts)."""
+    try:
+        stored = json.loads(row["lever_data"] or "{}")
+    except ValueError:
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
+def resolve_lever(row):
+    """What the session's recorded lever runs, read from the recipient's own
+    lever file on this host: (data, None), or (None, why) where the store's
+    row does not match one (see Lever.resolved); (None, None): no lever."""
+    if row["lever"] not in LEVERS:
+        return None, None
+    stored = _stored_lever(row)
+    if stored is None:
+        return None, "its lever row in the store is not a lever reference"
+    try:
+        return LEVERS[row["lever"]].resolved(row["id"], stored), None
+    except RefusedLever as error:
+        return None, error.message
+
+
+def current_lever(row, at, resolved=None):
     """The lever a wake of this session would use now, as wake_plan picks it:
     the armed rewake waiter unless the recorded lever goes first, else the
     recorded lever unless it refuses (an inbox that would hold the wake
-    behind a dialog), else None."""
+    behind a dialog), else None.
+    resolved: resolve_lever's answer where the caller is to fire it (a row
+    that does not match the recipient's own file is no lever); without it, the
+    store's row as another host or user sees it (status, sent)."""
     lever = row["lever"] if row["lever"] in LEVERS else None
-    if lever and LEVERS[lever].refuses(json.loads(row["lever_data"] or "{}")):
+    data, why = resolved if resolved is not None else (_stored_lever(row), None)
+    if lever and (why or LEVERS[lever].refuses(data or {})):
         lever = None
     if (lever is None or not LEVERS[lever].before_waiter) and waiter_armed(row, at):
         lever = harness_named(row["harness"]).waiter or "waiter"
@@ -5468,6 +5617,7 @@ def room_leave(op):
     end_windows(op, me, "leave")
     op.conn.execute("UPDATE sessions SET left_at=COALESCE(left_at, ?) WHERE id=?",
                     (op.at, me))
+    forget_levers(op.caller or session_row(op.conn, me))
     op.event("session.leave", me, data={"rooms": rooms})
     changed(op, "gone", me)
     return {"ok": True, "session_id": me, "left_rooms": rooms}
@@ -8032,10 +8182,11 @@ def note_lever_facts(op, row, facts):
     (the harness's permission mode): kept in its lever data when it changed."""
     if not facts or row is None or not row["lever"]:
         return
-    data = json.loads(row["lever_data"] or "{}")
+    data = _stored_lever(row) or {}
+    facts = {k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
     if all(data.get(k) == v for k, v in facts.items()):
         return
-    data.update({k: v for k, v in facts.items() if isinstance(v, (str, int, bool))})
+    data.update(facts)
     op.conn.execute("UPDATE sessions SET lever_data=? WHERE id=?",
                     (json.dumps(data), row["id"]))
 
@@ -8163,6 +8314,7 @@ def session_end(op, harness_key):
     end_windows(op, row["id"], "session end")
     op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
                     (op.at, row["id"]))
+    forget_levers(row, inline_only=True)
     op.event("session.end", row["id"])
     changed(op, "gone", row["id"])
     return {"ok": True}
@@ -8344,10 +8496,19 @@ def wake_plan(op, limit=20):
         if row["left_at"] is not None or effective_autonomy(conn, row) < 2 or text is None:
             stamp(conn, scope, params, wake_next_at=None)
             continue
-        data = json.loads(row["lever_data"] or "{}")
+        data, mismatch = resolve_lever(row)
         adapter = harness_named(row["harness"])
-        lever = current_lever(row, at)
-        refused = (row["lever"] in LEVERS and LEVERS[row["lever"]].refuses(data)) or None
+        lever = current_lever(row, at, (data, mismatch))
+        refused = mismatch or (data is not None and LEVERS[row["lever"]].refuses(data)) \
+            or None
+        if mismatch:
+            # Whoever can write the store can write this row: nothing of it
+            # runs, the delivery says why, and doctor says so too.
+            stamp(conn, scope, params, wake_failed=one_line("lever refused: " + mismatch,
+                                                            200))
+            op.event("wake.refused", session_id, data={"lever": row["lever"],
+                                                       "messages": message_ids,
+                                                       "why": mismatch})
         waiter = lever if lever == (adapter.waiter or "waiter") else None
         busy = row["turn_started"] is not None and at - row["turn_started"] < TURN_MAX_S
         if busy or (not waiter and adapter.arms_at_turn_end and (
@@ -8421,6 +8582,7 @@ def prune(op, quiet_s=PRUNE_QUIET_S, dry_run=False, host=None):
             end_windows(op, row["id"], "prune")
             changed(op, "gone", row["id"])
             conn.execute("DELETE FROM sessions WHERE id=?", (row["id"],))
+            forget_levers(row)
             op.event("session.prune", row["id"], data=item)
     return {"removed": removed, "kept": kept, "dry_run": dry_run,
             "quiet_s": quiet_s, "events_removed": events_removed,
@@ -8434,11 +8596,22 @@ def store_info(op, harness_key=None):
     session = None
     if op.caller is not None:
         session = session_dict(op.conn, op.caller, op.liveness, op.at)
+    # The lever rows of this user's sessions on this host that its levers
+    # would refuse (a row another writer of the store changed): doctor says so.
+    refused = []
+    for row in op.conn.execute(
+            "SELECT * FROM sessions WHERE left_at IS NULL AND lever IS NOT NULL AND "
+            "uid=? AND host=? ORDER BY created_at LIMIT 200",
+            (os.getuid(), host_name())).fetchall():
+        why = resolve_lever(row)[1]
+        if why:
+            refused.append({"session_id": row["id"], "label": row["label"],
+                            "lever": row["lever"], "why": why})
     return {"journal": op.store.journal(), "schema": op.store.schema_version(),
             "engine": op.store.engine(),
             "sessions": op.conn.execute("SELECT COUNT(*) FROM sessions WHERE left_at "
                                         "IS NULL").fetchone()[0],
-            "session": session}
+            "session": session, "levers_refused": refused}
 
 
 def _event_item(conn, row, room, labels):
@@ -8661,6 +8834,7 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job.notes = notes
     adapter.setup(job)
     files = job.files
+    _refuse_links_out(job)
     machine = [f["path"] for f in files if job.root and f["path"].startswith(
         job.root + os.sep) and this_file() in f["content"]]
     if machine:
@@ -8685,6 +8859,29 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _refuse_links_out(job):
+    """A project-scope destination must stay in the project: a clone can hold
+    a link (.qwen/settings.json -> ../../.claude/settings.json, a linked
+    .opencode/plugin/, a dangling link) that would have setup merge hooks into
+    the user's own files or create one outside the checkout (issue 34 #9).
+    Files outside the top level that setup means to write (~/.claude.json, a
+    user's approvals) are not the project's and keep following their links."""
+    if not job.root:
+        return
+    root = os.path.abspath(job.root)
+    real_root = os.path.realpath(root)
+    for item in job.files:
+        path = os.path.abspath(item["path"])
+        if not path.startswith(root + os.sep):
+            continue
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root + os.sep):
+            raise RoomError("refused: %s resolves to %s, outside the repository (%s) "
+                            "through a link in it; nothing was written" % (
+                                os.path.relpath(path, root), real, root),
+                            "remove the link, or run setup with --scope user")
 
 
 GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
@@ -8813,6 +9010,12 @@ def doctor(env=None, cwd=None, home=None):
     elif key:
         checks.append(("warn", "no session for this harness key yet",
                        "the SessionStart hook or room_join creates it"))
+    for item in (info or {}).get("levers_refused", ()):
+        checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
+            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
+            one_line(item["why"], 200)),
+            "nothing the store says runs as you; its harness's next session start "
+            "records the lever again"))
     unset = []
     for adapter in HARNESS_ADAPTERS:
         if not adapter.setup_name:
@@ -16360,11 +16563,46 @@ export default function (pi: ExtensionAPI) {
 
 	const base = (event: string) => ({ session_id: sessionId, cwd, hook_event_name: event });
 
+	// The wake socket's directory: ~/.agents-room/pi, 0700, this user's own,
+	// checked with lstat (a link or another user's directory is refused),
+	// never a fixed name in the shared temporary directory, which another user
+	// can create first (issue 34).  Anything wrong there: no wake lever (the
+	// join says nothing can wake the session), never an error thrown in
+	// session_start.  A socket's path must fit sun_path (104 bytes on macOS,
+	// 108 on Linux): under a HOME too deep for that, a directory of its own
+	// that mkdtemp creates under the temporary directory (a fresh random
+	// name, 0700, so nobody can have made it first), removed at shutdown.
+	let socketDir = "";
+	function wakeSocketPath(): string {
+		const uid = process.getuid?.();
+		const room = path.join(os.homedir(), ".agents-room");
+		const dir = path.join(room, "pi");
+		const name = `pi-${sessionId}.sock`;
+		if (Buffer.byteLength(path.join(dir, name)) >= 104) {
+			socketDir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-pi-"));
+			const full = path.join(socketDir, name);
+			return Buffer.byteLength(full) < 104 ? full : "";
+		}
+		for (const d of [room, dir]) {
+			try {
+				fs.mkdirSync(d, { mode: 0o700 });
+			} catch (e: any) {
+				if (e?.code !== "EEXIST") return "";
+			}
+			const st = fs.lstatSync(d);
+			if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) return "";
+		}
+		if ((fs.lstatSync(dir).mode & 0o077) !== 0) fs.chmodSync(dir, 0o700);
+		return path.join(dir, name);
+	}
+
 	function startWakeSocket(): string {
-		const dir = path.join(os.tmpdir(), `agents-room-${process.getuid?.() ?? "u"}`);
-		fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-		fs.chmodSync(dir, 0o700);
-		socketPath = path.join(dir, `pi-${sessionId}.sock`);
+		try {
+			socketPath = wakeSocketPath();
+		} catch {
+			socketPath = "";
+		}
+		if (!socketPath) return "";
 		try {
 			fs.unlinkSync(socketPath);
 		} catch {}
@@ -16425,7 +16663,8 @@ export default function (pi: ExtensionAPI) {
 		const hookEnv: Record<string, string> = {};
 		if (ctx.mode === "tui" || ctx.mode === "rpc") {
 			// A lever only where a turn can be started later: print and json modes exit.
-			hookEnv.AGENTS_ROOM_PI_SOCKET = startWakeSocket();
+			const wake = startWakeSocket();
+			if (wake) hookEnv.AGENTS_ROOM_PI_SOCKET = wake;
 		}
 		const joined = answerOf(await runHook("SessionStart", { ...base("SessionStart"), source: event.reason }, hookEnv)).text;
 		// A /reload keeps the conversation, which has the digest already.
@@ -16493,7 +16732,9 @@ export default function (pi: ExtensionAPI) {
 			server = undefined;
 			try {
 				fs.unlinkSync(socketPath);
+				if (socketDir) fs.rmdirSync(socketDir);
 			} catch {}
+			socketDir = "";
 		}
 		if (event.reason !== "reload") await runHook("SessionEnd", { ...base("SessionEnd"), reason: event.reason });
 	});

@@ -45,7 +45,8 @@ Contents (this file's banners, each with its test classes):
   setup                                          SetupTest
   the operator page                              OperatorPageTest
   signal scenarios                               SignalScenarioTest
-  trust: the security review's findings          TrustTest TrustThirdRoundTest
+  trust: the security review's findings          TrustTest LeverTrustTest
+                                                 DoctorTrustTest TrustThirdRoundTest
   PostgreSQL's own seams                         PgStoreTest PgTrustTest
   what no peer has: fences, watches, retract     FenceWatchRetractTest
 
@@ -4803,6 +4804,51 @@ class SetupTest(RoomTest):
         return {event: [h["command"] for g in groups for h in g["hooks"]]
                 for event, groups in settings["hooks"].items()}
 
+    def test_setup_never_writes_through_a_projects_link_out_of_it(self):
+        # Issue 34 #9: a clone's link made setup merge into the user's own
+        # files (or create one outside the checkout). Each case failed before
+        # the fix: the file outside changed or appeared.
+        cases = (("claude", ".claude/settings.local.json"), ("qwen", ".qwen/settings.json"),
+                 ("gemini", ".gemini/settings.json"), ("opencode", "opencode.json"),
+                 ("opencode", ".opencode/plugin/agents-room.js"),
+                 ("pi", ".pi/extensions/agents-room.ts"))
+        for index, (harness, dest) in enumerate(cases):
+            for kind in ("file link", "directory link", "dangling link")[
+                    :: 1 if "/" in dest else 2]:
+                with self.subTest(harness=harness, dest=dest, kind=kind):
+                    project = self.repo("clone-%d-%s" % (index, kind.split()[0]))
+                    outside = os.path.join(self.tmp, "outside-%d-%s" % (index,
+                                                                         kind.split()[0]))
+                    os.makedirs(outside)
+                    target = os.path.join(outside, os.path.basename(dest))
+                    link = os.path.join(project, dest)
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    if kind == "directory link":
+                        os.rmdir(os.path.dirname(link))
+                        os.symlink(outside, os.path.dirname(link))
+                    else:
+                        os.symlink(target, link)
+                    if kind != "dangling link" and dest.endswith(".json"):
+                        with open(target, "w") as handle:
+                            handle.write('{"mine": true}\n')
+                    before = sorted(os.listdir(outside)), (
+                        read_bytes(target) if os.path.exists(target) else None)
+                    done = self.run_cli("setup", harness, "--autonomy", "2", "--write",
+                                        cwd=project, check=1)
+                    self.assertIn("outside the repository", done.stderr)
+                    self.assertIn(dest.split("/")[0], done.stderr)
+                    self.assertEqual(len(done.stderr.strip().splitlines()), 2, done.stderr)
+                    self.assertEqual((sorted(os.listdir(outside)), read_bytes(target)
+                                      if os.path.exists(target) else None), before)
+
+    def test_setup_follows_a_link_that_stays_in_the_project(self):
+        project = self.repo("linked-inside")
+        os.makedirs(os.path.join(project, "config", "qwen"))
+        os.symlink(os.path.join("config", "qwen"), os.path.join(project, ".qwen"))
+        self.run_cli("setup", "qwen", "--write", cwd=project, check=0)
+        self.assertTrue(os.path.isfile(os.path.join(project, "config", "qwen",
+                                                    "settings.json")))
+
     def test_setup_claude_write_merges_and_keeps_entries(self):
         # agents_room.py outside the project: this machine's paths go in the
         # personal files (.claude/settings.local.json, the project's entry in
@@ -5731,12 +5777,13 @@ class TrustTest(RoomTest):
         for directory, target in ((home, ran), (there, decoy)):
             self.write_script(os.path.join(directory, "wake.sh"),
                               "#!/bin/sh\n{ pwd; env; } > %s\n" % shlex.quote(target))
-        r_home, s_home = os.path.join(self.tmp, "r-home"), os.path.join(self.tmp, "s-home")
-        os.makedirs(r_home)
-        os.makedirs(s_home)
+        # One user, one HOME (the lever's file is in it); the recipient's
+        # PATH and the caller's differ.
+        r_path = os.path.join(self.tmp, "recipient-bin") + os.pathsep + os.environ["PATH"]
+        s_path = os.path.join(self.tmp, "caller-bin") + os.pathsep + os.environ["PATH"]
         woke = self.cli_json("join", "--room", "r", "--autonomy", "2", cwd=home, env={
-            "AGENTS_ROOM_WAKE_CMD": "./wake.sh", "HOME": r_home})["session_id"]
-        caller_env = {"AGENTS_ROOM_WAKE_CMD": "./wake.sh", "HOME": s_home,
+            "AGENTS_ROOM_WAKE_CMD": "./wake.sh", "PATH": r_path})["session_id"]
+        caller_env = {"AGENTS_ROOM_WAKE_CMD": "./wake.sh", "PATH": s_path,
                       "TRUST_CALLER_ONLY": "caller-secret"}
         sender = self.cli_json("join", "--room", "r", "--label", "boss", cwd=there,
                                env=caller_env)["session_id"]
@@ -5746,8 +5793,8 @@ class TrustTest(RoomTest):
                       "the recipient's lever accepted")
         lines = read_bytes(ran).decode("utf-8", "replace").splitlines()
         self.assertEqual(os.path.realpath(lines[0]), os.path.realpath(home))
-        self.assertIn("HOME=" + r_home, lines)
-        self.assertNotIn("HOME=" + s_home, lines)
+        self.assertIn("PATH=" + r_path, lines)
+        self.assertNotIn("PATH=" + s_path, lines)
         self.assertFalse(any("caller-secret" in l for l in lines), lines)
         self.assertFalse(os.path.exists(decoy), "the caller's ./wake.sh ran")
 
@@ -6435,6 +6482,250 @@ def _summary(result):
 
 
 
+class LeverTrustTest(SignalBase):
+    """Issue 34 #1 and the Qwen token: whoever can write the store (a member
+    of a group store, the team role on PostgreSQL) writes words, never what
+    runs as the recipient.  A lever's program, arguments, environment,
+    directory, socket and token come only from the recipient's own 0600 file;
+    the store names which file and its digest.  Real processes: the sender's
+    process fires the wake, as the recipient's uid on its host."""
+
+    process = True
+
+    def wake_cmd_session(self, marker):
+        script = os.path.join(self.tmp, "wake.py")
+        with open(script, "w") as handle:
+            handle.write("import sys\nopen(%r, 'a').write(sys.argv[-1])\n" % marker)
+        woke = self.cli_json("join", "--room", "r", "--autonomy", "2", env={
+            "AGENTS_ROOM_WAKE_CMD": "%s %s" % (sys.executable, script)})["session_id"]
+        return woke, self.join("--room", "r", "--label", "sender")["session_id"]
+
+    def plant(self, session_id, lever, data):
+        """What a second user with write access does: a row straight into the
+        store, no agents-room involved."""
+        conn = self.connect()
+        conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
+                     (lever, json.dumps(data), session_id))
+        conn.commit()
+        conn.close()
+
+    def last_delivery(self, sender):
+        return self.cli_json("sent", "--session", sender)["messages"][-1]["deliveries"][0]
+
+    def test_a_planted_lever_row_runs_nothing_and_the_wake_says_why(self):
+        # Every lever kind, each with a row that would run a shell, preload a
+        # library, or send a token to the planter's socket.  Failed before
+        # the fix: the row's argv ran (the marker appeared) and the planted
+        # socket was connected to.
+        marker = os.path.join(self.tmp, "PWNED")
+        evil_socket, seen = self.socket_server()
+        for name in sorted(agents_room.LEVERS):
+            with self.subTest(lever=name):
+                woke, sender = self.wake_cmd_session(os.path.join(self.tmp, "legit"))
+                real = os.path.join(self.home, ".agents-room", "levers",
+                                    "%s.wake-cmd.json" % woke)
+                self.assertTrue(os.path.exists(real))
+                self.plant(woke, name, {
+                    "argv": ["/bin/sh", "-c", "touch %s" % marker], "key": "k",
+                    "env": {"LD_PRELOAD": "/tmp/evil.so", "PATH": "/usr/bin:/bin"},
+                    "cwd": self.tmp, "socket": evil_socket, "token": "planted",
+                    "session": "s", "home": self.tmp,
+                    "file": "%s.%s.json" % (woke, name), "digest": "0" * 64})
+                self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+                delivery = self.last_delivery(sender)
+                self.assertEqual(delivery["state"], "undeliverable", delivery)
+                self.assertIn("lever refused", delivery["wake_failed"])
+                self.assertEqual(self.event_count("wake.refused", woke), 1)
+                self.assertEqual(self.event_count("wake.try", woke), 0)
+                # doctor, run as the recipient, says which row it refused.
+                doctor = self.run_cli("doctor")
+                self.assertIn("wake lever of session %s" % woke, doctor.stdout)
+                self.assertIn("refused", doctor.stdout)
+        time.sleep(1)               # a detached lever would have run by now
+        self.assertFalse(os.path.exists(marker), "a planted lever ran")
+        self.assertEqual(seen, [], "the planted socket was sent to")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "legit")))
+
+    def test_a_row_keeping_the_reference_adds_nothing_to_what_runs(self):
+        # The planter keeps the true file name and digest and adds its own
+        # argv, env and cwd: only the recipient's file says what runs.
+        legit, marker = os.path.join(self.tmp, "legit"), os.path.join(self.tmp, "PWNED")
+        woke, sender = self.wake_cmd_session(legit)
+        conn = self.connect()
+        stored = json.loads(conn.execute("SELECT lever_data FROM sessions WHERE id=?",
+                                         (woke,)).fetchone()[0])
+        conn.close()
+        self.assertEqual(set(stored), {"file", "digest"})
+        self.plant(woke, "wake-cmd", dict(stored, argv=["/bin/sh", "-c", "touch " + marker],
+                                          env={"LD_PRELOAD": "/tmp/evil.so"}, cwd="/"))
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+        self.assertTrue(self.wait_state(sender, "accepted"))
+        self.assertIn("1 unread message", read_bytes(legit).decode())
+        self.assertFalse(os.path.exists(marker))
+
+    def test_a_lever_file_that_is_not_the_recipients_own_is_refused(self):
+        woke, sender = self.wake_cmd_session(os.path.join(self.tmp, "legit"))
+        real = os.path.join(self.home, ".agents-room", "levers", "%s.wake-cmd.json" % woke)
+        for case in ("group-writable", "a link"):
+            with self.subTest(case=case):
+                if case == "group-writable":
+                    os.chmod(real, 0o660)
+                else:
+                    os.chmod(real, 0o600)
+                    os.rename(real, real + ".elsewhere")
+                    os.symlink(real + ".elsewhere", real)
+                self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+                delivery = self.last_delivery(sender)
+                self.assertEqual(delivery["state"], "undeliverable", delivery)
+                self.assertIn("not a private file", delivery["wake_failed"])
+
+    def test_pi_keeps_its_wake_socket_in_a_private_directory_of_the_users(self):
+        # Issue 34 #5: the extension's socket directory was a fixed name in
+        # the shared temporary directory (another user could create it first).
+        # Its path choice runs in node, cut out of the extension's source (the
+        # rest needs Pi), with the two type annotations it has taken out.
+        node = shutil.which("node")
+        if node is None:
+            self.skipTest("no node on this machine")
+        found = re.search(r"\tfunction wakeSocketPath\(\): string \{\n.*?\n\t\}\n",
+                          agents_room.PI_EXTENSION, re.S)
+        self.assertIsNotNone(found, "the extension has no wakeSocketPath()")
+        body = found.group(0).replace("(): string", "()").replace("(e: any)", "(e)")
+        sid = "0b9f4c9e-6c0a-4d53-9a59-1d1f0c3c1a2b"
+
+        def choose(home):
+            tmp = os.path.join(self.tmp, "t")
+            os.makedirs(tmp, exist_ok=True)
+            done = subprocess.run([node, "-e", 'const fs = require("fs"), path = '
+                                   'require("path"), os = require("os");\n'
+                                   'let sessionId = %s, socketDir = "";\n%s\n'
+                                   'let chosen;\ntry { chosen = wakeSocketPath(); } '
+                                   'catch (e) { chosen = "THREW " + e; }\n'
+                                   'console.log(JSON.stringify(chosen));' % (
+                                       json.dumps(sid), body)],
+                                  env=dict(self.env, HOME=home, TMPDIR=tmp),
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            return json.loads(done.stdout)
+
+        home = os.path.join(self.tmp, "h1")
+        os.makedirs(home)
+        chosen = choose(home)
+        self.assertEqual(chosen, os.path.join(home, ".agents-room", "pi", "pi-%s.sock" % sid))
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+        with self.subTest(case="an open directory of ours is closed"):
+            os.chmod(os.path.dirname(chosen), 0o777)
+            self.assertEqual(choose(home), chosen)
+            self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+        with self.subTest(case="a link is refused"):
+            home = os.path.join(self.tmp, "h2")
+            os.makedirs(os.path.join(home, ".agents-room"))
+            os.makedirs(os.path.join(self.tmp, "elsewhere"))
+            os.symlink(os.path.join(self.tmp, "elsewhere"),
+                       os.path.join(home, ".agents-room", "pi"))
+            self.assertEqual(choose(home), "")
+        with self.subTest(case="a file where the directory goes is refused"):
+            home = os.path.join(self.tmp, "h3")
+            os.makedirs(home)
+            open(os.path.join(home, ".agents-room"), "w").close()
+            self.assertEqual(choose(home), "")
+        if os.geteuid() == 0:
+            with self.subTest(case="another user's directory is refused"):
+                home = os.path.join(self.tmp, "h4")
+                os.makedirs(os.path.join(home, ".agents-room", "pi"))
+                os.chown(os.path.join(home, ".agents-room", "pi"), 54321, 54321)
+                self.assertEqual(choose(home), "")
+        with self.subTest(case="a HOME too deep for a socket's name"):
+            home = os.path.join(self.tmp, "d" * 60, "e" * 40)
+            os.makedirs(home)
+            chosen = choose(home)
+            self.assertTrue(chosen.startswith(os.path.join(self.tmp, "t", "ar-pi-")), chosen)
+            self.assertLess(len(chosen.encode()), 104)
+            self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(chosen)).st_mode), 0o700)
+            self.assertFalse(os.path.exists(os.path.join(home, ".agents-room", "pi")))
+
+    def test_a_qwen_inbox_token_file_goes_when_the_session_ends_or_leaves(self):
+        # Failed before the fix: the token stayed in ~/.agents-room/levers.
+        for how in ("SessionEnd", "leave", "prune"):
+            with self.subTest(how=how):
+                key = "qw-" + how.lower()
+                me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env={
+                    "QWEN_CODE_MESSAGING_SOCKET": "/tmp/ar-none.sock",
+                    "QWEN_CODE_MESSAGING_TOKEN": "tok-" + how, "QWEN_CODE_SESSION_ID": key})
+                kept = os.path.join(self.home, ".agents-room", "levers",
+                                    "%s.qwen-socket.json" % me)
+                with open(kept) as handle:
+                    self.assertEqual(json.load(handle)["token"], "tok-" + how)
+                if how == "SessionEnd":
+                    self.hook("SessionEnd", {"session_id": key, "cwd": self.tmp,
+                                             "hook_event_name": "SessionEnd"},
+                              "--harness", "qwen-code",
+                              env={"QWEN_CODE_SESSION_ID": key})
+                elif how == "leave":
+                    self.cli_json("leave", "--session", me)
+                else:
+                    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+                    dead.wait()
+                    conn = self.connect()       # its harness process is gone
+                    conn.execute("UPDATE sessions SET pid=? WHERE id=?", (dead.pid, me))
+                    conn.commit()
+                    conn.close()
+                    pruned = self.cli_json("prune", "--older-than", "1s",
+                                           env={"AGENTS_ROOM_TIME_OFFSET": "60"})
+                    self.assertIn(me, [r["session_id"] for r in pruned["removed"]], pruned)
+                self.assertFalse(os.path.exists(kept), how)
+
+
+class DoctorTrustTest(RoomTest):
+    """Issue 34 #2: doctor, which the README says to run in a fresh clone,
+    never runs a string from the project's files: an entry that is what
+    setup writes is probed with agents-room's own launcher by argv, any other
+    is reported "not run" with why.  Each case failed before the fix (the
+    committed command ran through sh -c and created the marker)."""
+
+    process = True
+
+    def test_a_cloned_repositorys_hook_commands_never_run(self):
+        launcher = agents_room.launcher()
+        code = shlex.quote(launcher[4])
+        for harness, folder, var in (("claude", ".claude", "CLAUDE_PROJECT_DIR"),
+                                     ("gemini", ".gemini", "GEMINI_PROJECT_DIR"),
+                                     ("qwen", ".qwen", "QWEN_PROJECT_DIR")):
+            marker = os.path.join(self.tmp, "MARKER-" + harness)
+            commands = (
+                "touch %s; python3 tools/agents_room.py hook --event=PostToolUse" % marker,
+                "python3 -I -S -c %s \"$%s\"/agents_room.py hook --event=Stop && touch %s"
+                % (code, var, marker),
+                "python3 -I -S -c %s \"$(touch %s)\"/agents_room.py hook" % (code, marker),
+                "python3 -I -S -c %s %s hook --event=Stop --label \"$(touch %s)\"" % (
+                    code, shlex.quote(agents_room.this_file()), marker),
+                "./tools/python -I -S -c %s %s hook" % (
+                    code, shlex.quote(agents_room.this_file())))
+            for command in commands:
+                with self.subTest(harness=harness, command=command[:60]):
+                    clone = self.repo("clone-%s-%d" % (harness, commands.index(command)))
+                    os.makedirs(os.path.join(clone, folder))
+                    os.makedirs(os.path.join(clone, "tools"))
+                    with open(os.path.join(clone, "tools", "python"), "w") as handle:
+                        handle.write("#!/bin/sh\ntouch %s\n" % marker)
+                    os.chmod(os.path.join(clone, "tools", "python"), 0o755)
+                    with open(os.path.join(clone, folder, "settings.json"), "w") as handle:
+                        json.dump({"hooks": {"PostToolUse": [{"hooks": [
+                            {"type": "command", "command": command}]}]}}, handle)
+                    done = self.run_cli("doctor", cwd=clone)
+                    self.assertFalse(os.path.exists(marker), done.stdout)
+                    self.assertRegex(done.stdout, r"hook command not run: ")
+
+    def test_what_setup_writes_is_still_probed(self):
+        for harness in ("claude", "gemini", "qwen"):
+            with self.subTest(harness=harness):
+                clone = self.repo("set-up-" + harness)
+                self.run_cli("setup", harness, "--write", cwd=clone, check=0)
+                done = self.run_cli("doctor", cwd=clone)
+                self.assertRegex(done.stdout, r"ok +\S.* hook command runs", done.stdout)
+                self.assertNotIn("not run", done.stdout)
+
+
 class TrustThirdRoundTest(RoomTest):
     """The third trust review's findings in the core (issue 26): each test
     failed on the code before its fix.  Real processes for liveness."""
@@ -6550,7 +6841,7 @@ class TrustThirdRoundTest(RoomTest):
         self.assertEqual(len(kept), 1)
         self.assertEqual(stat.S_IMODE(os.stat(kept[0]).st_mode), 0o600)
         with open(kept[0]) as handle:
-            self.assertEqual(json.load(handle), {"token": token})
+            self.assertEqual(json.load(handle)["token"], token)
 
     def test_a_quiet_window_refuses_a_claim_as_an_answer(self):
         owner = self.join("--label", "owner", key="k-owner", live=True)["session_id"]
@@ -7884,7 +8175,8 @@ class FenceWatchRetractTest(SignalBase):
 
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
               DoorTest, MailboxTest, ConcurrencyTest, McpTest, HookTest, WakeTest,
-              SignalScenarioTest, RetentionTest, ReadmeTest, FenceWatchRetractTest)
+              SignalScenarioTest, RetentionTest, ReadmeTest, FenceWatchRetractTest,
+              LeverTrustTest)
 for _base in PG_CLASSES:
     globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
         "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})

@@ -145,7 +145,7 @@ class Box:
             # Node 22 first, for Pi only; then pi's own bin dir.
             "PATH": os.pathsep.join([self.suite.node_bin, self.suite.pi_bin,
                                      env.get("PATH", "/usr/bin:/bin")]),
-            "TMPDIR": self.suite.tmp,            # the wake sockets live under it
+            "TMPDIR": self.suite.tmp,            # a wake socket's, where HOME is too deep
             "AGENTS_ROOM_DB": self.db,
             "AGENTS_ROOM_E2E_BOX": self.dir,     # marks every process of this case
             "PI_OFFLINE": "1",                   # no fd/ripgrep download, no catalog refresh
@@ -786,8 +786,10 @@ def s_exit(box):
 
     def sockets():
         name = "pi-%s.sock" % box.harness_key(sid)
-        return [os.path.join(d, n) for d, _, names in os.walk(box.suite.tmp) for n in names
-                if n == name]
+        # ~/.agents-room/pi, or a mkdtemp directory under TMPDIR where the
+        # HOME is too deep for a socket's name (issue 34 #5).
+        return [os.path.join(d, n) for top in (box.home, box.suite.tmp)
+                for d, _, names in os.walk(top) for n in names if n == name]
     if box.mode == "pi-tui":
         check(sockets(), "no wake socket of the running session under %s" % box.suite.tmp)
         check(box.tui_exit(), "pi did not exit within 15 s of Ctrl+D")
