@@ -12378,15 +12378,22 @@ class PgStore:
         # the kernel's two hours.
         settings = {"lock_timeout": "%dms" % int(busy_ms),
                     "idle_in_transaction_session_timeout": "%dms" % PG_IDLE_TX_MS}
-        # Commits as durable as the SQLite store's? Not quite: see "What
-        # differs" in the README.  The room's writers take turns, so a disk
-        # flush per commit sets the rate; off, a crash of the server (its
-        # process or machine) may lose the last fraction of a second of
-        # commits, never corrupt.  options=-csynchronous_commit%3Don in the
-        # URL keeps a flush per commit.
-        options = parse_postgres_url(url)["query"].get("options", "")
+        # Acknowledged means kept: a commit waits for its WAL to be written
+        # (synchronous_commit=on, set here whatever the server's default, so
+        # a lease granted survives a crash of the server).  A team that would
+        # rather have the rate asks with commit=fast in the URL: a crash of
+        # the server (its process or machine) may then lose the last fraction
+        # of a second of acknowledged commits, never corrupt.  A URL whose
+        # options set synchronous_commit itself keeps that choice.
+        query = parse_postgres_url(url)["query"]
+        options = query.get("options", "")
+        commit = query.get("commit", "durable")
+        if commit not in ("durable", "fast"):
+            raise StoreError("commit=%s in AGENTS_ROOM_DB is not durable or fast"
+                             % commit, "commit=fast trades the last acknowledged "
+                             "commits in a crash of the server for speed")
         if "synchronous_commit" not in options:
-            settings["synchronous_commit"] = "off"
+            settings["synchronous_commit"] = "off" if commit == "fast" else "on"
         self.set_local = "".join("; SET LOCAL %s = '%s'" % item for item in sorted(
             settings.items()) if item[0] not in options)
         try:
