@@ -86,6 +86,8 @@ Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_VERDICT_STALE_S     another host's liveness verdict, at most
   AGENTS_ROOM_EVENT_RETENTION_S, AGENTS_ROOM_MESSAGE_RETENTION_S   retention
   AGENTS_ROOM_SESSION_STORED_MAX  characters of messages one session may keep
+  AGENTS_ROOM_PG_KEEPALIVE_S      an idle PostgreSQL connection is probed after
+                                  this, then 3 times a third of it apart
   AGENTS_ROOM_PG_NEAR_MS          a server nearer (ms round trip) is locked at
                                   BEGIN; farther, a call reads ahead and has
                                   its reads checked under the lock (0: always)
@@ -11172,9 +11174,12 @@ class PgConnection:
                 sock = socket.create_connection((host, port), self._startup)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 # A server that vanished (a laptop asleep, a cut link) is noticed
-                # in about a minute, not in the kernel's quarter of an hour.
+                # in about a minute, not in the kernel's quarter of an hour:
+                # idle 30 s, then three probes 10 s apart.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10),
+                idle = max(1, int(env_number("AGENTS_ROOM_PG_KEEPALIVE_S", 30)))
+                for name, value in (("TCP_KEEPIDLE", idle),
+                                    ("TCP_KEEPINTVL", max(1, idle // 3)),
                                     ("TCP_KEEPCNT", 3)):
                     if hasattr(socket, name):
                         sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
@@ -11366,8 +11371,14 @@ class PgConnection:
         return _PgTimeout("no complete answer from PostgreSQL within %g s" % self.answer_s)
 
     def _late_or(self, error):
-        """A socket timeout as the deadline's own error; any other as it is."""
-        return self._late() if isinstance(error, sys.modules["socket"].timeout) else error
+        """A socket timeout as the deadline's own error; any other as it is.
+        Since Python 3.10 socket.timeout is TimeoutError, which the kernel's
+        ETIMEDOUT raises too (keepalive gave up on a dead connection): that
+        one carries its errno and is a lost connection, to be made again,
+        not this side's deadline (issue 40)."""
+        if isinstance(error, sys.modules["socket"].timeout) and error.errno is None:
+            return self._late()
+        return error
 
     def _violation(self, text):
         """A protocol violation: the stream can no longer be read, so the
