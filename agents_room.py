@@ -7997,6 +7997,7 @@ WAKE_RETRY_MAX_S = 30 * 60
 WAKE_ATTEMPTS_MAX = 6
 WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
 WAITER_POLL_S = 1.0
+WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
 WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
 # FIXME: a harness may run no Stop hook after the user interrupts a turn, so a
 # turn marked busy stays busy this long (levers wait; hooks still signal).
@@ -8291,6 +8292,16 @@ def wakes_due(conn, at):
         (at, os.getuid(), host_name())).fetchone() is not None
 
 
+def next_wake_at(conn):
+    """When the next wake of one of this user's sessions on this host is due
+    (a time, perhaps past), or None: how long a wake listener may sleep."""
+    row = conn.execute(
+        "SELECT d.wake_next_at FROM deliveries d JOIN sessions s ON s.id = d.session_id "
+        "WHERE d.wake_next_at IS NOT NULL AND s.uid = ? AND s.host = ? "
+        "ORDER BY d.wake_next_at LIMIT 1", (os.getuid(), host_name())).fetchone()
+    return row[0] if row else None
+
+
 @tool("wake_plan", "Plan due wakes", {"limit": {"type": "integer"}}, public=False,
       after=False)
 def wake_plan(op, limit=20):
@@ -8547,6 +8558,53 @@ def after_tool_event(store, ctx):
 
 
 AFTER_TOOL_EVENT.append(after_tool_event)
+
+
+def listen_for_wakes(store_path=None, via="cli"):
+    """On a store that several hosts share, a long-lived process (serve for
+    each harness, the rewake waiter, watch, the page) fires the wakes due on
+    its own host for its own user as soon as a send commits anywhere: without
+    it a send from another host waited for the next agents-room call on this
+    one, which an idle host never makes (issue 40).  A thread with a store of
+    its own LISTENs (wait_change) and runs what any tool event runs after
+    commit (run_due_wakes): wake_plan claims each wake in the store before
+    its lever runs, so two listeners on one host fire it once, and keeps its
+    rules (never mid-turn, the recipient's recorded environment, one lever
+    per delivery).  Returns the thread, or None where there is no other
+    host to hear from (a SQLite store: every sender is on this host and
+    fires the wake itself)."""
+    path = store_path or default_db_path()
+    if not store_kind(path).shared_by_hosts:
+        return None
+    import threading
+    thread = threading.Thread(target=_wake_listener, args=(path, via), daemon=True,
+                              name="agents-room wakes")
+    thread.start()
+    return thread
+
+
+def _wake_listener(path, via):
+    ctx = Context(via=via)
+    store = None
+    while True:
+        try:
+            if store is None:
+                store = open_store(path)
+            run_due_wakes(store, ctx)
+            due = _store_call(store, next_wake_at)
+            wait = WAKE_LISTEN_S if due is None else due - store.now()
+            store.wait_change(min(max(wait, 0.05), WAKE_LISTEN_S), mail=True)
+        except Exception as error:      # noqa: a listener outlives any one failure
+            if not isinstance(error, RoomError) or not _passing(error):
+                sys.stderr.write("agents-room: wake listener: %s\n" % clean(
+                    error.message if isinstance(error, RoomError) else str(error)))
+            if store is not None:
+                try:
+                    store.close()
+                except Exception:       # noqa: closing what already failed
+                    pass
+                store = None
+            time.sleep(RECONNECT_PAUSE_S)
 
 
 def _spawn_wake(store, ctx, job):
@@ -9296,6 +9354,7 @@ def serve(store_path=None, profile=None):
         store = None
     if store is not None:
         store.serving()         # a long run: the store's upkeep waits for pauses
+        listen_for_wakes(store_path, "mcp")
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
@@ -9550,6 +9609,7 @@ def wait_for_wake(store, ctx, key, env, adapter):
     while store.now() < armed_at + lifetime:
         store.wait_change(poll, mail=True)
         checks += 1
+        after_tool_event(store, ctx)    # wakes due on this host (listen_for_wakes)
         try:
             answer = call_tool(store, ctx, "waiter_poll", {
                 "session_id": session, "pid": pid, "armed_at": armed_at,
@@ -10156,6 +10216,7 @@ def run_watch(args):
     if args.to_me and not me:
         raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
     store = open_store()
+    listen_for_wakes(store.path, "cli")
     since = parse_since(args.since) if args.since else None
     last = None
     if args.last is not None:
@@ -15068,6 +15129,7 @@ def run_ui(args):
     server.RequestHandlerClass = _ui_handler(page)
     watcher = threading.Thread(target=page.watch, daemon=True)
     watcher.start()
+    listen_for_wakes(None, "cli")
     url = "%s/#k=%s" % (page.origin, page.new_code())
     sys.stdout.write(url + "\n")
     sys.stdout.flush()

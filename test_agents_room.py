@@ -6979,6 +6979,34 @@ class PgStoreTest(RoomTest):
         self.wait_for(lambda: os.path.exists(woke) and "1 unread" in read_bytes(
             woke).decode(), what="the lever on alpha")
 
+    def test_a_send_from_another_host_wakes_an_idle_session(self):
+        """Issue 40: with nothing on alpha but two idle `serve` processes (as
+        two harnesses keep), a send from beta fires the sleeper's lever on
+        alpha, once (before, it waited for an agents-room call on alpha)."""
+        woke = os.path.join(self.tmp, "woke")
+        lever = "%s -c \"import sys; open(%r, 'a').write(sys.argv[1] + chr(10))\"" % (
+            sys.executable, woke)
+        self.keep_alive("k-w")
+        sleeper = self.cli_json("join", "--room", "hosts", "--label", "sleeper",
+                                "--autonomy", "wake", env=self.host(
+                                    "alpha", "k-w", AGENTS_ROOM_WAKE_CMD=lever))["session_id"]
+        sender = self.cli_json("join", "--room", "hosts", "--label", "sender",
+                               env=self.host("beta", "k-s"))["session_id"]
+        servers = [McpClient(self, env=self.host("alpha")) for _ in range(2)]
+        for server in servers:
+            server.initialize()
+        time.sleep(1)                       # both listening
+        started = time.monotonic()
+        self.cli_json("send", "--session", sender, "--to", sleeper, "--subject", "wake up",
+                      env=self.host("beta"))
+        self.wait_for(lambda: os.path.exists(woke) and "1 unread" in read_bytes(
+            woke).decode(), seconds=15, what="the lever on alpha")
+        sys.stderr.write(" [woken across hosts in %.2f s] " % (time.monotonic() - started))
+        time.sleep(1)
+        self.assertEqual(len(read_bytes(woke).decode().splitlines()), 1)
+        for server in servers:
+            server.close()
+
     def test_a_quiet_hook_learns_of_another_hosts_send(self):
         """A sender on another host raises no marker here: a quiet hook asks
         the store once REMOTE_CHECK_S has passed since its last look."""
