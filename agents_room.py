@@ -4907,7 +4907,9 @@ def _render_session_table(sessions):
             " (asked %d)" % s["autonomy_requested"]
             if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
         if s.get("lever"):
-            level += " " + s["lever"]
+            # A lever runs on its session's host: say which, from elsewhere.
+            level += " " + s["lever"] + (" on " + s["host"].split("/")[0] if s.get(
+                "host") and s["host"] != host_name() else "")
         rows.append((s["session_id"] + ("*" if s.get("you") else ""),
                      one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
                      s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
@@ -5202,9 +5204,14 @@ def where_text(row):
 
 
 def waiter_armed(row, at):
-    """Whether the session's rewake waiter (hook --event=Stop --wait) runs now."""
+    """Whether the session's rewake waiter (hook --event=Stop --wait) runs now.
+    Its process is on the session's host: there it is looked at; any other
+    host takes the store's word (armed until its lifetime ends, as the waiter
+    registered it), so every host shows the lever a wake would use."""
     if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
         return False
+    if row["host"] is not None and row["host"] != host_name():
+        return True
     started = process_start(row["waiter_pid"])
     return started is not None and (row["waiter_start"] is None or
                                     abs(started - row["waiter_start"]) <= 2)

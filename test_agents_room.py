@@ -7007,6 +7007,30 @@ class PgStoreTest(RoomTest):
         for server in servers:
             server.close()
 
+    def test_every_host_shows_the_lever_a_wake_would_use(self):
+        """Issue 40: a rewake waiter armed on alpha is the session's lever on
+        beta too, from the store (beta cannot see alpha's processes), and
+        the table says where it runs."""
+        alpha = self.host("alpha", AGENTS_ROOM_WAITER_POLL_S="0.05")
+        done = self.run_cli("hook", "--event=SessionStart", env=alpha, input=json.dumps(
+            {"session_id": "k-r", "cwd": self.tmp, "hook_event_name": "SessionStart",
+             "source": "startup"}), check=0)
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env=alpha)
+        waiter.stdin.write(json.dumps({"session_id": "k-r", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+
+        def levers(host):
+            return [s["lever"] for s in self.cli_json("who", env=self.host(
+                host))["sessions"]]
+        self.wait_for(lambda: levers("alpha") == ["claude-rewake"], what="armed")
+        self.assertEqual(levers("beta"), ["claude-rewake"], done.stdout)
+        self.assertIn("claude-rewake on alpha", self.run_cli(
+            "who", env=self.host("beta"), check=0).stdout)
+        self.assertNotIn(" on alpha", self.run_cli("who", env=alpha,
+                                                   check=0).stdout)
+        waiter.kill()
+
     def test_a_quiet_hook_learns_of_another_hosts_send(self):
         """A sender on another host raises no marker here: a quiet hook asks
         the store once REMOTE_CHECK_S has passed since its last look."""
