@@ -8215,14 +8215,19 @@ def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
     op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
                     "WHERE id=?", (pid, pid_start, until, op.me))
     op.event("wake.armed", op.me, data={"pid": pid})
-    return {"session_id": op.me}
+    # What is new since arming is told by id, not by time: ids commit in
+    # order, while a message's created_at is its sender's clock, read before
+    # its commit (and a clock may lag by CLOCK_SLACK_S): a message stamped
+    # before the arming but committed after it would be skipped (issue 40).
+    after = op.conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    return {"session_id": op.me, "after_id": after}
 
 
 @tool("waiter_poll", "Has the waiter something to wake for", {
     "session_id": S_SESSION, "pid": {"type": "integer"},
-    "armed_at": {"type": "number"}, "check_alive": {"type": "boolean"}},
-    ["session_id", "pid", "armed_at"], public=False, after=False)
-def waiter_poll(op, pid, armed_at, check_alive=False):
+    "after_id": {"type": "integer"}, "check_alive": {"type": "boolean"}},
+    ["session_id", "pid", "after_id"], public=False, after=False)
+def waiter_poll(op, pid, after_id, check_alive=False):
     """One look of the rewake waiter: {"stop": True} when it was replaced or the
     session left or ended; {"text": signal} when a message sent after arming is
     unread and no other lever took it (its deliveries become accepted: the
@@ -8236,7 +8241,7 @@ def waiter_poll(op, pid, armed_at, check_alive=False):
     fresh = [r[0] for r in op.conn.execute(
         "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
         "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-        "d.state != 'accepted' AND m.created_at >= ?" % UNREAD_SQL, (op.me, armed_at))]
+        "d.state != 'accepted' AND m.id > ?" % UNREAD_SQL, (op.me, after_id))]
     if not fresh:
         return {"stop": False, "text": None}
     text = signal_text(op.conn, op.me)
@@ -9600,9 +9605,10 @@ def wait_for_wake(store, ctx, key, env, adapter):
     # At SessionStart the join runs beside this hook (a harness starts a
     # group's hooks together): give it a moment to create the session.
     for _ in range(int(WAITER_JOIN_WAIT_S / 0.1)):
-        session = call_tool(store, ctx, "waiter_arm", {
+        armed = call_tool(store, ctx, "waiter_arm", {
             "harness_key": key, "pid": pid, "pid_start": process_start(pid),
-            "until": armed_at + lifetime})["session_id"]
+            "until": armed_at + lifetime})
+        session = armed["session_id"]
         if session is not None:
             break
         time.sleep(0.1)
@@ -9619,7 +9625,7 @@ def wait_for_wake(store, ctx, key, env, adapter):
         after_tool_event(store, ctx)    # wakes due on this host (listen_for_wakes)
         try:
             answer = call_tool(store, ctx, "waiter_poll", {
-                "session_id": session, "pid": pid, "armed_at": armed_at,
+                "session_id": session, "pid": pid, "after_id": armed["after_id"],
                 "check_alive": checks % 30 == 0})
         except RoomError as error:
             if not _passing(error):

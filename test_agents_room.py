@@ -5622,6 +5622,24 @@ class SignalScenarioTest(SignalBase):
         self.assertNotIn("NEWSECRET", stderr)
         self.assertEqual(self.state_of(sender), "accepted")
 
+    def test_rewake_waiter_wakes_for_a_message_stamped_before_it_armed(self):
+        """Issue 40: what is new since arming is told by id: a sender whose
+        clock is 3 s behind (within CLOCK_SLACK_S) stamps its message before
+        the arming, and the waiter still wakes (it compared created_at with
+        its armed time, and never woke)."""
+        sid, _ = self.start("k-lag", "--room", "r", "--autonomy", "wake")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        errors = PipeReader(waiter.stderr)
+        waiter.stdin.write(json.dumps({"session_id": "k-lag", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.wait_for(lambda: self.event_count("wake.armed", sid), 10, "waiter armed")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "lagging",
+                      env={"AGENTS_ROOM_TIME_OFFSET": "-3"})
+        self.assertEqual(waiter.wait(10), 2)
+        self.assertIn("1 unread message (1 from sender)", errors.rest().decode())
+
     def test_two_sessions_hold_and_wake_wired_by_setup(self):
         path, lines = self.socket_server()
         hold_dir, wake_dir = self.repo("holder"), self.repo("waker")
