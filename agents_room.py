@@ -11251,10 +11251,17 @@ class PgConnection:
                 # in about a minute, not in the kernel's quarter of an hour:
                 # idle 30 s, then three probes 10 s apart.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                # Data sent and not acknowledged (a query, a put-off write)
+                # is not keepalive's but retransmission's, which gives up only
+                # after a quarter of an hour: TCP_USER_TIMEOUT bounds that by
+                # the same minute, so a connection that died while this side
+                # wrote is found as soon as one that died while idle.
                 idle = max(1, int(env_number("AGENTS_ROOM_PG_KEEPALIVE_S", 30)))
                 for name, value in (("TCP_KEEPIDLE", idle),
                                     ("TCP_KEEPINTVL", max(1, idle // 3)),
-                                    ("TCP_KEEPCNT", 3)):
+                                    ("TCP_KEEPCNT", 3),
+                                    ("TCP_USER_TIMEOUT",
+                                     (idle + 3 * max(1, idle // 3)) * 1000)):
                     if hasattr(socket, name):
                         sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
         except OSError as error:

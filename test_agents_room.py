@@ -7203,11 +7203,12 @@ class PgStoreTest(RoomTest):
         self.assertFalse(taken["ok"], taken)
 
     def test_a_connection_dead_after_an_outage_is_made_again(self):
-        """Issue 40: `serve` makes a call, the link is cut until keepalive
-        gives the idle connection up (ETIMEDOUT, which Python 3.10+ raises as
-        TimeoutError like a socket timeout), the link comes back: the next
-        call connects again and is stored once (it failed at once with "no
-        complete answer from PostgreSQL within 70 s", nothing stored)."""
+        """Issue 40: `serve` makes a call, the link is cut until keepalive (or
+        TCP_USER_TIMEOUT, for its wake listener's query in flight) gives the
+        connections up (ETIMEDOUT, which Python 3.10+ raises as TimeoutError
+        like a socket timeout), the link comes back: the next call connects
+        again and is stored once (it failed at once with "no complete answer
+        from PostgreSQL within 70 s", nothing stored)."""
         pg = self.cluster()
         link = NetnsLink(self, pg.port)
         # Without TLS: over TLS the same loss comes as an SSLEOFError.
@@ -7224,7 +7225,7 @@ class PgStoreTest(RoomTest):
                 "session_id": me, "to": other, "subject": subject}})
             self.assertFalse(answer["result"].get("isError"), answer)
         send("before the outage")
-        self.assertEqual(len(link.connections()), 1)
+        self.assertTrue(link.connections())     # the server's, and its wake listener's
         link.down()
         try:
             self.wait_for(lambda: not link.connections(), seconds=30,
