@@ -14113,6 +14113,11 @@ def _bench_contention(b, env, workdir):
                     other.stdin.write("drain\n")
                     other.stdin.flush()
         out, err = proc.communicate(timeout=seconds + 60)
+        if len(out.split()) < 4:
+            # A worker that died says why on its stderr (not a bench's unpack).
+            raise RoomError("a %s worker of the throughput run ended without its counts "
+                            "(exit %s): %s" % (role, proc.returncode, one_line(
+                                err.strip()[-600:], 600) or "no output"))
         done, failed, first, last = out.split()[-4:]
         done, failed = int(done), int(failed)
         errors += failed
