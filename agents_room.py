@@ -8597,7 +8597,7 @@ def listen_for_wakes(store_path=None, via="cli"):
 
 def _wake_listener(path, via):
     ctx = Context(via=via)
-    store = None
+    store = said = None
     while True:
         try:
             if store is None:
@@ -8605,11 +8605,12 @@ def _wake_listener(path, via):
             run_due_wakes(store, ctx)
             due = _store_call(store, next_wake_at)
             wait = WAKE_LISTEN_S if due is None else due - store.now()
-            store.wait_change(min(max(wait, 0.05), WAKE_LISTEN_S), mail=True)
+            store.wait_change(min(max(wait, 0.5), WAKE_LISTEN_S), mail=True)
         except Exception as error:      # noqa: a listener outlives any one failure
-            if not isinstance(error, RoomError) or not _passing(error):
-                sys.stderr.write("agents-room: wake listener: %s\n" % clean(
-                    error.message if isinstance(error, RoomError) else str(error)))
+            text = clean(error.message if isinstance(error, RoomError) else str(error))
+            if text != said and (not isinstance(error, RoomError) or not _passing(error)):
+                sys.stderr.write("agents-room: wake listener: %s\n" % text)   # once
+            said = text
             if store is not None:
                 try:
                     store.close()
@@ -9366,7 +9367,7 @@ def serve(store_path=None, profile=None):
         store = None
     if store is not None:
         store.serving()         # a long run: the store's upkeep waits for pauses
-        listen_for_wakes(store_path, "mcp")
+    listen_for_wakes(store_path, "mcp")     # it connects (and again) by itself
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
