@@ -9623,7 +9623,8 @@ def wait_for_wake(store, ctx, key, env, adapter):
     while store.now() < armed_at + lifetime:
         store.wait_change(poll, mail=True)
         checks += 1
-        after_tool_event(store, ctx)    # wakes due on this host (listen_for_wakes)
+        if store.shared_by_hosts:       # wakes sent from other hosts (listen_for_wakes)
+            after_tool_event(store, ctx)
         try:
             answer = call_tool(store, ctx, "waiter_poll", {
                 "session_id": session, "pid": pid, "after_id": armed["after_id"],
