@@ -6,7 +6,7 @@ INTEROP_DIR ?= $(CURDIR)/.interop
 INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
-.PHONY: test stress interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser \
+.PHONY: test stress interop bench bench-quick bench-pg multihost clean e2e e2e-pg e2e-hermes browser \
 	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-all e2e-latest
 
 test:
@@ -137,6 +137,13 @@ PG_DIR ?= /tmp/agents-room-bench-pg
 PG_CLI = $(PYTHON) -c 'import sys; sys.path.insert(0, "."); import test_agents_room as t; sys.exit(t.pg_cli(sys.argv))'
 BENCH_ARGS ?=
 BENCH_RTT ?= 0,20
+
+# Three hosts as network namespaces against one PostgreSQL server (root, Linux;
+# issue 40): who, leases, sends, a wake, a crash of the server and a dead
+# connection across them.  Not part of make test; .ci/run runs it.
+MULTIHOST_ARGS ?=
+multihost:
+	$(PYTHON) .ci/multihost.py $(MULTIHOST_ARGS)
 
 bench-pg:
 	$(PG_CLI) stop "$(PG_DIR)"

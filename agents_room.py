@@ -86,6 +86,8 @@ Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_VERDICT_STALE_S     another host's liveness verdict, at most
   AGENTS_ROOM_EVENT_RETENTION_S, AGENTS_ROOM_MESSAGE_RETENTION_S   retention
   AGENTS_ROOM_SESSION_STORED_MAX  characters of messages one session may keep
+  AGENTS_ROOM_PG_KEEPALIVE_S      an idle PostgreSQL connection is probed after
+                                  this, then 3 times a third of it apart
   AGENTS_ROOM_PG_NEAR_MS          a server nearer (ms round trip) is locked at
                                   BEGIN; farther, a call reads ahead and has
                                   its reads checked under the lock (0: always)
@@ -5051,7 +5053,9 @@ def _render_session_table(sessions):
             " (asked %d)" % s["autonomy_requested"]
             if s.get("autonomy_requested", s["autonomy"]) != s["autonomy"] else "")
         if s.get("lever"):
-            level += " " + s["lever"]
+            # A lever runs on its session's host: say which, from elsewhere.
+            level += " " + s["lever"] + (" on " + s["host"].split("/")[0] if s.get(
+                "host") and s["host"] != host_name() else "")
         rows.append((s["session_id"] + ("*" if s.get("you") else ""),
                      one_line(s["label"] or "-", 24), one_line(s["harness"], 12),
                      s["liveness"] + (" (ended)" if s.get("ended") else ""), level,
@@ -5374,9 +5378,14 @@ def where_text(row):
 
 
 def waiter_armed(row, at):
-    """Whether the session's rewake waiter (hook --event=Stop --wait) runs now."""
+    """Whether the session's rewake waiter (hook --event=Stop --wait) runs now.
+    Its process is on the session's host: there it is looked at; any other
+    host takes the store's word (armed until its lifetime ends, as the waiter
+    registered it), so every host shows the lever a wake would use."""
     if not row["waiter_pid"] or (row["waiter_until"] or 0) <= at:
         return False
+    if row["host"] is not None and row["host"] != host_name():
+        return True
     started = process_start(row["waiter_pid"])
     return started is not None and (row["waiter_start"] is None or
                                     abs(started - row["waiter_start"]) <= 2)
@@ -8170,6 +8179,7 @@ WAKE_RETRY_MAX_S = 30 * 60
 WAKE_ATTEMPTS_MAX = 6
 WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
 WAITER_POLL_S = 1.0
+WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
 WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
 # FIXME: a harness may run no Stop hook after the user interrupts a turn, so a
 # turn marked busy stays busy this long (levers wait; hooks still signal).
@@ -8382,14 +8392,19 @@ def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
     op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
                     "WHERE id=?", (pid, pid_start, until, op.me))
     op.event("wake.armed", op.me, data={"pid": pid})
-    return {"session_id": op.me}
+    # What is new since arming is told by id, not by time: ids commit in
+    # order, while a message's created_at is its sender's clock, read before
+    # its commit (and a clock may lag by CLOCK_SLACK_S): a message stamped
+    # before the arming but committed after it would be skipped (issue 40).
+    after = op.conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    return {"session_id": op.me, "after_id": after}
 
 
 @tool("waiter_poll", "Has the waiter something to wake for", {
     "session_id": S_SESSION, "pid": {"type": "integer"},
-    "armed_at": {"type": "number"}, "check_alive": {"type": "boolean"}},
-    ["session_id", "pid", "armed_at"], public=False, after=False)
-def waiter_poll(op, pid, armed_at, check_alive=False):
+    "after_id": {"type": "integer"}, "check_alive": {"type": "boolean"}},
+    ["session_id", "pid", "after_id"], public=False, after=False)
+def waiter_poll(op, pid, after_id, check_alive=False):
     """One look of the rewake waiter: {"stop": True} when it was replaced or the
     session left or ended; {"text": signal} when a message sent after arming is
     unread and no other lever took it (its deliveries become accepted: the
@@ -8403,7 +8418,7 @@ def waiter_poll(op, pid, armed_at, check_alive=False):
     fresh = [r[0] for r in op.conn.execute(
         "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
         "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-        "d.state != 'accepted' AND m.created_at >= ?" % UNREAD_SQL, (op.me, armed_at))]
+        "d.state != 'accepted' AND m.id > ?" % UNREAD_SQL, (op.me, after_id))]
     if not fresh:
         return {"stop": False, "text": None}
     text = signal_text(op.conn, op.me)
@@ -8464,6 +8479,16 @@ def wakes_due(conn, at):
         "WHERE d.wake_next_at <= ? AND s.uid = ? AND s.host = ? "
         "ORDER BY d.wake_next_at LIMIT 1",
         (at, os.getuid(), host_name())).fetchone() is not None
+
+
+def next_wake_at(conn):
+    """When the next wake of one of this user's sessions on this host is due
+    (a time, perhaps past), or None: how long a wake listener may sleep."""
+    row = conn.execute(
+        "SELECT d.wake_next_at FROM deliveries d JOIN sessions s ON s.id = d.session_id "
+        "WHERE d.wake_next_at IS NOT NULL AND s.uid = ? AND s.host = ? "
+        "ORDER BY d.wake_next_at LIMIT 1", (os.getuid(), host_name())).fetchone()
+    return row[0] if row else None
 
 
 @tool("wake_plan", "Plan due wakes", {"limit": {"type": "integer"}}, public=False,
@@ -8743,6 +8768,54 @@ def after_tool_event(store, ctx):
 
 
 AFTER_TOOL_EVENT.append(after_tool_event)
+
+
+def listen_for_wakes(store_path=None, via="cli"):
+    """On a store that several hosts share, a long-lived process (serve for
+    each harness, the rewake waiter, watch, the page) fires the wakes due on
+    its own host for its own user as soon as a send commits anywhere: without
+    it a send from another host waited for the next agents-room call on this
+    one, which an idle host never makes (issue 40).  A thread with a store of
+    its own LISTENs (wait_change) and runs what any tool event runs after
+    commit (run_due_wakes): wake_plan claims each wake in the store before
+    its lever runs, so two listeners on one host fire it once, and keeps its
+    rules (never mid-turn, the recipient's recorded environment, one lever
+    per delivery).  Returns the thread, or None where there is no other
+    host to hear from (a SQLite store: every sender is on this host and
+    fires the wake itself)."""
+    path = store_path or default_db_path()
+    if not store_kind(path).shared_by_hosts:
+        return None
+    import threading
+    thread = threading.Thread(target=_wake_listener, args=(path, via), daemon=True,
+                              name="agents-room wakes")
+    thread.start()
+    return thread
+
+
+def _wake_listener(path, via):
+    ctx = Context(via=via)
+    store = said = None
+    while True:
+        try:
+            if store is None:
+                store = open_store(path)
+            run_due_wakes(store, ctx)
+            due = _store_call(store, next_wake_at)
+            wait = WAKE_LISTEN_S if due is None else due - store.now()
+            store.wait_change(min(max(wait, 0.5), WAKE_LISTEN_S), mail=True)
+        except Exception as error:      # noqa: a listener outlives any one failure
+            text = clean(error.message if isinstance(error, RoomError) else str(error))
+            if text != said and (not isinstance(error, RoomError) or not _passing(error)):
+                sys.stderr.write("agents-room: wake listener: %s\n" % text)   # once
+            said = text
+            if store is not None:
+                try:
+                    store.close()
+                except Exception:       # noqa: closing what already failed
+                    pass
+                store = None
+            time.sleep(RECONNECT_PAUSE_S)
 
 
 def _spawn_wake(store, ctx, job):
@@ -9522,6 +9595,7 @@ def serve(store_path=None, profile=None):
         store = None
     if store is not None:
         store.serving()         # a long run: the store's upkeep waits for pauses
+    listen_for_wakes(store_path, "mcp")     # it connects (and again) by itself
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
@@ -9760,9 +9834,10 @@ def wait_for_wake(store, ctx, key, env, adapter):
     # At SessionStart the join runs beside this hook (a harness starts a
     # group's hooks together): give it a moment to create the session.
     for _ in range(int(WAITER_JOIN_WAIT_S / 0.1)):
-        session = call_tool(store, ctx, "waiter_arm", {
+        armed = call_tool(store, ctx, "waiter_arm", {
             "harness_key": key, "pid": pid, "pid_start": process_start(pid),
-            "until": armed_at + lifetime})["session_id"]
+            "until": armed_at + lifetime})
+        session = armed["session_id"]
         if session is not None:
             break
         time.sleep(0.1)
@@ -9776,9 +9851,11 @@ def wait_for_wake(store, ctx, key, env, adapter):
     while store.now() < armed_at + lifetime:
         store.wait_change(poll, mail=True)
         checks += 1
+        if store.shared_by_hosts:       # wakes sent from other hosts (listen_for_wakes)
+            after_tool_event(store, ctx)
         try:
             answer = call_tool(store, ctx, "waiter_poll", {
-                "session_id": session, "pid": pid, "armed_at": armed_at,
+                "session_id": session, "pid": pid, "after_id": armed["after_id"],
                 "check_alive": checks % 30 == 0})
         except RoomError as error:
             if not _passing(error):
@@ -10382,6 +10459,7 @@ def run_watch(args):
     if args.to_me and not me:
         raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
     store = open_store()
+    listen_for_wakes(store.path, "cli")
     since = parse_since(args.since) if args.since else None
     last = None
     if args.last is not None:
@@ -11400,10 +11478,20 @@ class PgConnection:
                 sock = socket.create_connection((host, port), self._startup)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 # A server that vanished (a laptop asleep, a cut link) is noticed
-                # in about a minute, not in the kernel's quarter of an hour.
+                # in about a minute, not in the kernel's quarter of an hour:
+                # idle 30 s, then three probes 10 s apart.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10),
-                                    ("TCP_KEEPCNT", 3)):
+                # Data sent and not acknowledged (a query, a put-off write)
+                # is not keepalive's but retransmission's, which gives up only
+                # after a quarter of an hour: TCP_USER_TIMEOUT bounds that by
+                # the same minute, so a connection that died while this side
+                # wrote is found as soon as one that died while idle.
+                idle = max(1, int(env_number("AGENTS_ROOM_PG_KEEPALIVE_S", 30)))
+                for name, value in (("TCP_KEEPIDLE", idle),
+                                    ("TCP_KEEPINTVL", max(1, idle // 3)),
+                                    ("TCP_KEEPCNT", 3),
+                                    ("TCP_USER_TIMEOUT",
+                                     (idle + 3 * max(1, idle // 3)) * 1000)):
                     if hasattr(socket, name):
                         sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
         except OSError as error:
@@ -11594,8 +11682,14 @@ class PgConnection:
         return _PgTimeout("no complete answer from PostgreSQL within %g s" % self.answer_s)
 
     def _late_or(self, error):
-        """A socket timeout as the deadline's own error; any other as it is."""
-        return self._late() if isinstance(error, sys.modules["socket"].timeout) else error
+        """A socket timeout as the deadline's own error; any other as it is.
+        Since Python 3.10 socket.timeout is TimeoutError, which the kernel's
+        ETIMEDOUT raises too (keepalive gave up on a dead connection): that
+        one carries its errno and is a lost connection, to be made again,
+        not this side's deadline (issue 40)."""
+        if isinstance(error, sys.modules["socket"].timeout) and error.errno is None:
+            return self._late()
+        return error
 
     def _violation(self, text):
         """A protocol violation: the stream can no longer be read, so the
@@ -12606,15 +12700,22 @@ class PgStore:
         # the kernel's two hours.
         settings = {"lock_timeout": "%dms" % int(busy_ms),
                     "idle_in_transaction_session_timeout": "%dms" % PG_IDLE_TX_MS}
-        # Commits as durable as the SQLite store's? Not quite: see "What
-        # differs" in the README.  The room's writers take turns, so a disk
-        # flush per commit sets the rate; off, a crash of the server (its
-        # process or machine) may lose the last fraction of a second of
-        # commits, never corrupt.  options=-csynchronous_commit%3Don in the
-        # URL keeps a flush per commit.
-        options = parse_postgres_url(url)["query"].get("options", "")
+        # Acknowledged means kept: a commit waits for its WAL to be written
+        # (synchronous_commit=on, set here whatever the server's default, so
+        # a lease granted survives a crash of the server).  A team that would
+        # rather have the rate asks with commit=fast in the URL: a crash of
+        # the server (its process or machine) may then lose the last fraction
+        # of a second of acknowledged commits, never corrupt.  A URL whose
+        # options set synchronous_commit itself keeps that choice.
+        query = parse_postgres_url(url)["query"]
+        options = query.get("options", "")
+        commit = query.get("commit", "durable")
+        if commit not in ("durable", "fast"):
+            raise StoreError("commit=%s in AGENTS_ROOM_DB is not durable or fast"
+                             % commit, "commit=fast trades the last acknowledged "
+                             "commits in a crash of the server for speed")
         if "synchronous_commit" not in options:
-            settings["synchronous_commit"] = "off"
+            settings["synchronous_commit"] = "off" if commit == "fast" else "on"
         self.set_local = "".join("; SET LOCAL %s = '%s'" % item for item in sorted(
             settings.items()) if item[0] not in options)
         try:
@@ -14242,6 +14343,11 @@ def _bench_contention(b, env, workdir):
                     other.stdin.write("drain\n")
                     other.stdin.flush()
         out, err = proc.communicate(timeout=seconds + 60)
+        if len(out.split()) < 4:
+            # A worker that died says why on its stderr (not a bench's unpack).
+            raise RoomError("a %s worker of the throughput run ended without its counts "
+                            "(exit %s): %s" % (role, proc.returncode, one_line(
+                                err.strip()[-600:], 600) or "no output"))
         done, failed, first, last = out.split()[-4:]
         done, failed = int(done), int(failed)
         errors += failed
@@ -15278,6 +15384,7 @@ def run_ui(args):
     server.RequestHandlerClass = _ui_handler(page)
     watcher = threading.Thread(target=page.watch, daemon=True)
     watcher.start()
+    listen_for_wakes(None, "cli")
     url = "%s/#k=%s" % (page.origin, page.new_code())
     sys.stdout.write(url + "\n")
     sys.stdout.flush()
