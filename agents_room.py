@@ -278,6 +278,114 @@ class StoreError(RoomError):
 
 # ---- small utilities -----------------------------------------------------
 
+# The quiet hook comes first, and alone, because the launcher setup writes runs
+# it from this file's text before importing anything (QUIET_HOOK_READ, see
+# _launcher_code): importing the file unmarshals a megabyte of bytecode and
+# runs its body, twice a bare start, on every tool call of every agent; even
+# os costs a bare start a tenth more.  So it uses no name of the module and
+# only what a bare start has loaded (posix, sys, time) and binascii (built
+# in); its store rules are written out here and kept equal to signal_marker,
+# marker_path and default_db_path by a test (QuietHookTest).
+
+def quiet_hook(argv, text, environ=None, every=2.0):
+    """Whether a PostToolUse hook has nothing to say: its session (the
+    top-level "session_id" of the hook's JSON, read without the json module)
+    has no signal marker (one stat); on a server (whose markers are this
+    host's: a send from another host raises none) also its .checked stamp is
+    younger than every seconds (AGENTS_ROOM_REMOTE_CHECK_S).  environ: the
+    environment as a str mapping (the launcher has no os: posix's own).
+    Anything it does not recognise (an escaped key, a key signal_marker would
+    hash, a ~user or //path, a URL with %-escapes, a libpq string) is False:
+    the full path answers."""
+    import posix
+    import sys
+    import time
+    if "--event=PostToolUse" not in argv or "--help" in argv or "-h" in argv:
+        return False
+    first = text.find('"session_id"')
+    if first < 0 or text.find('"session_id"', first + 1) >= 0:
+        return False
+    rest = text[first + 12:].lstrip()
+    if not rest.startswith(":"):
+        return False
+    rest = rest[1:].lstrip()
+    end = rest.find('"', 1) if rest.startswith('"') else -1
+    key = rest[1:end] if end > 0 else ""
+    if not (0 < len(key) <= 120 and key[0] != "." and all(
+            c.isalnum() or c in "-_." for c in key)):
+        return False
+    if environ is None:
+        code = sys.getfilesystemencoding()
+        environ = {k.decode(code, "surrogateescape"): v.decode(code, "surrogateescape")
+                   for k, v in posix.environ.items()}
+    home = environ.get("HOME")
+    db = environ.get("AGENTS_ROOM_DB") or ""
+    if db.startswith("${") and db.endswith("}"):
+        db = ""                            # a harness's unexpanded ${AGENTS_ROOM_DB}
+    if not home or db.lstrip().lower().startswith((
+            "host=", "hostaddr=", "dbname=", "user=", "password=", "port=", "sslmode=",
+            "service=")):
+        return False
+    home = home.rstrip("/")                # as os.path.expanduser
+    try:
+        if not db[:13].lower().startswith(("postgresql://", "postgres://")):
+            if not db:
+                where = home + "/.agents-room/signals/"
+            else:
+                # os.path.abspath(os.path.expanduser(db)), then its directory
+                if db == "~" or db.startswith("~/"):
+                    db = (home or "/") + db[1:]
+                elif db.startswith("~") or (db.startswith("//") and db[2:3] != "/"):
+                    return False
+                if not db.startswith("/"):
+                    db = posix.getcwd() + "/" + db
+                parts = []
+                for part in db.split("/"):
+                    if part == "..":
+                        parts = parts[:-1]
+                    elif part not in ("", "."):
+                        parts.append(part)
+                where = "/" + "".join(p + "/" for p in parts[:-1]) + "signals/"
+            posix.stat(where + key)
+            return False
+        import binascii
+        rest = db.split("://", 1)[1]
+        cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+        hostport = rest[:cut].rpartition("@")[2]
+        database = rest[cut:].partition("?")[0]
+        database = database[1:] if database.startswith("/") else database
+        if hostport.startswith("["):
+            host, _, port = hostport[1:].partition("]")
+            port = port[1:]
+        else:
+            host, _, port = hostport.rpartition(":") if ":" in hostport else (
+                hostport, "", "")
+        if "%" in host + database:
+            return False
+        where = home + "/.agents-room/signals-%08x/" % binascii.crc32((
+            "%s:%s/%s" % (host, port, database)).encode("utf-8", "surrogatepass"))
+        try:
+            posix.stat(where + key)
+            return False
+        except FileNotFoundError:
+            pass
+        try:
+            checked = posix.stat(where + key + ".checked").st_mtime
+        except OSError:
+            return False                   # never asked: ask the server now
+        try:
+            every = float(environ.get("AGENTS_ROOM_REMOTE_CHECK_S") or every)
+        except ValueError:
+            pass
+        every = every if every == every and 0 <= every < 1e15 else 2.0
+        return 0 <= time.time() - checked < every
+    except FileNotFoundError:
+        return True                        # no marker: nothing waiting
+    except (OSError, ValueError):
+        return False
+# (the end of quiet_hook, as the launcher finds it)
+
+
 def real_time(at=None):
     """The machine's clock, never ahead of it: what a sweep's watermark and
     retention use, whatever clock a call was given."""
@@ -1934,21 +2042,45 @@ CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
 
 
+# How much of this file the launcher reads to find quiet_hook (a test keeps
+# the function inside it).
+QUIET_HOOK_READ = 1 << 16
+
+
 def _launcher_code(missing_exit):
     """The -c program of the launcher: take the directory of agents_room.py
-    from argv, import it (so Python uses the bytecode cache; the directory goes
-    last on the path, so a json.py beside the copy never shadows the standard
-    library), and when it is
-    not there say what to run instead of failing with an import traceback
-    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
+    from argv.  A hook with stdin reads it and asks quiet_hook, run from the
+    file's first QUIET_HOOK_READ characters, and exits quietly when there is
+    nothing to say; else it hands what it read on and imports the module (so
+    Python uses the bytecode cache; the directory goes last on the path, so a
+    json.py beside the copy never shadows the standard library).  Any failure
+    there (an older file without quiet_hook) takes the full path.  When the
+    file is not there, say what to run instead of failing with an import
+    traceback (a hook then exits 0, never blocking the harness; a git hook
+    exits 1)."""
     say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
     stop = "sys.exit(%s)" % say if missing_exit else \
         "sys.exit(print(%s,file=sys.stderr))" % say
+    quiet = ("if sys.argv[1:2]==[\"hook\"]and sys.stdin and not sys.stdin.isatty():\n"
+             " t=sys.stdin.read()\n"
+             " try:\n"
+             "  s=open(d+\"/agents_room.py\",encoding=\"utf-8\",errors=\"replace\")"
+             ".read(%d);exec(s[s.index(\"\\ndef quiet_hook(\"):s.index("
+             "\"\\n# (the end of quiet_hook\")]);q=quiet_hook(sys.argv[2:],t)\n"
+             " except Exception:q=0\n"
+             " if q:sys.exit(0)\n"
+             " import io;sys.stdin=io.StringIO(t)" % QUIET_HOOK_READ)
     # The argument names the file (so a person reading their settings sees
     # what runs); a directory, as earlier setups wrote, works too.
-    return ('import sys,os;f=sys.argv.pop(1);d=f[:-15]or"."if f.endswith("agents_room.py")'
-            'else f;sys.path.append(d);os.path.isfile(d+"/agents_room.py")or %s;'
-            'from agents_room import main;sys.exit(main())' % stop)
+    return ('import sys;f=sys.argv.pop(1);d=f[:-15]or"."if f.endswith("agents_room.py")'
+            'else f;exec(%s);import os;sys.path.append(d);os.path.isfile(d+"/agents_room.py")or %s;'
+            'from agents_room import main;sys.exit(main())' % (_py_string(quiet), stop))
+
+
+def _py_string(text):
+    """text as a double-quoted Python literal (launchers go into shell command
+    lines, where a single quote costs a '"'"' each)."""
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _which(program, env, cwd):
@@ -9563,49 +9695,14 @@ def wait_for_wake(store, ctx, key, env, adapter):
     return "", 0
 
 
-def _quick_key(text):
-    """The top-level "session_id" of a hook's JSON without the json module
-    (which costs more than the rest of a quiet hook): the value when the key
-    occurs once and the value has no escapes, else None (the slow path)."""
-    first = text.find('"session_id"')
-    if first < 0 or text.find('"session_id"', first + 1) >= 0:
-        return None
-    rest = text[first + 12:].lstrip()
-    if not rest.startswith(":"):
-        return None
-    rest = rest[1:].lstrip()
-    if not rest.startswith('"'):
-        return None
-    end = rest.find('"', 1)
-    value = rest[1:end] if end > 0 else ""
-    return value if value and "\\" not in value else None
-
-
 def nothing_to_say(argv, stdin_text):
     """A PostToolUse hook for a session without a signal marker has nothing
-    to say: answer it without importing json or sqlite3 or opening the store.
-    (UserPromptSubmit, once a turn, always takes the full path: it marks the
-    session busy, so no wake lever fires into a running turn.)  Anything
-    unusual takes the full path."""
-    if "--event=PostToolUse" not in argv:
-        return False
-    key = _quick_key(stdin_text)
-    if key is None:
-        return False
-    try:
-        path = default_db_path()
-        marker = signal_marker(path, key)
-        if os.path.exists(marker):
-            return False
-        if not store_kind(path).shared_by_hosts:
-            return True
-        # A send from another host raises no marker here: ask the store when
-        # the last look is older than REMOTE_CHECK_S.
-        checked = os.stat(signal_marker(path, key + ".checked")).st_mtime
-        return 0 <= time.time() - checked < env_number("AGENTS_ROOM_REMOTE_CHECK_S",
-                                                      REMOTE_CHECK_S)
-    except (OSError, ValueError, RoomError):
-        return False
+    to say: answer it without importing json or sqlite3 or opening the store
+    (quiet_hook; the launcher has asked it before importing this file, a hook
+    run another way asks here).  (UserPromptSubmit, once a turn, always takes
+    the full path: it marks the session busy, so no wake lever fires into a
+    running turn.)"""
+    return quiet_hook(argv, stdin_text, os.environ, REMOTE_CHECK_S)
 
 
 def hook_main(argv):

@@ -34,7 +34,8 @@ Contents (this file's banners, each with its test classes):
   liveness and prune                             LivenessTest
   CLI surface and the README                     CliTest CliSpeaksCliTest ReadmeTest
   MCP over stdio                                 McpTest
-  hooks, signals and wakes                       HookTest WakeTest HarnessAdapterTest
+  hooks, signals and wakes                       HookTest QuietHookTest WakeTest
+                                                 HarnessAdapterTest
   mail                                           MailboxTest
   many processes, hostile input, broken stores   ConcurrencyTest HostileInputTest
                                                  BrokenStoreTest RetentionTest
@@ -54,6 +55,7 @@ import atexit
 import glob
 import hashlib
 import importlib.util
+import inspect
 import io
 import json
 import os
@@ -3353,6 +3355,121 @@ class HookTest(SignalBase):
         self.assertEqual((done.returncode, done.stdout), (0, ""))
         done = self.run_cli("hook", "--event=Nope", input="{}", process=True)
         self.assertEqual((done.returncode, done.stdout), (0, ""))
+
+
+class QuietHookTest(SignalBase):
+    """The quiet PostToolUse hook as setup writes it: answered by the launcher
+    from quiet_hook before the module is imported, and only when the module's
+    own marker rules say nothing is waiting."""
+
+    def launcher_hook(self, payload, env=None):
+        argv = agents_room.launcher(python=sys.executable) + [
+            "hook", "--harness", "claude-code", "--event=PostToolUse"]
+        return subprocess.run(argv, input=json.dumps(payload), capture_output=True,
+                              text=True, env=dict(self.env, **(env or {})), cwd=self.tmp,
+                              timeout=CALL_TIMEOUT_S)
+
+    def imported(self, argv, text):
+        done = subprocess.run([argv[0], "-X", "importtime"] + argv[1:], input=text,
+                              capture_output=True, text=True, env=self.env, cwd=self.tmp,
+                              timeout=CALL_TIMEOUT_S)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout, {line.split("|")[-1].strip() for line in
+                             done.stderr.splitlines() if line.startswith("import time:")}
+
+    def test_a_quiet_hook_imports_nothing_a_bare_start_does_not(self):
+        # The budget as the file grows: the same modules as `python3 -I -S -c
+        # pass` (not os, not agents_room), and quiet_hook found in the part
+        # of the file the launcher reads.  (Fails on the launcher that
+        # imported the module first.)
+        bare = self.imported([sys.executable, "-I", "-S", "-c", "pass"], "")[1]
+        argv = agents_room.launcher(python=sys.executable) + [
+            "hook", "--harness", "claude-code", "--event=PostToolUse"]
+        out, quiet = self.imported(argv, json.dumps({"session_id": "k-quiet"}))
+        self.assertEqual(out, "")
+        self.assertEqual(quiet - bare, set())
+        with open(agents_room.this_file(), encoding="utf-8") as handle:
+            head = handle.read(agents_room.QUIET_HOOK_READ)
+        start = head.index("\ndef quiet_hook(")
+        self.assertLess(head.index("\n# (the end of quiet_hook") - start, 8000)
+        # A hook that has something to say imports the module as before.
+        self.cli_json("join", "--room", "r", env={"AGENTS_ROOM_HARNESS_KEY": "k-busy"})
+        agents_room.raise_marker(self.db, "k-busy")
+        self.assertIn("agents_room", self.imported(argv, json.dumps(
+            {"session_id": "k-busy"}))[1])
+
+    def test_a_waiting_message_is_signalled_through_the_launcher(self):
+        sid, _ = self.start("k1", "--room", "r")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        payload = {"session_id": "k1", "cwd": self.tmp, "hook_event_name": "PostToolUse"}
+        quiet = self.launcher_hook(payload)
+        self.assertEqual((quiet.returncode, quiet.stdout, quiet.stderr), (0, "", ""))
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        done = self.launcher_hook(payload)       # stdin handed on to the module
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("1 unread message", self.context_of(done))
+        # Help is never answered by the quiet path.
+        helped = subprocess.run(agents_room.launcher(python=sys.executable) + [
+            "hook", "--event=PostToolUse", "--help"], input="{}", capture_output=True,
+            text=True, env=self.env, timeout=CALL_TIMEOUT_S)
+        self.assertIn("hook", helped.stdout)
+
+    def test_quiet_hook_reads_the_markers_signal_marker_writes(self):
+        # quiet_hook writes the store rules out (it runs before the module is
+        # imported): here they are held to the module's own, for every form
+        # of store path and the PostgreSQL markers with their .checked stamp.
+        from unittest import mock
+        os.makedirs(os.path.join(self.home, "sub"), exist_ok=True)
+        argv = ["--harness", "codex", "--event=PostToolUse"]
+        stores = [None, "${AGENTS_ROOM_DB}", self.db, os.path.join(self.tmp, "a", "..", "b",
+                  ".", "room.db"), "rel/room.db", "~/sub/room.db", "~", self.tmp + "/",
+                  "postgresql://u:pw@db.example:6543/room?sslmode=require",
+                  "postgres://[::1]/x", "postgresql:///local", "postgresql://h"]
+        for store in stores:
+            for key in ("k1", "a.b-c_D", "x" * 120):
+                with self.subTest(store=store, key=key[:10]), mock.patch.dict(
+                        os.environ, {"HOME": self.home}):
+                    os.environ.pop("AGENTS_ROOM_DB", None)
+                    if store:
+                        os.environ["AGENTS_ROOM_DB"] = store
+                    path = agents_room.default_db_path()
+                    shared = agents_room.store_kind(path).shared_by_hosts
+                    text = json.dumps({"cwd": "/", "session_id": key})
+                    marker = agents_room.signal_marker(path, key)
+                    checked = agents_room.signal_marker(path, key + ".checked")
+                    self.addCleanup(shutil.rmtree, os.path.dirname(marker), True)
+
+                    def quiet():
+                        return agents_room.quiet_hook(argv, text, dict(os.environ),
+                                                      agents_room.REMOTE_CHECK_S)
+                    self.assertEqual(quiet(), not shared)
+                    agents_room.raise_marker(path, key + ".checked")
+                    self.assertTrue(quiet())
+                    agents_room.raise_marker(path, key)
+                    self.assertFalse(quiet())
+                    os.unlink(marker)
+                    os.utime(checked, (time.time() - 60,) * 2)
+                    self.assertEqual(quiet(), not shared)
+                    os.unlink(checked)
+        # What it does not recognise takes the full path, never a wrong "quiet".
+        params = inspect.signature(agents_room.quiet_hook).parameters
+        self.assertEqual(params["every"].default, agents_room.REMOTE_CHECK_S)
+        env = {"HOME": self.home, "AGENTS_ROOM_DB": self.db}
+        for name, text, extra in [
+                ("escaped key", '{"session_id": "k\\u0031"}', {}),
+                ("two keys", '{"session_id": "a", "x": {"session_id": "b"}}', {}),
+                ("hashed key", json.dumps({"session_id": "k/1"}), {}),
+                ("long key", json.dumps({"session_id": "x" * 121}), {}),
+                ("no HOME", '{"session_id": "k1"}', {"HOME": ""}),
+                ("~user", '{"session_id": "k1"}', {"AGENTS_ROOM_DB": "~root/room.db"}),
+                ("escaped URL", '{"session_id": "k1"}',
+                 {"AGENTS_ROOM_DB": "postgresql://h/r%6fom"})] + [
+                ("libpq " + word, '{"session_id": "k1"}', {"AGENTS_ROOM_DB": word + "x"})
+                for word in agents_room.CONNINFO_WORDS]:
+            with self.subTest(name):
+                self.assertFalse(agents_room.quiet_hook(argv, text, dict(env, **extra)))
+        self.assertFalse(agents_room.quiet_hook(["--event=Stop"], '{"session_id": "k1"}',
+                                                env))
 
 
 class WakeTest(SignalBase):
