@@ -4051,9 +4051,15 @@ def detect_harness(env):
 
 
 def harness_key_vars():
-    """The variables that carry a harness key, AGENTS_ROOM_HARNESS_KEY first."""
-    return ("AGENTS_ROOM_HARNESS_KEY",) + tuple(
-        v for a in HARNESS_ADAPTERS for v in a.key_vars)
+    """The variables that carry a harness key, AGENTS_ROOM_HARNESS_KEY first
+    (computed once the adapters have all registered: on first use)."""
+    if not _KEY_VARS:
+        _KEY_VARS.extend(("AGENTS_ROOM_HARNESS_KEY",) + tuple(
+            v for a in HARNESS_ADAPTERS for v in a.key_vars))
+    return tuple(_KEY_VARS)
+
+
+_KEY_VARS = []
 
 
 def harness_key_from(env):
@@ -4418,13 +4424,22 @@ class LazyScan:
     def __init__(self, ctx=None, at=None):
         self._scan = None
         self.at = at              # the call's clock (the server's, on PostgreSQL)
-        self.key = harness_key_from(ctx.env) if ctx is not None else None
+        self._ctx = ctx
         self.pid = ctx.pid if ctx is not None else None
         self.pid_start = ctx.pid_start if ctx is not None else None
-        self.host = host_name()
         self.judged = {}          # session id -> verdict, for this host's sessions
 
+    def _mine(self):
+        """The caller's harness key and this host, read on the first verdict
+        (a call that judges no session, a send among them, reads neither:
+        a dozen environment lookups)."""
+        if not hasattr(self, "host"):
+            ctx = self._ctx
+            self.key = harness_key_from(ctx.env) if ctx is not None else None
+            self.host = host_name()
+
     def __call__(self, row):
+        self._mine()
         keys = row.keys()
         if "host" in keys and (row["host"] not in (None, self.host) or (
                 row["uid"] is not None and row["uid"] != os.getuid())):
