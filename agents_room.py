@@ -8904,6 +8904,38 @@ def install_guard(cwd=None):
     return {"hook": hook, "action": action}
 
 
+def quiet_hook_check(runs=5):
+    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
+    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
+    medians, on a store in a temporary directory (nothing of the room is
+    read or written).  About ten process starts; bench measures it properly."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
+               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
+        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
+            "hook", "--harness", "claude-code", "--event=PostToolUse"])
+        times = ([], [])
+        try:
+            for _ in range(runs):
+                for argv, spent in zip(argvs, times):
+                    started = time.perf_counter()
+                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=HOOK_TIMEOUT_S, check=True)
+                    spent.append(time.perf_counter() - started)
+        except (OSError, subprocess.SubprocessError) as error:
+            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
+                    "run it by hand: %s hook --event=PostToolUse" % this_file())
+    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
+    ratio = hook / bare
+    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
+            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
+                hook, ratio, bare, runs), "" if ratio <= 1.5 else
+            "a busy machine reads high; bench times it against its limit")
+
+
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
@@ -8940,6 +8972,7 @@ def doctor(env=None, cwd=None, home=None):
     except UsageError as error:
         checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
                        "unset it, or set it to all"))
+    checks.append(quiet_hook_check())
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
     key = harness_key_from(env)

@@ -5122,6 +5122,10 @@ class SetupTest(RoomTest):
         self.assertIn("journal mode: wal", done.stdout)
         self.assertIn("harness key from AGENTS_ROOM_HARNESS_KEY: dk", done.stdout)
         self.assertRegex(done.stdout, r"info +not set up here: claude, codex")
+        # The quiet hook timed as setup writes it, against a bare -I -S start
+        # (a figure, never judged here: the machine may be busy).
+        self.assertRegex(done.stdout, r"(ok|info) +quiet hook \(PostToolUse, nothing "
+                         r"waiting\): [\d.]+ ms, [\d.]+x python -I -S -c pass")
         os.chmod(self.db, 0o644)
         done = self.run_cli("doctor", "--json", env={"HOME": home}, check=0)
         checks = json.loads(done.stdout)
