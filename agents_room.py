@@ -134,7 +134,7 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants -----------------------------------------------------------
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 MIN_SQLITE = (3, 31, 0)
 
 
@@ -286,6 +286,114 @@ class RefusedLever(RoomError):
 
 
 # ---- small utilities -----------------------------------------------------
+
+# The quiet hook comes first, and alone, because the launcher setup writes runs
+# it from this file's text before importing anything (QUIET_HOOK_READ, see
+# _launcher_code): importing the file unmarshals a megabyte of bytecode and
+# runs its body, twice a bare start, on every tool call of every agent; even
+# os costs a bare start a tenth more.  So it uses no name of the module and
+# only what a bare start has loaded (posix, sys, time) and binascii (built
+# in); its store rules are written out here and kept equal to signal_marker,
+# marker_path and default_db_path by a test (QuietHookTest).
+
+def quiet_hook(argv, text, environ=None, every=2.0):
+    """Whether a PostToolUse hook has nothing to say: its session (the
+    top-level "session_id" of the hook's JSON, read without the json module)
+    has no signal marker (one stat); on a server (whose markers are this
+    host's: a send from another host raises none) also its .checked stamp is
+    younger than every seconds (AGENTS_ROOM_REMOTE_CHECK_S).  environ: the
+    environment as a str mapping (the launcher has no os: posix's own).
+    Anything it does not recognise (an escaped key, a key signal_marker would
+    hash, a ~user or //path, a URL with %-escapes, a libpq string) is False:
+    the full path answers."""
+    import posix
+    import sys
+    import time
+    if "--event=PostToolUse" not in argv or "--help" in argv or "-h" in argv:
+        return False
+    first = text.find('"session_id"')
+    if first < 0 or text.find('"session_id"', first + 1) >= 0:
+        return False
+    rest = text[first + 12:].lstrip()
+    if not rest.startswith(":"):
+        return False
+    rest = rest[1:].lstrip()
+    end = rest.find('"', 1) if rest.startswith('"') else -1
+    key = rest[1:end] if end > 0 else ""
+    if not (0 < len(key) <= 120 and key[0] != "." and all(
+            c.isalnum() or c in "-_." for c in key)):
+        return False
+    if environ is None:
+        code = sys.getfilesystemencoding()
+        environ = {k.decode(code, "surrogateescape"): v.decode(code, "surrogateescape")
+                   for k, v in posix.environ.items()}
+    home = environ.get("HOME")
+    db = environ.get("AGENTS_ROOM_DB") or ""
+    if db.startswith("${") and db.endswith("}"):
+        db = ""                            # a harness's unexpanded ${AGENTS_ROOM_DB}
+    if not home or db.lstrip().lower().startswith((
+            "host=", "hostaddr=", "dbname=", "user=", "password=", "port=", "sslmode=",
+            "service=")):
+        return False
+    home = home.rstrip("/")                # as os.path.expanduser
+    try:
+        if not db[:13].lower().startswith(("postgresql://", "postgres://")):
+            if not db:
+                where = home + "/.agents-room/signals/"
+            else:
+                # os.path.abspath(os.path.expanduser(db)), then its directory
+                if db == "~" or db.startswith("~/"):
+                    db = (home or "/") + db[1:]
+                elif db.startswith("~") or (db.startswith("//") and db[2:3] != "/"):
+                    return False
+                if not db.startswith("/"):
+                    db = posix.getcwd() + "/" + db
+                parts = []
+                for part in db.split("/"):
+                    if part == "..":
+                        parts = parts[:-1]
+                    elif part not in ("", "."):
+                        parts.append(part)
+                where = "/" + "".join(p + "/" for p in parts[:-1]) + "signals/"
+            posix.stat(where + key)
+            return False
+        import binascii
+        rest = db.split("://", 1)[1]
+        cut = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+        hostport = rest[:cut].rpartition("@")[2]
+        database = rest[cut:].partition("?")[0]
+        database = database[1:] if database.startswith("/") else database
+        if hostport.startswith("["):
+            host, _, port = hostport[1:].partition("]")
+            port = port[1:]
+        else:
+            host, _, port = hostport.rpartition(":") if ":" in hostport else (
+                hostport, "", "")
+        if "%" in host + database:
+            return False
+        where = home + "/.agents-room/signals-%08x/" % binascii.crc32((
+            "%s:%s/%s" % (host, port, database)).encode("utf-8", "surrogatepass"))
+        try:
+            posix.stat(where + key)
+            return False
+        except FileNotFoundError:
+            pass
+        try:
+            checked = posix.stat(where + key + ".checked").st_mtime
+        except OSError:
+            return False                   # never asked: ask the server now
+        try:
+            every = float(environ.get("AGENTS_ROOM_REMOTE_CHECK_S") or every)
+        except ValueError:
+            pass
+        every = every if every == every and 0 <= every < 1e15 else 2.0
+        return 0 <= time.time() - checked < every
+    except FileNotFoundError:
+        return True                        # no marker: nothing waiting
+    except (OSError, ValueError):
+        return False
+# (the end of quiet_hook, as the launcher finds it)
+
 
 def real_time(at=None):
     """The machine's clock, never ahead of it: what a sweep's watermark and
@@ -1066,7 +1174,35 @@ def _migrate_v6(conn):
             lease["path"], lease["mode"], lease["acquired_at"]), lease["id"]))
 
 
-MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migrate_v6]
+# Schema 7: a session's inbox counts, kept in the transactions that change
+# them (a delivery made, a delivery read), so an empty msg_recv reads two
+# columns instead of counting every delivery the session ever had (12-14 ms
+# at 2,000 on PostgreSQL, issue 39).  They count deliveries ever given and
+# ever read: a message removed by retention or retracted leaves them as
+# they were.  One text for both stores.
+SCHEMA_V7 = """
+ALTER TABLE sessions ADD COLUMN deliveries_total INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN read_total INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET deliveries_total = (SELECT COUNT(*) FROM deliveries d
+    WHERE d.session_id = sessions.id), read_total = (SELECT COUNT(*) FROM deliveries d
+    WHERE d.session_id = sessions.id AND d.state IN ('read', 'acked'))
+"""
+
+
+def _migrate_v7(conn):
+    """The inbox counts; and the unread index PostgreSQL has had from its
+    first schema: without it the inbox read walked every delivery the session
+    ever had, in message order, to find the few unread (4,800 VM steps of an
+    empty msg_recv's 5,000 at 600 read deliveries)."""
+    for statement in SCHEMA_V7.strip().split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("CREATE INDEX deliveries_unread ON deliveries(session_id, message_id) "
+                 "WHERE state IN %s" % UNREAD_SQL)
+
+
+MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migrate_v6,
+              _migrate_v7]
 
 
 def _grant(conn, session_id, kind, key, real, shown, mode, at):
@@ -1954,21 +2090,45 @@ def lever_file(session_id, lever):
                         "%s.%s.json" % (session_id.replace(os.sep, "_"), lever))
 
 
+# How much of this file the launcher reads to find quiet_hook (a test keeps
+# the function inside it).
+QUIET_HOOK_READ = 1 << 16
+
+
 def _launcher_code(missing_exit):
     """The -c program of the launcher: take the directory of agents_room.py
-    from argv, import it (so Python uses the bytecode cache; the directory goes
-    last on the path, so a json.py beside the copy never shadows the standard
-    library), and when it is
-    not there say what to run instead of failing with an import traceback
-    (a hook then exits 0, never blocking the harness; a git hook exits 1)."""
+    from argv.  A hook with stdin reads it and asks quiet_hook, run from the
+    file's first QUIET_HOOK_READ characters, and exits quietly when there is
+    nothing to say; else it hands what it read on and imports the module (so
+    Python uses the bytecode cache; the directory goes last on the path, so a
+    json.py beside the copy never shadows the standard library).  Any failure
+    there (an older file without quiet_hook) takes the full path.  When the
+    file is not there, say what to run instead of failing with an import
+    traceback (a hook then exits 0, never blocking the harness; a git hook
+    exits 1)."""
     say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
     stop = "sys.exit(%s)" % say if missing_exit else \
         "sys.exit(print(%s,file=sys.stderr))" % say
+    quiet = ("if sys.argv[1:2]==[\"hook\"]and sys.stdin and not sys.stdin.isatty():\n"
+             " t=sys.stdin.read()\n"
+             " try:\n"
+             "  s=open(d+\"/agents_room.py\",encoding=\"utf-8\",errors=\"replace\")"
+             ".read(%d);exec(s[s.index(\"\\ndef quiet_hook(\"):s.index("
+             "\"\\n# (the end of quiet_hook\")]);q=quiet_hook(sys.argv[2:],t)\n"
+             " except Exception:q=0\n"
+             " if q:sys.exit(0)\n"
+             " import io;sys.stdin=io.StringIO(t)" % QUIET_HOOK_READ)
     # The argument names the file (so a person reading their settings sees
     # what runs); a directory, as earlier setups wrote, works too.
-    return ('import sys,os;f=sys.argv.pop(1);d=f[:-15]or"."if f.endswith("agents_room.py")'
-            'else f;sys.path.append(d);os.path.isfile(d+"/agents_room.py")or %s;'
-            'from agents_room import main;sys.exit(main())' % stop)
+    return ('import sys;f=sys.argv.pop(1);d=f[:-15]or"."if f.endswith("agents_room.py")'
+            'else f;exec(%s);import os;sys.path.append(d);os.path.isfile(d+"/agents_room.py")or %s;'
+            'from agents_room import main;sys.exit(main())' % (_py_string(quiet), stop))
+
+
+def _py_string(text):
+    """text as a double-quoted Python literal (launchers go into shell command
+    lines, where a single quote costs a '"'"' each)."""
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _which(program, env, cwd):
@@ -4054,9 +4214,15 @@ def detect_harness(env):
 
 
 def harness_key_vars():
-    """The variables that carry a harness key, AGENTS_ROOM_HARNESS_KEY first."""
-    return ("AGENTS_ROOM_HARNESS_KEY",) + tuple(
-        v for a in HARNESS_ADAPTERS for v in a.key_vars)
+    """The variables that carry a harness key, AGENTS_ROOM_HARNESS_KEY first
+    (computed once the adapters have all registered: on first use)."""
+    if not _KEY_VARS:
+        _KEY_VARS.extend(("AGENTS_ROOM_HARNESS_KEY",) + tuple(
+            v for a in HARNESS_ADAPTERS for v in a.key_vars))
+    return tuple(_KEY_VARS)
+
+
+_KEY_VARS = []
 
 
 def harness_key_from(env):
@@ -4434,13 +4600,22 @@ class LazyScan:
     def __init__(self, ctx=None, at=None):
         self._scan = None
         self.at = at              # the call's clock (the server's, on PostgreSQL)
-        self.key = harness_key_from(ctx.env) if ctx is not None else None
+        self._ctx = ctx
         self.pid = ctx.pid if ctx is not None else None
         self.pid_start = ctx.pid_start if ctx is not None else None
-        self.host = host_name()
         self.judged = {}          # session id -> verdict, for this host's sessions
 
+    def _mine(self):
+        """The caller's harness key and this host, read on the first verdict
+        (a call that judges no session, a send among them, reads neither:
+        a dozen environment lookups)."""
+        if not hasattr(self, "host"):
+            ctx = self._ctx
+            self.key = harness_key_from(ctx.env) if ctx is not None else None
+            self.host = host_name()
+
     def __call__(self, row):
+        self._mine()
         keys = row.keys()
         if "host" in keys and (row["host"] not in (None, self.host) or (
                 row["uid"] is not None and row["uid"] != os.getuid())):
@@ -5922,6 +6097,8 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
             "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
             "wake_next_at) VALUES (?,?,?,?,?)",
             (recipient, message_id, "stored", at, at if wake else None))
+        conn.execute("UPDATE sessions SET deliveries_total = deliveries_total + 1 "
+                     "WHERE id=?", (recipient,))
         if row["harness_key"]:
             # Before commit too (a process killed between commit and its
             # after-work must not leave a delivery unsignalled; a marker left by
@@ -6032,9 +6209,12 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     conn, me = op.conn, op.me
     # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
     # both (PostgreSQL prepares each statement) cannot use the inbox index.
+    # INDEXED BY: without statistics SQLite walks the primary key in order,
+    # every delivery the session ever had, to find the few unread.
     messages = within_budget(conn.execute(
-        "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s%s ORDER BY d.message_id LIMIT ?" % (
+        "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+        "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s%s ORDER BY "
+        "d.message_id LIMIT ?" % (
             UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
         [me] + ([] if thread is None else [thread]) + [limit]).fetchall())
     result = [message_dict(op, m) for m in messages]
@@ -6050,25 +6230,25 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
         more = unread_count(conn, me) - len(ids)
         advance(conn, "read", op.at, "session_id=? AND message_id IN (%s)"
                 % ",".join("?" * len(ids)), [me] + ids)
+        # Every one of ids was unread, under this lock: each moves.
+        conn.execute("UPDATE sessions SET read_total = read_total + ? WHERE id=?",
+                     (len(ids), me))
         op.event("msg.read", me, data={"messages": ids})
         answer = {"messages": result}
         if more:
             answer["more"] = more       # still unread: call recv again
         return answer
-    # Each figure from an index of the session's own deliveries; the newest
-    # message is one primary-key lookup, not a join over every delivery.
-    total, newest = conn.execute(
-        "SELECT COUNT(*), MAX(message_id) FROM deliveries WHERE session_id=?",
-        (me,)).fetchone()
-    read_total = conn.execute(
-        "SELECT COUNT(*) FROM deliveries WHERE session_id=? AND state IN "
-        "('read', 'acked')", (me,)).fetchone()[0]
-    created = conn.execute("SELECT created_at FROM messages WHERE id=?",
-                           (newest,)).fetchone() if newest else None
+    # The counts are the session's own (schema 7: kept where deliveries are
+    # made and read, never counted here); the newest message is the end of
+    # the session's primary key and one lookup: one statement, whatever the
+    # session's history.
+    total, read_total, created = conn.execute(
+        "SELECT deliveries_total, read_total, (SELECT created_at FROM messages WHERE id = "
+        "(SELECT MAX(message_id) FROM deliveries WHERE session_id = s.id)) FROM sessions s "
+        "WHERE s.id=?", (me,)).fetchone()
     return {"messages": [], "inbox": {
         "rooms": rooms_of(conn, me), "deliveries_total": total,
-        "read_total": read_total,
-        "last_created_at": iso(created[0]) if created else None}}
+        "read_total": read_total, "last_created_at": iso(created)}}
 
 
 @tool("msg_get", "One message by id", {"session_id": S_SESSION, "message_id": S_MESSAGE_ID},
@@ -6136,6 +6316,9 @@ def msg_ack(op, message_id):
                         "ask its sender to send it again")
     if advance(conn, "acked", op.at, "session_id=? AND message_id=?", (me, message_id)):
         op.event("msg.ack", me, subject=message_id)
+        if delivery["state"] in UNREAD_STATES:       # acked unread: read, too
+            conn.execute("UPDATE sessions SET read_total = read_total + 1 WHERE id=?",
+                         (me,))
     return {"ok": True, "message_id": message_id, "state": "acked"}
 
 
@@ -9016,6 +9199,38 @@ def install_guard(cwd=None):
     return {"hook": hook, "action": action}
 
 
+def quiet_hook_check(runs=5):
+    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
+    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
+    medians, on a store in a temporary directory (nothing of the room is
+    read or written).  About ten process starts; bench measures it properly."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
+               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
+        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
+            "hook", "--harness", "claude-code", "--event=PostToolUse"])
+        times = ([], [])
+        try:
+            for _ in range(runs):
+                for argv, spent in zip(argvs, times):
+                    started = time.perf_counter()
+                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=HOOK_TIMEOUT_S, check=True)
+                    spent.append(time.perf_counter() - started)
+        except (OSError, subprocess.SubprocessError) as error:
+            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
+                    "run it by hand: %s hook --event=PostToolUse" % this_file())
+    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
+    ratio = hook / bare
+    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
+            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
+                hook, ratio, bare, runs), "" if ratio <= 1.5 else
+            "a busy machine reads high; bench times it against its limit")
+
+
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
@@ -9052,6 +9267,7 @@ def doctor(env=None, cwd=None, home=None):
     except UsageError as error:
         checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
                        "unset it, or set it to all"))
+    checks.append(quiet_hook_check())
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
     key = harness_key_from(env)
@@ -9868,49 +10084,14 @@ def wait_for_wake(store, ctx, key, env, adapter):
     return "", 0
 
 
-def _quick_key(text):
-    """The top-level "session_id" of a hook's JSON without the json module
-    (which costs more than the rest of a quiet hook): the value when the key
-    occurs once and the value has no escapes, else None (the slow path)."""
-    first = text.find('"session_id"')
-    if first < 0 or text.find('"session_id"', first + 1) >= 0:
-        return None
-    rest = text[first + 12:].lstrip()
-    if not rest.startswith(":"):
-        return None
-    rest = rest[1:].lstrip()
-    if not rest.startswith('"'):
-        return None
-    end = rest.find('"', 1)
-    value = rest[1:end] if end > 0 else ""
-    return value if value and "\\" not in value else None
-
-
 def nothing_to_say(argv, stdin_text):
     """A PostToolUse hook for a session without a signal marker has nothing
-    to say: answer it without importing json or sqlite3 or opening the store.
-    (UserPromptSubmit, once a turn, always takes the full path: it marks the
-    session busy, so no wake lever fires into a running turn.)  Anything
-    unusual takes the full path."""
-    if "--event=PostToolUse" not in argv:
-        return False
-    key = _quick_key(stdin_text)
-    if key is None:
-        return False
-    try:
-        path = default_db_path()
-        marker = signal_marker(path, key)
-        if os.path.exists(marker):
-            return False
-        if not store_kind(path).shared_by_hosts:
-            return True
-        # A send from another host raises no marker here: ask the store when
-        # the last look is older than REMOTE_CHECK_S.
-        checked = os.stat(signal_marker(path, key + ".checked")).st_mtime
-        return 0 <= time.time() - checked < env_number("AGENTS_ROOM_REMOTE_CHECK_S",
-                                                      REMOTE_CHECK_S)
-    except (OSError, ValueError, RoomError):
-        return False
+    to say: answer it without importing json or sqlite3 or opening the store
+    (quiet_hook; the launcher has asked it before importing this file, a hook
+    run another way asks here).  (UserPromptSubmit, once a turn, always takes
+    the full path: it marks the session busy, so no wake lever fires into a
+    running turn.)"""
+    return quiet_hook(argv, stdin_text, os.environ, REMOTE_CHECK_S)
 
 
 def hook_main(argv):
@@ -12443,8 +12624,9 @@ PG_DIALECT = {
     # The inbox in order: said so that PostgreSQL reads its unread index
     # (deliveries_unread) in order, instead of every delivery by message id
     # hoping to find the session's (measured: 5 ms at 40,000 deliveries).
-    "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-    "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id LIMIT ?" % UNREAD_SQL:
+    "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+    "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s ORDER BY "
+    "d.message_id LIMIT ?" % UNREAD_SQL:
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
         "WHERE d.session_id=? AND d.state IN %s ORDER BY d.session_id, d.message_id "
         "LIMIT ?" % UNREAD_SQL,
@@ -12510,6 +12692,8 @@ PG_RULES = (
     # SQLite sorts NULL first; PostgreSQL last, unless told (unlabelled first).
     ("ORDER BY s.label,", r"ORDER BY s\.label,", "ORDER BY s.label NULLS FIRST,"),
     ("LIKE", r"\bLIKE\b", "ILIKE"),                  # SQLite's LIKE ignores case
+    # SQLite's index hint; PostgreSQL's planner goes by its statistics.
+    ("INDEXED BY ", r" INDEXED BY \w+", ""),
 )
 
 
@@ -13850,7 +14034,12 @@ def _pg_migrate_v6(conn):
             lease["path"], lease["mode"], lease["acquired_at"]), lease["id"]))
 
 
-PG_MIGRATIONS = {5: _pg_migrate_v6}
+def _pg_migrate_v7(conn):
+    """Schema 7 on PostgreSQL: the inbox counts, in its types."""
+    conn.simple(SCHEMA_V7.replace(" INTEGER", " BIGINT"))
+
+
+PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
 
 
 # ---- appendix: benchmark -------------------------------------------------
@@ -13883,6 +14072,25 @@ while True:
         ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\\n")
     flush()
 """
+
+# The plain echo, the floor as the issue's bar measures it: json.loads of the
+# request, json.dumps of a small MCP-shaped result, nothing echoed back; timed
+# in blocks of calls against blocks of msg_send (not call by call: switching
+# between two processes at every call costs both of them, the echo most).
+BENCH_PLAIN_ECHO = """
+import json, sys
+read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
+while True:
+    line = read()
+    if not line:
+        break
+    message = json.loads(line)
+    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
+        "content": [{"type": "text", "text": "{}"}], "structuredContent": {},
+        "isError": False}}).encode() + b"\\n")
+    flush()
+"""
+BENCH_BLOCK = 50                  # calls in one block of the plain echo's comparison
 
 BENCH_WORKER = """
 import os, sys, time
@@ -14165,12 +14373,13 @@ def _bench_site(b, env):
 
 
 def _paired(b, argv, runs, env, stdin=b""):
-    """argv and the bare interpreter, with and without site, run in turn, so
-    drift hits all alike: (bare times, bare -S times, argv times)."""
+    """argv and the bare interpreter, with and without site (-I -S, as the
+    hooks run), in turn, so drift hits all alike: (bare times, bare -I -S
+    times, argv times)."""
     bare, nosite, times = [], [], []
     for _ in range(runs):
         bare += _timed_runs([b.python, "-c", "pass"], 1, env)
-        nosite += _timed_runs([b.python, "-S", "-c", "pass"], 1, env)
+        nosite += _timed_runs([b.python, "-I", "-S", "-c", "pass"], 1, env)
         times += _timed_runs(argv, 1, env, stdin)
     return bare, nosite, times
 
@@ -14185,10 +14394,12 @@ def _bench_processes(b, store, ctx, env, workdir):
     hook = launcher(python=b.python) + ["hook", "--harness", "claude-code",
                                         "--event=PostToolUse"]
 
-    def row(name, argv, ratio, stdin=b"", note=""):
-        bare, nosite, times = _paired(b, argv, runs, env, stdin)
-        limit, floor = _percentile(bare, 0.5) * 1000, _percentile(nosite, 0.5) * 1000
-        if b.site_abnormal:
+    def row(name, argv, ratio, stdin=b"", note="", nosite=False):
+        bare, nosite_times, times = _paired(b, argv, runs, env, stdin)
+        limit, floor = _percentile(bare, 0.5) * 1000, _percentile(nosite_times, 0.5) * 1000
+        if nosite:
+            against = "bare -I -S"
+        elif b.site_abnormal:
             against = "bare -S"
             p50 = _percentile(times, 0.5) * 1000
             note = "site start-up abnormal: %.1f ms; ratio vs -S: %.2fx (the goal is " \
@@ -14198,11 +14409,14 @@ def _bench_processes(b, store, ctx, env, workdir):
             against = "bare"
         added = b.add(name, times, limit=limit, floor=floor,
                       goal="<= %gx %s" % (ratio, against), note=note)
-        added["met"] = (added["ratio_nosite"] if b.site_abnormal else
+        added["met"] = (added["ratio_nosite"] if b.site_abnormal or nosite else
                         added["ratio"]) <= ratio
-    # On a server a hook always asks the store (a message from another host
-    # raises no marker here): the issue's goal there is 1.6x.
-    row("hook PostToolUse, nothing waiting", hook, 1.6 if b.server else 1.5, payload)
+    # The quiet hook is set against python -I -S -c pass, as the issue's bar
+    # sets it (the launcher answers it before importing anything).  On a
+    # server it asks the store every REMOTE_CHECK_S (a message from another
+    # host raises no marker here), which runs back to back do: 1.6x there.
+    row("hook PostToolUse, nothing waiting", hook, 1.6 if b.server else 1.25, payload,
+        nosite=True)
     for _ in range(3):
         call_tool(store, ctx, "msg_send", {"session_id": other, "to": sid, "subject": "waiting"})
     row("hook PostToolUse, 3 messages waiting", hook, 1.6, payload)
@@ -14284,6 +14498,30 @@ def _bench_mcp(b, store, ctx, env, workdir):
             row["p99"] / echo_p50, echo_row["p99"],
             " (over 1 ms: the machine was busy, so the p99 goal says little in this run)"
             if echo_row["p99"] > 1 else "")
+        # The same send against the plain echo, in alternate blocks: the ratio
+        # the issue's bar quotes (goal: 8x, p99 under 1 ms).
+        plain_pipe = _Pipe([b.python, "-I", "-S", "-c", BENCH_PLAIN_ECHO], env, workdir)
+        try:
+            plain, blocks = [], []
+            for i in range(warm):
+                timed(plain_pipe, "plain echo", send, i)
+            for start in range(0, calls, BENCH_BLOCK):
+                plain += [timed(plain_pipe, "plain echo", send, i)
+                          for i in range(start, start + BENCH_BLOCK)]
+                blocks += [timed(server, "msg_send to 1", send, i)
+                           for i in range(start, start + BENCH_BLOCK)]
+        finally:
+            plain_pipe.close()
+        plain_row = b.add("MCP plain echo floor (%d calls, blocks of %d)" % (
+            len(plain), BENCH_BLOCK), plain, note="json.loads of the request, json.dumps "
+            "of a small MCP-shaped result: the floor the issue's bar is set against")
+        row = b.add("MCP msg_send to 1 vs the plain echo (%d calls, blocks of %d)" % (
+            len(blocks), BENCH_BLOCK), blocks, limit=plain_row["p50"],
+            goal="p50 <= 2 ms" if b.server else "p50 <= 8x plain echo, p99 <= 1 ms",
+            note="the bench's own echo (above) is %.1fx this floor" % (
+                echo_p50 / plain_row["p50"]))
+        row["met"] = row["p50"] <= 2 if b.server else (
+            row["ratio"] <= 8 and row["p99"] <= 1)
         cases = [
             ("msg_send to 20", {"name": "msg_send", "arguments": {
                 "session_id": sid, "to": "*", "subject": "s"}}),
@@ -14800,8 +15038,8 @@ def render_bench(result):
     if procs:
         lines.append("Processes (hooks, CLI, MCP server, load workers): %s, Python %s, "
                      "SQLite %s; site start-up %.1f ms (%s); vs limit: process rows "
-                     "against python -c pass, MCP rows against the echo's p50; vs -S: "
-                     "against python -S -c pass" % (
+                     "against python -c pass, MCP rows against the echo's p50 (the plain echo's "
+                     "for the row that names it); vs -S: against python -I -S -c pass" % (
                          procs["python"], procs["version"], procs["sqlite"],
                          procs["site_ms"], "ABNORMAL" if procs["site_abnormal"]
                          else "ordinary"))
