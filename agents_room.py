@@ -7888,6 +7888,27 @@ def ui_join(op, harness_key, room, label=None):
                      harness_key=harness_key)
 
 
+@tool("ui_act", "The operator joins a room and acts there, or neither", {
+    "harness_key": S_UI_KEY, "room": S_ROOM,
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS},
+    "act": {"type": "string", "maxLength": 100}, "args": {"type": "object"}},
+    ["harness_key", "room", "act", "args"], caller="key", public=False)
+def ui_act(op, harness_key, room, act, args, label=None):
+    """ui_join and then the act (a tool of the operator's session) in one
+    transaction: an act refused (bad arguments, a holder not gone) leaves the
+    operator out of the room, as if it had not asked (issue 34)."""
+    inner = TOOLS.get(act)
+    if inner is None or inner.prepare is not None or inner.caller not in (
+            "present", "required", "optional"):
+        raise UsageError("the page cannot act with %r" % (act,))
+    joined = ui_join(op, harness_key, room, label)
+    op.caller, op._rows = session_row(op.conn, joined["session_id"]), {}
+    args = dict(args, session_id=joined["session_id"])
+    check_args(inner, args)
+    args = {k: v for k, v in args.items() if v is not None and k != "session_id"}
+    return {"joined": joined, "result": inner.fn(op, **args)}
+
+
 @tool("ui_leave", "The operator leaves as the page stops", {"harness_key": S_UI_KEY},
       ["harness_key"], caller="key", public=False, destructive=True)
 def ui_leave(op, harness_key):
@@ -15088,9 +15109,20 @@ def _ui_act(page, action, values):
     name, fields, fixed, joins = action
     args = {k: values.get(k) for k in fields if values.get(k) not in (None, "")}
     args.update(fixed)
+    room = values.get("room")
+    if joins and not (page.operator and room in page.rooms):
+        # Not in that room yet: join and act in one transaction, so a
+        # refused act joins nothing.
+        if not isinstance(room, str) or not room.strip():
+            raise UsageError("name the room to act in")
+        done = page.call("ui_act", {"harness_key": page.harness_key, "room": room,
+                                    "label": page.label, "act": name, "args": args})
+        page.operator = done["joined"]["session_id"]
+        page.rooms = set(done["joined"]["rooms"])
+        return done["result"]
     for attempt in (1, 2):
         if joins:
-            page.join(values.get("room"))
+            page.join(room)
         elif page.operator is None:
             raise RoomError("you are in no room yet",
                             "send, reply or act in a room first: the page joins it then")

@@ -5284,6 +5284,24 @@ class OperatorPageTest(RoomTest):
         self.stop_ui()
         self.assertEqual(self.event_count("session.join"), 2, "ui made a session")
 
+    # 34, minor: a refused act joins no room --------------------------------
+
+    def test_a_refused_act_joins_no_room(self):
+        key = self.login()
+        lease = self.state(key)["leases"][0]["resource"]
+        for path, values, says in [
+                ("/api/send", {"room": "repo:shop", "to": "*"}, "subject or a body"),
+                ("/api/lease-release", {"holder": self.api, "resource": lease,
+                                        "room": "repo:shop"}, "not gone"),
+                ("/api/task-add", {"room": "repo:shop", "title": ""}, "needs a title")]:
+            with self.subTest(path=path):
+                failed = self.act(key, path, values, status=400)
+                self.assertIn(says, failed["error"]["message"])
+                self.assertEqual(self.operator_rooms(), [], "a refused act joined")
+        self.assertEqual(self.event_count("session.join"), 2)
+        self.act(key, "/api/send", {"room": "repo:shop", "to": "*", "subject": "now"})
+        self.assertEqual(self.operator_rooms(), ["repo:shop"])
+
     # 26, finding 8: no ambient credential another port could receive -------
 
     def test_no_ambient_credential_another_local_port_could_receive(self):
