@@ -6776,9 +6776,9 @@ class TrustFourthRoundTest(SignalBase):
         # And a count: open or claimed tasks a session added.
         conn = self.connect()
         room = claimed["room"]
-        conn.executemany("INSERT INTO tasks (room, title, state, created_by, created_at, "
-                         "updated_at) VALUES (?, 't', 'open', ?, 0, 0)",
-                         [(room, me)] * agents_room.TASKS_PER_SESSION_MAX)
+        for _ in range(agents_room.TASKS_PER_SESSION_MAX):
+            conn.execute("INSERT INTO tasks (room, title, state, created_by, created_at, "
+                         "updated_at) VALUES (?, 't', 'open', ?, 0, 0)", (room, me))
         conn.commit()
         conn.close()
         done = self.run_cli("task", "--session", me, "add", "--title", "one more", check=1)
