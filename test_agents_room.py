@@ -3384,6 +3384,7 @@ class WakeTest(SignalBase):
         self.assertEqual((frame["type"], frame["priority"]), ("user", "next"))
         self.assertIn("1 unread message", frame["message"]["content"])
         self.assertNotIn("NOT-IN-SIGNAL", json.dumps(lines))
+        self.assertNotIn("boss", frame["message"]["content"])   # no sender label
         # A receipt would come to a socket beside the inbox, named as Claude
         # Code names its own.
         self.assertRegex(frame["from"], r"^uds:%s/[0-9a-f]{16}\.sock$" % re.escape(
@@ -5524,6 +5525,7 @@ class SignalScenarioTest(SignalBase):
         stderr = errors.rest().decode()
         self.assertIn("2 unread messages (from 1 sender)", stderr)
         self.assertNotIn("NEWSECRET", stderr)
+        self.assertNotIn("from sender", stderr)     # the woken turn's prompt: no label
         self.assertEqual(self.state_of(sender), "accepted")
 
     def test_two_sessions_hold_and_wake_wired_by_setup(self):
@@ -6807,6 +6809,8 @@ THREAT_MODEL = {
         "TrustFourthRoundTest.test_every_answer_whose_schema_can_hold_peer_text_is_framed"],
     "counts-only": ["TrustFourthRoundTest.test_signals_and_wake_prompts_carry_counts_and_ids_only",
                     "WakeTest.test_wake_command_gets_signal_as_argument",
+                    "SignalScenarioTest.test_rewake_waiter_wakes_on_new_message",
+                    "WakeTest.test_socket_lever_offers_until_the_turn_is_seen",
                     "HookTest.test_post_tool_use_signal_without_subject_or_body"],
     "digest-framed": ["TrustFourthRoundTest.test_the_digest_quotes_peer_words_under_the_frame"],
     "reason-framed": ["TrustFourthRoundTest.test_a_pretooluse_reason_frames_the_holders_words"],
