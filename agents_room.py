@@ -7375,8 +7375,8 @@ def notify_when(op, on, of, state=None, ttl_s=WATCH_TTL_S):
         selector = of if is_session_id(of) or ":" in of else "label:" + of
         targets = resolve_selectors(op, op.caller, [selector])
         if not targets:
-            if of in (me, "label:%s" % op.caller["label"]) or (
-                    op.caller["label"] is not None and of == op.caller["label"]):
+            mine = op.caller["label"]
+            if of == me or (mine is not None and of in (mine, "label:" + mine)):
                 raise UsageError("you cannot watch yourself",
                                  "of names another session (room_who lists them)")
             raise RoomError("no session %r shares a room with you" % of,
