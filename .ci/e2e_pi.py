@@ -590,8 +590,8 @@ def s_midturn(box):
     tail = new_text(calls[1], calls[0])
     check(SIGNAL_RE.search(tail), "the request after the tool call has no 'agents-room: N "
           "unread message' signal; new text: %r" % tail[-300:])
-    check("from peer" in signal_line(tail), "the signal names no sender label: %r"
-          % signal_line(tail))
+    check("from peer" not in signal_line(tail) and "from 1 sender" in signal_line(tail),
+          "the signal names a sender label, or no count of senders: %r" % signal_line(tail))
     leaked = secrets_shown(calls)
     check(not leaked, "subject/body rode the signal (requests %s)" % leaked)
     return "signal: %s" % signal_line(tail)[:110]
