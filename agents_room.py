@@ -3770,9 +3770,11 @@ class OpencodeResume(ResumeLever):
             "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD",
             "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
 
+    programs = ("opencode", "opencode.exe")
+
     def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
-            "opencode", "opencode.exe")), None)
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
+                    None)
 
     def detect(self, env, key, cwd, argv):
         data = ResumeLever.detect(self, env, key, cwd, argv)
@@ -3795,14 +3797,16 @@ class OpenCode(Harness):
     max_autonomy = 2
     mcp_prefix = "agents-room_"
     marker = "// agents-room: written by agents_room.py setup opencode"
+    # Where its forks differ (Kilo Code): the names of its files and folders.
+    config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
+    schema = "https://opencode.ai/config.json"
 
     def detect(self, env):
         return env.get("OPENCODE") == "1"
 
-    @staticmethod
-    def config_dir(env, home):
-        return env.get("OPENCODE_CONFIG_DIR") or os.path.join(
-            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "opencode")
+    def config_dir(self, env, home):
+        return env.get(self.config_var) or os.path.join(
+            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), self.setup_name)
 
     def plugin(self, placement, job):
         directory = placement.relative if placement.relative is not None else \
@@ -3810,16 +3814,18 @@ class OpenCode(Harness):
         return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
             "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
         ).replace("%DIR%", json.dumps(directory or ".")).replace(
+            "%HARNESS%", json.dumps(self.name)).replace(
             "%AUTONOMY%", json.dumps(str(job.level))).replace(
             "%START_ARGS%", json.dumps(job.start_extra))
 
     def setup(self, job):
         if job.scope == "project" and job.root is None:
             raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup opencode in your project, or use --scope user")
+                            "run setup %s in your project, or use --scope user"
+                            % self.setup_name)
         base = job.root if job.scope == "project" else self.config_dir(os.environ, job.home)
-        config_path = os.path.join(base, "opencode.json")
-        plugin_dir = os.path.join(base, ".opencode" if job.scope == "project" else "",
+        config_path = os.path.join(base, self.config_name)
+        plugin_dir = os.path.join(base, self.project_dir if job.scope == "project" else "",
                                   "plugin")
         plugin_path = os.path.join(plugin_dir, "agents-room.js")
         text = _read_text(plugin_path)
@@ -3842,12 +3848,12 @@ class OpenCode(Harness):
                                   {"mcp": {"agents-room": server}, "permission": {
                                       self.mcp_prefix + "*": "allow"}}, indent=2) + "\n"})
         else:
-            config.setdefault("$schema", "https://opencode.ai/config.json")
+            config.setdefault("$schema", self.schema)
             mcp = config.setdefault("mcp", {})
             permission = config.setdefault("permission", {})
             if not isinstance(mcp, dict) or not isinstance(permission, (dict, str)):
-                raise RoomError("'mcp' or 'permission' in %s is not what OpenCode writes; "
-                                "fix it by hand" % config_path)
+                raise RoomError("'mcp' or 'permission' in %s is not what %s writes; "
+                                "fix it by hand" % (config_path, self.title))
             mcp["agents-room"] = server
             if isinstance(permission, str):
                 config["permission"] = permission = {"*": permission}
@@ -3856,34 +3862,63 @@ class OpenCode(Harness):
             job.files.append({"path": config_path,
                               "content": json.dumps(config, indent=2) + "\n"})
         job.files.append({"path": plugin_path, "content": self.plugin(placement, job)})
-        job.notes.append("OpenCode's first start after this installs its plugin package "
-                         "into .opencode (about 20 s)")
+        job.notes.append("%s's first start after this installs its plugin package "
+                         "into %s (about 20 s)" % (self.title, self.project_dir))
         if job.level == 2:
             job.notes.append("wake: the plugin waits for mail whenever an interactive session "
-                             "is idle and starts a turn with it; opencode run exits when "
-                             "idle (a finished session is resumed: opencode run --session)")
+                             "is idle and starts a turn with it; {0} run exits when "
+                             "idle (a finished session is resumed: {0} run --session)".format(
+                                 self.levers[0].programs[0]))
 
     def config_files(self, env, root, home):
         base = self.config_dir(env, home)
-        return [os.path.join(root, ".opencode", "plugin", "agents-room.js"),
+        return [os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
                 os.path.join(base, "plugin", "agents-room.js"),
-                os.path.join(root, "opencode.json"), os.path.join(base, "opencode.json")]
+                os.path.join(root, self.config_name), os.path.join(base, self.config_name)]
 
     def doctor(self, env, root, home):
         fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
         base = self.config_dir(env, home)
-        found = [p for p in (os.path.join(root, ".opencode", "plugin", "agents-room.js"),
+        found = [p for p in (os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
                              os.path.join(base, "plugin", "agents-room.js"))
                  if self.marker in _read_text(p)]
-        checks = [("ok" if found else "warn", "OpenCode plugin: %s" % (
-            ", ".join(found) or "not configured"), "" if found else fix)]
+        checks = [("ok" if found else "warn", "%s plugin: %s" % (
+            self.title, ", ".join(found) or "not configured"), "" if found else fix)]
         if found:
-            served = [p for p in (os.path.join(root, "opencode.json"),
-                                  os.path.join(base, "opencode.json"))
+            served = [p for p in (os.path.join(root, self.config_name),
+                                  os.path.join(base, self.config_name))
                       if _configured(p, SETUP_MARK)]
-            checks.append(("ok" if served else "warn", "OpenCode MCP entry: %s" % (
-                ", ".join(served) or "not configured"), "" if served else fix))
+            checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+                self.title, ", ".join(served) or "not configured"), "" if served else fix))
         return checks
+
+
+class KiloResume(OpencodeResume):
+    name = "kilo-resume"
+    programs = ("kilo", "kilocode", "kilo.exe")
+    # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "KILO_CONFIG", "KILO_CONFIG_DIR", "KILO_DB", "KILO_DISABLE_PROJECT_CONFIG",
+            "KILO_DISABLE_AUTOUPDATE", "KILO_DISABLE_MODELS_FETCH",
+            "KILO_DISABLE_LSP_DOWNLOAD", "KILO_MODELS_URL", "KILO_MODELS_PATH")
+
+
+class KiloCode(OpenCode):
+    """Kilo Code's CLI (npm @kilocode/cli), a fork of OpenCode with its plugin
+    API: the same plugin and waiter, under Kilo's names (kilo.json, .kilo/,
+    ~/.config/kilo, KILO_*).  Kilo sets OPENCODE=1 as well as KILO=1 in what
+    it runs, so it is detected before OpenCode."""
+
+    name, setup_name, title = "kilo", "kilo", "Kilo Code"
+    where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
+             "    project's git top level (or ~/.config/kilo with --scope user)")
+    levers = (KiloResume(),)
+    marker = "// agents-room: written by agents_room.py setup kilo"
+    config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
+    schema = "https://app.kilo.ai/config.json"
+
+    def detect(self, env):
+        return env.get("KILO") == "1"
 
 
 class Human(Harness):
@@ -3893,8 +3928,8 @@ class Human(Harness):
 
 
 # The adapters, in the order detection tries them; generic is what none claims.
-HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), OpenCode(),
-                    Human(), Harness()]
+HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), KiloCode(),
+                    OpenCode(), Human(), Harness()]
 LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
           for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
 
@@ -16477,8 +16512,9 @@ export default function (pi: ExtensionAPI) {
 
 OPENCODE_PLUGIN = r"""%MARKER%
 // agents-room for OpenCode, in .opencode/plugin/agents-room.js (project) or
-// ~/.config/opencode/plugin/agents-room.js (user).  Run setup again rather than
-// editing this file.
+// ~/.config/opencode/plugin/agents-room.js (user); for its fork Kilo Code the
+// same, in .kilo/plugin and ~/.config/kilo/plugin.  Run setup again rather
+// than editing this file.
 //
 // OpenCode has no command hooks; this plugin runs agents_room.py's `hook` verb
 // with a Claude-style hook JSON on stdin ({hook_event_name, session_id, cwd,
@@ -16511,6 +16547,7 @@ const PYTHON = %PYTHON%
 const ROOM_DIR = %DIR%
 const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
 const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
+const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
 // -------------------------------------------------------------------------------
 const HOOK_TIMEOUT_MS = 10000
 
@@ -16573,7 +16610,7 @@ const quiet = (fn) => async (...args) => {
 export const AgentsRoom = async ({ client, directory, worktree }) => {
   const dir = path.isAbsolute(ROOM_DIR) ? ROOM_DIR
     : path.join(worktree || directory, ROOM_DIR)
-  HOOK = [...PYTHON, dir, "hook", "--harness", "opencode"]
+  HOOK = [...PYTHON, dir, "hook", "--harness", HARNESS]
   const kinds = new Map()        // OpenCode session -> "main" | "child" (subagents: skipped)
   const holding = new Set()      // sessions whose turn a Stop hold continued
   const ours = new Set()         // texts this plugin prompted (no user turn)

@@ -1039,8 +1039,8 @@ class AdapterSeamTest(unittest.TestCase):
         core = source[:source.index("# ==== Part II")]
         start = core.index("# ---- harness adapters")
         end = core.index("# ---- liveness (process scan)")
-        names = re.compile(r"claude|codex|hermes|gemini|opencode|qwen|(?<![a-z])pi(?![a-z])",
-                           re.I)
+        names = re.compile(r"claude|codex|hermes|gemini|opencode|kilo|qwen|"
+                           r"(?<![a-z])pi(?![a-z])", re.I)
         found = []
         for part in (core[:start], core[end:]):
             for tok in tokenize.generate_tokens(_io.StringIO(part).readline):
@@ -3781,6 +3781,73 @@ class HarnessAdapterTest(SignalBase):
                                        "OPENCODE_DISABLE_MODELS_FETCH": "1"})
         self.assertEqual(agents_room.LEVERS[lever].argv(data, "signal")[1:],
                          ["run", "--session", "ses_1", "signal"])
+
+    def test_setup_kilo_writes_the_opencode_plugin_under_kilos_names(self):
+        # Kilo Code is an OpenCode fork: the same plugin, in .kilo/plugin, its
+        # hooks naming the harness kilo, the MCP entry in kilo.json; an
+        # OpenCode setup beside it is left alone.
+        project = self.repo("kproj")
+        with open(os.path.join(project, "opencode.json"), "w") as handle:
+            json.dump({"model": "theirs/m"}, handle)
+        done = self.run_cli("setup", "kilo", "--autonomy", "2", "--write", cwd=project,
+                            check=0)
+        self.assertIn("kilo run --session", done.stdout)
+        config = self.settings(os.path.join(project, "kilo.json"))
+        self.assertEqual(config["$schema"], "https://app.kilo.ai/config.json")
+        self.assertEqual(config["permission"], {"agents-room_*": "allow"})
+        self.assertEqual(config["mcp"]["agents-room"]["command"][-1], "serve")
+        self.assertEqual(self.settings(os.path.join(project, "opencode.json")),
+                         {"model": "theirs/m"})
+        self.assertFalse(os.path.exists(os.path.join(project, ".opencode")))
+        with open(os.path.join(project, ".kilo", "plugin", "agents-room.js")) as handle:
+            plugin = handle.read()
+        self.assertTrue(plugin.startswith("// agents-room: written by agents_room.py setup kilo"))
+        self.assertIn('const HARNESS = "kilo"', plugin)
+        self.assertIn('"--harness", HARNESS]', plugin)
+        self.assertNotIn("%HARNESS%", plugin)
+        with open(os.path.join(project, ".kilo", "plugin", "agents-room.js"), "w") as handle:
+            handle.write("// my own plugin\n")
+        done = self.run_cli("setup", "kilo", "--write", cwd=project, check=1)
+        self.assertIn("not the plugin setup writes", done.stderr)
+        home = os.path.join(self.tmp, "khome")
+        done = self.run_cli("setup", "kilo", "--scope", "user", "--write", cwd=project,
+                            env={"HOME": home, "XDG_CONFIG_HOME": "", "KILO_CONFIG_DIR": ""},
+                            check=0)
+        self.assertTrue(os.path.exists(os.path.join(home, ".config", "kilo", "plugin",
+                                                    "agents-room.js")), done.stdout)
+        self.assertTrue(os.path.exists(os.path.join(home, ".config", "kilo", "kilo.json")))
+
+    def test_kilo_is_told_from_opencode_and_resumed_with_its_own_config(self):
+        # Kilo sets OPENCODE=1 too, in every process it starts.
+        self.assertEqual(agents_room.detect_harness({"KILO": "1", "OPENCODE": "1"}), "kilo")
+        self.assertEqual(agents_room.detect_harness({"OPENCODE": "1"}), "opencode")
+        env = {"HOME": "/h", "PATH": "/bin", "KILO_CONFIG_DIR": "/h/k", "KILO": "1",
+               "OPENCODE": "1", "KILO_DISABLE_MODELS_FETCH": "1", "KILO_PID": "42",
+               "KILO_SERVER_PASSWORD": "pw", "KILO_CONFIG_CONTENT": '{"k": 1}',
+               "OPENCODE_CONFIG_DIR": "/h/oc"}
+        lever, data = agents_room.detect_lever(
+            env, "kilo", "ses_1", "/p", ["/n/.bin/kilo", "run", "go"])
+        self.assertEqual(lever, "kilo-resume")
+        self.assertEqual(data["argv"], ["/n/.bin/kilo"])
+        self.assertEqual(data["env"], {"HOME": "/h", "PATH": "/bin", "PWD": "/p",
+                                       "KILO_CONFIG_DIR": "/h/k",
+                                       "KILO_DISABLE_MODELS_FETCH": "1"})
+        self.assertEqual(agents_room.LEVERS[lever].argv(data, "signal")[1:],
+                         ["run", "--session", "ses_1", "signal"])
+        self.assertIsNone(agents_room.LEVERS["opencode-resume"].detect(
+            env, "ses_1", "/p", ["/n/.bin/kilo", "run", "go"]))
+
+    def test_a_kilo_hook_joins_as_kilo_and_doctor_finds_its_plugin(self):
+        # What the plugin runs: hook --harness kilo with OpenCode's JSON.
+        project = self.repo("kdoc")
+        self.run_cli("setup", "kilo", "--write", cwd=project, check=0)
+        sid, _ = self.start("ses_kilo1", "--harness", "kilo", cwd=project)
+        self.assertEqual({s["session_id"]: s["harness"] for s in
+                          self.cli_json("who", cwd=project)["sessions"]}.get(sid), "kilo")
+        done = self.run_cli("doctor", cwd=project, env={"KILO": "1", "OPENCODE": "1"})
+        self.assertIn("harness detected: kilo", done.stdout)
+        self.assertRegex(done.stdout, r"ok +Kilo Code plugin: .*\.kilo/plugin/agents-room\.js")
+        self.assertRegex(done.stdout, r"ok +Kilo Code MCP entry: .*kilo\.json")
 
     def receiver(self, answer):
         """A socket that reads one frame and answers: answer(lines, conn)."""
