@@ -3895,7 +3895,8 @@ class OpenCode(Harness):
 
 class KiloResume(OpencodeResume):
     name = "kilo-resume"
-    programs = ("kilo", "kilocode", "kilo.exe")
+    # bin/kilo is a node launcher that runs the native bin/.kilo
+    programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
     # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
     keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
             "KILO_CONFIG", "KILO_CONFIG_DIR", "KILO_DB", "KILO_DISABLE_PROJECT_CONFIG",
@@ -3921,6 +3922,176 @@ class KiloCode(OpenCode):
         return env.get("KILO") == "1"
 
 
+class CopilotResume(ResumeLever):
+    """A finished copilot -p session, resumed by id with the signal as its
+    prompt.  What the resumed run needs of the first one's environment: where
+    its state is, and its model provider (BYOK); not the provider's key or
+    token, which the store would keep."""
+
+    name = "copilot-resume"
+    resume = ("--resume=KEY", "-p", "TEXT")
+    provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
+                "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
+                "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
+    keep = ("COPILOT_HOME", "COPILOT_MODEL", "COPILOT_AUTO_UPDATE", "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME", "XDG_CACHE_HOME")
+    # the flags of the first run that a resume needs again to run its tools
+    # and hooks unattended (without them -p stops at the first approval)
+    # (not --trust-folder: copilot refuses it beside --resume)
+    carried = ("--allow-all-tools", "--allow-all", "--yolo", "--allow-all-paths")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")),
+            None)
+
+    def detect(self, env, key, cwd, argv):
+        # Only a prompt-mode run ends by itself; an interactive one is open
+        # until its user quits, and its next turn is told.
+        if not argv or not ("-p" in argv or "--prompt" in argv or any(
+                a.startswith("--prompt=") for a in argv)):
+            return None
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["argv"] += [a for a in argv if a in self.carried]
+            data["env"].update(self.provider_of(env))
+        return data
+
+    def provider_of(self, env):
+        """A BYOK provider (those of its variables that are not credentials):
+        Copilot passes its hooks none of them (1.0.102, and a hook entry's env
+        is not expanded), so they are read from the Copilot process the hook
+        runs under, where /proc shows it; elsewhere a BYOK session is resumed
+        without its provider."""
+        found = {k: env[k] for k in self.provider if env.get(k)}
+        pid = harness_pid(os.getppid())
+        if found or not pid:
+            return found
+        try:
+            with open(os.path.join(proc_root(), str(pid), "environ"), "rb") as handle:
+                items = handle.read().split(b"\0")
+        except OSError:
+            return found
+        for item in items:
+            name, _, value = item.decode("utf-8", "replace").partition("=")
+            if name in self.provider and value:
+                found[name] = value
+        return found
+
+
+class CopilotCli(Harness):
+    """GitHub Copilot CLI (npm @github/copilot): hooks in Claude's format (its
+    PascalCase event names, which give Claude's snake_case payloads) in
+    .github/hooks/, the MCP server in .github/mcp.json.  A command hook's
+    UserPromptSubmit answer is dropped, so the digest rides SessionStart and a
+    signal the next tool result or the end of the turn."""
+
+    name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
+    where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
+             "    top level (or ~/.copilot with --scope user)")
+    events = {e: e for e in HOOK_EVENTS}
+    levers = (CopilotResume(),)
+    max_autonomy = 2
+    mcp_prefix = "agents-room-"
+    # Claude's tool names: Copilot maps its edit and create onto them.
+    edit_tools = "Edit|Write"
+
+    def detect(self, env):
+        return env.get("COPILOT_CLI") == "1"
+
+    def context(self, event, text):
+        # Copilot reads additionalContext at the top level; Claude's
+        # hookSpecificOutput form is ignored there (2026-12: measured).
+        return json.dumps({"additionalContext": text})
+
+    def ask(self, reason, harness_argv=None):
+        return json.dumps({"permissionDecision": "ask", "permissionDecisionReason": reason})
+
+    @staticmethod
+    def home(env, home):
+        return env.get("COPILOT_HOME") or os.path.join(home, ".copilot")
+
+    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
+        """Copilot's flat form: each event a list of commands (no groups)."""
+        hooks = {}
+        for name, groups in Harness.hook_entries(self, placement, autonomy,
+                                                 start_extra).items():
+            entry = groups[0]["hooks"][0]
+            flat = {"type": "command", "bash": entry["command"],
+                    "timeoutSec": entry["timeout"]}
+            if "matcher" in groups[0]:
+                flat["matcher"] = groups[0]["matcher"]
+            hooks[name] = [flat]
+        return hooks
+
+    def paths(self, env, root, home, scope):
+        base = root if scope == "project" else self.home(env, home)
+        if scope == "project":
+            return (os.path.join(base, ".github", "hooks", "agents-room.json"),
+                    os.path.join(base, ".github", "mcp.json"))
+        return (os.path.join(base, "hooks", "agents-room.json"),
+                os.path.join(base, "mcp-config.json"))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup copilot in your project, or use --scope user")
+        hooks_path, mcp_path = self.paths(os.environ, job.root, job.home, job.scope)
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        text = _read_text(hooks_path)
+        if text and SETUP_MARK not in text:
+            raise RoomError("%s is not the hooks file setup writes; move it aside"
+                            % hooks_path, "nothing was written")
+        job.files.append({"path": hooks_path, "content": json.dumps(
+            {"version": 1, "hooks": self.hook_entries(placement, job.level, job.start_extra)},
+            indent=2) + "\n"})
+        config = _read_json(mcp_path)
+        servers = config.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in %s is not an object; fix it by hand" % mcp_path)
+        servers["agents-room"] = {"type": "local", "command": placement.python,
+                                  "args": ["-I", "-S", placement.relative_script() if
+                                           placement.relative is not None else
+                                           this_file()] + job.serve_args, "tools": ["*"]}
+        job.files.append({"path": mcp_path, "content": json.dumps(config, indent=2) + "\n"})
+        job.notes.append("trust the folder once: copilot asks when it starts here (copilot -p "
+                         "loads the project's hooks and MCP server only in a trusted folder, "
+                         "or with --trust-folder)")
+        if job.level == 2:
+            job.notes.append("wake: a finished copilot -p session is resumed (copilot "
+                             "--resume=<id> -p); an interactive one is told at its next turn")
+
+    def config_files(self, env, root, home):
+        return list(self.paths(env, root, home, "project") + self.paths(env, root, home,
+                                                                          "user"))
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        checks = []
+        for scope in ("project", "user"):
+            hooks_path, mcp_path = self.paths(env, root, home, scope)
+            if not _configured(hooks_path, SETUP_MARK):
+                continue
+            served = _configured(mcp_path, SETUP_MARK)
+            checks.append(("ok", "GitHub Copilot CLI hooks: %s" % hooks_path, ""))
+            checks.append(("ok" if served else "warn", "GitHub Copilot CLI MCP entry: %s" % (
+                mcp_path if served else "not configured"), "" if served else fix))
+            try:
+                command = _read_json(hooks_path)["hooks"]["PostToolUse"][0]["bash"]
+            except (RoomError, KeyError, IndexError, TypeError):
+                command = None
+            if command:
+                probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+                ok, detail = _try_command(command, probe_env, root)
+                checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command runs"
+                               if ok else "GitHub Copilot CLI hook command fails: %s" %
+                               one_line(detail, 160), "" if ok else fix))
+            break
+        if not checks:
+            checks.append(("warn", "GitHub Copilot CLI hooks: not configured", fix))
+        return checks
+
+
 class Human(Harness):
     """The operator at the page (ui): a person, reached by the page itself."""
 
@@ -3929,7 +4100,7 @@ class Human(Harness):
 
 # The adapters, in the order detection tries them; generic is what none claims.
 HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), KiloCode(),
-                    OpenCode(), Human(), Harness()]
+                    OpenCode(), CopilotCli(), Human(), Harness()]
 LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
           for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
 

@@ -1039,7 +1039,7 @@ class AdapterSeamTest(unittest.TestCase):
         core = source[:source.index("# ==== Part II")]
         start = core.index("# ---- harness adapters")
         end = core.index("# ---- liveness (process scan)")
-        names = re.compile(r"claude|codex|hermes|gemini|opencode|kilo|qwen|"
+        names = re.compile(r"claude|codex|hermes|gemini|opencode|kilo|copilot|qwen|"
                            r"(?<![a-z])pi(?![a-z])", re.I)
         found = []
         for part in (core[:start], core[end:]):
@@ -3848,6 +3848,55 @@ class HarnessAdapterTest(SignalBase):
         self.assertIn("harness detected: kilo", done.stdout)
         self.assertRegex(done.stdout, r"ok +Kilo Code plugin: .*\.kilo/plugin/agents-room\.js")
         self.assertRegex(done.stdout, r"ok +Kilo Code MCP entry: .*kilo\.json")
+
+    def test_setup_copilot_writes_claude_format_hooks_and_its_mcp_entry(self):
+        # Copilot reads PascalCase events (Claude's snake_case payloads) from
+        # .github/hooks/*.json, flat (no groups), timeouts in timeoutSec.
+        project = self.repo("cproj")
+        os.makedirs(os.path.join(project, ".github"))
+        with open(os.path.join(project, ".github", "mcp.json"), "w") as handle:
+            json.dump({"mcpServers": {"theirs": {"command": "x"}}}, handle)
+        done = self.run_cli("setup", "copilot", "--autonomy", "2", "--write", cwd=project,
+                            check=0)
+        self.assertIn("--trust-folder", done.stdout)
+        hooks = self.settings(os.path.join(project, ".github", "hooks", "agents-room.json"))
+        self.assertEqual(hooks["version"], 1)
+        self.assertEqual(sorted(hooks["hooks"]), sorted(agents_room.HOOK_EVENTS))
+        start = hooks["hooks"]["SessionStart"][0]
+        self.assertEqual((start["type"], start["timeoutSec"]), ("command", 10))
+        self.assertIn("--harness copilot --event=SessionStart --autonomy 2", start["bash"])
+        self.assertEqual(hooks["hooks"]["PreToolUse"][0]["matcher"], "Edit|Write")
+        servers = self.settings(os.path.join(project, ".github", "mcp.json"))["mcpServers"]
+        self.assertEqual(servers["theirs"], {"command": "x"})
+        self.assertEqual(servers["agents-room"]["args"][-1], "serve")
+        done = self.run_cli("doctor", cwd=project, env={"COPILOT_CLI": "1"})
+        self.assertIn("harness detected: copilot", done.stdout)
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI hooks: .*agents-room\.json")
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI MCP entry: .*mcp\.json")
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI hook command runs")
+        with open(os.path.join(project, ".github", "hooks", "agents-room.json"), "w") as h:
+            h.write('{"version": 1, "hooks": {}}')
+        done = self.run_cli("setup", "copilot", "--write", cwd=project, check=1)
+        self.assertIn("not the hooks file setup writes", done.stderr)
+
+    def test_a_copilot_hook_answers_at_the_top_level_and_its_run_is_resumed(self):
+        # Copilot drops Claude's hookSpecificOutput; its -p run is resumed with
+        # the flags it ran its tools with, never --trust-folder (refused there).
+        done = self.hook("SessionStart", {"session_id": "cop-2", "cwd": self.tmp,
+                                          "hook_event_name": "SessionStart",
+                                          "source": "new"}, "--harness", "copilot")
+        self.assertIn("your session_id is", json.loads(done.stdout)["additionalContext"])
+        self.assertEqual(agents_room.detect_harness({"COPILOT_CLI": "1"}), "copilot")
+        resume = agents_room.LEVERS["copilot-resume"]
+        argv = ["/n/.bin/copilot", "-p", "go", "--allow-all-tools", "--trust-folder"]
+        env = {"HOME": "/h", "PATH": "/bin", "COPILOT_PROVIDER_BASE_URL": "http://m/v1",
+               "COPILOT_PROVIDER_API_KEY": "sk-secret", "COPILOT_MODEL": "m"}
+        data = resume.detect(env, "uuid-1", "/p", argv)
+        self.assertEqual(resume.argv(data, "SIGNAL"), [
+            "/n/.bin/copilot", "--allow-all-tools", "--resume=uuid-1", "-p", "SIGNAL"])
+        self.assertEqual(data["env"], {"HOME": "/h", "PATH": "/bin", "COPILOT_MODEL": "m",
+                                       "COPILOT_PROVIDER_BASE_URL": "http://m/v1"})
+        self.assertIsNone(resume.detect(env, "uuid-1", "/p", ["/n/.bin/copilot"]))
 
     def receiver(self, answer):
         """A socket that reads one frame and answers: answer(lines, conn)."""
