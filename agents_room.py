@@ -4069,9 +4069,11 @@ class OpencodeResume(ResumeLever):
             "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD",
             "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
 
+    programs = ("opencode", "opencode.exe")
+
     def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
-            "opencode", "opencode.exe")), None)
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
+                    None)
 
     def detect(self, env, key, cwd, argv):
         data = ResumeLever.detect(self, env, key, cwd, argv)
@@ -4095,14 +4097,16 @@ class OpenCode(Harness):
     mcp_prefix = "agents-room_"
     marker = "// agents-room: written by agents_room.py setup opencode"
     env_prefixes = ("OPENCODE",)
+    # Where its forks differ (Kilo Code): the names of its files and folders.
+    config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
+    schema = "https://opencode.ai/config.json"
 
     def detect(self, env):
         return env.get("OPENCODE") == "1"
 
-    @staticmethod
-    def config_dir(env, home):
-        return env.get("OPENCODE_CONFIG_DIR") or os.path.join(
-            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "opencode")
+    def config_dir(self, env, home):
+        return env.get(self.config_var) or os.path.join(
+            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), self.setup_name)
 
     def plugin(self, placement, job):
         directory = placement.relative if placement.relative is not None else \
@@ -4110,16 +4114,18 @@ class OpenCode(Harness):
         return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
             "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
         ).replace("%DIR%", json.dumps(directory or ".")).replace(
+            "%HARNESS%", json.dumps(self.name)).replace(
             "%AUTONOMY%", json.dumps(str(job.level))).replace(
             "%START_ARGS%", json.dumps(job.start_extra))
 
     def setup(self, job):
         if job.scope == "project" and job.root is None:
             raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup opencode in your project, or use --scope user")
+                            "run setup %s in your project, or use --scope user"
+                            % self.setup_name)
         base = job.root if job.scope == "project" else self.config_dir(os.environ, job.home)
-        config_path = os.path.join(base, "opencode.json")
-        plugin_dir = os.path.join(base, ".opencode" if job.scope == "project" else "",
+        config_path = os.path.join(base, self.config_name)
+        plugin_dir = os.path.join(base, self.project_dir if job.scope == "project" else "",
                                   "plugin")
         plugin_path = os.path.join(plugin_dir, "agents-room.js")
         text = _read_text(plugin_path)
@@ -4142,12 +4148,12 @@ class OpenCode(Harness):
                                   {"mcp": {"agents-room": server}, "permission": {
                                       self.mcp_prefix + "*": "allow"}}, indent=2) + "\n"})
         else:
-            config.setdefault("$schema", "https://opencode.ai/config.json")
+            config.setdefault("$schema", self.schema)
             mcp = config.setdefault("mcp", {})
             permission = config.setdefault("permission", {})
             if not isinstance(mcp, dict) or not isinstance(permission, (dict, str)):
-                raise RoomError("'mcp' or 'permission' in %s is not what OpenCode writes; "
-                                "fix it by hand" % config_path)
+                raise RoomError("'mcp' or 'permission' in %s is not what %s writes; "
+                                "fix it by hand" % (config_path, self.title))
             mcp["agents-room"] = server
             if isinstance(permission, str):
                 config["permission"] = permission = {"*": permission}
@@ -4156,33 +4162,234 @@ class OpenCode(Harness):
             job.files.append({"path": config_path,
                               "content": json.dumps(config, indent=2) + "\n"})
         job.files.append({"path": plugin_path, "content": self.plugin(placement, job)})
-        job.notes.append("OpenCode's first start after this installs its plugin package "
-                         "into .opencode (about 20 s)")
+        job.notes.append("%s's first start after this installs its plugin package "
+                         "into %s (about 20 s)" % (self.title, self.project_dir))
         if job.level == 2:
             job.notes.append("wake: the plugin waits for mail whenever an interactive session "
-                             "is idle and starts a turn with it; opencode run exits when "
-                             "idle (a finished session is resumed: opencode run --session)")
+                             "is idle and starts a turn with it; {0} run exits when "
+                             "idle (a finished session is resumed: {0} run --session)".format(
+                                 self.levers[0].programs[0]))
 
     def config_files(self, env, root, home):
         base = self.config_dir(env, home)
-        return [os.path.join(root, ".opencode", "plugin", "agents-room.js"),
+        return [os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
                 os.path.join(base, "plugin", "agents-room.js"),
-                os.path.join(root, "opencode.json"), os.path.join(base, "opencode.json")]
+                os.path.join(root, self.config_name), os.path.join(base, self.config_name)]
 
     def doctor(self, env, root, home):
         fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
         base = self.config_dir(env, home)
-        found = [p for p in (os.path.join(root, ".opencode", "plugin", "agents-room.js"),
+        found = [p for p in (os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
                              os.path.join(base, "plugin", "agents-room.js"))
                  if self.marker in _read_text(p)]
-        checks = [("ok" if found else "warn", "OpenCode plugin: %s" % (
-            ", ".join(found) or "not configured"), "" if found else fix)]
+        checks = [("ok" if found else "warn", "%s plugin: %s" % (
+            self.title, ", ".join(found) or "not configured"), "" if found else fix)]
         if found:
-            served = [p for p in (os.path.join(root, "opencode.json"),
-                                  os.path.join(base, "opencode.json"))
+            served = [p for p in (os.path.join(root, self.config_name),
+                                  os.path.join(base, self.config_name))
                       if _configured(p, SETUP_MARK)]
-            checks.append(("ok" if served else "warn", "OpenCode MCP entry: %s" % (
-                ", ".join(served) or "not configured"), "" if served else fix))
+            checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+                self.title, ", ".join(served) or "not configured"), "" if served else fix))
+        return checks
+
+
+class KiloResume(OpencodeResume):
+    name = "kilo-resume"
+    # bin/kilo is a node launcher that runs the native bin/.kilo
+    programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
+    # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "KILO_CONFIG", "KILO_CONFIG_DIR", "KILO_DB", "KILO_DISABLE_PROJECT_CONFIG",
+            "KILO_DISABLE_AUTOUPDATE", "KILO_DISABLE_MODELS_FETCH",
+            "KILO_DISABLE_LSP_DOWNLOAD", "KILO_MODELS_URL", "KILO_MODELS_PATH")
+
+
+class KiloCode(OpenCode):
+    """Kilo Code's CLI (npm @kilocode/cli), a fork of OpenCode with its plugin
+    API: the same plugin and waiter, under Kilo's names (kilo.json, .kilo/,
+    ~/.config/kilo, KILO_*).  Kilo sets OPENCODE=1 as well as KILO=1 in what
+    it runs, so it is detected before OpenCode."""
+
+    name, setup_name, title = "kilo", "kilo", "Kilo Code"
+    where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
+             "    project's git top level (or ~/.config/kilo with --scope user)")
+    levers = (KiloResume(),)
+    marker = "// agents-room: written by agents_room.py setup kilo"
+    config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
+    schema = "https://app.kilo.ai/config.json"
+    env_prefixes = ("KILO", "OPENCODE")
+
+    def detect(self, env):
+        return env.get("KILO") == "1"
+
+
+class CopilotResume(ResumeLever):
+    """A finished copilot -p session, resumed by id with the signal as its
+    prompt.  What the resumed run needs of the first one's environment: where
+    its state is, and its model provider (BYOK); not the provider's key or
+    token, which the store would keep."""
+
+    name = "copilot-resume"
+    resume = ("--resume=KEY", "-p", "TEXT")
+    provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
+                "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
+                "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
+    keep = ("COPILOT_HOME", "COPILOT_MODEL", "COPILOT_AUTO_UPDATE", "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME", "XDG_CACHE_HOME")
+    # the flags of the first run that a resume needs again to run its tools
+    # and hooks unattended (without them -p stops at the first approval)
+    # (not --trust-folder: copilot refuses it beside --resume)
+    carried = ("--allow-all-tools", "--allow-all", "--yolo", "--allow-all-paths")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")),
+            None)
+
+    def detect(self, env, key, cwd, argv):
+        # Only a prompt-mode run ends by itself; an interactive one is open
+        # until its user quits, and its next turn is told.
+        if not argv or not ("-p" in argv or "--prompt" in argv or any(
+                a.startswith("--prompt=") for a in argv)):
+            return None
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["argv"] += [a for a in argv if a in self.carried]
+            data["env"].update(self.provider_of(env))
+        return data
+
+    def provider_of(self, env):
+        """A BYOK provider (those of its variables that are not credentials):
+        Copilot passes its hooks none of them (1.0.102, and a hook entry's env
+        is not expanded), so they are read from the Copilot process the hook
+        runs under, where /proc shows it; elsewhere a BYOK session is resumed
+        without its provider."""
+        found = {k: env[k] for k in self.provider if env.get(k)}
+        pid = harness_pid(os.getppid())
+        if found or not pid:
+            return found
+        try:
+            with open(os.path.join(proc_root(), str(pid), "environ"), "rb") as handle:
+                items = handle.read().split(b"\0")
+        except OSError:
+            return found
+        for item in items:
+            name, _, value = item.decode("utf-8", "replace").partition("=")
+            if name in self.provider and value:
+                found[name] = value
+        return found
+
+
+class CopilotCli(Harness):
+    """GitHub Copilot CLI (npm @github/copilot): hooks in Claude's format (its
+    PascalCase event names, which give Claude's snake_case payloads) in
+    .github/hooks/, the MCP server in .github/mcp.json.  A command hook's
+    UserPromptSubmit answer is dropped, so the digest rides SessionStart and a
+    signal the next tool result or the end of the turn."""
+
+    name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
+    where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
+             "    top level (or ~/.copilot with --scope user)")
+    events = {e: e for e in HOOK_EVENTS}
+    levers = (CopilotResume(),)
+    max_autonomy = 2
+    mcp_prefix = "agents-room-"
+    # Claude's tool names: Copilot maps its edit and create onto them.
+    edit_tools = "Edit|Write"
+
+    def detect(self, env):
+        return env.get("COPILOT_CLI") == "1"
+
+    def context(self, event, text):
+        # Copilot reads additionalContext at the top level; Claude's
+        # hookSpecificOutput form is ignored there (2026-12: measured).
+        return json.dumps({"additionalContext": text})
+
+    def ask(self, reason, harness_argv=None):
+        return json.dumps({"permissionDecision": "ask", "permissionDecisionReason": reason})
+
+    @staticmethod
+    def home(env, home):
+        return env.get("COPILOT_HOME") or os.path.join(home, ".copilot")
+
+    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
+        """Copilot's flat form: each event a list of commands (no groups)."""
+        hooks = {}
+        for name, groups in Harness.hook_entries(self, placement, autonomy,
+                                                 start_extra).items():
+            entry = groups[0]["hooks"][0]
+            flat = {"type": "command", "bash": entry["command"],
+                    "timeoutSec": entry["timeout"]}
+            if "matcher" in groups[0]:
+                flat["matcher"] = groups[0]["matcher"]
+            hooks[name] = [flat]
+        return hooks
+
+    def paths(self, env, root, home, scope):
+        base = root if scope == "project" else self.home(env, home)
+        if scope == "project":
+            return (os.path.join(base, ".github", "hooks", "agents-room.json"),
+                    os.path.join(base, ".github", "mcp.json"))
+        return (os.path.join(base, "hooks", "agents-room.json"),
+                os.path.join(base, "mcp-config.json"))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup copilot in your project, or use --scope user")
+        hooks_path, mcp_path = self.paths(os.environ, job.root, job.home, job.scope)
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        text = _read_text(hooks_path)
+        if text and SETUP_MARK not in text:
+            raise RoomError("%s is not the hooks file setup writes; move it aside"
+                            % hooks_path, "nothing was written")
+        job.files.append({"path": hooks_path, "content": json.dumps(
+            {"version": 1, "hooks": self.hook_entries(placement, job.level, job.start_extra)},
+            indent=2) + "\n"})
+        config = _read_json(mcp_path)
+        servers = config.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in %s is not an object; fix it by hand" % mcp_path)
+        servers["agents-room"] = {"type": "local", "command": placement.python,
+                                  "args": ["-I", "-S", placement.relative_script() if
+                                           placement.relative is not None else
+                                           this_file()] + job.serve_args, "tools": ["*"]}
+        job.files.append({"path": mcp_path, "content": json.dumps(config, indent=2) + "\n"})
+        job.notes.append("trust the folder once: copilot asks when it starts here (copilot -p "
+                         "loads the project's hooks and MCP server only in a trusted folder, "
+                         "or with --trust-folder)")
+        if job.level == 2:
+            job.notes.append("wake: a finished copilot -p session is resumed (copilot "
+                             "--resume=<id> -p); an interactive one is told at its next turn")
+
+    def config_files(self, env, root, home):
+        return list(self.paths(env, root, home, "project") + self.paths(env, root, home,
+                                                                          "user"))
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        checks = []
+        for scope in ("project", "user"):
+            hooks_path, mcp_path = self.paths(env, root, home, scope)
+            if not _configured(hooks_path, SETUP_MARK):
+                continue
+            served = _configured(mcp_path, SETUP_MARK)
+            checks.append(("ok", "GitHub Copilot CLI hooks: %s" % hooks_path, ""))
+            checks.append(("ok" if served else "warn", "GitHub Copilot CLI MCP entry: %s" % (
+                mcp_path if served else "not configured"), "" if served else fix))
+            try:
+                command = _read_json(hooks_path)["hooks"]["PostToolUse"][0]["bash"]
+            except (RoomError, KeyError, IndexError, TypeError):
+                command = None
+            if command:
+                probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+                ok, detail = _try_command(command, probe_env, root)
+                checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command runs"
+                               if ok else "GitHub Copilot CLI hook command fails: %s" %
+                               one_line(detail, 160), "" if ok else fix))
+            break
+        if not checks:
+            checks.append(("warn", "GitHub Copilot CLI hooks: not configured", fix))
         return checks
 
 
@@ -4193,8 +4400,8 @@ class Human(Harness):
 
 
 # The adapters, in the order detection tries them; generic is what none claims.
-HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), OpenCode(),
-                    Human(), Harness()]
+HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), KiloCode(),
+                    OpenCode(), CopilotCli(), Human(), Harness()]
 LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
           for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
 
@@ -17222,8 +17429,9 @@ export default function (pi: ExtensionAPI) {
 
 OPENCODE_PLUGIN = r"""%MARKER%
 // agents-room for OpenCode, in .opencode/plugin/agents-room.js (project) or
-// ~/.config/opencode/plugin/agents-room.js (user).  Run setup again rather than
-// editing this file.
+// ~/.config/opencode/plugin/agents-room.js (user); for its fork Kilo Code the
+// same, in .kilo/plugin and ~/.config/kilo/plugin.  Run setup again rather
+// than editing this file.
 //
 // OpenCode has no command hooks; this plugin runs agents_room.py's `hook` verb
 // with a Claude-style hook JSON on stdin ({hook_event_name, session_id, cwd,
@@ -17256,6 +17464,7 @@ const PYTHON = %PYTHON%
 const ROOM_DIR = %DIR%
 const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
 const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
+const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
 // -------------------------------------------------------------------------------
 const HOOK_TIMEOUT_MS = 10000
 
@@ -17318,7 +17527,7 @@ const quiet = (fn) => async (...args) => {
 export const AgentsRoom = async ({ client, directory, worktree }) => {
   const dir = path.isAbsolute(ROOM_DIR) ? ROOM_DIR
     : path.join(worktree || directory, ROOM_DIR)
-  HOOK = [...PYTHON, dir, "hook", "--harness", "opencode"]
+  HOOK = [...PYTHON, dir, "hook", "--harness", HARNESS]
   const kinds = new Map()        // OpenCode session -> "main" | "child" (subagents: skipped)
   const holding = new Set()      // sessions whose turn a Stop hold continued
   const ours = new Set()         // texts this plugin prompted (no user turn)

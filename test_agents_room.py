@@ -1166,8 +1166,8 @@ class AdapterSeamTest(unittest.TestCase):
         core = source[:source.index("# ==== Part II")]
         start = core.index("# ---- harness adapters")
         end = core.index("# ---- liveness (process scan)")
-        names = re.compile(r"claude|codex|hermes|gemini|opencode|qwen|(?<![a-z])pi(?![a-z])",
-                           re.I)
+        names = re.compile(r"claude|codex|hermes|gemini|opencode|kilo|copilot|qwen|"
+                           r"(?<![a-z])pi(?![a-z])", re.I)
         found = []
         for part in (core[:start], core[end:]):
             for tok in tokenize.generate_tokens(_io.StringIO(part).readline):
@@ -4135,6 +4135,122 @@ class HarnessAdapterTest(SignalBase):
                                        "OPENCODE_DISABLE_MODELS_FETCH": "1"})
         self.assertEqual(agents_room.LEVERS[lever].argv(data, "signal")[1:],
                          ["run", "--session", "ses_1", "signal"])
+
+    def test_setup_kilo_writes_the_opencode_plugin_under_kilos_names(self):
+        # Kilo Code is an OpenCode fork: the same plugin, in .kilo/plugin, its
+        # hooks naming the harness kilo, the MCP entry in kilo.json; an
+        # OpenCode setup beside it is left alone.
+        project = self.repo("kproj")
+        with open(os.path.join(project, "opencode.json"), "w") as handle:
+            json.dump({"model": "theirs/m"}, handle)
+        done = self.run_cli("setup", "kilo", "--autonomy", "2", "--write", cwd=project,
+                            check=0)
+        self.assertIn("kilo run --session", done.stdout)
+        config = self.settings(os.path.join(project, "kilo.json"))
+        self.assertEqual(config["$schema"], "https://app.kilo.ai/config.json")
+        self.assertEqual(config["permission"], {"agents-room_*": "allow"})
+        self.assertEqual(config["mcp"]["agents-room"]["command"][-1], "serve")
+        self.assertEqual(self.settings(os.path.join(project, "opencode.json")),
+                         {"model": "theirs/m"})
+        self.assertFalse(os.path.exists(os.path.join(project, ".opencode")))
+        with open(os.path.join(project, ".kilo", "plugin", "agents-room.js")) as handle:
+            plugin = handle.read()
+        self.assertTrue(plugin.startswith("// agents-room: written by agents_room.py setup kilo"))
+        self.assertIn('const HARNESS = "kilo"', plugin)
+        self.assertIn('"--harness", HARNESS]', plugin)
+        self.assertNotIn("%HARNESS%", plugin)
+        with open(os.path.join(project, ".kilo", "plugin", "agents-room.js"), "w") as handle:
+            handle.write("// my own plugin\n")
+        done = self.run_cli("setup", "kilo", "--write", cwd=project, check=1)
+        self.assertIn("not the plugin setup writes", done.stderr)
+        home = os.path.join(self.tmp, "khome")
+        done = self.run_cli("setup", "kilo", "--scope", "user", "--write", cwd=project,
+                            env={"HOME": home, "XDG_CONFIG_HOME": "", "KILO_CONFIG_DIR": ""},
+                            check=0)
+        self.assertTrue(os.path.exists(os.path.join(home, ".config", "kilo", "plugin",
+                                                    "agents-room.js")), done.stdout)
+        self.assertTrue(os.path.exists(os.path.join(home, ".config", "kilo", "kilo.json")))
+
+    def test_kilo_is_told_from_opencode_and_resumed_with_its_own_config(self):
+        # Kilo sets OPENCODE=1 too, in every process it starts.
+        self.assertEqual(agents_room.detect_harness({"KILO": "1", "OPENCODE": "1"}), "kilo")
+        self.assertEqual(agents_room.detect_harness({"OPENCODE": "1"}), "opencode")
+        env = {"HOME": "/h", "PATH": "/bin", "KILO_CONFIG_DIR": "/h/k", "KILO": "1",
+               "OPENCODE": "1", "KILO_DISABLE_MODELS_FETCH": "1", "KILO_PID": "42",
+               "KILO_SERVER_PASSWORD": "pw", "KILO_CONFIG_CONTENT": '{"k": 1}',
+               "OPENCODE_CONFIG_DIR": "/h/oc"}
+        lever, data = agents_room.detect_lever(
+            env, "kilo", "ses_1", "/p", ["/n/.bin/kilo", "run", "go"])
+        self.assertEqual(lever, "kilo-resume")
+        self.assertEqual(data["argv"], ["/n/.bin/kilo"])
+        self.assertEqual(data["env"], {"HOME": "/h", "PATH": "/bin", "PWD": "/p",
+                                       "KILO_CONFIG_DIR": "/h/k",
+                                       "KILO_DISABLE_MODELS_FETCH": "1"})
+        self.assertEqual(agents_room.LEVERS[lever].argv(data, "signal")[1:],
+                         ["run", "--session", "ses_1", "signal"])
+        self.assertIsNone(agents_room.LEVERS["opencode-resume"].detect(
+            env, "ses_1", "/p", ["/n/.bin/kilo", "run", "go"]))
+
+    def test_a_kilo_hook_joins_as_kilo_and_doctor_finds_its_plugin(self):
+        # What the plugin runs: hook --harness kilo with OpenCode's JSON.
+        project = self.repo("kdoc")
+        self.run_cli("setup", "kilo", "--write", cwd=project, check=0)
+        sid, _ = self.start("ses_kilo1", "--harness", "kilo", cwd=project)
+        self.assertEqual({s["session_id"]: s["harness"] for s in
+                          self.cli_json("who", cwd=project)["sessions"]}.get(sid), "kilo")
+        done = self.run_cli("doctor", cwd=project, env={"KILO": "1", "OPENCODE": "1"})
+        self.assertIn("harness detected: kilo", done.stdout)
+        self.assertRegex(done.stdout, r"ok +Kilo Code plugin: .*\.kilo/plugin/agents-room\.js")
+        self.assertRegex(done.stdout, r"ok +Kilo Code MCP entry: .*kilo\.json")
+
+    def test_setup_copilot_writes_claude_format_hooks_and_its_mcp_entry(self):
+        # Copilot reads PascalCase events (Claude's snake_case payloads) from
+        # .github/hooks/*.json, flat (no groups), timeouts in timeoutSec.
+        project = self.repo("cproj")
+        os.makedirs(os.path.join(project, ".github"))
+        with open(os.path.join(project, ".github", "mcp.json"), "w") as handle:
+            json.dump({"mcpServers": {"theirs": {"command": "x"}}}, handle)
+        done = self.run_cli("setup", "copilot", "--autonomy", "2", "--write", cwd=project,
+                            check=0)
+        self.assertIn("--trust-folder", done.stdout)
+        hooks = self.settings(os.path.join(project, ".github", "hooks", "agents-room.json"))
+        self.assertEqual(hooks["version"], 1)
+        self.assertEqual(sorted(hooks["hooks"]), sorted(agents_room.HOOK_EVENTS))
+        start = hooks["hooks"]["SessionStart"][0]
+        self.assertEqual((start["type"], start["timeoutSec"]), ("command", 10))
+        self.assertIn("--harness copilot --event=SessionStart --autonomy 2", start["bash"])
+        self.assertEqual(hooks["hooks"]["PreToolUse"][0]["matcher"], "Edit|Write")
+        servers = self.settings(os.path.join(project, ".github", "mcp.json"))["mcpServers"]
+        self.assertEqual(servers["theirs"], {"command": "x"})
+        self.assertEqual(servers["agents-room"]["args"][-1], "serve")
+        done = self.run_cli("doctor", cwd=project, env={"COPILOT_CLI": "1"})
+        self.assertIn("harness detected: copilot", done.stdout)
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI hooks: .*agents-room\.json")
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI MCP entry: .*mcp\.json")
+        self.assertRegex(done.stdout, r"ok +GitHub Copilot CLI hook command runs")
+        with open(os.path.join(project, ".github", "hooks", "agents-room.json"), "w") as h:
+            h.write('{"version": 1, "hooks": {}}')
+        done = self.run_cli("setup", "copilot", "--write", cwd=project, check=1)
+        self.assertIn("not the hooks file setup writes", done.stderr)
+
+    def test_a_copilot_hook_answers_at_the_top_level_and_its_run_is_resumed(self):
+        # Copilot drops Claude's hookSpecificOutput; its -p run is resumed with
+        # the flags it ran its tools with, never --trust-folder (refused there).
+        done = self.hook("SessionStart", {"session_id": "cop-2", "cwd": self.tmp,
+                                          "hook_event_name": "SessionStart",
+                                          "source": "new"}, "--harness", "copilot")
+        self.assertIn("your session_id is", json.loads(done.stdout)["additionalContext"])
+        self.assertEqual(agents_room.detect_harness({"COPILOT_CLI": "1"}), "copilot")
+        resume = agents_room.LEVERS["copilot-resume"]
+        argv = ["/n/.bin/copilot", "-p", "go", "--allow-all-tools", "--trust-folder"]
+        env = {"HOME": "/h", "PATH": "/bin", "COPILOT_PROVIDER_BASE_URL": "http://m/v1",
+               "COPILOT_PROVIDER_API_KEY": "sk-secret", "COPILOT_MODEL": "m"}
+        data = resume.detect(env, "uuid-1", "/p", argv)
+        self.assertEqual(resume.argv(data, "SIGNAL"), [
+            "/n/.bin/copilot", "--allow-all-tools", "--resume=uuid-1", "-p", "SIGNAL"])
+        self.assertEqual(data["env"], {"HOME": "/h", "PATH": "/bin", "COPILOT_MODEL": "m",
+                                       "COPILOT_PROVIDER_BASE_URL": "http://m/v1"})
+        self.assertIsNone(resume.detect(env, "uuid-1", "/p", ["/n/.bin/copilot"]))
 
     def receiver(self, answer):
         """A socket that reads one frame and answers: answer(lines, conn)."""

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""End-to-end: real OpenCode turns (npm opencode-ai), offline, against .ci/mock_model.py.
+"""End-to-end: real OpenCode turns (npm opencode-ai), offline, against .ci/mock_model.py;
+with --harness kilo the same for its fork Kilo Code (npm @kilocode/cli).
 
     make e2e-opencode                 # installs the pinned opencode-ai, runs this, cleans up
-    python3 .ci/e2e_opencode.py --bin DIR [--only NAME[,NAME...]] [--list] [--keep]
-                                [--jobs N] [-v]
+    make e2e-kilo                     # the same with the pinned @kilocode/cli
+    python3 .ci/e2e_opencode.py --bin DIR [--harness opencode|kilo] [--only NAME[,NAME...]]
+                                [--list] [--keep] [--jobs N] [-v]
+
+Kilo Code is OpenCode under other names (the program kilo, kilo.json, .kilo/,
+~/.config/kilo, KILO_* variables, @kilocode/plugin); the flavour below holds
+them, and every case is the same.  Below, read "opencode" as either.
 
 DIR is the npm prefix's node_modules/.bin (it holds `opencode`).  Each case is
 SCENARIO/MODE, e.g. c-midturn-signal/run; --only matches any part of it.
@@ -97,6 +103,43 @@ CLOSED = "http://127.0.0.1:9"           # a port nothing listens on
 VERBOSE = False
 
 
+class Flavor:
+    """What differs between OpenCode and a fork of it."""
+
+    def __init__(self, name, title, program, env, config_name, project_dir, schema, plugin,
+                 package, offline=None, cold=0, config=None):
+        self.name, self.title, self.program, self.env = name, title, program, env
+        self.config_name, self.project_dir, self.schema = config_name, project_dir, schema
+        self.plugin, self.package = plugin, package
+        # mock-side variables of its own: what it would otherwise fetch or send
+        self.offline = offline or {}
+        # seconds a start takes beyond OpenCode's (its own bounds grow by this)
+        self.cold = cold
+        # mock-side settings of its own in the global config (a speed-up)
+        self.config = config or {}
+
+
+FLAVORS = {
+    "opencode": Flavor("opencode", "OpenCode", "opencode", "OPENCODE_", "opencode.json",
+                       ".opencode", "https://opencode.ai/config.json", "@opencode-ai/plugin",
+                       "opencode-ai"),
+    "kilo": Flavor("kilo", "Kilo Code", "kilo", "KILO_", "kilo.json", ".kilo",
+                   "https://app.kilo.ai/config.json", "@kilocode/plugin", "@kilocode/cli",
+                   # telemetry (PostHog), session upload, presence and the codebase
+                   # index, each of which would wait on the closed proxy
+                   {"KILO_TELEMETRY_LEVEL": "off", "KILO_DISABLE_SESSION_INGEST": "1",
+                    "KILO_DISABLE_PRESENCE": "1", "KILO_DISABLE_CODEBASE_INDEXING": "1",
+                    "KILO_DISABLE_SHARE": "1"},
+                   # a start of kilo run took 30-55 s at a load of 12 on two cores
+                   cold=60,
+                   # Kilo's undo snapshots of the work tree: on a loaded machine their
+                   # first build outlasts a turn and the TUI asks whether to disable
+                   # them; agents-room has nothing to do with them
+                   config={"snapshot": False}),
+}
+H = FLAVORS["opencode"]                 # set by --harness
+
+
 def log(text):
     if VERBOSE:
         sys.stderr.write("  . %s\n" % text)
@@ -138,7 +181,7 @@ class Box:
         self._seed_plugin_install()
 
     def _env(self):
-        drop = ("OPENCODE", "AGENTS_ROOM", "CLAUDE", "CODEX_", "ANTHROPIC", "OPENAI", "TMUX",
+        drop = ("OPENCODE", "KILO", "AGENTS_ROOM", "CLAUDE", "CODEX_", "ANTHROPIC", "OPENAI", "TMUX",
                 "XDG_", "npm_config_", "NPM_CONFIG_")
         env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k.lower() not in (
             "http_proxy", "https_proxy", "all_proxy", "no_proxy")}
@@ -153,21 +196,22 @@ class Box:
             "AGENTS_ROOM_E2E_BOX": self.dir,      # marks every process of this case
             # mock-side: no update check, no models.dev, no LSP downloads; the
             # mock is reached directly, anything else meets a closed port
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            H.env + "DISABLE_AUTOUPDATE": "1",
+            H.env + "DISABLE_MODELS_FETCH": "1",
+            H.env + "DISABLE_LSP_DOWNLOAD": "1",
             "HTTP_PROXY": CLOSED, "HTTPS_PROXY": CLOSED, "http_proxy": CLOSED,
             "https_proxy": CLOSED, "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost", "npm_config_registry": CLOSED + "/",
             "TERM": "xterm-256color",
             "LANG": env.get("LANG", "C.UTF-8"),
         })
+        env.update(H.offline)
         return env
 
     def _mock_provider(self):
         """The global OpenCode config: the mock as the only provider (mock-side)."""
         config = {
-            "$schema": "https://opencode.ai/config.json",
+            "$schema": H.schema,
             "autoupdate": False, "share": "disabled",
             "model": "mock/mock-model", "small_model": "mock/mock-model",
             "provider": {"mock": {
@@ -175,29 +219,30 @@ class Box:
                 "options": {"baseURL": self.mock.url + "/v1", "apiKey": "sk-mock"},
                 "models": {"mock-model": {"name": "Mock Model", "tool_call": True,
                                           "limit": {"context": 200000, "output": 8192}}}}}}
-        os.makedirs(os.path.join(self.config_home, "opencode"), exist_ok=True)
-        with open(os.path.join(self.config_home, "opencode", "opencode.json"), "w") as handle:
+        config.update(H.config)
+        os.makedirs(os.path.join(self.config_home, H.name), exist_ok=True)
+        with open(os.path.join(self.config_home, H.name, H.config_name), "w") as handle:
             json.dump(config, handle, indent=2)
 
     def _seed_plugin_install(self):
         """A speed-up, not a user step: OpenCode's `npm install @opencode-ai/plugin`
         returns at once where node_modules exists and package-lock.json lists it."""
         lock = {"packages": {"": {"dependencies": {
-            "@opencode-ai/plugin": self.suite.version}}}}
-        for where in (os.path.join(self.config_home, "opencode"),
-                      os.path.join(self.repo, ".opencode")):
+            H.plugin: self.suite.version}}}}
+        for where in (os.path.join(self.config_home, H.name),
+                      os.path.join(self.repo, H.project_dir)):
             os.makedirs(os.path.join(where, "node_modules"), exist_ok=True)
             with open(os.path.join(where, "package-lock.json"), "w") as handle:
                 json.dump(lock, handle)
 
     def setup(self):
-        argv = [sys.executable, AR, "setup", "opencode", "--write"]
+        argv = [sys.executable, AR, "setup", H.name, "--write"]
         if self.autonomy:
             argv += ["--autonomy", str(self.autonomy)]
         done = subprocess.run(argv, cwd=self.repo, env=self.env, capture_output=True,
                               text=True, timeout=60)
         if done.returncode != 0:
-            raise Failure("setup opencode failed: %s" % done.stderr.strip()[-300:])
+            raise Failure("setup %s failed: %s" % (H.name, done.stderr.strip()[-300:]))
         self.setup_said = done.stdout + done.stderr
 
     # -- agents-room CLI, as the peer or as an observer
@@ -252,8 +297,9 @@ class Box:
         word (run quotes an argument with a space before the model sees it).
         -> dict(rc, out, err, elapsed, hung)."""
         self.runs += 1
-        argv = [os.path.join(self.suite.bin, "opencode"), "run", "--print-logs"] + (
+        argv = [os.path.join(self.suite.bin, H.program), "run", "--print-logs"] + (
             ["--session", session] if session else []) + [message]
+        timeout += H.cold
         log("%s: run %s" % (self.name, " ".join(argv[1:])))
         out_path = os.path.join(self.dir, "run-%d.out" % self.runs)
         # OpenCode takes its project from $PWD, not from the process's cwd.
@@ -285,10 +331,11 @@ class Box:
                 if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                     handle.write("export %s=%s\n" % (key, shlex.quote(value)))
         command = "bash --norc --noprofile -c %s" % shlex.quote(
-            ". %s; cd %s && export PWD=%s && exec opencode 2>%s" % (
-                shlex.quote(envfile), shlex.quote(self.repo), shlex.quote(self.repo),
+            ". %s; cd %s && export PWD=%s && exec %s 2>%s" % (
+                shlex.quote(envfile), shlex.quote(self.repo), shlex.quote(self.repo), H.program,
                 shlex.quote(os.path.join(self.dir, "tui.stderr"))))
         self.suite.tmux("new-session", "-d", "-s", self.tmux, "-x", "160", "-y", "50", command)
+        timeout += H.cold
         if not self.wait_screen("Ask anything", timeout):
             raise Failure("the TUI did not become ready in %d s; screen:\n%s"
                           % (timeout, self.screen()))
@@ -320,7 +367,7 @@ class Box:
         """TUI: wait (at most timeout s) for at_least main requests, then until
         OpenCode is idle: no new main request for `quiet` s and the screen no
         longer offers "esc interrupt" (shown while a turn runs)."""
-        self.mock.wait_for(lambda calls: len(calls) >= at_least, timeout)
+        self.mock.wait_for(lambda calls: len(calls) >= at_least, timeout + H.cold)
         end = time.time() + 30
         while time.time() < end:
             calls = self.mock.model_calls()
@@ -496,11 +543,11 @@ def s_digest(box):
     who = {s["session_id"]: s for s in state["who"]}
     check(sid in who, "digest session %s is not in `who` during the turn (%s)"
           % (sid, list(who)))
-    check(who[sid].get("harness") == "opencode", "the session's harness is %r, not opencode"
-          % who[sid].get("harness"))
+    check(who[sid].get("harness") == H.name, "the session's harness is %r, not %s"
+          % (who[sid].get("harness"), H.name))
     where = [t for t in calls[0].user_texts() if SESSION_RE.search(t)]
     check(where, "the digest is not in a user message part")
-    return "session %s (harness opencode) in the first request" % sid
+    return "session %s (harness %s) in the first request" % (sid, H.name)
 
 
 def s_mcp(box):
@@ -761,13 +808,13 @@ def s_doctor(box):
     mine = [l for l in lines if "this session: %s" % state["sid"] in l]
     check(mine, "doctor does not name this session %s: %r" % (state["sid"], one_line(
         [l for l in lines if "session" in l or "harness" in l], 400)))
-    check(any("harness detected: opencode" in l for l in lines),
-          "doctor does not detect opencode: %r" % [l for l in lines if "harness" in l])
+    check(any("harness detected: " + H.name in l for l in lines),
+          "doctor does not detect %s: %r" % (H.name, [l for l in lines if "harness" in l]))
     lever = re.findall(r"wake lever (\S+)", mine[0])
     check(lever, "doctor names no wake lever: %r" % mine[0])
-    ours = [l for l in lines if l.startswith(("ok", "warn", "fail")) and "OpenCode" in l]
+    ours = [l for l in lines if l.startswith(("ok", "warn", "fail")) and H.title in l]
     check(len(ours) == 2 and all(l.startswith("ok") for l in ours),
-          "doctor's OpenCode checks (plugin, MCP entry): %r" % ours)
+          "doctor's %s checks (plugin, MCP entry): %r" % (H.title, ours))
     return "doctor: %s; %s" % (one_line(mine[0][4:], 120), "; ".join(
         one_line(l[4:], 40) for l in ours))
 
@@ -836,7 +883,7 @@ class Suite:
         self.keep = args.keep
         os.makedirs(args.workdir, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
-        self.socket = "agents-room-e2e-opencode-%d" % os.getpid()
+        self.socket = "agents-room-e2e-%s-%d" % (H.name, os.getpid())
         self.results = []
         self.latency = {}
         self.parent = {}            # a row a case adds -> that case
@@ -898,9 +945,9 @@ def cases(only):
 
 def opencode_version(bin_dir):
     try:
-        out = subprocess.run([os.path.join(bin_dir, "opencode"), "--version"],
+        out = subprocess.run([os.path.join(bin_dir, H.program), "--version"],
                              capture_output=True, text=True, timeout=30,
-                             env=dict(os.environ, OPENCODE_DISABLE_AUTOUPDATE="1")).stdout
+                             env=dict(os.environ, **{H.env + "DISABLE_AUTOUPDATE": "1"})).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     found = re.search(r"\d+\.\d+\.\d+\S*", out)
@@ -917,13 +964,13 @@ def truth_rows(results, version, latency):
     rows = []
     if any(c.endswith("/run") for c in status):
         rows.append(report_row(
-            "opencode", version, "opencode run", digest=cell("a-digest", "run"),
+            H.name, version, H.program + " run", digest=cell("a-digest", "run"),
             signal=cell("c-midturn-signal", "run"), hold=cell("d-hold-once", "run"),
             wake=cell("e-wake", "run"), latency=latency.get("run"),
-            note="run exits when idle: a wake resumes it (opencode run --session)"))
+            note="run exits when idle: a wake resumes it (%s run --session)" % H.program))
     if any(c.endswith("/tui") for c in status):
         rows.append(report_row(
-            "opencode", version, "opencode (TUI)", digest=cell("a-digest", "tui"),
+            H.name, version, H.program + " (TUI)", digest=cell("a-digest", "tui"),
             signal=cell("c-midturn-signal", "tui"), hold=cell("d-hold-once", "tui"),
             wake=cell("e-wake", "tui"), latency=latency.get("tui"),
             note="the plugin's waiter; no session before the first prompt"))
@@ -931,11 +978,13 @@ def truth_rows(results, version, latency):
 
 
 def main():
-    global VERBOSE, AR
+    global VERBOSE, AR, H
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", default=os.path.join(ROOT, ".e2e", "opencode", "npm",
                                                       "node_modules", ".bin"),
-                        help="the npm prefix's node_modules/.bin holding opencode")
+                        help="the npm prefix's node_modules/.bin holding opencode (or kilo)")
+    parser.add_argument("--harness", choices=sorted(FLAVORS), default="opencode",
+                        help="OpenCode, or its fork Kilo Code (default opencode)")
     parser.add_argument("--only", help="run the cases whose name contains one of these "
                         "(comma-separated), e.g. c-midturn or /tui")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
@@ -948,6 +997,7 @@ def main():
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     VERBOSE = args.verbose
+    H = FLAVORS[args.harness]
     AR = os.path.abspath(args.agents_room)
     selected = list(cases(args.only))
     if args.list:
@@ -958,23 +1008,23 @@ def main():
         print("no case matches %r" % args.only)
         return 2
     missing = [tool for tool in ("git", "tmux") if shutil.which(tool) is None]
-    if not os.path.exists(os.path.join(args.bin, "opencode")):
-        missing.append("opencode (in %s)" % args.bin)
+    if not os.path.exists(os.path.join(args.bin, H.program)):
+        missing.append("%s (in %s)" % (H.program, args.bin))
     if missing:
-        print("e2e-opencode: missing %s (make e2e-opencode installs opencode-ai)"
-              % ", ".join(missing))
+        print("e2e-%s: missing %s (make e2e-%s installs %s)"
+              % (H.name, ", ".join(missing), H.name, H.package))
         return 2
     version = opencode_version(args.bin)
     if not version:
-        print("e2e-opencode: %s/opencode --version printed no version" % args.bin)
+        print("e2e-%s: %s/%s --version printed no version" % (H.name, args.bin, H.program))
         return 2
     suite = Suite(args, version)
     started = time.time()
-    print("e2e-opencode: %s (sha256 %s), opencode %s (%s)" % (
-        AR, file_sha(AR), version, os.path.realpath(os.path.join(args.bin, "opencode"))),
-        flush=True)
+    print("e2e-%s: %s (sha256 %s), %s %s (%s)" % (
+        H.name, AR, file_sha(AR), H.program, version,
+        os.path.realpath(os.path.join(args.bin, H.program))), flush=True)
     print("mock-side speed-up: node_modules/ + package-lock.json seeded in the config dirs "
-          "(OpenCode skips its npm install of @opencode-ai/plugin)", flush=True)
+          "(%s skips its npm install of %s)" % (H.title, H.plugin), flush=True)
     queue = list(selected)
     queue_lock = threading.Lock()
 
@@ -1007,8 +1057,8 @@ def main():
     skipped = sum(1 for r in results if r[1] == "SKIP")
     print("\n%.0f s%s" % (time.time() - started,
                            "" if not args.keep else "; kept %s" % suite.root))
-    print("e2e-opencode %s: %d passed, %d failed, %d skipped" % (version, passed, failed,
-                                                                 skipped))
+    print("e2e-%s %s: %d passed, %d failed, %d skipped" % (H.name, version, passed, failed,
+                                                          skipped))
     return 1 if failed else 0
 
 
