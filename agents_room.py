@@ -9441,11 +9441,12 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
 
 def _refuse_links_out(job):
     """A project-scope destination must stay in the project: a clone can hold
-    a link (.qwen/settings.json -> ../../.claude/settings.json, a linked
-    .opencode/plugin/, a dangling link) that would have setup merge hooks into
-    the user's own files or create one outside the checkout (issue 34 #9).
-    Files outside the top level that setup means to write (~/.claude.json, a
-    user's approvals) are not the project's and keep following their links."""
+    a link (one harness's settings file pointing at another's in the user's
+    home, a linked plugin directory, a dangling link) that would have setup
+    merge hooks into the user's own files or create one outside the checkout
+    (issue 34 #9).  Files outside the top level that setup means to write
+    (the user's own state or approvals) are not the project's and keep
+    following their links."""
     if not job.root:
         return
     root = os.path.abspath(job.root)
