@@ -13776,8 +13776,10 @@ def plugin_files(name):
             "label": {"type": "string", "title": "Label", "default": "",
                       "description": "the label this session joins with (empty: none)"}},
         "hooks": hooks,
+        # alwaysLoad: without it Claude Code 2.1.332 defers the tools behind
+        # ToolSearch (measured: with it the lean listing is in the first request).
         "mcpServers": {"agents-room": {"command": "python3", "args": [
-            "-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"]}},
+            "-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"], "alwaysLoad": True}},
     }
     market = {"name": name, "owner": {"name": "agents-room"},
               "description": "agents-room, one file: coordination for AI coding agents",
@@ -13794,8 +13796,8 @@ def plugin_files(name):
         "after a tool call, hold the end of a turn once (autonomy 1) and wake an idle "
         "session (autonomy 2); its MCP server is this folder's agents_room.py (Python 3.9 "
         "or newer, standard library only). Options: autonomy and label. A plugin cannot "
-        "trust the folder or allow the tools: run `python3 agents_room.py setup claude "
-        "--write` for that part.\n")
+        "allow its own tools: add mcp__plugin_agents-room_agents-room__* to "
+        "permissions.allow in your settings, or approve them when Claude Code asks.\n")
     return {os.path.join(base, "README.md"): readme,
             os.path.join(".claude-plugin", "marketplace.json"): json.dumps(market, indent=2),
             os.path.join(base, ".claude-plugin", "plugin.json"): json.dumps(manifest, indent=2),
@@ -13806,8 +13808,8 @@ def plugin_files(name):
          "Write DIR as a Claude Code plugin marketplace: .claude-plugin/marketplace.json\n"
          "and plugins/agents-room/ (.claude-plugin/plugin.json with the hooks and the MCP\n"
          "server through ${CLAUDE_PLUGIN_ROOT}, and a copy of this file).  Options\n"
-         "(autonomy, label) are the plugin's userConfig.  A plugin cannot trust the\n"
-         "folder, allow the tools or load them eagerly: setup claude does that part.",
+         "(autonomy, label) are the plugin's userConfig.  A plugin cannot allow its\n"
+         "tools (permissions.allow): claude -p refuses them until the user does.",
          "plugin ./agents-room-marketplace", _plugin_arguments)
 def run_plugin(args):
     import re

@@ -3912,6 +3912,7 @@ class HarnessAdapterTest(SignalBase):
         self.assertEqual(sorted(manifest["userConfig"]), ["autonomy", "label"])
         self.assertEqual(manifest["mcpServers"]["agents-room"]["args"],
                          ["-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        self.assertIs(manifest["mcpServers"]["agents-room"]["alwaysLoad"], True)
         with open(os.path.join(root, "agents_room.py")) as handle, open(SCRIPT) as mine:
             self.assertEqual(handle.read(), mine.read())
         start = manifest["hooks"]["SessionStart"][0]["hooks"][0]["command"]
