@@ -22,6 +22,7 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   hook setup doctor                               harness hooks, their setup, checks
   watch version prune store shim                  follow, identify, clean up, copy
   bench                                           measure (appendix)
+  plugin                                          a Claude Code plugin marketplace (appendix)
   ui                                              the operator's live page (appendix)
 
 Contents: Part I, the core, in dependency order (a section calls only itself
@@ -55,12 +56,13 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   CLI                                  the command table and its runners
   main                                 the command line's one entry
   appendix: PostgreSQL store           a wire-protocol client and its dialect
+  appendix: Claude Code plugin         plugin: a marketplace folder for Claude Code
   appendix: benchmark                  bench: hot paths against measured limits
   appendix: operator page              ui: a live page on 127.0.0.1
   appendix: the operator page's HTML, CSS and JavaScript
                                        the page itself, as data
   appendix: the harness extensions' sources
-                                       what setup writes for Pi and OpenCode
+                                       what setup writes for Pi, OpenCode and Kilo
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -14371,6 +14373,102 @@ def _pg_migrate_v7(conn):
 
 
 PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
+
+
+# ---- appendix: Claude Code plugin ------------------------------------------
+# `plugin DIR` writes a folder that is a Claude Code plugin marketplace: a
+# repository holding it is installed with `claude plugin marketplace add` and
+# `claude plugin install agents-room@agents-room`.  Registered here as a
+# command, the way bench and ui are; it reads the Claude Code adapter.
+
+PLUGIN_NAME = "agents-room"
+
+
+def _plugin_arguments(sub):
+    sub.add_argument("dir", metavar="DIR", help="the folder to write (a marketplace)")
+    sub.add_argument("--name", default=PLUGIN_NAME,
+                     help="the marketplace's name (default agents-room)")
+
+
+def plugin_files(name):
+    """{relative path: text} of the marketplace: .claude-plugin/marketplace.json
+    and the plugin under plugins/agents-room (plugin.json with the hooks and
+    the MCP server through ${CLAUDE_PLUGIN_ROOT}, this file beside it).  The
+    options (userConfig) reach the hooks as CLAUDE_PLUGIN_OPTION_<KEY>, which
+    the hook command line expands, so an empty label adds no --label."""
+    adapter = harness_named("claude-code")
+    placement = Placement(None)
+    placement.relative, placement.project_var, placement.braces = "", "CLAUDE_PLUGIN_ROOT", True
+    placement.python = "python3"
+    hooks = {}
+    for event, groups in adapter.hook_entries(placement, None).items():
+        for entry in groups[0]["hooks"]:
+            if "--event=SessionStart" in entry["command"]:
+                entry["command"] += (' --autonomy "${CLAUDE_PLUGIN_OPTION_AUTONOMY:-1}"'
+                                     ' ${CLAUDE_PLUGIN_OPTION_LABEL:+--label '
+                                     '"$CLAUDE_PLUGIN_OPTION_LABEL"}')
+        hooks[event] = groups
+    manifest = {
+        "name": PLUGIN_NAME, "version": __version__,
+        "description": "agents-room: sessions in rooms message each other, lease paths and "
+                       "record reads; hooks signal, hold and wake them.",
+        "license": "GPL-3.0-or-later", "author": {"name": "agents-room"},
+        "userConfig": {
+            "autonomy": {"type": "string", "title": "Autonomy", "default": "1",
+                         "description": "0 notify, 1 hold the end of a turn once, 2 wake"},
+            "label": {"type": "string", "title": "Label", "default": "",
+                      "description": "the label this session joins with (empty: none)"}},
+        "hooks": hooks,
+        # alwaysLoad: without it Claude Code 2.1.332 defers the tools behind
+        # ToolSearch (measured: with it the lean listing is in the first request).
+        "mcpServers": {"agents-room": {"command": "python3", "args": [
+            "-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"], "alwaysLoad": True}},
+    }
+    market = {"name": name, "owner": {"name": "agents-room"},
+              "description": "agents-room, one file: coordination for AI coding agents",
+              "plugins": [{"name": PLUGIN_NAME, "source": "./plugins/" + PLUGIN_NAME,
+                           "description": manifest["description"],
+                           "version": __version__}]}
+    with open(this_file(), encoding="utf-8") as handle:
+        source = handle.read()
+    base = os.path.join("plugins", PLUGIN_NAME)
+    readme = (
+        "# agents-room\n\nA Claude Code plugin for agents-room, a coordination layer for AI "
+        "coding agents: sessions join rooms, message each other, lease paths and record the "
+        "hashes of what they read. Its hooks give each session a digest, signal unread mail "
+        "after a tool call, hold the end of a turn once (autonomy 1) and wake an idle "
+        "session (autonomy 2); its MCP server is this folder's agents_room.py (Python 3.9 "
+        "or newer, standard library only). Options: autonomy and label. A plugin cannot "
+        "allow its own tools: add mcp__plugin_agents-room_agents-room__* to "
+        "permissions.allow in your settings, or approve them when Claude Code asks.\n")
+    return {os.path.join(base, "README.md"): readme,
+            os.path.join(".claude-plugin", "marketplace.json"): json.dumps(market, indent=2),
+            os.path.join(base, ".claude-plugin", "plugin.json"): json.dumps(manifest, indent=2),
+            os.path.join(base, "agents_room.py"): source}
+
+
+@command("plugin", "Write a Claude Code plugin marketplace (hooks, MCP server, this file).",
+         "Write DIR as a Claude Code plugin marketplace: .claude-plugin/marketplace.json\n"
+         "and plugins/agents-room/ (.claude-plugin/plugin.json with the hooks and the MCP\n"
+         "server through ${CLAUDE_PLUGIN_ROOT}, and a copy of this file).  Options\n"
+         "(autonomy, label) are the plugin's userConfig.  A plugin cannot allow its\n"
+         "tools (permissions.allow): claude -p refuses them until the user does.",
+         "plugin ./agents-room-marketplace", _plugin_arguments)
+def run_plugin(args):
+    import re
+    if not re.match(r"^[a-z0-9][a-z0-9-]*$", args.name):
+        raise UsageError("--name must be lowercase letters, digits and hyphens")
+    written = []
+    for relative, text in plugin_files(args.name).items():
+        path = os.path.join(os.path.abspath(args.dir), relative)
+        write_private(path, text + ("" if text.endswith("\n") else "\n"),
+                      0o755 if path.endswith(".py") else 0o644)
+        written.append(path)
+    if args.json:
+        return json.dumps({"files": written}, indent=2), 0
+    return "\n".join(["wrote %s" % p for p in written] + [
+        "next: claude plugin marketplace add %s && claude plugin install %s@%s" % (
+            os.path.abspath(args.dir), PLUGIN_NAME, args.name)]), 0
 
 
 # ---- appendix: benchmark -------------------------------------------------

@@ -4252,6 +4252,38 @@ class HarnessAdapterTest(SignalBase):
                                        "COPILOT_PROVIDER_BASE_URL": "http://m/v1"})
         self.assertIsNone(resume.detect(env, "uuid-1", "/p", ["/n/.bin/copilot"]))
 
+    def test_plugin_writes_a_marketplace_whose_hooks_run_from_the_plugin_root(self):
+        # The plugin's hooks name the copy inside it through ${CLAUDE_PLUGIN_ROOT}
+        # and take autonomy and label from its options (userConfig), which
+        # Claude Code hands hooks as CLAUDE_PLUGIN_OPTION_<KEY>.
+        market = os.path.join(self.tmp, "market")
+        done = self.run_cli("plugin", market, check=0)
+        self.assertIn("claude plugin install agents-room@agents-room", done.stdout)
+        root = os.path.join(market, "plugins", "agents-room")
+        listing = self.settings(os.path.join(market, ".claude-plugin", "marketplace.json"))
+        self.assertEqual(listing["plugins"][0]["source"], "./plugins/agents-room")
+        manifest = self.settings(os.path.join(root, ".claude-plugin", "plugin.json"))
+        self.assertEqual(sorted(manifest["userConfig"]), ["autonomy", "label"])
+        self.assertEqual(manifest["mcpServers"]["agents-room"]["args"],
+                         ["-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        self.assertIs(manifest["mcpServers"]["agents-room"]["alwaysLoad"], True)
+        with open(os.path.join(root, "agents_room.py")) as handle, open(SCRIPT) as mine:
+            self.assertEqual(handle.read(), mine.read())
+        start = manifest["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+        self.assertIn('"${CLAUDE_PLUGIN_ROOT}"/agents_room.py', start)
+        payload = json.dumps({"session_id": "plug-1", "cwd": self.tmp, "source": "startup",
+                              "hook_event_name": "SessionStart"})
+        env = dict(self.env, CLAUDE_PLUGIN_ROOT=root, CLAUDE_PLUGIN_OPTION_AUTONOMY="2",
+                   CLAUDE_PLUGIN_OPTION_LABEL="api")
+        ran = subprocess.run(["sh", "-c", start], input=payload, env=env, cwd=self.tmp,
+                             capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        self.assertIn("your session_id is", self.context_of(ran))
+        who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual((who["api"]["label"], who["api"]["autonomy"]), ("api", 2))
+        done = self.run_cli("plugin", market, "--name", "Bad Name", check=2)
+        self.assertIn("--name must be", done.stderr)
+
     def receiver(self, answer):
         """A socket that reads one frame and answers: answer(lines, conn)."""
         path = os.path.join(tempfile.mkdtemp(prefix="ar-rcv-"), "s.sock")
