@@ -719,7 +719,7 @@ def s_wake(box, side_rows):
     send_said = box.last_stderr.strip()
     at_send = box.states()
     # run: the lever starts a new `opencode run` (a cold start); tui: a prompt
-    bound = 60 if box.mode == "run" else 30
+    bound = (60 if box.mode == "run" else 30) + (H.cold if box.mode == "run" else 0)
     woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], bound)
     check(woke is not None, "no turn started within %d s of the send (lever %s, delivery "
           "states %s; events %s)" % (bound, lever, box.states(), box.wake_events()))
