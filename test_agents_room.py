@@ -7519,7 +7519,8 @@ class TrustFourthRoundTest(SignalBase):
             "AGENTS_ROOM_WAKE_CMD": "%s %s" % (sys.executable, script)})["session_id"]
         self.cli_json("send", "--session", peer, "--to", woke, "--subject", "wake up")
         deadline = time.time() + 15
-        while not os.path.exists(out) and time.time() < deadline:
+        # The lever opens the file before it writes: wait for its words.
+        while not (os.path.exists(out) and os.path.getsize(out)) and time.time() < deadline:
             time.sleep(0.1)
         prompt = read_bytes(out).decode()
         self.assertRegex(prompt, r"^agents-room: 1 unread message \(from 1 sender\); call "
