@@ -4523,6 +4523,7 @@ class Context:
         self.env = os.environ if env is None else env
         self.pid = pid
         self.pid_start = pid_start
+        self.pid_given = False        # the CLI's --pid named it (not the shell's)
         # An MCP server's harness process: its session is the one the
         # harness's hooks joined (see room_join).
         self.harness_pid, self.harness_start = harness_pid, harness_start
@@ -5324,11 +5325,27 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
                        (key,)).fetchone() if key else None
     current = ctx.env.get("AGENTS_ROOM_SESSION") if ctx.via == "cli" else None
-    if row is None and not key and is_session_id(current):
+    if is_session_id(current) and (row is None or row["id"] != current):
         # A terminal that already holds a session of this store joins again
-        # as that session, not as another one.
-        row = session_row(conn, current)
-        row = row if row is not None and row["left_at"] is None else None
+        # as that session, not as another one -- unless the join names
+        # another: a different label, pid or harness key is another agent
+        # (X=$(join --label api --pid $!) in the shell that holds migrator),
+        # and rewriting the terminal's session would make it that agent.
+        held = session_row(conn, current)
+        held = held if held is not None and held["left_at"] is None else None
+        clash = None if held is None else (
+            "%s names another" % ("--harness-key" if harness_key else
+                                  "the harness key in the environment") if key else
+            "--label %s differs from its label %s" % (label, held["label"] or "(none)")
+            if label is not None and label != held["label"] else
+            "--pid %s differs from its pid %s" % (ctx.pid, held["pid"] or "(none)")
+            if ctx.pid_given and ctx.pid != held["pid"] else None)
+        if clash:
+            warning = (warning + "; " if warning else "") + (
+                "AGENTS_ROOM_SESSION (%s) not used: %s; this join is another "
+                "session" % (current, clash))
+        elif not key:
+            row = held
     fresh = row is None
     if row is None:
         session_id = new_session_id()
@@ -9990,6 +10007,7 @@ def run_tool_command(args):
     values = cli_args_to_tool(tool_, args)
     pid = extra.pid(args, values) if extra.pid else None
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
+    ctx.pid_given = getattr(args, "pid", None) is not None
     store = open_store()
     try:
         timeout = values.pop(tool_.parks, None) if tool_.parks else None
@@ -10002,6 +10020,10 @@ def run_tool_command(args):
     finally:
         store.close()
     code = 1 if tool_.refusal and not result.get("ok", True) else 0
+    if result.get("warning") and not args.json:
+        # stderr, so X=$(... --get session_id) and eval "$(join --shell sh)"
+        # keep their one value and the person still sees what went wrong.
+        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
     if getattr(args, "get", None):
         return _result_field(result, args.get), code
     answer = extra.answer(args, result) if extra.answer else None
@@ -10012,10 +10034,7 @@ def run_tool_command(args):
     # What the operation said of itself (not what sessions wrote) in CLI words.
     said = {k: cli_words(result[k]) for k in ("message", "reason")
             if isinstance(result.get(k), str)}
-    text = tool_.render(dict(result, **said))
-    if result.get("warning"):
-        text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
-    return text, code
+    return tool_.render(dict(result, **said)), code
 
 
 def _serve_arguments(sub):

@@ -62,6 +62,7 @@ import pwd
 import queue
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -1127,6 +1128,42 @@ class SessionTest(RoomTest):
         codex = self.cli_json("join", env={"CODEX_THREAD_ID": "thread-9"})
         self.assertNotEqual(codex["session_id"], joined["session_id"])
 
+    def test_a_join_naming_another_agent_leaves_the_exported_session_alone(self):
+        # Issue 35: with AGENTS_ROOM_SESSION exported (eval "$(join --shell sh)"),
+        # X=$(join --label api --get session_id) returned the terminal's own
+        # session, relabelled api.  One bash, as a person types it.
+        script = ('eval "$(%(ar)s join --room ops --label migrator --shell sh)"\n'
+                  'echo "me $AGENTS_ROOM_SESSION"\n'
+                  'echo "api $(%(ar)s join --room ops --label api --get session_id)"\n'
+                  'sleep 30 & echo "keeper $(%(ar)s join --room ops --pid $! '
+                  '--get session_id)"\nkill $!\n'
+                  'echo "same $(%(ar)s join --room ops --label migrator --get session_id)"\n'
+                  'echo "plain $(%(ar)s join --room ops --get session_id)"\n'
+                  % {"ar": " ".join(map(shlex.quote, PROGRAM))})
+        done = subprocess.run(["bash", "-c", script], env=self.env, cwd=self.tmp,
+                              capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        ids = dict(line.split() for line in done.stdout.splitlines())
+        me = ids["me"]
+        self.assertEqual((ids["same"], ids["plain"]), (me, me))   # nothing contradicts
+        self.assertNotIn(ids["api"], (me, ids["keeper"]))
+        self.assertNotEqual(ids["keeper"], me)
+        warnings = done.stderr.splitlines()
+        self.assertEqual(len(warnings), 2, done.stderr)           # one line each
+        self.assertIn("AGENTS_ROOM_SESSION (%s) not used: --label api differs from its "
+                      "label migrator" % me, warnings[0])
+        self.assertIn("not used: --pid", warnings[1])
+        who = {s["session_id"]: s["label"]
+               for s in self.cli_json("who", "--room", "ops")["sessions"]}
+        self.assertEqual(who[me], "migrator")                     # not rewritten
+        self.assertEqual(who[ids["api"]], "api")
+        # A harness key is another identity too, and over MCP no variable is read.
+        keyed = self.cli_json("join", "--room", "ops", "--harness-key", "k-other",
+                              env={"AGENTS_ROOM_SESSION": me})
+        self.assertNotEqual(keyed["session_id"], me)
+        self.assertIn("--harness-key names another", keyed["warning"])
+
     def test_autonomy_keep_raise_refuse_and_cap(self):
         me = self.join("--room", "api", key="k")
         self.assertEqual(me["autonomy"], 0)
@@ -1139,7 +1176,7 @@ class SessionTest(RoomTest):
         self.assertIn("1 (hold)", lower["warning"])
         done = self.run_cli("join", "--autonomy", "notify", env={
             "AGENTS_ROOM_HARNESS_KEY": "k"}, check=0)
-        self.assertIn("warning:", done.stdout)
+        self.assertIn("warning:", done.stderr)
         cap = self.cli_json("set-cap", "--room", "api", "notify")
         # The lowered sessions by id, and by label for a person (none here).
         self.assertEqual(cap, {"room": "repo:api", "autonomy": 0,
@@ -1274,7 +1311,13 @@ class MessageTest(RoomTest):
         self.assertEqual(self.send(self.api, self.api)["recipients"], 0)  # only self
         done = self.run_cli("send", "--session", alone, "--to", "*", "--subject", "x",
                             check=0)
-        self.assertIn("warning:", done.stdout)
+        self.assertIn("warning:", done.stderr)
+        self.assertNotIn("warning", done.stdout)
+        # Issue 35: --get printed the id and dropped the warning.
+        done = self.run_cli("send", "--session", alone, "--to", "*", "--subject", "x",
+                            "--get", "message_id", check=0, process=True)
+        self.assertRegex(done.stdout, r"^\d+\n$")
+        self.assertIn("warning: stored, but delivered to nobody", done.stderr)
 
     def test_session_selector_errors(self):
         stranger = self.join("--room", "elsewhere", key="k-x")["session_id"]
