@@ -2687,9 +2687,11 @@ class CliSpeaksCliTest(RoomTest):
 
 
 class ReadmeTest(RoomTest):
-    """Real processes: every walk-through of the README runs in bash as
-    written, in README order, on one store (so none depends on a fresh one),
-    with AR the shim the README has the reader write."""
+    """Real processes: the README's walk-throughs typed into one terminal as a
+    person does -- one bash fed every block in README order (a second one
+    where the README says "terminal 2"), on one store, with AR the shim the
+    README has the reader write -- and then the whole README again in the same
+    shells on the same store, which must give the same answers."""
 
     process = True
     # The walk-throughs, in README order: (heading, what follows it).
@@ -2698,6 +2700,7 @@ class ReadmeTest(RoomTest):
                 ("## Leases on anything", "## Status, watch"),
                 ("## Status, watch, work states", "## Tell me once"),
                 ("## Tell me once", "## Operator view"))
+    DONE = "__readme_block_done__"
 
     def blocks(self, heading, until):
         with open(os.path.join(HERE, "README.md")) as handle:
@@ -2705,7 +2708,73 @@ class ReadmeTest(RoomTest):
         section = text[text.index(heading):text.index(until)]
         return [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
 
-    def test_the_walk_throughs_run_as_written_in_order_on_one_store(self):
+    def shell(self, env):
+        """A bash reading commands from a pipe as a terminal's does, in its own
+        process group (the blocks' background jobs go with it at the end)."""
+        proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-s"], env=env,
+                                cwd=self.tmp, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.procs.append(proc)
+        # A failing command a person would notice (not one tested with ||).
+        proc.stdin.write("trap 'echo \"__failed__ $BASH_COMMAND\" >&2' ERR\n")
+        return proc, PipeReader(proc.stdout), PipeReader(proc.stderr)
+
+    def type_block(self, shell, block, where):
+        proc, out, err = shell
+        proc.stdin.write(block + "\necho %s; echo %s >&2\n" % (self.DONE, self.DONE))
+        proc.stdin.flush()
+        said = []
+        for reader in (out, err):
+            lines = []
+            while True:
+                line = reader.readline(120)
+                self.assertTrue(line, "%s: the shell ended\n%s" % (where, "".join(lines)))
+                if line.strip() == self.DONE:
+                    break
+                lines.append(line)
+            said.append("".join(lines))
+        stdout, stderr = said
+        bad = [line for line in stderr.splitlines()
+               if line.startswith(("warning:", "__failed__", "Traceback"))]
+        self.assertEqual(bad, [], "%s:\n%s\nstdout:\n%s\nstderr:\n%s" % (
+            where, block, stdout, stderr))
+        return stdout + stderr
+
+    def run_readme(self, shells, places):
+        outputs = {}
+        for heading, until in self.SECTIONS:
+            blocks = self.blocks(heading, until)
+            self.assertTrue(blocks, heading)
+            for index, block in enumerate(blocks):
+                for old, new in places.items():
+                    block = block.replace(old, os.path.join(self.tmp, new))
+                block = block.replace("cd /tmp &&", "cd %s &&" % self.tmp)
+                # Two terminals in the first walk-through: its odd blocks go
+                # to the second shell; everything else is typed in the first.
+                shell = shells[index % 2 if heading == "## A walk-through" else 0]
+                outputs.setdefault(heading, []).append(self.type_block(
+                    shell, block, "%s, block %d" % (heading, index)))
+        return outputs
+
+    @staticmethod
+    def answers(outputs):
+        """What a rerun must say again: the output with the values that differ
+        by nature (ids, message and task numbers, times, fences, pids) named."""
+        text = "\n".join("\n".join(v) for v in outputs.values())
+        # Sets of sessions print in session-id order, which is random.
+        text = re.sub(r"\b(required|recipients)=([\w,]+)", lambda m: "%s=%s" % (
+            m.group(1), ",".join(sorted(m.group(2).split(",")))), text)
+        for pattern, name in ((r"\b[0-9a-f]{16}\b", "<id>"), (r"\b[0-9a-f]{7,40}\b", "<hex>"),
+                              (r"\d{4}-\d\d-\d\dT[\d:.]+Z?", "<time>"),
+                              (r"\b\d\d:\d\d(:\d\d)?(\.\d+)?Z?\b", "<time>"),
+                              (r"\d+(\.\d+)?\s?(ms|s|m|h) ago", "<ago>"),
+                              (r"\d+", "<n>"), (r" +", " ")):
+            text = re.sub(pattern, name, text)
+        return text.splitlines()
+
+    def test_the_walk_throughs_run_in_one_shell_in_order_twice_on_one_store(self):
         home = os.path.join(self.tmp, "home")
         os.makedirs(home, exist_ok=True)
         bindir = os.path.join(self.tmp, "bin")
@@ -2717,26 +2786,21 @@ class ReadmeTest(RoomTest):
         places = {"/tmp/demo": "demo", "/tmp/mono-demo-feature": "mono-demo-feature",
                   "/tmp/mono-demo": "mono-demo", "/tmp/mono-moved": "mono-moved",
                   "/tmp/guard-demo": "g", "/tmp/window-demo": "w", "/tmp/once-demo": "o"}
-        outputs = {}
-        for heading, until in self.SECTIONS:
-            blocks = self.blocks(heading, until)
-            self.assertTrue(blocks, heading)
-            for index, block in enumerate(blocks):
-                for old, new in places.items():
-                    block = block.replace(old, os.path.join(self.tmp, new))
-                block = block.replace("cd /tmp &&", "cd %s &&" % self.tmp)
-                script = "set -e\n" + block
-                if heading == "## A walk-through":
-                    # Two terminals, each keeping its environment and directory.
-                    terminal = os.path.join(self.tmp, "terminal-%d" % (index % 2))
-                    script = ("set -e\n[ -f %s.env ] && . %s.env && cd \"$(cat %s.cwd)\"\n"
-                              "%s\nexport -p > %s.env\npwd > %s.cwd\n" % (
-                                  terminal, terminal, terminal, block, terminal, terminal))
-                done = subprocess.run(["bash", "-c", script], env=env, capture_output=True,
-                                      text=True, timeout=120, cwd=self.tmp)
-                self.assertEqual(done.returncode, 0, "%s, block %d:\n%s\n%s\n%s" % (
-                    heading, index, block, done.stdout, done.stderr))
-                outputs.setdefault(heading, []).append(done.stdout + done.stderr)
+        shells = [self.shell(env), self.shell(env)]
+        outputs = self.run_readme(shells, places)
+        again = self.run_readme(shells, places)
+        # The same answers, except that a room's record (history, search, the
+        # task board) also lists what the first run left there: lines may be
+        # added only when they are such entries (#N and what is indented
+        # under it), never changed or lost.
+        import difflib
+        first, second = self.answers(outputs), self.answers(again)
+        changed = [op for op in difflib.SequenceMatcher(None, first, second,
+                                                         autojunk=False).get_opcodes()
+                   if op[0] != "equal" and not (op[0] == "insert" and all(
+                       line.startswith(("#<n> ", " ")) for line in second[op[3]:op[4]]))]
+        self.assertEqual(changed, [], "the second run answered otherwise:\n" + "\n".join(
+            difflib.unified_diff(first, second, "first run", "second run", lineterm="")))
         two = outputs["## A walk-through"]
         self.assertIn("acquired exclusive lease", two[0])
         self.assertIn("message #", two[1])
