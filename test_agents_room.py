@@ -2515,6 +2515,25 @@ class CliTest(RoomTest):
 
     process = True
 
+    def test_an_older_python_is_told_the_minimum_not_a_traceback(self):
+        # Issue 35 #7: python3.8 died in a TypeError at the first dict | dict.
+        roots = [os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")]
+        found = sorted(set(glob.glob(os.path.join(roots[0], "versions", "3.[678].*",
+                                                  "bin", "python3")) +
+                           glob.glob("/usr/bin/python3.[678]")))
+        if not found:
+            self.skipTest("no Python 3.6, 3.7 or 3.8 here")
+        for python in found:
+            with self.subTest(python=python):
+                done = subprocess.run([python, SCRIPT, "version"], env=self.env,
+                                      capture_output=True, text=True, timeout=60)
+                version = subprocess.run([python, "-c", "import sys; print("
+                                          "'%d.%d' % sys.version_info[:2])"],
+                                         capture_output=True, text=True).stdout.strip()
+                self.assertEqual((done.returncode, done.stdout), (2, ""))
+                self.assertEqual(done.stderr, "error: agents-room needs Python 3.9 or "
+                                 "newer (this is %s)\n" % version)
+
     def test_every_subcommand_has_help_with_example(self):
         names = [t.cli for t in agents_room.TOOLS.values() if t.public]
         names += [c.name for c in agents_room.COMMANDS.values() if not c.hidden]
