@@ -8662,15 +8662,30 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job.notes = notes
     adapter.setup(job)
     files = job.files
+    here = os.path.realpath(os.path.dirname(this_file()))
+    vendored = bool(job.root) and (here + os.sep).startswith(
+        os.path.realpath(job.root) + os.sep)
+    # A copy outside the project is named by its path or its directory (the
+    # OpenCode plugin's ROOM_DIR): such a file is this machine's.
+    named = this_file() if vendored else os.path.dirname(this_file())
     machine = [f["path"] for f in files if job.root and f["path"].startswith(
-        job.root + os.sep) and this_file() in f["content"]]
+        job.root + os.sep) and named in f["content"]]
     if machine:
         # A team commits its project's files: say which name this machine.
-        notes.append("%s name%s this machine's paths (%s): keep %s out of git, or put "
+        notes.append("%s name%s this machine's paths (%s): %s, or put "
                      "agents_room.py in the project (tools/, say) and run setup from "
                      "there" % (", ".join(os.path.relpath(p, job.root) for p in machine),
                                 "s" if len(machine) == 1 else "", this_file(),
-                                "it" if len(machine) == 1 else "them"))
+                                "setup keeps %s out of git" % (
+                                    "it" if len(machine) == 1 else "them")))
+    ignored = [os.path.relpath(p, job.root) for p in machine]
+    if vendored:
+        # A vendored copy: the launchers import it, and Python caches the
+        # bytecode beside it (that cache is what makes a hook fast).
+        ignored.append(os.path.join(os.path.relpath(here, os.path.realpath(job.root)),
+                                    "__pycache__") + "/")
+    if ignored:
+        notes.append(_exclude_from_git(job.root, ignored, write))
     if write:
         precompile()
         for item in files:
@@ -8686,6 +8701,45 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _exclude_from_git(root, paths, write):
+    """Add paths (relative to the top level root) to the clone's
+    .git/info/exclude, not to .gitignore: the files name this machine, so the
+    rule is this clone's, and the user's tracked .gitignore stays as it is.
+    Returns the note that says what it did (or would do)."""
+    import subprocess
+    try:
+        done = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"],
+                              cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        return "git cannot say where this clone's exclude file is: keep %s out of git" \
+            % ", ".join(paths)
+    exclude = os.path.join(root, done.stdout.strip())
+    have = (_read_text(exclude) or "")
+    lines = {line.strip() for line in have.splitlines()}
+    missing = ["/" + p.replace(os.sep, "/") for p in paths
+               if "/" + p.replace(os.sep, "/") not in lines]
+    shown = os.path.relpath(exclude, root)
+    if not missing:
+        return "%s already keeps %s out of git" % (shown, ", ".join(paths))
+    if not write:
+        return "--write adds %s to %s (this clone's ignore list; .gitignore is " \
+            "left alone)" % (", ".join(missing), shown)
+    try:
+        os.makedirs(os.path.dirname(exclude), exist_ok=True)
+        with open(exclude, "a") as handle:
+            mark = "# agents-room setup: what names this machine, and the bytecode cache"
+            handle.write(("" if not have or have.endswith("\n") else "\n") +
+                         ("" if mark in have else mark + "\n") +
+                         "".join(m + "\n" for m in missing))
+    except OSError as error:
+        return "cannot add %s to %s: %s" % (", ".join(missing), shown,
+                                            error.strerror or error)
+    return "added %s to %s (this clone's ignore list; .gitignore is left alone)" % (
+        ", ".join(missing), shown)
 
 
 GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"

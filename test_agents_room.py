@@ -4960,6 +4960,42 @@ class SetupTest(RoomTest):
         trust = [c for c in checks if "folder" in c["check"]]
         self.assertEqual([c["status"] for c in trust], ["warn"], checks)
 
+    def test_setup_keeps_the_files_naming_this_machine_out_of_git(self):
+        # Issue 35 #5: setup from a copy outside the project said "keep it out
+        # of git" and left six files where git add -A takes them.
+        project = os.path.join(self.tmp, "proj")
+        os.makedirs(project)
+        subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+        for harness in ("claude", "gemini", "qwen", "pi", "opencode"):
+            done = self.run_cli("setup", harness, "--write", cwd=project, check=0)
+            self.assertIn("info/exclude", done.stdout)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                                cwd=project, capture_output=True, text=True).stdout
+        self.assertNotIn(".claude/settings.local.json", status)   # ignored, this clone
+        self.assertEqual([l for l in status.splitlines() if "agents_room" in l or
+                          "settings" in l or "opencode" in l or ".pi/" in l], [], status)
+        self.assertFalse(os.path.exists(os.path.join(project, ".gitignore")))
+        with open(os.path.join(project, ".git", "info", "exclude")) as handle:
+            exclude = handle.read()
+        for path in ("/.claude/settings.local.json", "/.gemini/settings.json",
+                     "/.qwen/settings.json", "/opencode.json"):
+            self.assertEqual(exclude.count(path + "\n"), 1, exclude)
+        again = self.run_cli("setup", "claude", "--write", cwd=project, check=0)
+        self.assertIn("already keeps", again.stdout)              # added once
+        # A vendored copy: its files are the team's, its bytecode cache is not.
+        tools = os.path.join(project, "tools")
+        os.makedirs(tools)
+        shutil.copy(SCRIPT, tools)
+        done = subprocess.run([sys.executable, os.path.join(tools, "agents_room.py"),
+                               "setup", "gemini", "--write"], cwd=project, env=self.env,
+                              capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(tools, "__pycache__")))
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                                cwd=project, capture_output=True, text=True).stdout
+        self.assertIn("tools/agents_room.py", status)
+        self.assertNotIn("__pycache__", status)
+
     def test_setup_claude_wake_adds_async_rewake(self):
         project = self.repo("proj")
         self.run_cli("setup", "claude", "--autonomy", "wake", "--write", cwd=project,
