@@ -8678,6 +8678,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
                                 "s" if len(machine) == 1 else "", this_file(),
                                 "setup keeps %s out of git" % (
                                     "it" if len(machine) == 1 else "them")))
+    for item in files:
+        notes.extend(_repointed(item["path"], item["content"], adapter, job, write))
     ignored = [os.path.relpath(p, job.root) for p in machine]
     if vendored:
         # A vendored copy: the launchers import it, and Python caches the
@@ -8701,6 +8703,32 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     for item in files:
         item.setdefault("action", "would write (use --write)")
     return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _repointed(path, content, adapter, job, write):
+    """Notes for a file that named another copy of agents_room.py and now
+    names this one: a user's file is read by every project of that harness,
+    so a setup run from one checkout moves them all -- say so, never silently."""
+    import re
+    find = re.compile(r"(/[^\s\"',\[\]]*/agents_room\.py)\b")
+    before = set(find.findall(_read_text(path) or ""))
+    after = set(find.findall(content))
+    notes = []
+    for other in sorted(before - after - {this_file()}):
+        inside = job.root and (path + os.sep).startswith(job.root + os.sep)
+        if inside:
+            who = "this project's %s sessions %s this copy" % (
+                adapter.title, "now run" if write else "would run")
+        else:
+            who = ("every %s session of this user, in every project, %s this copy (if "
+                   "this checkout moves or goes, they all lose agents-room; setup %s "
+                   "--write from the other copy points them back)" % (
+                       adapter.title, "now runs" if write else "would run",
+                       adapter.setup_name))
+        notes.append("%s %s: it named %s%s, now %s; %s" % (
+            "repointed" if write else "would repoint (use --write)", path, other,
+            "" if os.path.exists(other) else " (no longer there)", this_file(), who))
+    return notes
 
 
 def _exclude_from_git(root, paths, write):

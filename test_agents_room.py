@@ -4996,6 +4996,31 @@ class SetupTest(RoomTest):
         self.assertIn("tools/agents_room.py", status)
         self.assertNotIn("__pycache__", status)
 
+    def test_setup_says_when_it_repoints_a_users_file_at_another_copy(self):
+        # Issue 35 #6: setup codex/hermes --write from a second copy rewrote
+        # the user's files to it, printing only "(written)".
+        copies = []
+        for name in ("first", "second"):
+            os.makedirs(os.path.join(self.tmp, name))
+            copies.append(shutil.copy(SCRIPT, os.path.join(self.tmp, name)))
+        env = dict(self.env, HERMES_HOME=os.path.join(self.home, ".hermes"))
+        for harness, files in (("codex", ("config.toml", "hooks.json")),
+                               ("hermes", ("config.yaml",))):
+            runs = [subprocess.run([sys.executable, copy, "setup", harness, "--write"],
+                                   cwd=self.tmp, env=env, capture_output=True, text=True,
+                                   timeout=CALL_TIMEOUT_S) for copy in copies]
+            self.assertEqual([r.returncode for r in runs], [0, 0], runs[1].stderr)
+            self.assertNotIn("repointed", runs[0].stdout)          # nothing was there
+            for name in files:
+                line = next((l for l in runs[1].stdout.splitlines()
+                             if "repointed" in l and name in l), "")
+                self.assertIn("it named %s, now %s" % tuple(copies), line, runs[1].stdout)
+                self.assertIn("in every project, now runs this copy", line)
+            again = subprocess.run([sys.executable, copies[1], "setup", harness],
+                                   cwd=self.tmp, env=env, capture_output=True, text=True,
+                                   timeout=CALL_TIMEOUT_S)
+            self.assertNotIn("repoint", again.stdout)              # it names this one
+
     def test_setup_claude_wake_adds_async_rewake(self):
         project = self.repo("proj")
         self.run_cli("setup", "claude", "--autonomy", "wake", "--write", cwd=project,
