@@ -4475,7 +4475,10 @@ def check_value(schema, value, where):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise UsageError("%s is not valid Unicode (a lone surrogate)" % where)
+            # What a shell's stdin of binary bytes, or a name that is not
+            # UTF-8, becomes (surrogateescape): say so in those words.
+            raise UsageError("%s is not UTF-8 text (binary data, or bytes in another "
+                             "encoding)" % where)
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise UsageError("%s is longer than %d characters" % (where, schema["maxLength"]))
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -4486,9 +4489,16 @@ def check_value(schema, value, where):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value != value or value in (float("inf"), float("-inf")):
             raise UsageError("%s must be a finite number" % where)
-        # A duration in the unit a person reads, beside the seconds asked for.
-        shown = (lambda v: "%s (%s s)" % (duration_text(v), v)) if where.endswith("_s") \
-            else str
+        # A duration in the unit a person reads, beside the seconds asked for
+        # -- when it says them exactly (86401 s is not "1d").
+        def shown(v):
+            if not where.endswith("_s"):
+                return str(v)
+            import re
+            text = duration_text(v)
+            exact = sum(int(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u]
+                        for n, u in re.findall(r"(\d+)([dhms])", text)) == v
+            return "%s (%s s)" % (text, v) if exact else "%s s" % v
         if "minimum" in schema and value < schema["minimum"]:
             raise UsageError("%s must be at least %s, not %s" % (
                 where, shown(schema["minimum"]), shown(value)))
@@ -5788,8 +5798,12 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
     "importance": {"type": "string", "enum": list(IMPORTANCE)},
     "ack_required": {"type": "boolean"},
     "ack_by": {"type": ["string", "integer"], "maxLength": 40, "minimum": 1,
-               "description": "ISO time or seconds from now"},
-    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S},
+               "description": "acks are due by then (implies ack required): an ISO "
+               "time, or a duration from now such as 600, 10m or 2h"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S,
+              "description": "how long the message is kept (default %s, at most %s; "
+              "90, 15m, 2h, 7d)" % (duration_text(MESSAGE_TTL_S),
+                                    duration_text(MESSAGE_TTL_MAX_S))},
 }, ["session_id"],
     output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
                       recipients={"type": "integer"},
@@ -8849,8 +8863,9 @@ def doctor(env=None, cwd=None, home=None):
                 checks += store.link_checks()
             finally:
                 store.close()
-            checks.append(("ok", "schema version %d, %d present sessions, %s"
-                           % (info["schema"], info["sessions"], info["engine"]), ""))
+            checks.append(("ok", "schema version %d, %d present session%s, %s"
+                           % (info["schema"], info["sessions"],
+                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
         except RoomError as error:
             info = None
             checks.append(("fail", "store: %s" % error.message, error.hint or ""))
@@ -9809,7 +9824,9 @@ CLI_HELP = {
     "title": "the task's title", "room": "repo:<name> or shared:<name>; a bare name "
     "matches either", "label": "a short name others see", "query": "words to search for",
     "before": "older than this message id (pages back)", "importance":
-    "low, normal, high or urgent", "summary": "one line about it", "scope":
+    "how hard it is signalled (urgent holds a Stop once even at notify; low never "
+    "holds)", "ack_required": "the recipients are to ack it (sent and status show "
+    "the acks owed)", "summary": "one line about it", "scope":
     "what the state is about, e.g. api-v2", "mode": "exclusive or shared",
     "purpose": "why, shown to others", "reply_to": "the message id this answers",
 }
@@ -9954,6 +9971,17 @@ def build_parser(only=None):
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
+            if message.startswith("unrecognized arguments:"):
+                # --rom for --room: name the flag meant, as for a command.
+                import difflib
+                flags = sorted(o for o in self._option_string_actions if o.startswith("--"))
+                for word in message.split(":", 1)[1].split():
+                    close = difflib.get_close_matches(word.split("=")[0], flags, n=2,
+                                                      cutoff=0.6) \
+                        if word.startswith("--") else []
+                    if close:
+                        message += "; did you mean %s?" % " or ".join(close)
+                        break
             raise UsageError("%s: %s" % (self.prog, message),
                              "%s --help shows the usage" % self.prog)
 
@@ -10359,9 +10387,13 @@ def run_shim(args):
     result = {"path": path, "on_path": on_path, "runs": this_file()}
     if args.json:
         return json.dumps(result, indent=2), 0
+    import shlex
     return "wrote %s (runs %s)%s" % (path, this_file(), "" if on_path else
-                                      "\nnote: %s is not on your PATH; add it, or call "
-                                      "the shim by its path" % directory), 0
+                                      "\nnote: %s is not on your PATH; add this line to "
+                                      "your shell's startup file (~/.bashrc, ~/.zshrc) "
+                                      "and run it now, or call the shim by its path:\n"
+                                      "export PATH=%s:\"$PATH\"" % (
+                                          directory, shlex.quote(directory))), 0
 
 
 @command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
@@ -10667,6 +10699,17 @@ def _command_first(argv):
     return rest[:depth] + moved + rest[depth:]
 
 
+def _verbs_of(name):
+    """(positional, its choices) when the command's first positional is a
+    verb (task add|list|...), else None."""
+    tool_ = next((t for t in TOOLS.values() if t.public and t.cli == name), None)
+    if tool_ is None or not tool_.positional:
+        return None
+    first = tool_.positional[0]
+    choices = tool_.params.get(first, {}).get("enum")
+    return (first.upper(), list(choices)) if choices else None
+
+
 def _group_overview(group, as_json):
     """A bare group (window): its verbs, and what is open now (as git stash
     lists the stash): exit 0."""
@@ -10739,10 +10782,24 @@ def main(argv=None):
             raise UsageError("no command %r%s" % (one_line(name, 40), "; did you mean %s?"
                                                    % " or ".join(close) if close else ""),
                              "python3 agents_room.py --help lists the commands")
-        if name in groups and (len(argv) == 1 or argv[1] in ("--json",)):
+        # A bare group (window), or a command of verbs given none (task):
+        # its verbs, not a usage error.  --session before it means nothing here.
+        rest = [a for i, a in enumerate(argv[1:]) if a != "--session" and not
+                a.startswith("--session=") and (i == 0 or argv[i] != "--session")]
+        if name in groups and rest in ([], ["--json"]):
             return _group_overview(name, "--json" in argv)
+        verbs = _verbs_of(name)
+        if verbs and not rest:
+            sys.stdout.write("usage: agents_room.py %s <%s> ...  (%s --help for the "
+                             "options)\n\n%s\n" % (name, verbs[0], name, "\n".join(
+                                 "  %s" % v for v in verbs[1])))
+            return 0
         parser = build_parser(name if name in known else None)
         leaf = parser.leaves.get(" ".join(argv[:2])) or parser.leaves.get(name)
+        if leaf is not None and "--session" not in leaf._option_string_actions:
+            # AR="agents-room --session $ME" then $AR version: a session this
+            # command does not take is not an error.
+            argv = argv[:1] + rest
         if leaf is not None and not ({"-h", "--help"} & set(argv)):
             # Options may stand between positionals: task claim --session S 1.
             depth = 2 if " ".join(argv[:2]) in parser.leaves else 1

@@ -2534,6 +2534,37 @@ class CliTest(RoomTest):
                 self.assertEqual(done.stderr, "error: agents-room needs Python 3.9 or "
                                  "newer (this is %s)\n" % version)
 
+    def test_a_newcomers_small_stumbles(self):
+        # Issue 35, the low items: each was a usage error or a wrong word.
+        me = self.cli_json("join", "--room", "x", "--label", "me")["session_id"]
+        task = self.run_cli("task", check=0)                       # its verbs
+        self.assertIn("task <ACTION>", task.stdout)
+        self.assertEqual(task.stdout.split()[-6:], list(agents_room.TASK_ACTIONS))
+        self.assertIn("request", self.run_cli("--session", me, "window", check=0).stdout)
+        self.assertIn("agents-room " + agents_room.__version__,
+                      self.run_cli("--session", me, "version", check=0).stdout)
+        rom = self.run_cli("join", "--rom", "x", check=2)
+        self.assertIn("did you mean --room?", rom.stderr)
+        ttl = self.run_cli("claim", "--session", me, "a.txt", "--ttl", "86401", check=2)
+        self.assertIn("at most 1d (86400 s), not 86401 s", ttl.stderr)
+        binary = subprocess.run(PROGRAM + ["send", "--session", me, "--to", "*",
+                                           "--subject", "x", "--body", "-"],
+                                input=b"\xff\xfe\x00binary", capture_output=True,
+                                env=self.env, cwd=self.tmp, timeout=CALL_TIMEOUT_S)
+        self.assertEqual(binary.returncode, 2, binary.stderr)
+        self.assertIn(b"not UTF-8 text", binary.stderr)
+        self.assertNotIn(b"surrogate", binary.stderr)
+        doctor = self.run_cli("doctor", check=None).stdout
+        self.assertIn("1 present session,", doctor)
+        helped = self.run_cli("send", "--help", check=0).stdout
+        self.assertNotIn("urgent: low", helped)
+        self.assertRegex(helped, r"--ack-required\s+the recipients")
+        self.assertRegex(helped, r"--ttl TTL\s+how long")
+        self.assertIn("10m", helped)
+        shim = self.run_cli("shim", "--dir", os.path.join(self.tmp, "bin"), check=0)
+        self.assertIn('export PATH=%s:"$PATH"' % os.path.join(self.tmp, "bin"),
+                      shim.stdout)
+
     def test_every_subcommand_has_help_with_example(self):
         names = [t.cli for t in agents_room.TOOLS.values() if t.public]
         names += [c.name for c in agents_room.COMMANDS.values() if not c.hidden]
