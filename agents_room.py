@@ -10190,6 +10190,8 @@ def _setup_arguments(sub):
     sub.add_argument("--label", help="the label the SessionStart hook joins with")
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
+    sub.add_argument("--show", action="store_true",
+                     help="in a dry run, print generated extension sources whole too")
 
 
 @command("setup", "Configure a harness: MCP entry and hooks.",
@@ -10209,7 +10211,14 @@ def run_setup(args):
     for item in result["files"]:
         lines.append("== %s (%s)" % (item["path"], item["action"]))
         if not args.write or item["action"].startswith("merge by hand"):
-            lines.append(item["content"].rstrip("\n"))
+            if item["path"].endswith((".ts", ".js")) and not args.show:
+                # A generated extension is a few hundred lines a person does
+                # not review in a dry run; the configuration files are shown.
+                lines.append("   %d lines of the generated %s (--show prints them)" % (
+                    item["content"].count("\n"), "TypeScript extension" if
+                    item["path"].endswith(".ts") else "JavaScript plugin"))
+            else:
+                lines.append(item["content"].rstrip("\n"))
     lines += ["note: " + note for note in result["notes"]]
     return "\n".join(lines), 0
 

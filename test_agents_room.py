@@ -4997,6 +4997,14 @@ class SetupTest(RoomTest):
         project = os.path.join(self.tmp, "proj")
         os.makedirs(project)
         subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+        # A dry run shows the configuration, and generated sources only as a
+        # count of lines unless --show (issue 35, low).
+        for harness in ("pi", "opencode"):
+            dry = self.run_cli("setup", harness, cwd=project, check=0).stdout
+            self.assertRegex(dry, r"\d+ lines of the generated .* \(--show prints them\)")
+            self.assertLess(len(dry.splitlines()), 40, dry)
+            shown = self.run_cli("setup", harness, "--show", cwd=project, check=0).stdout
+            self.assertGreater(len(shown.splitlines()), 150)
         for harness in ("claude", "gemini", "qwen", "pi", "opencode"):
             done = self.run_cli("setup", harness, "--write", cwd=project, check=0)
             self.assertIn("info/exclude", done.stdout)
