@@ -1117,9 +1117,20 @@ def explain_sqlite(error, path):
                           "another process holds a long write transaction; retry",
                           code="locked")
     if "unable to open" in lower:
+        # Say which of the usual causes it is, not all of them as a guess.
+        if os.path.isdir(path):
+            return StoreError("the store %s is a directory, not a file" % path,
+                              "point AGENTS_ROOM_DB at a file in it, e.g. %s" %
+                              os.path.join(path, "room.db"))
+        if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+            return StoreError("cannot open the store %s: you may not read and write it "
+                              "(mode %03o)" % (path, os.stat(path).st_mode & 0o777),
+                              "chmod 600 %s, or set AGENTS_ROOM_DB" % path)
+        parent = os.path.dirname(os.path.abspath(path))
         return StoreError("cannot open the store %s (%s)" % (path, text),
-                          "check that the directory exists and is writable, or "
-                          "set AGENTS_ROOM_DB")
+                          "its directory %s %s, or set AGENTS_ROOM_DB" % (
+                              parent, "is not writable by you" if os.path.isdir(parent)
+                              else "does not exist"))
     if isinstance(error, OverflowError):
         return UsageError("a number is too large for the store: %s" % text)
     return StoreError("store error at %s: %s" % (path, text))

@@ -4682,6 +4682,22 @@ class BrokenStoreTest(RoomTest):
 
     process = True
 
+    def test_a_store_that_is_a_directory_or_unreadable_says_which(self):
+        # Issue 35, low: both got "check that the directory exists and is writable".
+        folder = os.path.join(self.tmp, "folder")
+        os.makedirs(folder, mode=0o700)
+        done = self.run_cli("who", env={"AGENTS_ROOM_DB": folder}, check=1)
+        self.assertIn("is a directory, not a file", done.stderr)
+        self.assertIn(os.path.join(folder, "room.db"), done.stderr)
+        if os.geteuid() == 0:
+            return                    # root reads a mode-000 file all the same
+        locked = os.path.join(self.tmp, "locked.db")
+        self.cli_json("join", env={"AGENTS_ROOM_DB": locked})
+        os.chmod(locked, 0)
+        self.addCleanup(os.chmod, locked, 0o600)
+        done = self.run_cli("who", env={"AGENTS_ROOM_DB": locked}, check=1)
+        self.assertIn("you may not read and write it (mode 000)", done.stderr)
+
     def make_immutable(self, path):
         """Read-only for everyone, root included (chattr +i), or skip."""
         if os.geteuid() != 0:
