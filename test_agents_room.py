@@ -2744,18 +2744,22 @@ class ReadmeTest(RoomTest):
     shells on the same store, which must give the same answers."""
 
     process = True
-    # The walk-throughs, in README order: (heading, what follows it).
-    SECTIONS = (("## A walk-through", "## A monorepo"), ("## A monorepo", "## Concepts"),
-                ("## Mail: peek", "## Leases on anything"),
-                ("## Leases on anything", "## Status, watch"),
-                ("## Status, watch, work states", "## Tell me once"),
-                ("## Tell me once", "## Operator view"))
+    # The sections with walk-throughs (each up to the next ## heading),
+    # typed in the order the README has them.
+    WALKS = ("## A walk-through", "## A monorepo", "## Mail: peek",
+             "## Leases on anything", "## Status, watch, work states", "## Tell me once")
     DONE = "__readme_block_done__"
 
-    def blocks(self, heading, until):
+    def sections(self):
         with open(os.path.join(HERE, "README.md")) as handle:
             text = handle.read()
-        section = text[text.index(heading):text.index(until)]
+        for heading in sorted(self.WALKS, key=text.index):
+            start = text.index(heading)
+            end = text.find("\n## ", start + 1)
+            yield heading, text[start:end if end > 0 else len(text)]
+
+    @staticmethod
+    def blocks(section):
         return [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
 
     def shell(self, env):
@@ -2794,8 +2798,8 @@ class ReadmeTest(RoomTest):
 
     def run_readme(self, shells, places):
         outputs = {}
-        for heading, until in self.SECTIONS:
-            blocks = self.blocks(heading, until)
+        for heading, section in self.sections():
+            blocks = self.blocks(section)
             self.assertTrue(blocks, heading)
             for index, block in enumerate(blocks):
                 for old, new in places.items():
