@@ -103,8 +103,8 @@ __version__ = "0.2.0"
 import sys
 
 # The one place the minimum is declared.  These lines run on Python 3.6+ (the
-# rest of the file is read by them but needs 3.9: dict | dict, str.removeprefix),
-# so an older python3 (Ubuntu 20.04, RHEL 8) says what it needs, not a TypeError.
+# file compiles there, but the rest needs 3.9: the first dict | dict fails), so
+# an older python3 (Ubuntu 20.04, RHEL 8) says what it needs, not a TypeError.
 if sys.version_info < (3, 9):
     sys.stderr.write("error: agents-room needs Python 3.9 or newer (this is %d.%d)\n"
                      % sys.version_info[:2])
