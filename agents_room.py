@@ -104,8 +104,17 @@ Test seams (documented so tests never patch private names):
 
 __version__ = "0.2.0"
 
-import os
 import sys
+
+# The one place the minimum is declared.  These lines run on Python 3.6+ (the
+# file compiles there, but the rest needs 3.9: the first dict | dict fails), so
+# an older python3 (Ubuntu 20.04, RHEL 8) says what it needs, not a TypeError.
+if sys.version_info < (3, 9):
+    sys.stderr.write("error: agents-room needs Python 3.9 or newer (this is %d.%d)\n"
+                     % sys.version_info[:2])
+    sys.exit(2)
+
+import os
 import time
 
 
@@ -1275,9 +1284,20 @@ def explain_sqlite(error, path):
                           "another process holds a long write transaction; retry",
                           code="locked")
     if "unable to open" in lower:
+        # Say which of the usual causes it is, not all of them as a guess.
+        if os.path.isdir(path):
+            return StoreError("the store %s is a directory, not a file" % path,
+                              "point AGENTS_ROOM_DB at a file in it, e.g. %s" %
+                              os.path.join(path, "room.db"))
+        if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+            return StoreError("cannot open the store %s: you may not read and write it "
+                              "(mode %03o)" % (path, os.stat(path).st_mode & 0o777),
+                              "chmod 600 %s, or set AGENTS_ROOM_DB" % path)
+        parent = os.path.dirname(os.path.abspath(path))
         return StoreError("cannot open the store %s (%s)" % (path, text),
-                          "check that the directory exists and is writable, or "
-                          "set AGENTS_ROOM_DB")
+                          "its directory %s %s, or set AGENTS_ROOM_DB" % (
+                              parent, "is not writable by you" if os.path.isdir(parent)
+                              else "does not exist"))
     if isinstance(error, OverflowError):
         return UsageError("a number is too large for the store: %s" % text)
     return StoreError("store error at %s: %s" % (path, text))
@@ -5051,7 +5071,10 @@ def check_value(schema, value, where):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise UsageError("%s is not valid Unicode (a lone surrogate)" % where)
+            # What a shell's stdin of binary bytes, or a name that is not
+            # UTF-8, becomes (surrogateescape): say so in those words.
+            raise UsageError("%s is not UTF-8 text (binary data, or bytes in another "
+                             "encoding)" % where)
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise UsageError("%s is longer than %d characters" % (where, schema["maxLength"]))
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -5062,9 +5085,16 @@ def check_value(schema, value, where):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value != value or value in (float("inf"), float("-inf")):
             raise UsageError("%s must be a finite number" % where)
-        # A duration in the unit a person reads, beside the seconds asked for.
-        shown = (lambda v: "%s (%s s)" % (duration_text(v), v)) if where.endswith("_s") \
-            else str
+        # A duration in the unit a person reads, beside the seconds asked for
+        # -- when it says them exactly (86401 s is not "1d").
+        def shown(v):
+            if not where.endswith("_s"):
+                return str(v)
+            import re
+            text = duration_text(v)
+            exact = sum(int(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u]
+                        for n, u in re.findall(r"(\d+)([dhms])", text)) == v
+            return "%s (%s s)" % (text, v) if exact else "%s s" % v
         if "minimum" in schema and value < schema["minimum"]:
             raise UsageError("%s must be at least %s, not %s" % (
                 where, shown(schema["minimum"]), shown(value)))
@@ -5108,6 +5138,7 @@ class Context:
         self.env = os.environ if env is None else env
         self.pid = pid
         self.pid_start = pid_start
+        self.pid_given = False        # the CLI's --pid named it (not the shell's)
         # An MCP server's harness process: its session is the one the
         # harness's hooks joined (see room_join).
         self.harness_pid, self.harness_start = harness_pid, harness_start
@@ -5944,11 +5975,27 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
                        (key,)).fetchone() if key else None
     current = ctx.env.get("AGENTS_ROOM_SESSION") if ctx.via == "cli" else None
-    if row is None and not key and is_session_id(current):
+    if is_session_id(current) and (row is None or row["id"] != current):
         # A terminal that already holds a session of this store joins again
-        # as that session, not as another one.
-        row = session_row(conn, current)
-        row = row if row is not None and row["left_at"] is None else None
+        # as that session, not as another one -- unless the join names
+        # another: a different label, pid or harness key is another agent
+        # (X=$(join --label api --pid $!) in the shell that holds migrator),
+        # and rewriting the terminal's session would make it that agent.
+        held = session_row(conn, current)
+        held = held if held is not None and held["left_at"] is None else None
+        clash = None if held is None else (
+            "%s names another" % ("--harness-key" if harness_key else
+                                  "the harness key in the environment") if key else
+            "--label %s differs from its label %s" % (label, held["label"] or "(none)")
+            if label is not None and label != held["label"] else
+            "--pid %s differs from its pid %s" % (ctx.pid, held["pid"] or "(none)")
+            if ctx.pid_given and ctx.pid != held["pid"] else None)
+        if clash:
+            warning = (warning + "; " if warning else "") + (
+                "AGENTS_ROOM_SESSION (%s) not used: %s; this join is another "
+                "session" % (current, clash))
+        elif not key:
+            row = held
     fresh = row is None
     if row is None:
         session_id = new_session_id()
@@ -6390,8 +6437,12 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
     "importance": {"type": "string", "enum": list(IMPORTANCE)},
     "ack_required": {"type": "boolean"},
     "ack_by": {"type": ["string", "integer"], "maxLength": 40, "minimum": 1,
-               "description": "ISO time or seconds from now"},
-    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S},
+               "description": "acks are due by then (implies ack required): an ISO "
+               "time, or a duration from now such as 600, 10m or 2h"},
+    "ttl_s": {"type": "integer", "minimum": 1, "maximum": MESSAGE_TTL_MAX_S,
+              "description": "how long the message is kept (default %s, at most %s; "
+              "90, 15m, 2h, 7d)" % (duration_text(MESSAGE_TTL_S),
+                                    duration_text(MESSAGE_TTL_MAX_S))},
 }, ["session_id"],
     output=out_schema(["message_id", "recipients"], message_id={"type": "integer"},
                       recipients={"type": "integer"},
@@ -9415,15 +9466,32 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     adapter.setup(job)
     files = job.files
     _refuse_links_out(job)
+    here = os.path.realpath(os.path.dirname(this_file()))
+    vendored = bool(job.root) and (here + os.sep).startswith(
+        os.path.realpath(job.root) + os.sep)
+    # A copy outside the project is named by its path or its directory (the
+    # OpenCode plugin's ROOM_DIR): such a file is this machine's.
+    named = this_file() if vendored else os.path.dirname(this_file())
     machine = [f["path"] for f in files if job.root and f["path"].startswith(
-        job.root + os.sep) and this_file() in f["content"]]
+        job.root + os.sep) and named in f["content"]]
     if machine:
         # A team commits its project's files: say which name this machine.
-        notes.append("%s name%s this machine's paths (%s): keep %s out of git, or put "
+        notes.append("%s name%s this machine's paths (%s): %s, or put "
                      "agents_room.py in the project (tools/, say) and run setup from "
                      "there" % (", ".join(os.path.relpath(p, job.root) for p in machine),
                                 "s" if len(machine) == 1 else "", this_file(),
-                                "it" if len(machine) == 1 else "them"))
+                                "setup keeps %s out of git" % (
+                                    "it" if len(machine) == 1 else "them")))
+    for item in files:
+        notes.extend(_repointed(item["path"], item["content"], adapter, job, write))
+    ignored = [os.path.relpath(p, job.root) for p in machine]
+    if vendored:
+        # A vendored copy: the launchers import it, and Python caches the
+        # bytecode beside it (that cache is what makes a hook fast).
+        ignored.append(os.path.join(os.path.relpath(here, os.path.realpath(job.root)),
+                                    "__pycache__") + "/")
+    if ignored:
+        notes.append(_exclude_from_git(job.root, ignored, write))
     if write:
         precompile()
         for item in files:
@@ -9463,6 +9531,71 @@ def _refuse_links_out(job):
                             "through a link in it; nothing was written" % (
                                 os.path.relpath(path, root), real, root),
                             "remove the link, or run setup with --scope user")
+
+
+def _repointed(path, content, adapter, job, write):
+    """Notes for a file that named another copy of agents_room.py and now
+    names this one: a user's file is read by every project of that harness,
+    so a setup run from one checkout moves them all -- say so, never silently."""
+    import re
+    find = re.compile(r"(/[^\s\"',\[\]]*/agents_room\.py)\b")
+    before = set(find.findall(_read_text(path) or ""))
+    after = set(find.findall(content))
+    notes = []
+    for other in sorted(before - after - {this_file()}):
+        inside = job.root and (path + os.sep).startswith(job.root + os.sep)
+        if inside:
+            who = "this project's %s sessions %s this copy" % (
+                adapter.title, "now run" if write else "would run")
+        else:
+            who = ("every %s session of this user, in every project, %s this copy (if "
+                   "this checkout moves or goes, they all lose agents-room; setup %s "
+                   "--write from the other copy points them back)" % (
+                       adapter.title, "now runs" if write else "would run",
+                       adapter.setup_name))
+        notes.append("%s %s: it named %s%s, now %s; %s" % (
+            "repointed" if write else "would repoint (use --write)", path, other,
+            "" if os.path.exists(other) else " (no longer there)", this_file(), who))
+    return notes
+
+
+def _exclude_from_git(root, paths, write):
+    """Add paths (relative to the top level root) to the clone's
+    .git/info/exclude, not to .gitignore: the files name this machine, so the
+    rule is this clone's, and the user's tracked .gitignore stays as it is.
+    Returns the note that says what it did (or would do)."""
+    import subprocess
+    try:
+        done = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"],
+                              cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        return "git cannot say where this clone's exclude file is: keep %s out of git" \
+            % ", ".join(paths)
+    exclude = os.path.join(root, done.stdout.strip())
+    have = (_read_text(exclude) or "")
+    lines = {line.strip() for line in have.splitlines()}
+    missing = ["/" + p.replace(os.sep, "/") for p in paths
+               if "/" + p.replace(os.sep, "/") not in lines]
+    shown = os.path.relpath(exclude, root)
+    if not missing:
+        return "%s already keeps %s out of git" % (shown, ", ".join(paths))
+    if not write:
+        return "--write adds %s to %s (this clone's ignore list; .gitignore is " \
+            "left alone)" % (", ".join(missing), shown)
+    try:
+        os.makedirs(os.path.dirname(exclude), exist_ok=True)
+        with open(exclude, "a") as handle:
+            mark = "# agents-room setup: what names this machine, and the bytecode cache"
+            handle.write(("" if not have or have.endswith("\n") else "\n") +
+                         ("" if mark in have else mark + "\n") +
+                         "".join(m + "\n" for m in missing))
+    except OSError as error:
+        return "cannot add %s to %s: %s" % (", ".join(missing), shown,
+                                            error.strerror or error)
+    return "added %s to %s (this clone's ignore list; .gitignore is left alone)" % (
+        ", ".join(missing), shown)
 
 
 GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
@@ -9576,8 +9709,9 @@ def doctor(env=None, cwd=None, home=None):
                 checks += store.link_checks()
             finally:
                 store.close()
-            checks.append(("ok", "schema version %d, %d present sessions, %s"
-                           % (info["schema"], info["sessions"], info["engine"]), ""))
+            checks.append(("ok", "schema version %d, %d present session%s, %s"
+                           % (info["schema"], info["sessions"],
+                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
         except RoomError as error:
             info = None
             checks.append(("fail", "store: %s" % error.message, error.hint or ""))
@@ -10511,7 +10645,9 @@ CLI_HELP = {
     "title": "the task's title", "room": "repo:<name> or shared:<name>; a bare name "
     "matches either", "label": "a short name others see", "query": "words to search for",
     "before": "older than this message id (pages back)", "importance":
-    "low, normal, high or urgent", "summary": "one line about it", "scope":
+    "how hard it is signalled (urgent holds a Stop once even at notify; low never "
+    "holds)", "ack_required": "the recipients are to ack it (sent and status show "
+    "the acks owed)", "summary": "one line about it", "scope":
     "what the state is about, e.g. api-v2", "mode": "exclusive or shared",
     "purpose": "why, shown to others", "reply_to": "the message id this answers",
 }
@@ -10664,6 +10800,17 @@ def build_parser(only=None):
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):
+            if message.startswith("unrecognized arguments:"):
+                # --rom for --room: name the flag meant, as for a command.
+                import difflib
+                flags = sorted(o for o in self._option_string_actions if o.startswith("--"))
+                for word in message.split(":", 1)[1].split():
+                    close = difflib.get_close_matches(word.split("=")[0], flags, n=2,
+                                                      cutoff=0.6) \
+                        if word.startswith("--") else []
+                    if close:
+                        message += "; did you mean %s?" % " or ".join(close)
+                        break
             raise UsageError("%s: %s" % (self.prog, message),
                              "%s --help shows the usage" % self.prog)
 
@@ -10809,6 +10956,7 @@ def run_tool_command(args):
     values = cli_args_to_tool(tool_, args)
     pid = extra.pid(args, values) if extra.pid else None
     ctx = Context(via="cli", pid=pid, pid_start=process_start(pid) if pid else None)
+    ctx.pid_given = getattr(args, "pid", None) is not None
     store = open_store()
     try:
         timeout = values.pop(tool_.parks, None) if tool_.parks else None
@@ -10821,6 +10969,10 @@ def run_tool_command(args):
     finally:
         store.close()
     code = 1 if tool_.refusal and not result.get("ok", True) else 0
+    if result.get("warning") and not args.json:
+        # stderr, so X=$(... --get session_id) and eval "$(join --shell sh)"
+        # keep their one value and the person still sees what went wrong.
+        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
     if getattr(args, "get", None):
         return _result_field(result, args.get), code
     answer = extra.answer(args, result) if extra.answer else None
@@ -10831,10 +10983,7 @@ def run_tool_command(args):
     # What the operation said of itself (not what sessions wrote) in CLI words.
     said = {k: cli_words(result[k]) for k in ("message", "reason")
             if isinstance(result.get(k), str)}
-    text = tool_.render(dict(result, **said))
-    if result.get("warning"):
-        text += "\nwarning: " + one_line(cli_words(result["warning"]), 1000)
-    return text, code
+    return tool_.render(dict(result, **said)), code
 
 
 def _serve_arguments(sub):
@@ -10871,6 +11020,8 @@ def _setup_arguments(sub):
     sub.add_argument("--label", help="the label the SessionStart hook joins with")
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
+    sub.add_argument("--show", action="store_true",
+                     help="in a dry run, print generated extension sources whole too")
 
 
 @command("setup", "Configure a harness: MCP entry and hooks.",
@@ -10890,7 +11041,14 @@ def run_setup(args):
     for item in result["files"]:
         lines.append("== %s (%s)" % (item["path"], item["action"]))
         if not args.write or item["action"].startswith("merge by hand"):
-            lines.append(item["content"].rstrip("\n"))
+            if item["path"].endswith((".ts", ".js")) and not args.show:
+                # A generated extension is a few hundred lines a person does
+                # not review in a dry run; the configuration files are shown.
+                lines.append("   %d lines of the generated %s (--show prints them)" % (
+                    item["content"].count("\n"), "TypeScript extension" if
+                    item["path"].endswith(".ts") else "JavaScript plugin"))
+            else:
+                lines.append(item["content"].rstrip("\n"))
     lines += ["note: " + note for note in result["notes"]]
     return "\n".join(lines), 0
 
@@ -11069,9 +11227,13 @@ def run_shim(args):
     result = {"path": path, "on_path": on_path, "runs": this_file()}
     if args.json:
         return json.dumps(result, indent=2), 0
+    import shlex
     return "wrote %s (runs %s)%s" % (path, this_file(), "" if on_path else
-                                      "\nnote: %s is not on your PATH; add it, or call "
-                                      "the shim by its path" % directory), 0
+                                      "\nnote: %s is not on your PATH; add this line to "
+                                      "your shell's startup file (~/.bashrc, ~/.zshrc) "
+                                      "and run it now, or call the shim by its path:\n"
+                                      "export PATH=%s:\"$PATH\"" % (
+                                          directory, shlex.quote(directory))), 0
 
 
 @command("version", "Version, Python, SQLite, this file's path and SHA-256, store.",
@@ -11377,6 +11539,17 @@ def _command_first(argv):
     return rest[:depth] + moved + rest[depth:]
 
 
+def _verbs_of(name):
+    """(positional, its choices) when the command's first positional is a
+    verb (task add|list|...), else None."""
+    tool_ = next((t for t in TOOLS.values() if t.public and t.cli == name), None)
+    if tool_ is None or not tool_.positional:
+        return None
+    first = tool_.positional[0]
+    choices = tool_.params.get(first, {}).get("enum")
+    return (first.upper(), list(choices)) if choices else None
+
+
 def _group_overview(group, as_json):
     """A bare group (window): its verbs, and what is open now (as git stash
     lists the stash): exit 0."""
@@ -11449,10 +11622,24 @@ def main(argv=None):
             raise UsageError("no command %r%s" % (one_line(name, 40), "; did you mean %s?"
                                                    % " or ".join(close) if close else ""),
                              "python3 agents_room.py --help lists the commands")
-        if name in groups and (len(argv) == 1 or argv[1] in ("--json",)):
+        # A bare group (window), or a command of verbs given none (task):
+        # its verbs, not a usage error.  --session before it means nothing here.
+        rest = [a for i, a in enumerate(argv[1:]) if a != "--session" and not
+                a.startswith("--session=") and (i == 0 or argv[i] != "--session")]
+        if name in groups and rest in ([], ["--json"]):
             return _group_overview(name, "--json" in argv)
+        verbs = _verbs_of(name)
+        if verbs and not rest:
+            sys.stdout.write("usage: agents_room.py %s <%s> ...  (%s --help for the "
+                             "options)\n\n%s\n" % (name, verbs[0], name, "\n".join(
+                                 "  %s" % v for v in verbs[1])))
+            return 0
         parser = build_parser(name if name in known else None)
         leaf = parser.leaves.get(" ".join(argv[:2])) or parser.leaves.get(name)
+        if leaf is not None and "--session" not in leaf._option_string_actions:
+            # AR="agents-room --session $ME" then $AR version: a session this
+            # command does not take is not an error.
+            argv = argv[:1] + rest
         if leaf is not None and not ({"-h", "--help"} & set(argv)):
             # Options may stand between positionals: task claim --session S 1.
             depth = 2 if " ".join(argv[:2]) in parser.leaves else 1
