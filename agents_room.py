@@ -8915,7 +8915,7 @@ def quiet_hook_check(runs=5):
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
                "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
         argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
-            "hook", "--harness", "claude-code", "--event=PostToolUse"])
+            "hook", "--harness", HOOK_FORMAT.name, "--event=PostToolUse"])
         times = ([], [])
         try:
             for _ in range(runs):
