@@ -26,7 +26,7 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   ui                                              the operator's live page (appendix)
 
 Contents: Part I, the core, in dependency order (a section calls only itself
-and earlier ones), ends with main; Part II, the appendices, register
+and earlier ones: MapTest checks it, listing the debts left), ends with main; Part II, the appendices, register
 themselves in tables the core reads (STORE_KINDS, COMMANDS).
   constants                            limits, defaults, states as data
   errors                               RoomError and its kinds: exit and RPC codes
@@ -190,6 +190,19 @@ WAL_LIMIT_BYTES = 4 * 1024 * 1024     # a checkpointed WAL is truncated to this
 WAL_CHECK_BYTES = 256 * 1024          # a WAL this big is set against the disk's room
 RECONNECT_PAUSE_S = 1.0               # a follower's pause before it looks again
 WAIT_ASK_EVERY_S = 5.0                # a waiter asks at least this often
+# Signals and wakes (the messages and watches sections use them too).
+SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
+STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
+WAKE_RETRY_FIRST_S = 60
+WAKE_RETRY_MAX_S = 30 * 60
+WAKE_ATTEMPTS_MAX = 6
+WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
+WAITER_POLL_S = 1.0
+WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
+WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
+# FIXME: a harness may run no Stop hook after the user interrupts a turn, so a
+# turn marked busy stays busy this long (levers wait; hooks still signal).
+TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
 
 
 IMPORTANCE = ("low", "normal", "high", "urgent")
@@ -8727,18 +8740,6 @@ def drift_check(op, path):
 # hook front end's and the wake levers' way into the store; they are not MCP
 # tools (public=False).
 
-SIGNAL_RETRY_S = 0            # tool events mention what is unread every time
-STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
-WAKE_RETRY_FIRST_S = 60
-WAKE_RETRY_MAX_S = 30 * 60
-WAKE_ATTEMPTS_MAX = 6
-WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
-WAITER_POLL_S = 1.0
-WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
-WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
-# FIXME: a harness may run no Stop hook after the user interrupts a turn, so a
-# turn marked busy stays busy this long (levers wait; hooks still signal).
-TURN_MAX_S = 30 * 60          # a turn marked busy longer than this has ended
 S_KEY = {"type": "string", "maxLength": 200}
 
 

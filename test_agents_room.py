@@ -1087,6 +1087,89 @@ class MapTest(unittest.TestCase):
         self.assertEqual(_docstring_list(agents_room.__doc__, "Contents:"),
                          _source_banners(SCRIPT))
 
+    # The debts against "a section uses only itself and earlier ones", each a
+    # name used in the first section and defined only in the second (issue 37:
+    # the harness adapters become appendices).  The page's HTML, CSS and
+    # JavaScript are data at the very end on purpose.  The list may only
+    # shrink: a new forward reference fails, and so does a debt paid but kept.
+    FORWARD_DEBTS = {
+        ("harness adapters", "harness_pid"), ("harness adapters", "process_start"),
+        ("harness adapters", "proc_root"), ("harness adapters", "call_tool"),
+        ("harness adapters", "Context"), ("harness adapters", "PI_EXTENSION"),
+        ("harness adapters", "OPENCODE_PLUGIN"),
+        ("tool registry and the door", "session_row"),
+        ("tool registry and the door", "unknown_session"),
+        ("operations: status", "_event_item"), ("operations: status", "events_tail"),
+        ("harnesses: setup and doctor", "tool_profile"),
+        ("harnesses: setup and doctor", "listing_cost"),
+        ("appendix: operator page", "UI_HTML"), ("appendix: operator page", "UI_CSS"),
+        ("appendix: operator page", "UI_JS"),
+    }
+
+    def test_a_section_uses_only_itself_and_earlier_ones(self):
+        import ast
+        import builtins
+        with open(SCRIPT, encoding="utf-8") as handle:
+            source = handle.read()
+        banners = [(n, m.group(1)) for n, m in enumerate(
+            (re.match(r"^# ---- (.+?) -{3,}$", line) for line in source.split("\n")), 1) if m]
+
+        def section(lineno):
+            return max(i for i, (start, _) in enumerate(banners) if start <= lineno) \
+                if lineno >= banners[0][0] else -1
+
+        def bound(fn):
+            """The names a function binds itself (globals excepted)."""
+            names = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    names.add(node.id)
+                elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node is not fn:
+                    names.add(node.name)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names.update((a.asname or a.name).split(".")[0] for a in node.names)
+                elif isinstance(node, ast.ExceptHandler) and node.name:
+                    names.add(node.name)
+                elif isinstance(node, ast.arg):
+                    names.add(node.arg)
+            return names - {n for g in ast.walk(fn) if isinstance(g, ast.Global)
+                            for n in g.names}
+
+        tree = ast.parse(source)
+        defined = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [(a.asname or a.name).split(".")[0] for a in node.names]
+            else:
+                names = []
+            for name in names:
+                defined.setdefault(name, section(node.lineno))
+        found = set()
+
+        def visit(node, where, local):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    visit(child, where, local | bound(child))
+                    continue
+                if isinstance(child, ast.Lambda):
+                    visit(child, where, local | {a.arg for a in child.args.args})
+                    continue
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and \
+                        child.id not in local and defined.get(child.id, -1) > where and \
+                        not hasattr(builtins, child.id):
+                    found.add((banners[where][1], child.id))
+                visit(child, where, local)
+        for node in tree.body:
+            visit(ast.Module(body=[node], type_ignores=[]), section(node.lineno), set())
+        self.assertEqual(found - self.FORWARD_DEBTS, set(), "used before the section "
+                         "that defines them: move the definition up, pass it, or register")
+        self.assertEqual(self.FORWARD_DEBTS - found, set(), "paid: strike from FORWARD_DEBTS")
+
     def test_part_one_ends_with_main_and_appendices_follow(self):
         banners = _source_banners(SCRIPT)
         first = next(i for i, b in enumerate(banners) if b.startswith("appendix:"))
