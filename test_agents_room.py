@@ -6456,7 +6456,7 @@ class SignalScenarioTest(SignalBase):
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "lagging",
                       env={"AGENTS_ROOM_TIME_OFFSET": "-3"})
         self.assertEqual(waiter.wait(10), 2)
-        self.assertIn("1 unread message (1 from sender)", errors.rest().decode())
+        self.assertIn("1 unread message (from 1 sender)", errors.rest().decode())
 
     def test_two_sessions_hold_and_wake_wired_by_setup(self):
         path, lines = self.socket_server()
