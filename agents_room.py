@@ -112,7 +112,8 @@ import sys
 if sys.version_info < (3, 9):
     sys.stderr.write("error: agents-room needs Python 3.9 or newer (this is %d.%d)\n"
                      % sys.version_info[:2])
-    sys.exit(2)
+    # A hook never fails its harness (exit 2 is "block" to Claude-style ones).
+    sys.exit(0 if sys.argv[1:2] == ["hook"] else 2)
 
 import os
 import time
@@ -2250,7 +2251,9 @@ class Placement:
         expands the project directory."""
         import shlex
         parts = [shlex.quote(p) for p in launcher(None, missing_exit, self.python)[:-1]]
-        if self.relative is None:
+        if self.relative is None or not self.project_var:
+            # No variable names the project (Copilot CLI): the path as set
+            # up, relative to where the harness runs its hooks.
             parts.append(shlex.quote(self.script))
         else:
             parts.append(('"${%s}"%s' if self.braces else '"$%s"%s') % (
@@ -4329,6 +4332,7 @@ class CopilotCli(Harness):
     levers = (CopilotResume(),)
     max_autonomy = 2
     mcp_prefix = "agents-room-"
+    env_prefixes = ("COPILOT_",)
     # Claude's tool names: Copilot maps its edit and create onto them.
     edit_tools = "Edit|Write"
 
@@ -4419,9 +4423,15 @@ class CopilotCli(Harness):
             if command:
                 probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
                 ok, detail = _try_command(command, probe_env, root)
-                checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command runs"
-                               if ok else "GitHub Copilot CLI hook command fails: %s" %
-                               one_line(detail, 160), "" if ok else fix))
+                if ok is None:
+                    checks.append(("warn", "GitHub Copilot CLI hook command not run: %s" %
+                                   one_line(detail, 160), "doctor runs only agents-room's "
+                                   "own launcher; compare the entry with what `%s` would "
+                                   "write" % fix))
+                else:
+                    checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command "
+                                   "runs" if ok else "GitHub Copilot CLI hook command fails: "
+                                   "%s" % one_line(detail, 160), "" if ok else fix))
             break
         if not checks:
             checks.append(("warn", "GitHub Copilot CLI hooks: not configured", fix))
@@ -8880,6 +8890,12 @@ def session_end(op, harness_key):
     end_windows(op, row["id"], "session end")
     op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
                     (op.at, row["id"]))
+    if row["lever"] in LEVERS and LEVERS[row["lever"]].inline:
+        # A socket lever ends with its process (its file goes below): the row
+        # names none, so neither doctor nor a wake takes the missing file for
+        # a forged row.  A resume records it again at SessionStart.
+        op.conn.execute("UPDATE sessions SET lever=NULL, lever_data=NULL WHERE id=?",
+                        (row["id"],))
     forget_levers(row, inline_only=True)
     op.event("session.end", row["id"])
     changed(op, "gone", row["id"])
@@ -14649,8 +14665,12 @@ def run_plugin(args):
     written = []
     for relative, text in plugin_files(args.name).items():
         path = os.path.join(os.path.abspath(args.dir), relative)
-        write_private(path, text + ("" if text.endswith("\n") else "\n"),
-                      0o755 if path.endswith(".py") else 0o644)
+        try:
+            write_private(path, text + ("" if text.endswith("\n") else "\n"),
+                          0o755 if path.endswith(".py") else 0o644)
+        except OSError as error:
+            raise RoomError("cannot write %s: %s" % (path, error.strerror or error),
+                            "name a directory you can write (it is created)") from None
         written.append(path)
     if args.json:
         return json.dumps({"files": written}, indent=2), 0

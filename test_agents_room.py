@@ -2852,6 +2852,12 @@ class CliTest(RoomTest):
                 self.assertEqual((done.returncode, done.stdout), (2, ""))
                 self.assertEqual(done.stderr, "error: agents-room needs Python 3.9 or "
                                  "newer (this is %s)\n" % version)
+                # A hook never fails its harness: exit 2 would block a
+                # Claude-style turn (found by the review of the merge).
+                hook = subprocess.run([python, SCRIPT, "hook", "--event=Stop"], env=self.env,
+                                      input="{}", capture_output=True, text=True, timeout=60)
+                self.assertEqual((hook.returncode, hook.stdout), (0, ""))
+                self.assertIn("needs Python 3.9", hook.stderr)
 
     def test_a_newcomers_small_stumbles(self):
         # Issue 35, the low items: each was a usage error or a wrong word.
@@ -4475,6 +4481,32 @@ class HarnessAdapterTest(SignalBase):
             h.write('{"version": 1, "hooks": {}}')
         done = self.run_cli("setup", "copilot", "--write", cwd=project, check=1)
         self.assertIn("not the hooks file setup writes", done.stderr)
+
+    def test_a_vendored_copy_sets_up_copilot_with_its_own_path(self):
+        # Found by the review of the merge: Copilot has no variable naming the
+        # project, and a vendored copy's hooks ran "$None"/tools/agents_room.py.
+        project = self.repo("vproj")
+        os.makedirs(os.path.join(project, "tools"))
+        shutil.copy(SCRIPT, os.path.join(project, "tools", "agents_room.py"))
+        done = subprocess.run([sys.executable, "tools/agents_room.py", "setup", "copilot",
+                               "--write"], cwd=project, env=self.env, capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        hooks = self.settings(os.path.join(project, ".github", "hooks", "agents-room.json"))
+        command = hooks["hooks"]["PostToolUse"][0]["bash"]
+        self.assertNotIn("$None", command)
+        self.assertIn("./tools/agents_room.py hook", command)
+        ran = subprocess.run(["sh", "-c", command], cwd=project, env=self.env,
+                             input='{"session_id": "no-such"}', capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual((ran.returncode, ran.stdout, ran.stderr), (0, "", ""))
+
+    def test_plugin_into_a_file_is_one_error_line(self):
+        path = os.path.join(self.tmp, "afile")
+        open(path, "w").close()
+        done = self.run_cli("plugin", path, check=1)
+        self.assertIn("error: cannot write", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
 
     def test_a_copilot_hook_answers_at_the_top_level_and_its_run_is_resumed(self):
         # Copilot drops Claude's hookSpecificOutput; its -p run is resumed with
@@ -7496,6 +7528,24 @@ class LeverTrustTest(SignalBase):
                                            env={"AGENTS_ROOM_TIME_OFFSET": "60"})
                     self.assertIn(me, [r["session_id"] for r in pruned["removed"]], pruned)
                 self.assertFalse(os.path.exists(kept), how)
+
+    def test_a_session_that_ended_is_no_forged_lever(self):
+        # Found by the review of the merge: SessionEnd removed the socket's
+        # file but left the row naming it, so doctor failed and a send to the
+        # ended session was stamped "lever refused".
+        key = "qw-ended"
+        me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env={
+            "QWEN_CODE_MESSAGING_SOCKET": "/tmp/ar-none.sock",
+            "QWEN_CODE_MESSAGING_TOKEN": "tok", "QWEN_CODE_SESSION_ID": key})
+        self.hook("SessionEnd", {"session_id": key, "cwd": self.tmp,
+                                 "hook_event_name": "SessionEnd"},
+                  "--harness", "qwen-code", env={"QWEN_CODE_SESSION_ID": key})
+        doctor = self.run_cli("doctor", check=None)
+        self.assertNotIn("refused", doctor.stdout + doctor.stderr)
+        other = self.cli_json("join", "--room", "repo:" + os.path.basename(self.tmp),
+                              "--label", "sender")["session_id"]
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "after the end")
+        self.assertNotIn("lever refused", json.dumps(self.cli_json("sent", "--session", other)))
 
 
 class DoctorTrustTest(RoomTest):
