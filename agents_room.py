@@ -2567,8 +2567,12 @@ class Lever:
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
                     info.st_mode & 0o077:
                 raise RefusedLever("%s is not a private file of this user's" % path)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                         getattr(os, "O_NONBLOCK", 0))
             with os.fdopen(fd, "rb") as handle:
+                opened = os.fstat(handle.fileno())   # the file read, not the name
+                if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                    raise RefusedLever("%s changed while it was read" % path)
                 body = handle.read(1 << 20)
         except FileNotFoundError:
             raise RefusedLever("no lever file %s on this host" % path) from None
@@ -9371,12 +9375,14 @@ def listen_for_wakes(store_path=None, via="cli"):
 def _wake_listener(path, via):
     ctx = Context(via=via)
     store = said = None
+    pause = RECONNECT_PAUSE_S
     while True:
         try:
             if store is None:
                 store = open_store(path)
             run_due_wakes(store, ctx)
             due = _store_call(store, next_wake_at)
+            pause = RECONNECT_PAUSE_S
             wait = WAKE_LISTEN_S if due is None else due - store.now()
             store.wait_change(min(max(wait, 0.5), WAKE_LISTEN_S), mail=True)
         except Exception as error:      # noqa: a listener outlives any one failure
@@ -9390,7 +9396,11 @@ def _wake_listener(path, via):
                 except Exception:       # noqa: closing what already failed
                     pass
                 store = None
-            time.sleep(RECONNECT_PAUSE_S)
+            # A failure that stays (a newer schema, a role without rights)
+            # must not cost a connection and its authentication every second
+            # in every serve: the pause doubles up to the listener's period.
+            time.sleep(pause)
+            pause = min(pause * 2, WAKE_LISTEN_S)
 
 
 def _spawn_wake(store, ctx, job):
