@@ -17,8 +17,10 @@ deadline, and a program that misses one fails its test.
 
 Test seam: AGENTS_ROOM_TEST_PROCESSES=1 runs every CLI call of the suite as a
 real process (slower; shows that the in-process layer hides nothing).
-AGENTS_ROOM_TEST_STRESS=1 (make stress) runs the races at full size.  The
-suite is hermetic: whatever harness it is run from, its processes get none of
+AGENTS_ROOM_TEST_STRESS=1 (make stress) runs the races at full size.  A plain
+run deals its classes out to AGENTS_ROOM_TEST_JOBS workers (3; 1 runs them in
+this process, as naming classes does), each with a PostgreSQL cluster of its
+own.  The suite is hermetic: whatever harness it is run from, its processes get none of
 that harness's variables (hermetic_env, from the adapters' declarations).
 Standard library only.  Run: python3 test_agents_room.py  (ends with
 'N passed, N failed').
@@ -9638,11 +9640,114 @@ def _home_state():
 REAL_HOME = os.path.expanduser("~")
 
 
+# make test on a few processes: the suite waits more than it works (child
+# processes, a server restart, timeouts run out on purpose: one process kept a
+# core 59 % busy), so its classes are dealt out to JOBS workers, each a
+# `python3 test_agents_room.py CLASS ...` of its own with a throwaway
+# PostgreSQL cluster of its own (PgStoreTest restarts and kills its cluster:
+# only its own worker's classes share it, one after another, as before).
+# AGENTS_ROOM_TEST_JOBS=1 runs everything in this process; naming classes
+# does too.
+JOBS = int(os.environ.get("AGENTS_ROOM_TEST_JOBS", "3") or "1")
+_PROGRESS = re.compile(r"^(\S+Test +\d+ tests .*|  \S+ still running \(\d+ s\))$")
+_CLOSING = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?; (.*)$")
+
+
+def _test_classes():
+    """The classes a plain run would load, each with its number of tests."""
+    loader = unittest.defaultTestLoader
+    module = sys.modules[__name__]
+    found = []
+    for name in sorted(dir(module)):
+        value = getattr(module, name)
+        if isinstance(value, type) and issubclass(value, unittest.TestCase):
+            count = loader.loadTestsFromTestCase(value).countTestCases()
+            if count:
+                found.append((name, count))
+    return found
+
+
+def run_in_workers(jobs):
+    """Deal the classes out to jobs workers (most tests first, each to the
+    lightest worker; a PostgreSQL class weighs more), print their class lines
+    as they come and everything else of a worker when it ends, and close
+    with one line as a single run would.  Returns the exit status."""
+    weights = [0.0] * jobs
+    shares = [[] for _ in range(jobs)]
+    for name, count in sorted(_test_classes(), key=lambda c: -c[1] * (
+            2 if c[0].startswith("Pg") else 1)):
+        lightest = weights.index(min(weights))
+        shares[lightest].append(name)
+        weights[lightest] += count * (2 if name.startswith("Pg") else 1)
+    print("the suite in %d workers (AGENTS_ROOM_TEST_JOBS=1: one process)" % jobs,
+          flush=True)
+    began = time.time()
+    workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sorted(share),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                env=dict(os.environ, AGENTS_ROOM_TEST_JOBS="1"))
+               for share in shares if share]
+    rest = [[] for _ in workers]
+    lock = threading.Lock()
+
+    def follow(index, worker):
+        for line in worker.stdout:
+            line = line.rstrip("\n")
+            if _PROGRESS.match(line):
+                with lock:
+                    print(line, flush=True)
+            elif not line.startswith("all classes:"):
+                rest[index].append(line)
+    readers = [threading.Thread(target=follow, args=(i, w), daemon=True)
+               for i, w in enumerate(workers)]
+    for reader in readers:
+        reader.start()
+    codes = [w.wait() for w in workers]
+    for reader in readers:
+        reader.join()
+    passed = failed = skipped = on_pg = 0
+    pg_words = []
+    for index, lines in enumerate(rest):
+        closing = next((m for m in map(_CLOSING.match, reversed(lines)) if m), None)
+        shown = [l for l in lines if not _CLOSING.match(l)]
+        if codes[index] != 0 or closing is None or closing.group(2) != "0":
+            print("\n".join(shown), flush=True)
+        if closing is None:
+            failed += 1
+            print("FAILED: worker %d ended (%d) without its closing line" % (
+                index, codes[index]), flush=True)
+            continue
+        passed += int(closing.group(1))
+        failed += int(closing.group(2))
+        skipped += int(closing.group(3) or 0)
+        pg = re.match(r"^(PostgreSQL .*): (\d+) tests ran on it$", closing.group(4))
+        if pg:
+            on_pg += int(pg.group(2))
+            pg_words.append(pg.group(1))
+        else:
+            pg_words.append(closing.group(4))
+    print("all classes: %.1f s in %d workers" % (time.time() - began, len(workers)))
+    tail = next((w for w in pg_words if w.startswith("PostgreSQL ") and
+                 "skipped" not in w and "not selected" not in w), None)
+    tail = "%s: %d tests ran on it" % (tail, on_pg) if tail else (pg_words or ["?"])[0]
+    print("%d passed, %d failed" % (passed, failed) + (
+        ", %d skipped" % skipped if skipped else "") + "; " + tail)
+    return 0 if failed == 0 and all(c == 0 for c in codes) else 1
+
+
 if __name__ == "__main__":
     # What this process and the children it starts without clean_env see.
     for _name in set(os.environ) - set(hermetic_env(os.environ)):
         del os.environ[_name]
     home_before = _home_state()
+    if len(sys.argv) == 1 and not STRESS and JOBS > 1:
+        status = run_in_workers(JOBS)
+        touched = sorted(set(_home_state().items()) ^ set(home_before.items()))
+        if touched:
+            print("FAILED: the suite changed the real HOME: %s" % ", ".join(
+                sorted({p for p, _ in touched})[:5]))
+            status = 1
+        sys.exit(status)
     # The tests that call the operations in this process (not through a
     # child's environment) see this HOME: the person's own stays untouched.
     SUITE_HOME = tempfile.mkdtemp(prefix="agents-room-suite-home-")
