@@ -9729,7 +9729,8 @@ def run_in_workers(jobs):
     print("all classes: %.1f s in %d workers" % (time.time() - began, len(workers)))
     tail = next((w for w in pg_words if w.startswith("PostgreSQL ") and
                  "skipped" not in w and "not selected" not in w), None)
-    tail = "%s: %d tests ran on it" % (tail, on_pg) if tail else (pg_words or ["?"])[0]
+    tail = "%s: %d tests ran on it" % (tail, on_pg) if tail else next(
+        (w for w in pg_words if "skipped" in w), (pg_words or ["?"])[0])
     print("%d passed, %d failed" % (passed, failed) + (
         ", %d skipped" % skipped if skipped else "") + "; " + tail)
     return 0 if failed == 0 and all(c == 0 for c in codes) else 1
