@@ -15467,18 +15467,19 @@ print(done, errors, time.time())
 
 
 class _DelayProxy:
-    """A TCP proxy on 127.0.0.1 to a PostgreSQL server (its TCP port or its
-    socket) that holds each chunk delay_s before passing it on, in order, and
-    counts client turns."""
+    """A TCP proxy on 127.0.0.1 (or the address bind) to a PostgreSQL server
+    (its TCP port or its socket) that holds each chunk delay_s before passing
+    it on, in order, and counts client turns.  .ci/multihost.py uses it too."""
 
-    def __init__(self, target, delay_s):
+    def __init__(self, target, delay_s, bind="127.0.0.1"):
         import socket
         import threading
         self.target, self.delay_s = target, delay_s
         self.turns = 0
         self._lock = threading.Lock()
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((bind, 0))
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()

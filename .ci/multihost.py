@@ -27,14 +27,11 @@ Bounded: --timeout seconds for the whole run.  Run: make multihost (as root).
 import argparse
 import json
 import os
-import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +40,8 @@ sys.path.insert(0, ROOT)
 # cost a fifth (as the shim's command does).
 PROGRAM = [sys.executable, "-c", "import sys; sys.path.insert(0, %r); import agents_room; "
            "sys.exit(agents_room.main())" % ROOT]
+import agents_room  # noqa: E402  (its delay proxy)
+
 HOSTS = ("h1", "h2", "h3")
 SKIP = 77
 
@@ -54,62 +53,6 @@ class Failure(Exception):
 def check(condition, what):
     if not condition:
         raise Failure(what)
-
-
-class DelayProxy:
-    """A TCP forwarder from addr to 127.0.0.1:port holding each chunk delay_s
-    before passing it on, in order (netem's delay, where the kernel has no
-    netem)."""
-
-    def __init__(self, addr, port, delay_s):
-        self.port_to, self.delay_s = port, delay_s
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((addr, 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.port_to))
-            except OSError:
-                return
-            for sock in (client, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for source, sink in ((client, upstream), (upstream, client)):
-                chunks = queue.Queue()
-                threading.Thread(target=self._read, args=(source, chunks),
-                                 daemon=True).start()
-                threading.Thread(target=self._write, args=(sink, chunks),
-                                 daemon=True).start()
-
-    def _read(self, source, chunks):
-        try:
-            while True:
-                data = source.recv(65536)
-                chunks.put((time.monotonic() + self.delay_s, data))
-                if not data:
-                    return
-        except OSError:
-            chunks.put((0, b""))
-
-    @staticmethod
-    def _write(sink, chunks):
-        while True:
-            due, data = chunks.get()
-            wait = due - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            try:
-                if not data:
-                    sink.shutdown(socket.SHUT_WR)
-                    return
-                sink.sendall(data)
-            except OSError:
-                return
 
 
 class Host:
@@ -134,7 +77,7 @@ class Host:
         for args in (("addr", "add", self.far + "/30", "dev", self.peer),
                      ("link", "set", self.peer, "up"), ("link", "set", "lo", "up")):
             ip("netns", "exec", self.netns, "ip", *args)
-        self.proxy = DelayProxy(self.near, pg_port, delay_s)
+        self.proxy = agents_room._DelayProxy(("127.0.0.1", pg_port), delay_s, bind=self.near)
         self.holder = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--pid", "--fork",
              "--kill-child", "--mount-proc", "sh", "-c", "hostname %s && exec sleep 100000" % name])
