@@ -2140,11 +2140,45 @@ LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
 LEVER_FACTS = ("mode",)
 
 
-def lever_file(session_id, lever):
+def lever_file(session_id, lever, digest):
     """The recipient's own file that holds what its lever runs: the name is
-    made here from the session and lever, never read from the store."""
-    return os.path.join(os.path.expanduser("~"), ".agents-room", "levers",
-                        "%s.%s.json" % (session_id.replace(os.sep, "_"), lever))
+    made here from the session, the lever and the digest of what it holds,
+    never read from the store.  Named by its content, a file is never
+    rewritten: a join rolled back, or two joins of one session committing in
+    the other order than they wrote, leave the row naming a file that exists
+    and matches."""
+    return os.path.join(lever_dir(), "%s.%s.%s.json" % (
+        session_id.replace(os.sep, "_"), lever, digest[:LEVER_NAME_DIGEST]))
+
+
+def lever_dir():
+    return os.path.join(os.path.expanduser("~"), ".agents-room", "levers")
+
+
+# How much of a lever file's digest its name carries (the store keeps it all).
+LEVER_NAME_DIGEST = 16
+
+
+def lever_files_of(session_id, lever):
+    """This user's lever files of a session's lever, whatever their digests."""
+    import glob
+    prefix = "%s.%s." % (session_id.replace(os.sep, "_"), lever)
+    return [path for path in glob.glob(os.path.join(glob.escape(lever_dir()),
+                                                    glob.escape(prefix) + "*.json"))
+            if _is_hex(os.path.basename(path)[len(prefix):-len(".json")],
+                       LEVER_NAME_DIGEST)]
+
+
+def _is_hex(text, length):
+    return (isinstance(text, str) and len(text) == length and
+            all(c in "0123456789abcdef" for c in text))
+
+
+def _unlink_quiet(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass                    # never written, or gone already
 
 
 # How much of this file the launcher reads to find quiet_hook (a test keeps
@@ -2527,7 +2561,7 @@ class Lever:
         None."""
         return None
 
-    def stored(self, data, session_id):
+    def stored(self, data, session_id, previous=None):
         """What the store keeps of a lever: a reference to a file of the
         recipient's own (0600, under ~/.agents-room/levers, named by its
         session and lever), where everything the lever runs or opens is kept
@@ -2537,15 +2571,24 @@ class Lever:
         the store names which file, the recipient's own file says what."""
         import hashlib
         body = json.dumps(data, sort_keys=True).encode("utf-8")
-        path = lever_file(session_id, self.name)
+        digest = hashlib.sha256(body).hexdigest()
+        path = lever_file(session_id, self.name, digest)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+        temporary = "%s.%s.tmp" % (path, os.getpid())
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
                      getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(body)
-        os.replace(path + ".tmp", path)
+        os.replace(temporary, path)
+        keep = {path, lever_file(session_id, self.name, (previous or {}).get("digest") or "")}
+        for older in lever_files_of(session_id, self.name):
+            # Under the write lock, the row still names the previous file: it
+            # stays until this join's commit replaces the row (a rollback
+            # leaves it in use); files named by no row go.
+            if older not in keep:
+                _unlink_quiet(older)
         return dict({k: data[k] for k in LEVER_FACTS if k in data},
-                    file=os.path.basename(path), digest=hashlib.sha256(body).hexdigest())
+                    file=os.path.basename(path), digest=digest)
 
     def resolved(self, session_id, stored):
         """The lever's data from the recipient's own file, with the facts its
@@ -2558,8 +2601,12 @@ class Lever:
         import stat
         if not is_session_id(session_id):
             raise RefusedLever("its session id in the store is not one agents-room makes")
-        path = lever_file(session_id, self.name)
-        if stored.get("file") != os.path.basename(path) or not stored.get("digest"):
+        digest = stored.get("digest")
+        if not _is_hex(digest, 64):
+            raise RefusedLever("its lever row in the store names no lever file of "
+                               "this session's")
+        path = lever_file(session_id, self.name, digest)
+        if stored.get("file") != os.path.basename(path):
             raise RefusedLever("its lever row in the store names no lever file of "
                                "this session's (%s)" % os.path.basename(path))
         try:
@@ -4465,10 +4512,8 @@ def forget_levers(row, inline_only=False):
     for lever in LEVERS.values():
         if inline_only and not lever.inline:
             continue
-        try:
-            os.unlink(lever_file(row["id"], lever.name))
-        except OSError:
-            pass                    # never written, or gone already
+        for path in lever_files_of(row["id"], lever.name):
+            _unlink_quiet(path)
 
 
 # A hook run outside any harness it knows answers in the format the
@@ -6074,9 +6119,11 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
             op.event("room.join", session_id, room=name)
     lever, lever_data = detect_lever(ctx.env, harness, key, cwd, ctx.harness_argv)
     if lever:
+        previous = session_row(conn, session_id)
+        kept = LEVERS[lever].stored(lever_data, session_id, _stored_lever(previous)
+                                    if previous["lever"] == lever else None)
         conn.execute("UPDATE sessions SET lever=?, lever_data=? WHERE id=?",
-                     (lever, json.dumps(LEVERS[lever].stored(lever_data, session_id)),
-                      session_id))
+                     (lever, json.dumps(kept), session_id))
     row = session_row(conn, session_id)
     op.liveness(row)              # its host's verdict, recorded for other hosts
     notes = [warning] if warning else []

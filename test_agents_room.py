@@ -125,6 +125,15 @@ def fresh_bytecode(path):
 fresh_bytecode(SCRIPT)
 
 
+def lever_path(home, session_id, lever):
+    """The one lever file of a session's lever under home (its name carries
+    part of its digest)."""
+    found = glob.glob(os.path.join(home, ".agents-room", "levers",
+                                   "%s.%s.*.json" % (session_id, lever)))
+    assert len(found) == 1, found
+    return found[0]
+
+
 def read_bytes(path):
     with open(path, "rb") as handle:
         return handle.read()
@@ -7378,8 +7387,7 @@ class LeverTrustTest(SignalBase):
         for name in sorted(agents_room.LEVERS):
             with self.subTest(lever=name):
                 woke, sender = self.wake_cmd_session(os.path.join(self.tmp, "legit"))
-                real = os.path.join(self.home, ".agents-room", "levers",
-                                    "%s.wake-cmd.json" % woke)
+                real = lever_path(self.home, woke, "wake-cmd")
                 self.assertTrue(os.path.exists(real))
                 self.plant(woke, name, {
                     "argv": ["/bin/sh", "-c", "touch %s" % marker], "key": "k",
@@ -7419,9 +7427,38 @@ class LeverTrustTest(SignalBase):
         self.assertIn("1 unread message", read_bytes(legit).decode())
         self.assertFalse(os.path.exists(marker))
 
+    def test_a_rejoin_keeps_the_file_the_committed_row_names(self):
+        # A lever file is named by its digest and never rewritten, and a join
+        # removes only files no committed row names: before, every join
+        # rewrote one name in place, so a join rolled back (or two committed
+        # in the other order) left the row's digest naming other contents,
+        # and every wake was refused until the next join.
+        markers = [os.path.join(self.tmp, "woke-%d" % n) for n in range(3)]
+        woke, sender = self.wake_cmd_session(markers[0])
+        files = lambda: sorted(glob.glob(os.path.join(
+            self.home, ".agents-room", "levers", "%s.wake-cmd.*.json" % woke)))
+        self.assertEqual(len(files()), 1)
+        first = files()[0]
+        for n in (1, 2):
+            script = os.path.join(self.tmp, "wake-%d.py" % n)
+            with open(script, "w") as handle:
+                handle.write("import sys\nopen(%r, 'a').write(sys.argv[-1])\n" % markers[n])
+            self.cli_json("join", "--room", "r", "--autonomy", "2", env={
+                "AGENTS_ROOM_SESSION": woke,
+                "AGENTS_ROOM_WAKE_CMD": "%s %s" % (sys.executable, script)})
+            # The file the row named until this join stays beside the new one.
+            self.assertEqual(len(files()), 2, files())
+        self.assertNotIn(first, files())
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+        self.assertTrue(self.wait_state(sender, "accepted"))
+        self.assertTrue(os.path.exists(markers[2]))
+        self.assertFalse(os.path.exists(markers[0]) or os.path.exists(markers[1]))
+        self.cli_json("leave", "--session", woke)
+        self.assertEqual(files(), [])
+
     def test_a_lever_file_that_is_not_the_recipients_own_is_refused(self):
         woke, sender = self.wake_cmd_session(os.path.join(self.tmp, "legit"))
-        real = os.path.join(self.home, ".agents-room", "levers", "%s.wake-cmd.json" % woke)
+        real = lever_path(self.home, woke, "wake-cmd")
         for case in ("group-writable", "a link"):
             with self.subTest(case=case):
                 if case == "group-writable":
@@ -7508,8 +7545,7 @@ class LeverTrustTest(SignalBase):
                 me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env={
                     "QWEN_CODE_MESSAGING_SOCKET": "/tmp/ar-none.sock",
                     "QWEN_CODE_MESSAGING_TOKEN": "tok-" + how, "QWEN_CODE_SESSION_ID": key})
-                kept = os.path.join(self.home, ".agents-room", "levers",
-                                    "%s.qwen-socket.json" % me)
+                kept = lever_path(self.home, me, "qwen-socket")
                 with open(kept) as handle:
                     self.assertEqual(json.load(handle)["token"], "tok-" + how)
                 if how == "SessionEnd":
@@ -7711,7 +7747,7 @@ class TrustThirdRoundTest(RoomTest):
             "CLAUDE_CODE_MESSAGING_TOKEN": token})
         self.assertNotIn(token.encode(), read_bytes(self.db) + (
             read_bytes(self.db + "-wal") if os.path.exists(self.db + "-wal") else b""))
-        kept = glob.glob(os.path.join(home, ".agents-room", "levers", "*.claude-socket.json"))
+        kept = glob.glob(os.path.join(home, ".agents-room", "levers", "*.claude-socket.*.json"))
         self.assertEqual(len(kept), 1)
         self.assertEqual(stat.S_IMODE(os.stat(kept[0]).st_mode), 0o600)
         with open(kept[0]) as handle:
