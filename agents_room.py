@@ -2458,6 +2458,12 @@ def _probe_argv(command, env, root):
         return None, "it is not a command line setup writes"
     if any(w and not w.strip("();<>|&") for w in words):
         return None, "it holds shell operators, which setup never writes"
+    if len(words) >= 7 and words[1:4] == ["-I", "-S", "-c"] and words[6] == "hook" and \
+            words[5].endswith("agents_room.py") and words[4] != _launcher_code(0):
+        # Setup's shape with another launcher: an older (or newer) setup
+        # wrote it.  Its code is still not run: this version cannot vouch for it.
+        return None, ("its launcher is not the one this version writes (an older or "
+                      "newer setup wrote it): run setup with --write again")
     if len(words) < 7 or words[1:5] != ["-I", "-S", "-c", _launcher_code(0)] or \
             words[6] != "hook":
         return None, "it is not the command setup writes (python -I -S -c LAUNCHER " \

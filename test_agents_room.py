@@ -7636,6 +7636,29 @@ class DoctorTrustTest(RoomTest):
                 self.assertNotIn("not run", done.stdout)
 
 
+    def test_an_entry_an_older_setup_wrote_says_run_setup_again(self):
+        # Before, doctor called it "not the command setup writes", as if a
+        # stranger had written it; its code is still never run.
+        clone = self.repo("older-setup")
+        self.run_cli("setup", "claude", "--write", cwd=clone, check=0)
+        path = os.path.join(clone, ".claude", "settings.local.json")
+        with open(path) as handle:
+            settings = json.load(handle)
+        marker = os.path.join(self.tmp, "MARKER-older")
+        older = "import os; open(%r, 'w')" % marker
+        for entries in settings["hooks"].values():
+            for entry in entries:
+                for hook in entry["hooks"]:
+                    words = shlex.split(hook["command"])
+                    words[4] = older
+                    hook["command"] = " ".join(shlex.quote(w) for w in words)
+        with open(path, "w") as handle:
+            json.dump(settings, handle)
+        done = self.run_cli("doctor", cwd=clone)
+        self.assertIn("an older or newer setup wrote it): run setup with --write again",
+                      done.stdout)
+        self.assertFalse(os.path.exists(marker))
+
 class TrustThirdRoundTest(RoomTest):
     """The third trust review's findings in the core (issue 26): each test
     failed on the code before its fix.  Real processes for liveness."""
