@@ -11030,6 +11030,15 @@ def _result_field(result, path):
     return str(value) if isinstance(value, (str, int, float)) else json.dumps(value)
 
 
+def _cli_json(tool_, result):
+    """--json: the tool's answer as MCP gives it, framed the same way where
+    it can hold other agents' words (an agent may run the CLI in its shell
+    and read this)."""
+    if tool_.peer_text:
+        result = dict({"framing": PEER_TEXT_NOTE}, **result)
+    return json.dumps(result, indent=2, ensure_ascii=False)
+
+
 def run_tool_command(args):
     tool_ = args.command.tool
     extra = tool_.cli_extra
@@ -11043,7 +11052,7 @@ def run_tool_command(args):
         if getattr(args, "wait", False) or timeout is not None:
             return receive_waiting(store, ctx, values, 600 if timeout is None else timeout,
                                    lambda r: _result_field(r, args.get) if args.get else
-                                   json.dumps(r, indent=2, ensure_ascii=False) if args.json
+                                   _cli_json(tool_, r) if args.json
                                    else tool_.render(r), tool_.name, args.json)
         result = call_tool(store, ctx, tool_.name, values, public_only=True)
     finally:
@@ -11059,7 +11068,7 @@ def run_tool_command(args):
     if answer is not None:
         return answer, code
     if args.json:
-        return json.dumps(result, indent=2, ensure_ascii=False), code
+        return _cli_json(tool_, result), code
     # What the operation said of itself (not what sessions wrote) in CLI words.
     said = {k: cli_words(result[k]) for k in ("message", "reason")
             if isinstance(result.get(k), str)}

@@ -1431,7 +1431,8 @@ class SessionTest(RoomTest):
         self.assertIn("warning:", done.stderr)
         cap = self.cli_json("set-cap", "--room", "api", "notify")
         # The lowered sessions by id, and by label for a person (none here).
-        self.assertEqual(cap, {"room": "repo:api", "autonomy": 0,
+        self.assertEqual(cap, {"framing": agents_room.PEER_TEXT_NOTE,
+                               "room": "repo:api", "autonomy": 0,
                                "lowered": [me["session_id"]],
                                "lowered_labels": [me["session_id"]]})
         raised = self.join("--autonomy", "wake", key="k")
@@ -7899,6 +7900,18 @@ class TrustFourthRoundTest(SignalBase):
                 self.assertTrue(answer["content"][0]["text"].startswith(
                     '{"framing":' + json.dumps(agents_room.PEER_TEXT_NOTE)))
         client.close()
+        # The CLI's --json is the same answer (an agent may run the CLI in its
+        # shell): framed too.  Before, it carried no framing at all.
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", HOSTILE)
+        for argv in (["recv", "--session", me], ["recv", "--session", me, "--wait", "--timeout", "5"],
+                     ["who"], ["claim", "--session", me, "db:prod"]):
+            with self.subTest(cli=argv[0]):
+                if "--wait" in argv:
+                    self.cli_json("send", "--session", peer, "--to", me, "--subject", "x")
+                done = self.run_cli(*argv, "--json")
+                result = json.loads(done.stdout)
+                self.assertEqual(list(result)[0], "framing", done.stdout)
+                self.assertEqual(result["framing"], agents_room.PEER_TEXT_NOTE)
 
     def hostile_room(self):
         """A peer labelled like the user's voice, holding a file of this
