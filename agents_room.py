@@ -2163,10 +2163,9 @@ def lever_files_of(session_id, lever):
     """This user's lever files of a session's lever, whatever their digests."""
     import glob
     prefix = "%s.%s." % (session_id.replace(os.sep, "_"), lever)
-    return [path for path in glob.glob(os.path.join(glob.escape(lever_dir()),
-                                                    glob.escape(prefix) + "*.json"))
-            if _is_hex(os.path.basename(path)[len(prefix):-len(".json")],
-                       LEVER_NAME_DIGEST)]
+    found = glob.glob(os.path.join(glob.escape(lever_dir()), glob.escape(prefix) + "*json"))
+    return [path for path in found if os.path.basename(path) == prefix + "json" or
+            _is_hex(os.path.basename(path)[len(prefix):-len(".json")], LEVER_NAME_DIGEST)]
 
 
 def _is_hex(text, length):
@@ -2586,7 +2585,7 @@ class Lever:
         with os.fdopen(fd, "wb") as handle:
             handle.write(body)
         os.replace(temporary, path)
-        keep = {path, lever_file(session_id, self.name, (previous or {}).get("digest") or "")}
+        keep = {path, os.path.join(lever_dir(), str((previous or {}).get("file")))}
         for older in lever_files_of(session_id, self.name):
             # Under the write lock, the row still names the previous file: it
             # stays until this join's commit replaces the row (a rollback
@@ -2612,6 +2611,10 @@ class Lever:
             raise RefusedLever("its lever row in the store names no lever file of "
                                "this session's")
         path = lever_file(session_id, self.name, digest)
+        if stored.get("file") == "%s.%s.json" % (session_id, self.name):
+            # COMPAT: a row 0.2.0 wrote before files were named by digest
+            # (until the session joins again); the digest still decides.
+            path = os.path.join(lever_dir(), stored["file"])
         if stored.get("file") != os.path.basename(path):
             raise RefusedLever("its lever row in the store names no lever file of "
                                "this session's (%s)" % os.path.basename(path))

@@ -7457,6 +7457,24 @@ class LeverTrustTest(SignalBase):
         self.cli_json("leave", "--session", woke)
         self.assertEqual(files(), [])
 
+    def test_a_row_from_before_digest_names_still_wakes(self):
+        # COMPAT: 0.2.0 named a lever file <session>.<lever>.json; such a row
+        # keeps working (its digest still decides) until the session rejoins.
+        legit = os.path.join(self.tmp, "legit")
+        woke, sender = self.wake_cmd_session(legit)
+        real = lever_path(self.home, woke, "wake-cmd")
+        old = os.path.join(os.path.dirname(real), "%s.wake-cmd.json" % woke)
+        os.rename(real, old)
+        conn = self.connect()
+        stored = json.loads(conn.execute("SELECT lever_data FROM sessions WHERE id=?",
+                                         (woke,)).fetchone()[0])
+        conn.close()
+        self.plant(woke, "wake-cmd", dict(stored, file=os.path.basename(old)))
+        self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x")
+        self.assertTrue(self.wait_state(sender, "accepted"))
+        self.cli_json("leave", "--session", woke)
+        self.assertFalse(os.path.exists(old))
+
     def test_a_lever_file_that_is_not_the_recipients_own_is_refused(self):
         woke, sender = self.wake_cmd_session(os.path.join(self.tmp, "legit"))
         real = lever_path(self.home, woke, "wake-cmd")
