@@ -10764,6 +10764,15 @@ def wait_for_unread(store, session_id, timeout, thread=None):
 TIMED_OUT_EXIT = 4                 # recv --wait, ask: nothing came in time
 
 
+def warn_of(result):
+    """A result's warning on stderr, for every CLI command that prints a
+    result (--get and waiting ones too): stderr, so X=$(... --get
+    session_id) and eval "$(join --shell sh)" keep their one value and the
+    person still sees what went wrong.  --json carries it in the object."""
+    if result.get("warning"):
+        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
+
+
 def receive_waiting(store, ctx, values, timeout, render, name="msg_recv", as_json=False):
     """recv --wait and ask: the parking tool (msg_recv) until something comes
     or timeout passes: (text, 0), or a timeout: exit TIMED_OUT_EXIT, with one
@@ -10772,6 +10781,8 @@ def receive_waiting(store, ctx, values, timeout, render, name="msg_recv", as_jso
     while True:
         result = call_tool(store, ctx, name, values, public_only=True)
         if result["messages"]:
+            if not as_json:
+                warn_of(result)
             return render(result), 0
         left = deadline - time.time()
         if left <= 0 or not wait_for_unread(store, values["session_id"], left,
@@ -10996,10 +11007,8 @@ def run_tool_command(args):
     finally:
         store.close()
     code = 1 if tool_.refusal and not result.get("ok", True) else 0
-    if result.get("warning") and not args.json:
-        # stderr, so X=$(... --get session_id) and eval "$(join --shell sh)"
-        # keep their one value and the person still sees what went wrong.
-        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
+    if not args.json:
+        warn_of(result)
     if getattr(args, "get", None):
         return _result_field(result, args.get), code
     answer = extra.answer(args, result) if extra.answer else None

@@ -5407,6 +5407,33 @@ class BrokenStoreTest(RoomTest):
         self.assertEqual(self.cli_json("history", "--session", me)["messages"], [])
         self.cli_json("send", "--session", me, "--to", "*", "--subject", "fits")
 
+    def test_recv_wait_on_a_full_disk_says_its_warning(self):
+        # Issue 35: recv --wait printed the messages and dropped the warning
+        # that they were not marked read (plain recv said it).
+        import resource
+        me = self.join("--room", "full", key="k-me")["session_id"]
+        other = self.join("--room", "full", key="k-other")["session_id"]
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "hello")
+        # An open connection keeps the shared-memory file at its full size,
+        # so the child opens the store and fails only at its first write.
+        keeper = self.connect()
+        keeper.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        self.addCleanup(keeper.close)
+
+        def no_file_grows():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        for wait in ([], ["--wait", "--timeout", "5s"]):
+            with self.subTest(wait=wait):
+                done = subprocess.run(PROGRAM + ["recv", "--session", me] + wait,
+                                      env=self.env, capture_output=True, text=True,
+                                      preexec_fn=no_file_grows, timeout=60)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn("hello", done.stdout)
+                self.assertIn("warning: the store's disk is full: these messages were "
+                              "not marked read", done.stderr)
+                self.assertNotIn("warning", done.stdout)
+
 
 class RetentionTest(RoomTest):
 
