@@ -79,6 +79,8 @@ Environment:
   AGENTS_ROOM_TOOLS         all: serve lists every tool by name (as --tools all)
   AGENTS_ROOM_PI_SOCKET     set by the Pi extension for its SessionStart hook:
                             the session's wake socket
+  AGENTS_ROOM_AS            set by the shim: its name, which usage lines and
+                            hints then say
 Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S   signal and hold windows
   AGENTS_ROOM_WAKE_TIMEOUT_S                             a process lever's bound
@@ -10635,6 +10637,22 @@ def _hook_log(line):
 # tool's schema; the others are declared below with help written for a person
 # at a terminal.  main() looks a command up, parses, runs and renders.
 
+# How the person called this program, as usage lines, examples and hints
+# name it: the shim passes its own name (its $0) in AGENTS_ROOM_AS, which main
+# takes out of the environment (so the processes it starts do not inherit it).
+AS_THE_FILE = {"prog": "agents_room.py", "as": "python3 agents_room.py"}
+CALLED = dict(AS_THE_FILE)
+
+
+def called_as(name):
+    """Set CALLED from the shim's name, when it is one word a person typed
+    (else, as for python3 agents_room.py, the file's name)."""
+    name = os.path.basename(name)
+    if 0 < len(name) <= 64 and all(c.isalnum() or c in "._+-" for c in name):
+        CALLED.update(prog=name, **{"as": name})
+    else:
+        CALLED.update(AS_THE_FILE)
+
 
 class Command:
     """One row of the command table."""
@@ -10806,7 +10824,7 @@ def _add_command(commands, cmd, epilog="", argparse=None):
     named = {"help": cmd.summary} if commands.prefix else {}
     sub = commands.add_parser(
         cmd.name, description=cmd.description, **named,
-        epilog=("example:\n  python3 agents_room.py " + cmd.example + epilog)
+        epilog=("example:\n  %s %s%s" % (CALLED["as"], cmd.example, epilog))
         if cmd.example else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.set_defaults(command=cmd)
@@ -10855,7 +10873,7 @@ def build_parser(only=None):
     # The top-level help lists the commands by what they are for, as the map
     # in the docstring does (one list, kept true by MapTest).
     grouped = next(p for p in __doc__.split("\n\n") if p.startswith("Commands"))
-    parser = Parser(prog="agents_room.py", description=__doc__.split("\n\n")[0] + "\n\n" +
+    parser = Parser(prog=CALLED["prog"], description=__doc__.split("\n\n")[0] + "\n\n" +
                     grouped, formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="Run '<command> --help' for each command's options and an "
                            "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
@@ -10891,7 +10909,7 @@ def build_parser(only=None):
             sub = commands.add_parser(
                 item, description=WINDOW_HELP,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="example:\n  python3 agents_room.py " + verbs[0].example)
+                epilog="example:\n  %s %s" % (CALLED["as"], verbs[0].example))
             inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
             inner.required = True
             inner.leaves, inner.prefix = commands.leaves, item
@@ -10965,7 +10983,7 @@ def cli_args_to_tool(tool_, args):
             values["session_id"] = env_session
         elif "session_id" in tool_.required:
             raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
-                             "'python3 agents_room.py join' prints your session id")
+                             "'%s join' prints your session id" % CALLED["as"])
     if values.get("body") == "-":
         values["body"] = sys.stdin.read()
     return values
@@ -11254,9 +11272,11 @@ def run_shim(args):
     directory = os.path.expanduser(args.dir or os.path.join("~", ".local", "bin"))
     path = os.path.join(directory, args.name)
     argv = launcher(missing_exit=1)
+    # AGENTS_ROOM_AS: its usage lines and hints then name it as it was called.
     text = ("#!/bin/sh\n# agents-room: runs %s from its bytecode cache (written by\n"
             "# agents_room.py shim; python3 agents_room.py would compile it on every call)\n"
-            "exec %s \"$@\"\n" % (this_file(), " ".join(shlex.quote(a) for a in argv)))
+            "AGENTS_ROOM_AS=\"${0##*/}\" exec %s \"$@\"\n"
+            % (this_file(), " ".join(shlex.quote(a) for a in argv)))
     precompile()
     write_private(path, text, 0o755)
     on_path = directory in os.environ.get("PATH", "").split(os.pathsep)
@@ -11600,8 +11620,8 @@ def _group_overview(group, as_json):
     if as_json:
         return json.dumps(dict(result, verbs=[t.cli.split()[1] for t in verbs]),
                           indent=2), 0
-    lines = ["usage: agents_room.py %s <verb> ...  (%s <verb> --help for each)" % (
-        group, group), ""]
+    lines = ["usage: %s %s <verb> ...  (%s <verb> --help for each)" % (
+        CALLED["prog"], group, group), ""]
     lines += ["  %-9s %s" % (t.cli.split()[1], t.title) for t in verbs]
     if status:
         lines += ["", status.render(result)]
@@ -11635,6 +11655,7 @@ def main(argv=None):
     """The command line: returns the exit code (0 ok, 1 refused or failed, 2
     usage, 3 guard refused).  Errors go to stderr as 'error: ...' with a hint."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    called_as(os.environ.pop("AGENTS_ROOM_AS", ""))
     argv = _command_first(argv)
     name = argv[0] if argv else None
     row = COMMANDS.get(name)
@@ -11657,7 +11678,7 @@ def main(argv=None):
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
             raise UsageError("no command %r%s" % (one_line(name, 40), "; did you mean %s?"
                                                    % " or ".join(close) if close else ""),
-                             "python3 agents_room.py --help lists the commands")
+                             "%s --help lists the commands" % CALLED["as"])
         # A bare group (window), or a command of verbs given none (task):
         # its verbs, not a usage error.  --session before it means nothing here.
         rest = [a for i, a in enumerate(argv[1:]) if a != "--session" and not
@@ -11666,9 +11687,9 @@ def main(argv=None):
             return _group_overview(name, "--json" in argv)
         verbs = _verbs_of(name)
         if verbs and not rest:
-            sys.stdout.write("usage: agents_room.py %s <%s> ...  (%s --help for the "
-                             "options)\n\n%s\n" % (name, verbs[0], name, "\n".join(
-                                 "  %s" % v for v in verbs[1])))
+            sys.stdout.write("usage: %s %s <%s> ...  (%s --help for the options)\n\n%s\n"
+                             % (CALLED["prog"], name, verbs[0], name,
+                                "\n".join("  %s" % v for v in verbs[1])))
             return 0
         parser = build_parser(name if name in known else None)
         leaf = parser.leaves.get(" ".join(argv[:2])) or parser.leaves.get(name)

@@ -2930,6 +2930,34 @@ class CliTest(RoomTest):
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertIn(agents_room.__version__, done.stdout)
 
+    def test_through_the_shim_usage_and_hints_say_its_name(self):
+        # Issue 35, low: called as agents-room, they said python3 agents_room.py.
+        bindir = os.path.join(self.tmp, "bin")
+        self.run_cli("shim", "--dir", bindir, check=0, process=True)
+        for name in ("agents-room", "ar"):
+            if name != "agents-room":
+                os.symlink("agents-room", os.path.join(bindir, name))
+            with self.subTest(name=name):
+                def call(*args):
+                    return subprocess.run([os.path.join(bindir, name)] + list(args),
+                                          env=self.env, cwd=self.tmp, capture_output=True,
+                                          text=True, timeout=CALL_TIMEOUT_S)
+                said = [call("task").stdout, call("stauts").stderr, call("recv").stderr,
+                        call("claim", "--help").stdout, call("window").stdout,
+                        call("recv", "--bogus").stderr]
+                self.assertIn("usage: %s task <ACTION>" % name, said[0])
+                self.assertIn("hint: %s --help lists the commands" % name, said[1])
+                self.assertIn("hint: '%s join' prints your session id" % name, said[2])
+                self.assertIn("usage: %s claim [-h]" % name, said[3])
+                self.assertIn("example:\n  %s claim --session" % name, said[3])
+                self.assertIn("usage: %s window <verb>" % name, said[4])
+                self.assertIn("error: %s recv: unrecognized arguments" % name, said[5])
+                for text in said:
+                    self.assertNotIn("agents_room.py", text)
+        # Called as the file, they name the file; the shim's name is its own.
+        self.assertIn("usage: agents_room.py task", self.run_cli(
+            "task", check=0, process=True, env={"AGENTS_ROOM_AS": "two words"}).stdout)
+
     def test_usage_errors_exit_2_never_traceback(self):
         me = self.join()["session_id"]
         cases = [[], ["nope"], ["claim", "--session", me], ["ack", "--session", me, "x"],
