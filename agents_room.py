@@ -16519,6 +16519,9 @@ th { color: var(--muted); font-weight: 600; font-size: .85em; }
 .chip.acked, .chip.read { color: var(--ok); }
 .chip.expired, .chip.undeliverable, .chip.overdue, .chip.bad { color: var(--bad); }
 .chip.you { outline: 1px solid var(--accent); }
+/* A resource's name wraps after a "/" (nameNode's <wbr>), never inside a
+   name: "anywhere" would let a table squeeze src/users.go to src/users.g|o. */
+.name { overflow-wrap: break-word; }
 .work.blocked { color: var(--bad); font-weight: 600; }
 .work.waiting { color: var(--warn); }
 @media (max-width: 700px) {
@@ -16637,6 +16640,20 @@ UI_JS = r"""
   const KEY = "agents-room-key";
   const WORK_VERBS = { started: "started", waiting: "waiting on", blocked: "blocked on",
     handoff: "handing off" };
+  // A delivery's state, said where it is shown (a chip's tooltip).
+  const DELIVERY_MEANS = {
+    stored: "stored: waiting in the inbox; the recipient has not been told yet (at " +
+      "notify it is told at its next turn)",
+    offered: "offered: the recipient was told (signalled, or a wake handed to its " +
+      "lever) and has not fetched it yet",
+    accepted: "accepted: a turn that will see it has started",
+    undeliverable: "undeliverable: the recipient is at wake with no lever now; it " +
+      "sees it at its next turn",
+    read: "read: the recipient fetched it", acked: "acked: the recipient acknowledged it",
+    expired: "expired: its time to live passed before it was read" };
+  const CAP_MEANS = "the autonomy cap: the most a member of this room may be moved to " +
+    "act on mail (notify: told at its next turn; hold: its turn end is held; wake: " +
+    "woken when idle)";
   const NOISE = /^(signal\.|msg\.read$|wake\.(none|later)$|session\.rejoin$)/;
   const root = document.documentElement;
   const $ = (id) => document.getElementById(id);
@@ -16652,6 +16669,15 @@ UI_JS = r"""
     return node;
   }
   function span(cls, text) { return el("span", cls, text); }
+  function nameNode(cls, text) {
+    // A resource's name: may wrap after each "/", never inside a name.
+    const node = span((cls ? cls + " " : "") + "name");
+    String(text).split("/").forEach((part, i, parts) => {
+      node.appendChild(document.createTextNode(part + (i < parts.length - 1 ? "/" : "")));
+      if (i < parts.length - 1) node.appendChild(document.createElement("wbr"));
+    });
+    return node;
+  }
   function button(text, k, onclick, cls) {
     const b = el("button", cls, text);
     b.type = "button"; b.dataset.k = k; b.addEventListener("click", onclick);
@@ -16714,8 +16740,10 @@ UI_JS = r"""
   }
   function locked(text) {
     const b = $("locked");
-    b.textContent = text || "This tab holds no valid key. Open the URL `ui` printed (its " +
-      "code works once), or use \u201canother tab\u201d in a tab that works.";
+    b.textContent = text || "This tab holds no valid key: the code in a URL works once, " +
+      "and a key lasts as long as the ui that gave it. In a tab of this page that still " +
+      "works, \u201canother tab\u201d opens a new one; with none open, stop ui (Ctrl-C) " +
+      "and start it again: it prints a new URL.";
     b.hidden = false;
     root.dataset.loaded = "locked";
     conn("locked", "bad");
@@ -16904,8 +16932,8 @@ UI_JS = r"""
       cell(tr, "doing", a.work.length ? a.work.map((w) => span("line work " + w.state,
         (WORK_VERBS[w.state] || w.state) + " " + w.scope + (w.summary ? ": " + w.summary :
           ""))) : "-");
-      const holds = a.holds.map((l) => span("chip" + (a.liveness === "gone" ? " bad" : ""),
-        l.short + (l.mode === "shared" ? " (shared)" : "")));
+      const holds = a.holds.map((l) => nameNode("chip" + (a.liveness === "gone" ? " bad" :
+        ""), l.short + (l.mode === "shared" ? " (shared)" : "")));
       state.tasks.filter((t) => t.claimed_by === a.session_id && t.state === "claimed")
         .forEach((t) => holds.push(span("chip", "task #" + t.task_id)));
       cell(tr, "holds", holds.length ? holds : "-");
@@ -17079,7 +17107,7 @@ UI_JS = r"""
       title.appendChild(el("h3", "grow", room.room));
       const members = state.sessions.filter((s) => s.rooms.indexOf(room.room) >= 0);
       title.appendChild(span("muted small", members.length + (members.length === 1 ?
-        " member" : " members") + " \u00b7 cap " + AUTONOMY[room.cap]));
+        " member" : " members") + " \u00b7 cap " + AUTONOMY[room.cap])).title = CAP_MEANS;
       if (mine.indexOf(room.room) >= 0) title.appendChild(button("leave", "leave:" +
         room.room, () => act("/api/leave-room", { room: room.room }, "Leave " + room.room +
         "? Its broadcasts stop reaching you."), "small"));
@@ -17096,7 +17124,7 @@ UI_JS = r"""
       if (leases.length) {
         card.appendChild(el("h4", null, "Leases (" + leases.length + ")"));
         card.appendChild(roomTable(["resource", "holder", "purpose", "expires", ""],
-          leases.map((l) => [span("res", l.short + (l.mode === "shared" ? " (shared)" :
+          leases.map((l) => [nameNode("res", l.short + (l.mode === "shared" ? " (shared)" :
             "")), span(l.liveness, who(l.session_id, l.label) + (l.liveness !== "alive" ?
             " (" + l.liveness + ")" : "")), l.purpose || "-", ago(l.expires_at),
             l.liveness === "gone" ? button("release", "rel:" + l.session_id + ":" + l.resource,
@@ -17109,7 +17137,7 @@ UI_JS = r"""
       if (windows.length) {
         card.appendChild(el("h4", null, "Quiet windows (" + windows.length + ")"));
         card.appendChild(roomTable(["#", "on", "of", "state", "missing acks", ""],
-          windows.map((w) => [String(w.window_id), w.resources.join(", "),
+          windows.map((w) => [String(w.window_id), nameNode(null, w.resources.join(", ")),
             who(w.session_id, w.label), w.state + " \u00b7 ends " + ago(w.expires_at),
             w.missing_labels.length ? w.missing_labels.join(", ") : "none",
             button("cancel", "win:" + w.window_id, () => act("/api/window-cancel",
@@ -17138,7 +17166,8 @@ UI_JS = r"""
       if (tasks.length) card.appendChild(el("p", "muted small", tasks.length +
         " open or claimed task" + (tasks.length === 1 ? "" : "s") + " (see Tasks)"));
       const cap = card.appendChild(el("details", "cap"));
-      cap.appendChild(el("summary", null, "autonomy cap: " + AUTONOMY[room.cap]));
+      cap.appendChild(el("summary", null, "autonomy cap: " + AUTONOMY[room.cap])).title =
+        CAP_MEANS;
       const row = cap.appendChild(el("div", "actions"));
       const select = el("select");
       select.dataset.k = "cap:" + room.room;
@@ -17229,7 +17258,7 @@ UI_JS = r"""
       const late = m.ack_required && overdue && d.state !== "acked" && d.state !== "expired";
       chips.appendChild(span("chip " + d.state + (late ? " overdue" : ""),
         (d.session_id === state.operator ? "you" : who(d.session_id, d.label)) + ": " +
-        d.state + (late ? " (ack overdue)" : "")));
+        d.state + (late ? " (ack overdue)" : ""))).title = DELIVERY_MEANS[d.state] || d.state;
     });
     const actions = box.appendChild(el("div", "actions"));
     actions.appendChild(button("reply", "reply:" + m.message_id, () => startReply(m), "small"));
@@ -17407,7 +17436,8 @@ UI_JS = r"""
     if (k === "wake.later") return "waking " + w + " again later";
     if (k.startsWith("wake.")) return "waking " + w + ": " + k.slice(5);
     if (k === "read.note") return w + " read " + path();
-    if (k === "store.migrate") return "the store moved from schema " + d.from + " to " + d.to;
+    if (k === "store.migrate") return d.from ? "the store moved from schema " + d.from +
+      " to " + d.to : "the store was created (schema " + d.to + ")";
     return w + " " + k + (n ? " " + n : "");
   }
   function renderEvents() {

@@ -6069,6 +6069,32 @@ class OperatorPageTest(RoomTest):
         self.assertEqual([m["message_id"] for m in older["messages"]], [self.first])
         self.assertFalse(older["more"])
 
+    def test_the_pages_words_for_a_newcomer(self):
+        # Issue 35, low: a new store's first event read "the store moved from
+        # schema 0 to 6"; a refused tab was told to use "another tab" with none
+        # open; `stored` and `cap wake` were never explained; src/users.go
+        # wrapped mid-name (how it renders: .ci/browser.py, in chromium).
+        state = self.state(self.login())
+        created = [e for e in state["events"] if e["kind"] == "store.migrate"]
+        self.assertEqual([(e["data"]["from"], e["data"]["to"]) for e in created],
+                         [(0, agents_room.SCHEMA_VERSION)])
+        response, script = self.request("GET", "/app.js")
+        self.assertEqual(response.status, 200)
+        # The script's sentences, their string pieces joined.
+        script = re.sub(r'"\s*\+\s*"', "", script.decode())
+        # (assertTrue: a failure names the words, not the whole script)
+        for needle in ('"the store was created (schema " + d.to + ")"',
+                       "with none open, stop ui (Ctrl-C) and start it again: it prints a "
+                       "new URL", ".title = DELIVERY_MEANS[d.state]", ".title = CAP_MEANS"):
+            self.assertTrue(needle in script, needle)
+        self.assertFalse("in a tab that works" in script)
+        means = script[script.index("const DELIVERY_MEANS = {"):]
+        means = means[:means.index("};")]
+        for state_ in agents_room.STATE_ORDER:            # every state says what it is
+            self.assertIn('%s: "%s: ' % (state_, state_), means)
+        response, style = self.request("GET", "/app.css")
+        self.assertIn(b".name { overflow-wrap: break-word; }", style)
+
     def test_overview_says_who_waits_for_whom_first(self):
         old = self.join("--room", "repo:shop", "--label", "old", key="ui-old")["session_id"]
         self.cli_json("claim", "--session", old, "db:schema")
