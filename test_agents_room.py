@@ -2888,6 +2888,7 @@ class CliTest(RoomTest):
         self.assertRegex(helped, r"--ack-required\s+the recipients")
         self.assertRegex(helped, r"--ttl TTL\s+how long")
         self.assertIn("10m", helped)
+        self.assertNotIn("ISO time or seconds", helped)   # the description said so too
         shim = self.run_cli("shim", "--dir", os.path.join(self.tmp, "bin"), check=0)
         self.assertIn('export PATH=%s:"$PATH"' % os.path.join(self.tmp, "bin"),
                       shim.stdout)
