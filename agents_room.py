@@ -10872,7 +10872,8 @@ def build_parser(only=None):
 
     # The top-level help lists the commands by what they are for, as the map
     # in the docstring does (one list, kept true by MapTest).
-    grouped = next(p for p in __doc__.split("\n\n") if p.startswith("Commands"))
+    grouped = next(p for p in __doc__.split("\n\n") if p.startswith("Commands")).replace(
+        "``python3 agents_room.py <command> --help``", "'%s <command> --help'" % CALLED["as"])
     parser = Parser(prog=CALLED["prog"], description=__doc__.split("\n\n")[0] + "\n\n" +
                     grouped, formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="Run '<command> --help' for each command's options and an "

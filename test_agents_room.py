@@ -2945,7 +2945,7 @@ class CliTest(RoomTest):
                                           text=True, timeout=CALL_TIMEOUT_S)
                 said = [call("task").stdout, call("stauts").stderr, call("recv").stderr,
                         call("claim", "--help").stdout, call("window").stdout,
-                        call("recv", "--bogus").stderr]
+                        call("recv", "--bogus").stderr, call("--help").stdout]
                 self.assertIn("usage: %s task <ACTION>" % name, said[0])
                 self.assertIn("hint: %s --help lists the commands" % name, said[1])
                 self.assertIn("hint: '%s join' prints your session id" % name, said[2])
@@ -2953,6 +2953,8 @@ class CliTest(RoomTest):
                 self.assertIn("example:\n  %s claim --session" % name, said[3])
                 self.assertIn("usage: %s window <verb>" % name, said[4])
                 self.assertIn("error: %s recv: unrecognized arguments" % name, said[5])
+                self.assertIn("usage: %s [-h]" % name, said[6])
+                self.assertIn("Commands ('%s <command> --help'" % name, said[6])
                 for text in said:
                     self.assertNotIn("agents_room.py", text)
         # Called as the file, they name the file; the shim's name is its own.
