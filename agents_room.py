@@ -6487,7 +6487,8 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
     session id, 'file:<glob>' (lease holders), 'tag:<tag>', 'label:<label>'.
     A reply (reply_to) without `to` goes to the parent's sender. Urgent holds
     the recipient's turn end once; ack_by (ISO time or duration: 600, 10m)
-    asks for an ack. Zero recipients is a warning, not an error. ttl_s: default 7 days."""
+    asks for an ack. Zero recipients is a warning, not an error. ttl_s:
+    default 7 days."""
     if not subject and not body:
         raise UsageError("a message needs a subject or a body")
     if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
