@@ -79,6 +79,8 @@ Environment:
   AGENTS_ROOM_TOOLS         all: serve lists every tool by name (as --tools all)
   AGENTS_ROOM_PI_SOCKET     set by the Pi extension for its SessionStart hook:
                             the session's wake socket
+  AGENTS_ROOM_AS            set by the shim: its name, which usage lines and
+                            hints then say
 Tuning (seconds unless said; defaults in the constants):
   AGENTS_ROOM_SIGNAL_RETRY_S, AGENTS_ROOM_STOP_RETRY_S   signal and hold windows
   AGENTS_ROOM_WAKE_TIMEOUT_S                             a process lever's bound
@@ -6540,8 +6542,9 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
     """Send to the sessions sharing a room with you that `to` picks: '*', a
     session id, 'file:<glob>' (lease holders), 'tag:<tag>', 'label:<label>'.
     A reply (reply_to) without `to` goes to the parent's sender. Urgent holds
-    the recipient's turn end once; ack_by (ISO time or seconds) asks for an
-    ack. Zero recipients is a warning, not an error. ttl_s: default 7 days."""
+    the recipient's turn end once; ack_by (ISO time or duration: 600, 10m)
+    asks for an ack. Zero recipients is a warning, not an error. ttl_s:
+    default 7 days."""
     if not subject and not body:
         raise UsageError("a message needs a subject or a body")
     if body is not None and len(body.encode("utf-8", "surrogatepass")) > BODY_MAX_BYTES:
@@ -10691,6 +10694,22 @@ def _hook_log(line):
 # tool's schema; the others are declared below with help written for a person
 # at a terminal.  main() looks a command up, parses, runs and renders.
 
+# How the person called this program, as usage lines, examples and hints
+# name it: the shim passes its own name (its $0) in AGENTS_ROOM_AS, which main
+# takes out of the environment (so the processes it starts do not inherit it).
+AS_THE_FILE = {"prog": "agents_room.py", "as": "python3 agents_room.py"}
+CALLED = dict(AS_THE_FILE)
+
+
+def called_as(name):
+    """Set CALLED from the shim's name, when it is one word a person typed
+    (else, as for python3 agents_room.py, the file's name)."""
+    name = os.path.basename(name)
+    if 0 < len(name) <= 64 and all(c.isalnum() or c in "._+-" for c in name):
+        CALLED.update(prog=name, **{"as": name})
+    else:
+        CALLED.update(AS_THE_FILE)
+
 
 class Command:
     """One row of the command table."""
@@ -10820,6 +10839,15 @@ def wait_for_unread(store, session_id, timeout, thread=None):
 TIMED_OUT_EXIT = 4                 # recv --wait, ask: nothing came in time
 
 
+def warn_of(result):
+    """A result's warning on stderr, for every CLI command that prints a
+    result (--get and waiting ones too): stderr, so X=$(... --get
+    session_id) and eval "$(join --shell sh)" keep their one value and the
+    person still sees what went wrong.  --json carries it in the object."""
+    if result.get("warning"):
+        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
+
+
 def receive_waiting(store, ctx, values, timeout, render, name="msg_recv", as_json=False):
     """recv --wait and ask: the parking tool (msg_recv) until something comes
     or timeout passes: (text, 0), or a timeout: exit TIMED_OUT_EXIT, with one
@@ -10828,6 +10856,8 @@ def receive_waiting(store, ctx, values, timeout, render, name="msg_recv", as_jso
     while True:
         result = call_tool(store, ctx, name, values, public_only=True)
         if result["messages"]:
+            if not as_json:
+                warn_of(result)
             return render(result), 0
         left = deadline - time.time()
         if left <= 0 or not wait_for_unread(store, values["session_id"], left,
@@ -10851,7 +10881,7 @@ def _add_command(commands, cmd, epilog="", argparse=None):
     named = {"help": cmd.summary} if commands.prefix else {}
     sub = commands.add_parser(
         cmd.name, description=cmd.description, **named,
-        epilog=("example:\n  python3 agents_room.py " + cmd.example + epilog)
+        epilog=("example:\n  %s %s%s" % (CALLED["as"], cmd.example, epilog))
         if cmd.example else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.set_defaults(command=cmd)
@@ -10899,8 +10929,9 @@ def build_parser(only=None):
 
     # The top-level help lists the commands by what they are for, as the map
     # in the docstring does (one list, kept true by MapTest).
-    grouped = next(p for p in __doc__.split("\n\n") if p.startswith("Commands"))
-    parser = Parser(prog="agents_room.py", description=__doc__.split("\n\n")[0] + "\n\n" +
+    grouped = next(p for p in __doc__.split("\n\n") if p.startswith("Commands")).replace(
+        "``python3 agents_room.py <command> --help``", "'%s <command> --help'" % CALLED["as"])
+    parser = Parser(prog=CALLED["prog"], description=__doc__.split("\n\n")[0] + "\n\n" +
                     grouped, formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="Run '<command> --help' for each command's options and an "
                            "example.  Store: $AGENTS_ROOM_DB or ~/.agents-room/room.db.")
@@ -10936,7 +10967,7 @@ def build_parser(only=None):
             sub = commands.add_parser(
                 item, description=WINDOW_HELP,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="example:\n  python3 agents_room.py " + verbs[0].example)
+                epilog="example:\n  %s %s" % (CALLED["as"], verbs[0].example))
             inner = sub.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
             inner.required = True
             inner.leaves, inner.prefix = commands.leaves, item
@@ -11010,7 +11041,7 @@ def cli_args_to_tool(tool_, args):
             values["session_id"] = env_session
         elif "session_id" in tool_.required:
             raise UsageError("%s needs --session (or AGENTS_ROOM_SESSION)" % tool_.cli,
-                             "'python3 agents_room.py join' prints your session id")
+                             "'%s join' prints your session id" % CALLED["as"])
     if values.get("body") == "-":
         values["body"] = sys.stdin.read()
     return values
@@ -11061,10 +11092,8 @@ def run_tool_command(args):
     finally:
         store.close()
     code = 1 if tool_.refusal and not result.get("ok", True) else 0
-    if result.get("warning") and not args.json:
-        # stderr, so X=$(... --get session_id) and eval "$(join --shell sh)"
-        # keep their one value and the person still sees what went wrong.
-        sys.stderr.write("warning: %s\n" % one_line(cli_words(result["warning"]), 1000))
+    if not args.json:
+        warn_of(result)
     if getattr(args, "get", None):
         return _result_field(result, args.get), code
     answer = extra.answer(args, result) if extra.answer else None
@@ -11310,9 +11339,11 @@ def run_shim(args):
     directory = os.path.expanduser(args.dir or os.path.join("~", ".local", "bin"))
     path = os.path.join(directory, args.name)
     argv = launcher(missing_exit=1)
+    # AGENTS_ROOM_AS: its usage lines and hints then name it as it was called.
     text = ("#!/bin/sh\n# agents-room: runs %s from its bytecode cache (written by\n"
             "# agents_room.py shim; python3 agents_room.py would compile it on every call)\n"
-            "exec %s \"$@\"\n" % (this_file(), " ".join(shlex.quote(a) for a in argv)))
+            "AGENTS_ROOM_AS=\"${0##*/}\" exec %s \"$@\"\n"
+            % (this_file(), " ".join(shlex.quote(a) for a in argv)))
     precompile()
     write_private(path, text, 0o755)
     on_path = directory in os.environ.get("PATH", "").split(os.pathsep)
@@ -11656,8 +11687,8 @@ def _group_overview(group, as_json):
     if as_json:
         return json.dumps(dict(result, verbs=[t.cli.split()[1] for t in verbs]),
                           indent=2), 0
-    lines = ["usage: agents_room.py %s <verb> ...  (%s <verb> --help for each)" % (
-        group, group), ""]
+    lines = ["usage: %s %s <verb> ...  (%s <verb> --help for each)" % (
+        CALLED["prog"], group, group), ""]
     lines += ["  %-9s %s" % (t.cli.split()[1], t.title) for t in verbs]
     if status:
         lines += ["", status.render(result)]
@@ -11691,6 +11722,7 @@ def main(argv=None):
     """The command line: returns the exit code (0 ok, 1 refused or failed, 2
     usage, 3 guard refused).  Errors go to stderr as 'error: ...' with a hint."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    called_as(os.environ.pop("AGENTS_ROOM_AS", ""))
     argv = _command_first(argv)
     name = argv[0] if argv else None
     row = COMMANDS.get(name)
@@ -11713,7 +11745,7 @@ def main(argv=None):
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
             raise UsageError("no command %r%s" % (one_line(name, 40), "; did you mean %s?"
                                                    % " or ".join(close) if close else ""),
-                             "python3 agents_room.py --help lists the commands")
+                             "%s --help lists the commands" % CALLED["as"])
         # A bare group (window), or a command of verbs given none (task):
         # its verbs, not a usage error.  --session before it means nothing here.
         rest = [a for i, a in enumerate(argv[1:]) if a != "--session" and not
@@ -11722,9 +11754,9 @@ def main(argv=None):
             return _group_overview(name, "--json" in argv)
         verbs = _verbs_of(name)
         if verbs and not rest:
-            sys.stdout.write("usage: agents_room.py %s <%s> ...  (%s --help for the "
-                             "options)\n\n%s\n" % (name, verbs[0], name, "\n".join(
-                                 "  %s" % v for v in verbs[1])))
+            sys.stdout.write("usage: %s %s <%s> ...  (%s --help for the options)\n\n%s\n"
+                             % (CALLED["prog"], name, verbs[0], name,
+                                "\n".join("  %s" % v for v in verbs[1])))
             return 0
         parser = build_parser(name if name in known else None)
         leaf = parser.leaves.get(" ".join(argv[:2])) or parser.leaves.get(name)
@@ -16554,6 +16586,9 @@ th { color: var(--muted); font-weight: 600; font-size: .85em; }
 .chip.acked, .chip.read { color: var(--ok); }
 .chip.expired, .chip.undeliverable, .chip.overdue, .chip.bad { color: var(--bad); }
 .chip.you { outline: 1px solid var(--accent); }
+/* A resource's name wraps after a "/" (nameNode's <wbr>), never inside a
+   name: "anywhere" would let a table squeeze src/users.go to src/users.g|o. */
+.name { overflow-wrap: break-word; }
 .work.blocked { color: var(--bad); font-weight: 600; }
 .work.waiting { color: var(--warn); }
 @media (max-width: 700px) {
@@ -16672,6 +16707,20 @@ UI_JS = r"""
   const KEY = "agents-room-key";
   const WORK_VERBS = { started: "started", waiting: "waiting on", blocked: "blocked on",
     handoff: "handing off" };
+  // A delivery's state, said where it is shown (a chip's tooltip).
+  const DELIVERY_MEANS = {
+    stored: "stored: waiting in the inbox; the recipient has not been told yet (at " +
+      "notify it is told at its next turn)",
+    offered: "offered: the recipient was told (signalled, or a wake handed to its " +
+      "lever) and has not fetched it yet",
+    accepted: "accepted: a turn that will see it has started",
+    undeliverable: "undeliverable: the recipient is at wake with no lever now; it " +
+      "sees it at its next turn",
+    read: "read: the recipient fetched it", acked: "acked: the recipient acknowledged it",
+    expired: "expired: its time to live passed before it was read" };
+  const CAP_MEANS = "the autonomy cap: the most a member of this room may be moved to " +
+    "act on mail (notify: told at its next turn; hold: its turn end is held; wake: " +
+    "woken when idle)";
   const NOISE = /^(signal\.|msg\.read$|wake\.(none|later)$|session\.rejoin$)/;
   const root = document.documentElement;
   const $ = (id) => document.getElementById(id);
@@ -16687,6 +16736,15 @@ UI_JS = r"""
     return node;
   }
   function span(cls, text) { return el("span", cls, text); }
+  function nameNode(cls, text) {
+    // A resource's name: may wrap after each "/", never inside a name.
+    const node = span((cls ? cls + " " : "") + "name");
+    String(text).split("/").forEach((part, i, parts) => {
+      node.appendChild(document.createTextNode(part + (i < parts.length - 1 ? "/" : "")));
+      if (i < parts.length - 1) node.appendChild(document.createElement("wbr"));
+    });
+    return node;
+  }
   function button(text, k, onclick, cls) {
     const b = el("button", cls, text);
     b.type = "button"; b.dataset.k = k; b.addEventListener("click", onclick);
@@ -16749,8 +16807,10 @@ UI_JS = r"""
   }
   function locked(text) {
     const b = $("locked");
-    b.textContent = text || "This tab holds no valid key. Open the URL `ui` printed (its " +
-      "code works once), or use \u201canother tab\u201d in a tab that works.";
+    b.textContent = text || "This tab holds no valid key: the code in a URL works once, " +
+      "and a key lasts as long as the ui that gave it. In a tab of this page that still " +
+      "works, \u201canother tab\u201d opens a new one; with none open, stop ui (Ctrl-C) " +
+      "and start it again: it prints a new URL.";
     b.hidden = false;
     root.dataset.loaded = "locked";
     conn("locked", "bad");
@@ -16939,8 +16999,8 @@ UI_JS = r"""
       cell(tr, "doing", a.work.length ? a.work.map((w) => span("line work " + w.state,
         (WORK_VERBS[w.state] || w.state) + " " + w.scope + (w.summary ? ": " + w.summary :
           ""))) : "-");
-      const holds = a.holds.map((l) => span("chip" + (a.liveness === "gone" ? " bad" : ""),
-        l.short + (l.mode === "shared" ? " (shared)" : "")));
+      const holds = a.holds.map((l) => nameNode("chip" + (a.liveness === "gone" ? " bad" :
+        ""), l.short + (l.mode === "shared" ? " (shared)" : "")));
       state.tasks.filter((t) => t.claimed_by === a.session_id && t.state === "claimed")
         .forEach((t) => holds.push(span("chip", "task #" + t.task_id)));
       cell(tr, "holds", holds.length ? holds : "-");
@@ -17114,7 +17174,7 @@ UI_JS = r"""
       title.appendChild(el("h3", "grow", room.room));
       const members = state.sessions.filter((s) => s.rooms.indexOf(room.room) >= 0);
       title.appendChild(span("muted small", members.length + (members.length === 1 ?
-        " member" : " members") + " \u00b7 cap " + AUTONOMY[room.cap]));
+        " member" : " members") + " \u00b7 cap " + AUTONOMY[room.cap])).title = CAP_MEANS;
       if (mine.indexOf(room.room) >= 0) title.appendChild(button("leave", "leave:" +
         room.room, () => act("/api/leave-room", { room: room.room }, "Leave " + room.room +
         "? Its broadcasts stop reaching you."), "small"));
@@ -17131,7 +17191,7 @@ UI_JS = r"""
       if (leases.length) {
         card.appendChild(el("h4", null, "Leases (" + leases.length + ")"));
         card.appendChild(roomTable(["resource", "holder", "purpose", "expires", ""],
-          leases.map((l) => [span("res", l.short + (l.mode === "shared" ? " (shared)" :
+          leases.map((l) => [nameNode("res", l.short + (l.mode === "shared" ? " (shared)" :
             "")), span(l.liveness, who(l.session_id, l.label) + (l.liveness !== "alive" ?
             " (" + l.liveness + ")" : "")), l.purpose || "-", ago(l.expires_at),
             l.liveness === "gone" ? button("release", "rel:" + l.session_id + ":" + l.resource,
@@ -17144,7 +17204,7 @@ UI_JS = r"""
       if (windows.length) {
         card.appendChild(el("h4", null, "Quiet windows (" + windows.length + ")"));
         card.appendChild(roomTable(["#", "on", "of", "state", "missing acks", ""],
-          windows.map((w) => [String(w.window_id), w.resources.join(", "),
+          windows.map((w) => [String(w.window_id), nameNode(null, w.resources.join(", ")),
             who(w.session_id, w.label), w.state + " \u00b7 ends " + ago(w.expires_at),
             w.missing_labels.length ? w.missing_labels.join(", ") : "none",
             button("cancel", "win:" + w.window_id, () => act("/api/window-cancel",
@@ -17173,7 +17233,8 @@ UI_JS = r"""
       if (tasks.length) card.appendChild(el("p", "muted small", tasks.length +
         " open or claimed task" + (tasks.length === 1 ? "" : "s") + " (see Tasks)"));
       const cap = card.appendChild(el("details", "cap"));
-      cap.appendChild(el("summary", null, "autonomy cap: " + AUTONOMY[room.cap]));
+      cap.appendChild(el("summary", null, "autonomy cap: " + AUTONOMY[room.cap])).title =
+        CAP_MEANS;
       const row = cap.appendChild(el("div", "actions"));
       const select = el("select");
       select.dataset.k = "cap:" + room.room;
@@ -17264,7 +17325,7 @@ UI_JS = r"""
       const late = m.ack_required && overdue && d.state !== "acked" && d.state !== "expired";
       chips.appendChild(span("chip " + d.state + (late ? " overdue" : ""),
         (d.session_id === state.operator ? "you" : who(d.session_id, d.label)) + ": " +
-        d.state + (late ? " (ack overdue)" : "")));
+        d.state + (late ? " (ack overdue)" : ""))).title = DELIVERY_MEANS[d.state] || d.state;
     });
     const actions = box.appendChild(el("div", "actions"));
     actions.appendChild(button("reply", "reply:" + m.message_id, () => startReply(m), "small"));
@@ -17442,7 +17503,8 @@ UI_JS = r"""
     if (k === "wake.later") return "waking " + w + " again later";
     if (k.startsWith("wake.")) return "waking " + w + ": " + k.slice(5);
     if (k === "read.note") return w + " read " + path();
-    if (k === "store.migrate") return "the store moved from schema " + d.from + " to " + d.to;
+    if (k === "store.migrate") return d.from ? "the store moved from schema " + d.from +
+      " to " + d.to : "the store was created (schema " + d.to + ")";
     return w + " " + k + (n ? " " + n : "");
   }
   function renderEvents() {

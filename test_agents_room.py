@@ -2898,6 +2898,7 @@ class CliTest(RoomTest):
         self.assertRegex(helped, r"--ack-required\s+the recipients")
         self.assertRegex(helped, r"--ttl TTL\s+how long")
         self.assertIn("10m", helped)
+        self.assertNotIn("ISO time or seconds", helped)   # the description said so too
         shim = self.run_cli("shim", "--dir", os.path.join(self.tmp, "bin"), check=0)
         self.assertIn('export PATH=%s:"$PATH"' % os.path.join(self.tmp, "bin"),
                       shim.stdout)
@@ -2939,6 +2940,36 @@ class CliTest(RoomTest):
                                       timeout=CALL_TIMEOUT_S)
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertIn(agents_room.__version__, done.stdout)
+
+    def test_through_the_shim_usage_and_hints_say_its_name(self):
+        # Issue 35, low: called as agents-room, they said python3 agents_room.py.
+        bindir = os.path.join(self.tmp, "bin")
+        self.run_cli("shim", "--dir", bindir, check=0, process=True)
+        for name in ("agents-room", "ar"):
+            if name != "agents-room":
+                os.symlink("agents-room", os.path.join(bindir, name))
+            with self.subTest(name=name):
+                def call(*args):
+                    return subprocess.run([os.path.join(bindir, name)] + list(args),
+                                          env=self.env, cwd=self.tmp, capture_output=True,
+                                          text=True, timeout=CALL_TIMEOUT_S)
+                said = [call("task").stdout, call("stauts").stderr, call("recv").stderr,
+                        call("claim", "--help").stdout, call("window").stdout,
+                        call("recv", "--bogus").stderr, call("--help").stdout]
+                self.assertIn("usage: %s task <ACTION>" % name, said[0])
+                self.assertIn("hint: %s --help lists the commands" % name, said[1])
+                self.assertIn("hint: '%s join' prints your session id" % name, said[2])
+                self.assertIn("usage: %s claim [-h]" % name, said[3])
+                self.assertIn("example:\n  %s claim --session" % name, said[3])
+                self.assertIn("usage: %s window <verb>" % name, said[4])
+                self.assertIn("error: %s recv: unrecognized arguments" % name, said[5])
+                self.assertIn("usage: %s [-h]" % name, said[6])
+                self.assertIn("Commands ('%s <command> --help'" % name, said[6])
+                for text in said:
+                    self.assertNotIn("agents_room.py", text)
+        # Called as the file, they name the file; the shim's name is its own.
+        self.assertIn("usage: agents_room.py task", self.run_cli(
+            "task", check=0, process=True, env={"AGENTS_ROOM_AS": "two words"}).stdout)
 
     def test_usage_errors_exit_2_never_traceback(self):
         me = self.join()["session_id"]
@@ -3076,9 +3107,13 @@ class CliSpeaksCliTest(RoomTest):
 class ReadmeTest(RoomTest):
     """Real processes: the README's walk-throughs typed into one terminal as a
     person does -- one bash fed every block in README order (a second one
-    where the README says "terminal 2"), on one store, with AR the shim the
-    README has the reader write -- and then the whole README again in the same
-    shells on the same store, which must give the same answers."""
+    where the README says "terminal 2"), each with a terminal of its own, on
+    one store, with AR the shim the README has the reader write -- and then
+    the whole README again in the same shells on the same store.  Each block
+    must print what the README shows under it ("It prints:"), on both runs,
+    once both are masked by printed() (ids, times, numbers a store hands out);
+    the second run may list more only in a room's record (history, search,
+    the task board)."""
 
     process = True
     # The sections with walk-throughs (each up to the next ## heading),
@@ -3086,6 +3121,10 @@ class ReadmeTest(RoomTest):
     WALKS = ("## A walk-through", "## A monorepo", "## Mail: peek",
              "## Leases on anything", "## Status, watch, work states", "## Tell me once")
     DONE = "__readme_block_done__"
+    # A block and what it prints: ```sh, then a line ending "prints:" and a
+    # ```text block (or "It prints nothing.").
+    BLOCK = re.compile(r"```sh\n(.*?)```\n\n(?:It prints nothing\.|[^\n`]*prints:\n\n"
+                       r"```text\n(.*?)```)", re.S)
 
     def sections(self):
         with open(os.path.join(HERE, "README.md")) as handle:
@@ -3095,77 +3134,104 @@ class ReadmeTest(RoomTest):
             end = text.find("\n## ", start + 1)
             yield heading, text[start:end if end > 0 else len(text)]
 
-    @staticmethod
-    def blocks(section):
-        return [b[:b.index("```")] for b in section.split("```sh\n")[1:]]
+    def blocks(self, section):
+        """(commands, what the README says they print) for each ```sh block."""
+        found = self.BLOCK.findall(section)
+        self.assertEqual(len(found), section.count("```sh\n"),
+                         "a ```sh block without 'It prints:' and its ```text block")
+        return found
+
+    def printed(self, text):
+        """Output as the README shows it, with what differs by nature masked
+        the same way on both sides: paths under the test's directory as under
+        /tmp, the store as the default one, session ids <id>, hashes <sha256>,
+        times <time>, the numbers a store hands out (#N, fence N, a watch
+        line's object) <n>, ages <n>s ago, sets of sessions sorted, runs of
+        blanks one blank.  Counts, names, states and wording stay as they are."""
+        text = text.replace(self.tmp + "/", "/tmp/")
+        text = re.sub(r"(watch: following )\S+", r"\1~/.agents-room/room.db", text)
+        # Sets of sessions print in session-id order, which is random.
+        text = re.sub(r"\b(required|recipients)=([\w,]+)", lambda m: "%s=%s" % (
+            m.group(1), ",".join(sorted(m.group(2).split(",")))), text)
+        for pattern, name in ((r"\b[0-9a-f]{64}\b", "<sha256>"),
+                              (r"\b[0-9a-f]{16}\b", "<id>"),
+                              (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?", "<time>"),
+                              (r"(?m)^\d\d:\d\d:\d\d(\.\d+)?Z", "<time>"),
+                              (r"#\d+", "#<n>"), (r"\bfence \d+", "fence <n>"),
+                              (r"(\(<id>\)) \d+\b", r"\1 <n>"),
+                              (r"\b\d+(\.\d+)?(ms|s|m|h|d) ago\b", "<n>s ago"),
+                              (r"[ \t]+", " "), (r"(?m) $", "")):
+            text = re.sub(pattern, name, text)
+        return text.strip("\n").splitlines()
 
     def shell(self, env):
-        """A bash reading commands from a pipe as a terminal's does, in its own
-        process group (the blocks' background jobs go with it at the end)."""
+        """A bash reading commands from a pipe, in a session of its own with a
+        terminal of its own as its controlling terminal -- a shell a person
+        types in, whose sessions live with it (the blocks' background jobs go
+        with it at the end)."""
+        import fcntl
+        import pty
+        import termios
+        leader, follower = pty.openpty()
+        name = os.ttyname(follower)
+        self.addCleanup(os.close, leader)
+        self.addCleanup(os.close, follower)
+
+        def own_terminal():          # after setsid: the session's terminal
+            fd = os.open(name, os.O_RDWR)
+            try:
+                fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+            except OSError:
+                pass                 # Linux: the open made it so already
+            os.close(fd)
         proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-s"], env=env,
                                 cwd=self.tmp, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True,
+                                preexec_fn=own_terminal)
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
         self.procs.append(proc)
         # A failing command a person would notice (not one tested with ||).
         proc.stdin.write("trap 'echo \"__failed__ $BASH_COMMAND\" >&2' ERR\n")
-        return proc, PipeReader(proc.stdout), PipeReader(proc.stderr)
+        return proc, PipeReader(proc.stdout)
 
     def type_block(self, shell, block, where):
-        proc, out, err = shell
-        proc.stdin.write(block + "\necho %s; echo %s >&2\n" % (self.DONE, self.DONE))
+        """What the block prints, stdout and stderr in one stream in the order
+        they came, as a terminal shows them."""
+        proc, out = shell
+        proc.stdin.write(block + "\necho %s\n" % self.DONE)
         proc.stdin.flush()
-        said = []
-        for reader in (out, err):
-            lines = []
-            while True:
-                line = reader.readline(120)
-                self.assertTrue(line, "%s: the shell ended\n%s" % (where, "".join(lines)))
-                if line.strip() == self.DONE:
-                    break
-                lines.append(line)
-            said.append("".join(lines))
-        stdout, stderr = said
-        bad = [line for line in stderr.splitlines()
+        lines = []
+        while True:
+            line = out.readline(120)
+            self.assertTrue(line, "%s: the shell ended\n%s" % (where, "".join(lines)))
+            if line.strip() == self.DONE:
+                break
+            lines.append(line)
+        said = "".join(lines)
+        bad = [line for line in lines
                if line.startswith(("warning:", "__failed__", "Traceback"))]
-        self.assertEqual(bad, [], "%s:\n%s\nstdout:\n%s\nstderr:\n%s" % (
-            where, block, stdout, stderr))
-        return stdout + stderr
+        self.assertEqual(bad, [], "%s:\n%s\nit printed:\n%s" % (where, block, said))
+        return said
 
-    def run_readme(self, shells, places):
-        outputs = {}
+    def run_readme(self, shells):
+        """[(where, what the README shows, what the run printed)], masked."""
+        said = []
         for heading, section in self.sections():
             blocks = self.blocks(section)
             self.assertTrue(blocks, heading)
-            for index, block in enumerate(blocks):
-                for old, new in places.items():
-                    block = block.replace(old, os.path.join(self.tmp, new))
-                block = block.replace("cd /tmp &&", "cd %s &&" % self.tmp)
+            for index, (block, shown) in enumerate(blocks):
+                # Its directories under the test's own (/tmp/demo there).
+                block = re.sub(r"/tmp\b", self.tmp, block)
                 # Two terminals in the first walk-through: its odd blocks go
                 # to the second shell; everything else is typed in the first.
                 shell = shells[index % 2 if heading == "## A walk-through" else 0]
-                outputs.setdefault(heading, []).append(self.type_block(
-                    shell, block, "%s, block %d" % (heading, index)))
-        return outputs
+                where = "%s, block %d" % (heading, index + 1)
+                said.append((where, self.printed(shown),
+                             self.printed(self.type_block(shell, block, where))))
+        return said
 
-    @staticmethod
-    def answers(outputs):
-        """What a rerun must say again: the output with the values that differ
-        by nature (ids, message and task numbers, times, fences, pids) named."""
-        text = "\n".join("\n".join(v) for v in outputs.values())
-        # Sets of sessions print in session-id order, which is random.
-        text = re.sub(r"\b(required|recipients)=([\w,]+)", lambda m: "%s=%s" % (
-            m.group(1), ",".join(sorted(m.group(2).split(",")))), text)
-        for pattern, name in ((r"\b[0-9a-f]{16}\b", "<id>"), (r"\b[0-9a-f]{7,40}\b", "<hex>"),
-                              (r"\d{4}-\d\d-\d\dT[\d:.]+Z?", "<time>"),
-                              (r"\b\d\d:\d\d(:\d\d)?(\.\d+)?Z?\b", "<time>"),
-                              (r"\d+(\.\d+)?\s?(ms|s|m|h) ago", "<ago>"),
-                              (r"\d+", "<n>"), (r" +", " ")):
-            text = re.sub(pattern, name, text)
-        return text.splitlines()
-
-    def test_the_walk_throughs_run_in_one_shell_in_order_twice_on_one_store(self):
+    def test_the_walk_throughs_print_what_they_show_in_one_shell_twice_on_one_store(self):
         home = os.path.join(self.tmp, "home")
         os.makedirs(home, exist_ok=True)
         bindir = os.path.join(self.tmp, "bin")
@@ -3174,62 +3240,22 @@ class ReadmeTest(RoomTest):
                               timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         env = dict(self.env, HOME=home, AR=os.path.join(bindir, "agents-room"))
-        places = {"/tmp/demo": "demo", "/tmp/mono-demo-feature": "mono-demo-feature",
-                  "/tmp/mono-demo": "mono-demo", "/tmp/mono-moved": "mono-moved",
-                  "/tmp/guard-demo": "g", "/tmp/window-demo": "w", "/tmp/once-demo": "o"}
         shells = [self.shell(env), self.shell(env)]
-        outputs = self.run_readme(shells, places)
-        again = self.run_readme(shells, places)
-        # The same answers, except that a room's record (history, search, the
-        # task board) also lists what the first run left there: lines may be
-        # added only when they are such entries (#N and what is indented
-        # under it), never changed or lost.
         import difflib
-        first, second = self.answers(outputs), self.answers(again)
-        changed = [op for op in difflib.SequenceMatcher(None, first, second,
-                                                         autojunk=False).get_opcodes()
-                   if op[0] != "equal" and not (op[0] == "insert" and all(
-                       line.startswith(("#<n> ", " ")) for line in second[op[3]:op[4]]))]
-        self.assertEqual(changed, [], "the second run answered otherwise:\n" + "\n".join(
-            difflib.unified_diff(first, second, "first run", "second run", lineterm="")))
-        two = outputs["## A walk-through"]
-        self.assertIn("acquired exclusive lease", two[0])
-        self.assertIn("message #", two[1])
-        self.assertIn("-> 1 recipient", two[1])
-        self.assertIn("need a phone field", two[2])
-        self.assertIn("shared:storefront", two[2])
-        self.assertIn("SAFE", two[2])
-        self.assertIn("read", two[3])
-        mono = outputs["## A monorepo"][0]
-        self.assertIn("-> 1 recipient: api", mono)
-        self.assertIn("feature (mono-demo-feature)", mono)
-        self.assertIn("refused: the same file", mono)
-        self.assertIn("ok   Claude Code hook command runs", mono)
-        mail = outputs["## Mail: peek"][0]
-        self.assertIn("[urgent]", mail)
-        self.assertIn("(reply to #", mail)
-        self.assertIn("yes, optional", mail)             # ask got its reply
-        self.assertIn("task #", mail)                    # the claim shows as work
-        self.assertRegex(mail, r"#\d+ +done +add the phone field")
-        fence, guard = outputs["## Leases on anything"]
-        self.assertIn("migration step 2", fence)
-        self.assertIn("is current on db:main", fence)
-        self.assertIn("commit refused", guard)
-        self.assertIn("agents-room guard: refused", guard)
-        self.assertIn("(label migrator, alive, exclusive until", guard)
-        self.assertIn("for: rewriting the schema", guard)
-        self.assertIn("commit passed", guard)
-        window = outputs["## Status, watch, work states"][0]
-        kinds = [line.split()[1] for line in window.splitlines()
-                 if line[:2].isdigit() and len(line.split()) > 1]
-        order = ["window.request", "msg.send", "window.ack", "lease.release", "window.ack",
-                 "window.activate", "work.started", "work.completed", "window.release"]
-        self.assertEqual([k for k in kinds if k in order], order)
-        once = outputs["## Tell me once"][0]
-        self.assertIn("db:orders is free", once)
-        self.assertIn("api's work state leaves blocked", once)
-        self.assertRegex(once, r"retracted #\d+: gone from 1 inbox")
-        self.assertIn("[retracted by its sender at", once)
+        for run in ("first run", "second run"):
+            for where, shown, got in self.run_readme(shells):
+                # The second time a room's record (history, search, the task
+                # board) also lists what the first run left there: lines may
+                # be added only when they are such entries (#N and what is
+                # indented under it), never changed or lost.
+                changed = [op for op in difflib.SequenceMatcher(
+                    None, shown, got, autojunk=False).get_opcodes()
+                    if op[0] != "equal" and not (run == "second run" and op[0] == "insert"
+                                                 and all(line.startswith(("#<n> ", " "))
+                                                         for line in got[op[3]:op[4]]))]
+                self.assertEqual(changed, [], "%s, %s printed otherwise than the README "
+                                 "shows:\n%s" % (run, where, "\n".join(difflib.unified_diff(
+                                     shown, got, "README", run, lineterm=""))))
 
 
 # ---- MCP over stdio --------------------------------------------------------------
@@ -5417,6 +5443,33 @@ class BrokenStoreTest(RoomTest):
         self.assertEqual(self.cli_json("history", "--session", me)["messages"], [])
         self.cli_json("send", "--session", me, "--to", "*", "--subject", "fits")
 
+    def test_recv_wait_on_a_full_disk_says_its_warning(self):
+        # Issue 35: recv --wait printed the messages and dropped the warning
+        # that they were not marked read (plain recv said it).
+        import resource
+        me = self.join("--room", "full", key="k-me")["session_id"]
+        other = self.join("--room", "full", key="k-other")["session_id"]
+        self.cli_json("send", "--session", other, "--to", me, "--subject", "hello")
+        # An open connection keeps the shared-memory file at its full size,
+        # so the child opens the store and fails only at its first write.
+        keeper = self.connect()
+        keeper.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        self.addCleanup(keeper.close)
+
+        def no_file_grows():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        for wait in ([], ["--wait", "--timeout", "5s"]):
+            with self.subTest(wait=wait):
+                done = subprocess.run(PROGRAM + ["recv", "--session", me] + wait,
+                                      env=self.env, capture_output=True, text=True,
+                                      preexec_fn=no_file_grows, timeout=60)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn("hello", done.stdout)
+                self.assertIn("warning: the store's disk is full: these messages were "
+                              "not marked read", done.stderr)
+                self.assertNotIn("warning", done.stdout)
+
 
 class RetentionTest(RoomTest):
 
@@ -6028,6 +6081,32 @@ class OperatorPageTest(RoomTest):
             "limit": 1, "before": page["messages"][0]["message_id"]})
         self.assertEqual([m["message_id"] for m in older["messages"]], [self.first])
         self.assertFalse(older["more"])
+
+    def test_the_pages_words_for_a_newcomer(self):
+        # Issue 35, low: a new store's first event read "the store moved from
+        # schema 0 to 6"; a refused tab was told to use "another tab" with none
+        # open; `stored` and `cap wake` were never explained; src/users.go
+        # wrapped mid-name (how it renders: .ci/browser.py, in chromium).
+        state = self.state(self.login())
+        created = [e for e in state["events"] if e["kind"] == "store.migrate"]
+        self.assertEqual([(e["data"]["from"], e["data"]["to"]) for e in created],
+                         [(0, agents_room.SCHEMA_VERSION)])
+        response, script = self.request("GET", "/app.js")
+        self.assertEqual(response.status, 200)
+        # The script's sentences, their string pieces joined.
+        script = re.sub(r'"\s*\+\s*"', "", script.decode())
+        # (assertTrue: a failure names the words, not the whole script)
+        for needle in ('"the store was created (schema " + d.to + ")"',
+                       "with none open, stop ui (Ctrl-C) and start it again: it prints a "
+                       "new URL", ".title = DELIVERY_MEANS[d.state]", ".title = CAP_MEANS"):
+            self.assertTrue(needle in script, needle)
+        self.assertFalse("in a tab that works" in script)
+        means = script[script.index("const DELIVERY_MEANS = {"):]
+        means = means[:means.index("};")]
+        for state_ in agents_room.STATE_ORDER:            # every state says what it is
+            self.assertIn('%s: "%s: ' % (state_, state_), means)
+        response, style = self.request("GET", "/app.css")
+        self.assertIn(b".name { overflow-wrap: break-word; }", style)
 
     def test_overview_says_who_waits_for_whom_first(self):
         old = self.join("--room", "repo:shop", "--label", "old", key="ui-old")["session_id"]

@@ -399,6 +399,27 @@ def main(argv):
               "the composer has a default recipient")
         events = browser.js("document.getElementById('events').innerText")
         check("api claimed src/users.go for 2h: add phone field" in events, events[-2000:])
+        # Issue 35: a new store's first event, the words hovered, no name split.
+        check("the store was created (schema" in events and "from schema 0" not in events,
+              "the new store's first event: %r" % events[:300])
+        untitled = browser.js("Array.from(document.querySelectorAll('.deliveries .chip'))"
+                              ".filter(c => !c.title).map(c => c.innerText)")
+        check(untitled == [], "delivery states without an explanation: %r" % untitled)
+        check(browser.js("Array.from(document.querySelectorAll('#rooms span')).filter("
+                         "s => s.innerText.includes('cap ')).every(s => s.title)"),
+              "the rooms' cap is not explained")
+        # Every word of a resource's name segments (between its "/"s) on one
+        # line at 1280 px: a name may wrap after a "/", never inside a name.
+        split = browser.js(
+            "Array.from(document.querySelectorAll('.name')).filter(n => Array.from("
+            "n.childNodes).some(t => t.nodeType === 3 && Array.from(t.data.matchAll("
+            "/\\S+/g)).some(m => { const r = document.createRange();"
+            " r.setStart(t, m.index); r.setEnd(t, m.index + m[0].length);"
+            " return new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top)))"
+            ".size > 1; }))).map(n => n.innerText)")
+        check(split == [], "resource names split inside a name at 1280 px: %r" % split)
+        check(browser.js("document.querySelectorAll('#overview .name').length") >= 4,
+              "the overview's holds are not names")
 
         # Watching is no membership: a broadcast reaches the agents only.
         sent = cli(env, "send", "--session", api, "--to", "*", "--subject", "hello all")
@@ -512,6 +533,8 @@ def main(argv):
         browser.call("Page.navigate", url=url)
         browser.wait("document.documentElement.dataset.loaded === 'locked'", "a spent code")
         check(not browser.js("document.getElementById('locked').hidden"), "no lock banner")
+        banner = browser.js("document.getElementById('locked').innerText")
+        check("start it again" in banner, "the banner says no way out: %r" % banner)
 
         # ui --open: the browser's command line carries a private file, not a code.
         argv_file = os.path.join(work, "browser-argv")
