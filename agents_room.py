@@ -14070,8 +14070,19 @@ def _pg_cascades():
 
 def _pg_changes(read, write):
     """Whether the write statement may change the read statement's answer."""
-    _, tables, keyed = _pg_analyse(write.text)
-    seen = _pg_analyse(read.text)
+    verdict = _pg_text_changes(read.text, write.text)
+    if verdict is not None:
+        return verdict
+    seen, (_, _, keyed) = _pg_analyse(read.text), _pg_analyse(write.text)
+    mine, theirs = read.params[seen[2][1] - 1], write.params[keyed[1] - 1]
+    return mine is None or theirs is None or mine == theirs
+
+
+def _pg_text_changes(read_text, write_text):
+    """_pg_changes as far as the texts tell: True, False, or None where the
+    two are keyed on one table's row key, so the parameters say."""
+    _, tables, keyed = _pg_analyse(write_text)
+    seen = _pg_analyse(read_text)
     if seen in ("volatile", "sequence"):
         return seen == "volatile"
     if tables is None:
@@ -14080,8 +14091,7 @@ def _pg_changes(read, write):
     if not common:
         return False
     if keyed and seen[2] and common == {seen[2][0]} == {keyed[0]}:
-        mine, theirs = read.params[seen[2][1] - 1], write.params[keyed[1] - 1]
-        return mine is None or theirs is None or mine == theirs
+        return None
     return True
 
 
@@ -14195,6 +14205,7 @@ class _PgCall:
         self.orders = 0                   # attempts whose id lost its order
         self.once = set()                 # keys in cache answered at most once
         self.log = []                     # (key, read, phase): every read answered
+        self.logged = {}                  # key -> (its last place in log, its read)
         self.asked = {}                   # key -> how often it was asked
         self.learned = store._learned.get(tool)
 
@@ -14224,8 +14235,17 @@ class _PgCall:
             return
         if self.mode == "read":
             raise WritesNeeded()
+        # What the texts tell, once per read text: a send's writes against a
+        # cache of a read per recipient cost each write the cache's size in
+        # dict look-ups, not in analyses (that grew with the room squared).
+        texts = {}
         for key, read in list(self.cache.items()):
-            if _pg_changes(read, statement):
+            verdict = texts.get(read.text, "?")
+            if verdict == "?":
+                verdict = texts[read.text] = _pg_text_changes(read.text, statement.text)
+            if verdict is False:
+                continue
+            if verdict or _pg_changes(read, statement):
                 del self.cache[key]
                 self.unlocked.discard(key)
                 self.once.discard(key)
@@ -14402,6 +14422,7 @@ class _PgCall:
     def _asked(self, key, read):
         self.asked[key] = self.asked.get(key, 0) + 1
         if self.mode is not None or self.ended:
+            self.logged[key] = (len(self.log), read)
             self.log.append((key, read, "tx" if self.mode is not None else "after"))
 
     # -- reading ahead --
@@ -14535,10 +14556,9 @@ class _PgCall:
             read = self.cache.get(key)
             if read is not None:
                 return read.rows
-        for key, read, _ in reversed(self.log):
-            if key in keys:
-                return read.rows
-        return None
+        last = max((self.logged[key] for key in keys if key in self.logged),
+                   key=lambda entry: entry[0], default=None)
+        return last[1].rows if last is not None else None
 
     def _split(self, lateral):
         """A LATERAL read's rows as the answers of the reads it stands for."""
@@ -14575,26 +14595,29 @@ class _PgCall:
             return
         learned = self.store._learned.setdefault(self.tool, _PgLearned())
         learned.calls += 1
-        seen, counts = [], {}
-        for key, read, phase in self.log:
+        cells, counts = {}, {}
+        for position, (key, read, phase) in enumerate(self.log):
             sql, params = key
             sources, follow = [], None
             for value in params:
-                source = self._source(value, seen, follow)
+                source = self._source(value, cells, follow)
                 if source[0] == "cell":
                     follow = source[1]
                 sources.append(source)
             template = (sql, tuple(sources), phase)
             counts[(template, key)] = counts.get((template, key), 0) + 1
-            seen.append((template, read))
+            if not any(s[0] == "cell" for s in template[1]):
+                _pg_index_cells(cells, position, template, read)
             learned.saw(template, 0, tuple(type(v) for v in params))
         for (template, _), uses in counts.items():
             known = learned.templates[template]
             known[0] = max(known[0], uses)
         learned.forget()
 
-    def _source(self, value, seen, follow):
-        """Where a parameter's value came from, as a template says it."""
+    def _source(self, value, cells, follow):
+        """Where a parameter's value came from, as a template says it: the
+        latest read (of the cells _pg_index_cells kept) with the value in a
+        key column, the first such column of it."""
         if value is None or isinstance(value, bool):
             return ("const", value)
         if isinstance(value, float) and value == self.at:
@@ -14611,22 +14634,38 @@ class _PgCall:
         # Rows are followed by the keys calls walk: session ids, and integer
         # ids (id, *_id); any other value is taken to come back the same.
         if is_session_id(value) or (isinstance(value, int) and not isinstance(value, bool)):
-            for template, read in reversed(seen):
-                if any(s[0] == "cell" for s in template[1]) or (
-                        follow is not None and template != follow):
-                    continue
-                columns = read.shape.columns if read.shape is not None else None
-                if not columns or not read.rows:
-                    continue
-                names = {i: n for n, i in columns[0].items()}
-                for column in range(len(columns[1])):
-                    name = names.get(column, "")
-                    if isinstance(value, int) and not (name == "id" or name.endswith("_id")):
-                        continue
-                    if any(type(row[column]) is type(value) and row[column] == value
-                           for row in read.rows[:PG_AHEAD_ROWS]):
-                        return ("cell", template, column)
+            found = None
+            for position, template, column in reversed(cells.get((type(value), value), ())):
+                if found is not None and position != found[0]:
+                    break
+                if follow is None or template == follow:
+                    found = (position, template, column)     # the same read's first column wins
+            if found is not None:
+                return ("cell", found[1], found[2])
         return ("const", value)
+
+
+def _pg_index_cells(cells, position, template, read):
+    """Keep the values a later parameter may follow from read (session ids in
+    any column, integers in id and *_id columns, of its first PG_AHEAD_ROWS
+    rows) under (type, value), in the order of the call's reads: looking a
+    value up then costs what its own reads cost, where scanning every read
+    before it grew with the square of a call's reads (a send to a room of
+    hundreds of sessions reads each)."""
+    columns = read.shape.columns if read.shape is not None else None
+    if not columns or not read.rows:
+        return
+    names = {i: n for n, i in columns[0].items()}
+    rows = read.rows[:PG_AHEAD_ROWS]
+    for column in range(len(columns[1])):
+        name = names.get(column, "")
+        ids = name == "id" or name.endswith("_id")
+        for row in rows:
+            value = row[column]
+            if type(value) is int and ids or is_session_id(value):
+                kept = cells.setdefault((type(value), value), [])
+                if not kept or kept[-1][0] != position or kept[-1][2] != column:
+                    kept.append((position, template, column))
 
 
 def _pg_row_tail(body, skip):

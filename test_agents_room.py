@@ -2216,8 +2216,9 @@ class WorkAndWindowTest(RoomTest):
         out, err = PipeReader(proc.stdout), PipeReader(proc.stderr)
         # watch shows events from its start on: probe (work.started, not one of
         # the kinds checked below) until it shows one, instead of guessing how
-        # long it takes to start.
-        deadline = time.time() + 20
+        # long it takes to start.  The deadlines here are guards against a
+        # hang, not the property: generous, for a loaded machine.
+        deadline = time.time() + 60
         while True:
             self.cli_json("work", "--session", self.ops, "started", "--scope", "probe")
             if out.get(0.7):
@@ -2230,7 +2231,7 @@ class WorkAndWindowTest(RoomTest):
         self.cli_json("work", "--session", self.ops, "completed", "--scope", "x")
         wanted = ["lease.claim", "msg.send", "msg.read", "lease.release", "work.completed"]
         seen = []
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while len(seen) < len(wanted) and time.time() < deadline:
             line = out.readline(deadline - time.time())
             item = json.loads(line)
@@ -4141,17 +4142,28 @@ class WakeTest(SignalBase):
         self.assertNotIn("rm -rf", text)
 
     def test_failing_or_hanging_wake_command_stays_offered(self):
-        for script in ("import sys\nsys.exit(3)\n", "import time\ntime.sleep(30)\n"):
-            with self.subTest(script=script):
+        # The failing command waits for a file the test writes only after the
+        # send has answered, so the send cannot have waited for it (an order,
+        # not a wall-time bound); the hanging one ends only by its 1 s kill.
+        gate = os.path.join(self.tmp, "wake-gate")
+        failing = ("import os, sys, time\nfor _ in range(600):\n"
+                   "    if os.path.exists(%r): sys.exit(3)\n    time.sleep(0.1)\n" % gate)
+        for what, script, timeout in (("failing", failing, "120"),
+                                      ("hanging", "import time\ntime.sleep(600)\n", "1")):
+            with self.subTest(what):
                 woke, sender = self.wake_cmd_session(script)
-                started = time.time()
                 self.cli_json("send", "--session", sender, "--to", woke, "--subject", "x",
-                              env={"AGENTS_ROOM_WAKE_TIMEOUT_S": "1"})
-                self.assertLess(time.time() - started, 5)
+                              env={"AGENTS_ROOM_WAKE_TIMEOUT_S": timeout})
                 self.assertEqual(self.state_of(sender), "offered")
+                if what == "failing":
+                    self.assertEqual(self.event_count("wake.failed", woke), 0,
+                                     "the send waited for its lever")
+                    with open(gate, "w"):
+                        pass
                 # Once the lever's outcome is recorded (exit 3, or killed at the
-                # 1 s timeout), the delivery is still only offered.
-                self.wait_for(lambda: self.event_count("wake.failed", woke), 10,
+                # 1 s timeout), the delivery is still only offered.  60 s is a
+                # guard against a hang, not the property.
+                self.wait_for(lambda: self.event_count("wake.failed", woke), 60,
                               "the lever's failure recorded")
                 self.assertEqual(self.state_of(sender), "offered")
 
@@ -6460,9 +6472,11 @@ class OperatorPageTest(RoomTest):
         time.sleep(0.5)
         self.assertLessEqual(threads(), idle + agents_room.UI_PENDING_MAX + 2,
                              "a thread per half-sent request")
-        started = time.time()
+        # Each connection is closed by the page (an event); UI_READ_S + 60 s
+        # is a guard against a page that never closes them, not the property.
+        guard = time.time() + agents_room.UI_READ_S + 60
         closed = set()
-        while time.time() - started < agents_room.UI_READ_S + 5 and len(closed) < len(held):
+        while time.time() < guard and len(closed) < len(held):
             try:
                 drip.sendall(b"G")                      # a byte now and then
             except OSError:
@@ -6478,26 +6492,37 @@ class OperatorPageTest(RoomTest):
                     closed.add(index)
             time.sleep(0.25)
         self.assertEqual(len(closed - {"drip"}), len(held), "half-sent requests held on")
-        self.assertLess(time.time() - started, agents_room.UI_READ_S + 5)
         self.wait_for(lambda: threads() <= idle + 2, 10, "the threads ended")
         # The page still answers, and a request that trickles in is cut at
         # the deadline even though a byte arrives more often than any
         # per-read timeout.
         response, _ = self.request("GET", "/app.css")
         self.assertEqual(response.status, 200)
+        # The page closes it while its bytes still come (an endless head, a
+        # byte every 0.2 s): only a deadline for the whole request can.  The
+        # guard only ends a test whose page never closes it.
         drip = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         self.addCleanup(drip.close)
-        started = time.time()
-        with self.assertRaises(OSError):
-            for byte in b"GET /app.css HTTP/1.1\r\nHost: " * 10:
-                drip.sendall(bytes([byte]))
-                time.sleep(0.2)
-                if time.time() - started > agents_room.UI_READ_S + 5:
+        guard = time.time() + agents_room.UI_READ_S + 60
+        cut = False
+        head = b"GET /app.css HTTP/1.1\r\nHost: "
+        while not cut and time.time() < guard:
+            for byte in head + b"x" * 10000:
+                try:
+                    drip.sendall(bytes([byte]))
+                    drip.setblocking(False)
+                    try:
+                        cut = drip.recv(1) == b""
+                    except BlockingIOError:
+                        pass
+                    finally:
+                        drip.settimeout(10)
+                except OSError:
+                    cut = True
+                if cut or time.time() > guard:
                     break
-            drip.settimeout(2)
-            if drip.recv(1) == b"":
-                raise ConnectionResetError("closed")
-        self.assertLess(time.time() - started, agents_room.UI_READ_S + 3)
+                time.sleep(0.2)
+        self.assertTrue(cut, "a request that trickles in was never cut")
 
     def test_a_bad_content_length_is_refused_at_once(self):
         import http.client
@@ -6512,7 +6537,8 @@ class OperatorPageTest(RoomTest):
         for authorised in (False, True):
             for what, headers, code in cases:
                 with self.subTest(what, authorised=authorised):
-                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                      timeout=CALL_TIMEOUT_S)
                     self.addCleanup(conn.close)
                     conn.putrequest("POST", "/api/send", skip_host=True,
                                     skip_accept_encoding=True)
@@ -6524,12 +6550,13 @@ class OperatorPageTest(RoomTest):
                     for name, value in headers:
                         conn.putheader(name, value)
                     conn.endheaders()
-                    started = time.time()
+                    # No body is sent: a page that waited for one would be cut
+                    # by its read deadline and close unanswered, so an answer
+                    # at all says it was refused at once.
                     response = conn.getresponse()
                     response.read()
                     self.assertEqual(response.status, code)
                     self.assertEqual(response.getheader("Connection"), "close")
-                    self.assertLess(time.time() - started, 2)
         self.assertEqual(self.event_count("msg.send"), 2)
 
 
@@ -6992,16 +7019,16 @@ class TrustTest(RoomTest):
         for verb, target in (("note-read", fifo), ("note-read", "/dev/zero"),
                              ("note-read", big), ("drift", swapped)):
             with self.subTest(verb=verb, target=os.path.basename(target)):
-                started = time.time()
                 reader = self.start_program(verb, "--session", me, target)
                 claimer = self.start_program("claim", "--session", other,
                                              "claimed-%s.txt" % os.path.basename(target))
+                # A FIFO or /dev/zero read would never end: the timeout is a
+                # guard against that hang, not a latency bound.
                 try:
-                    out, err = reader.communicate(timeout=10)
-                    claimed = claimer.communicate(timeout=10)
+                    out, err = reader.communicate(timeout=CALL_TIMEOUT_S)
+                    claimed = claimer.communicate(timeout=CALL_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     self.fail("%s %s or the claim beside it hung" % (verb, target))
-                self.assertLess(time.time() - started, 5)
                 self.assertEqual(claimer.returncode, 0, claimed[1])
                 self.assertNotIn("Traceback", err)
                 if verb == "note-read":
@@ -8921,11 +8948,11 @@ class PgStoreTest(RoomTest):
             "AND state = 'idle'").fetchone(), what="the waiter's first look")
         self.cli_json("send", "--session", other, "--to", me, "--subject", "ping",
                       env=self.host("beta"))
-        sent = time.time()
+        # How soon is bench's figure (the waiter also looks every
+        # WAITER_POLL_S); here only that it is woken, 30 s a guard.
         out, err = waiter.communicate(timeout=30)
         self.assertEqual(waiter.returncode, 0, err)
         self.assertIn("ping", out)
-        self.assertLess(time.time() - sent, 5)      # bench reports the figure
 
     def far_store(self, delay_s):
         """A store reached through the benchmark's delay proxy (delay_s each
@@ -9039,13 +9066,28 @@ class PgStoreTest(RoomTest):
         near = agents_room.open_store(self.db)
         self.addCleanup(near.close)
         sent = {}
+        # The send's second turn (its lock, its writes, its COMMIT) is held in
+        # the proxy until the rename is in: its reads are done, its COMMIT not
+        # yet there, by an order rather than a sleep.
+        held, opened = threading.Event(), threading.Event()
+        self.addCleanup(opened.set)
+        gate_turn = proxy.turns + 2
+
+        def delay_s(self):
+            # Read by the proxy as each chunk comes in, after its turn is counted.
+            if self.turns >= gate_turn and not opened.is_set():
+                held.set()
+                opened.wait(60)
+            return self.__dict__["delay_s"]
+        proxy.__class__ = type("GatedProxy", (type(proxy),), {"delay_s": property(delay_s)})
         thread = threading.Thread(target=lambda: sent.update(call(
             "msg_send", session_id=me, to=peer, subject="raced")))
         thread.start()
-        time.sleep(0.4)           # its reads are done, its COMMIT not yet there
+        self.assertTrue(held.wait(60), "the send's second turn never came")     # a guard
         agents_room.call_tool(near, ctx, "room_join", {"label": "after",
                                                         "harness_key": "k-rename"})
-        thread.join(30)
+        opened.set()
+        thread.join(60)
         got = agents_room.call_tool(near, ctx, "msg_recv", {"session_id": peer})["messages"]
         self.assertEqual(got[-1]["message_id"], sent["message_id"])
         self.assertEqual(got[-1]["sender_label"], "after")
@@ -9209,11 +9251,10 @@ class PgTrustTest(RoomTest):
                 peer.send((b"S", b"drip%d\0x\0" % n))
                 time.sleep(1)
         server = HostilePostgres(self, drip)
-        err, took = self.refused(server.url("connect_timeout=2"),
-                                 "did not finish the startup within 2 s", "08006")
-        # Ended by its deadline, not by the server's 30 s of drip (upper bounds
-        # here are the hostile server's time, never a tight figure: load).
-        self.assertLess(took, 15, err)
+        # Ended by its deadline, not by the server's 30 s of drip: the error
+        # names the deadline (no upper bound on the wall time: load).
+        self.refused(server.url("connect_timeout=2"),
+                     "did not finish the startup within 2 s", "08006")
 
     def test_1_a_server_that_never_answers_is_a_lost_call(self):
         server = HostilePostgres(self, lambda peer: (peer.startup(), peer.ready(),
@@ -9228,7 +9269,7 @@ class PgTrustTest(RoomTest):
             started = time.monotonic()
             with self.assertRaises(agents_room.PgError) as caught:
                 conn.simple("SELECT 1")
-            self.assertLess(time.monotonic() - started, 20)       # the server holds 40 s
+            # By the answer's deadline, not the server's 40 s hold: timed_out.
             self.assertTrue(caught.exception.lost and caught.exception.timed_out)
             self.assertIsNone(conn.sock)                  # closed
         with self.subTest(case="a store: the lock timeout plus the margin"):
@@ -9240,8 +9281,7 @@ class PgTrustTest(RoomTest):
             limit = 0.2 + agents_room.PG_ANSWER_MARGIN_S
             self.assertIn("no complete answer from PostgreSQL within %g s" % limit,
                           caught.exception.message)
-            self.assertGreater(took, limit - 0.1)
-            self.assertLess(took, 20)
+            self.assertGreater(took, limit - 0.1)         # a lower bound: load only adds
 
     def test_2_scram_iterations_are_capped(self):
         for count, shown in (("2000000", "2000000 SCRAM iterations"),
@@ -9281,9 +9321,9 @@ class PgTrustTest(RoomTest):
         for name, script, expected in cases:
             with self.subTest(case=name):
                 server = HostilePostgres(self, script)
-                err, took = self.refused(server.url(), expected, "08P01",
-                                         "is it a PostgreSQL server")
-                self.assertLess(took, 10, err)              # the server holds 20 s
+                # Refused on what it read (the error says which), not ended
+                # by the server's 20 s hold.
+                self.refused(server.url(), expected, "08P01", "is it a PostgreSQL server")
         with self.subTest(case="an error may be long, as libpq lets it"):
             server = HostilePostgres(self, after_startup((b"E", b"SFATAL\0C28000\0Mlong "
                                                                 b"but fine\0D" + b"d" * 40000
@@ -9531,8 +9571,9 @@ class FenceWatchRetractTest(SignalBase):
         self.assertIsInstance(fence, int)
         os.kill(stalled.pid, signal.SIGSTOP)             # a suspended laptop, say
         self.addCleanup(lambda: os.kill(stalled.pid, signal.SIGCONT))
-        time.sleep(1.5)
-        taken = self.cli_json("claim", "--session", newer, path, cwd=repo)
+        # Past its TTL by the clock seam, not by sleeping through it.
+        taken = self.cli_json("claim", "--session", newer, path, cwd=repo,
+                              env={"AGENTS_ROOM_TIME_OFFSET": "30"})
         self.assertGreater(taken["lease"]["fence"], fence)
         with open(path, "w") as handle:
             handle.write("newer's work\n")
@@ -9603,8 +9644,7 @@ class FenceWatchRetractTest(SignalBase):
         self.cli_json("release", "--session", api, path)
         self.cli_json("claim", "--session", api, path, "--ttl", "1")
         self.cli_json("notify-when", "--session", web, "free", path)
-        time.sleep(1.2)
-        self.cli_json("who")
+        self.cli_json("who", env={"AGENTS_ROOM_TIME_OFFSET": "30"})     # past the TTL
         told = [m["subject"] for m in self.cli_json("recv", "--session", web)["messages"]]
         self.assertEqual(len(told), 2, told)
         self.assertTrue(all(t.endswith("f.go is free") for t in told), told)
@@ -9722,9 +9762,11 @@ def _pg_line():
 
 class ClassProgress(unittest.TextTestResult):
     """A line per test class as it finishes (its tests, its time, how it
-    went), and a line for a test still running after QUIET_S, so a person
-    can follow a run of several minutes and no stretch of it is silent;
-    VERBOSE=2 names every test instead."""
+    went), and a line after QUIET_S without one naming the test running then,
+    so a person can follow a run of several minutes and no stretch of it is
+    silent; VERBOSE=2 names every test instead.  The time that line shows is
+    the silence it breaks: the test it names may have begun a moment ago (a
+    class of many short tests says nothing until it ends)."""
 
     QUIET_S = 25
 
@@ -9733,7 +9775,7 @@ class ClassProgress(unittest.TextTestResult):
         self.by_class = verbosity == 1
         self.current, self.started, self.count, self.bad = None, 0.0, 0, 0
         self.began = time.time()
-        self.test, self.test_started, self.said = None, 0.0, time.time()
+        self.test, self.said = None, time.time()
         self.lock = threading.Lock()
         if self.by_class:
             threading.Thread(target=self.watch, daemon=True).start()
@@ -9742,9 +9784,10 @@ class ClassProgress(unittest.TextTestResult):
         while True:
             time.sleep(1)
             with self.lock:
-                if self.test and time.time() - self.said >= self.QUIET_S:
-                    self.write("  %s still running (%.0f s)\n" % (
-                        self.test, time.time() - self.test_started))
+                silent = time.time() - self.said
+                if self.test and silent >= self.QUIET_S:
+                    self.write("  %s running, %.0f s since the last line\n" % (
+                        self.test, silent))
 
     def write(self, line):
         self.stream.write(line)
@@ -9758,7 +9801,6 @@ class ClassProgress(unittest.TextTestResult):
                 self.finish_class()
                 self.current, self.started, self.count, self.bad = name, time.time(), 0, 0
             self.test = "%s.%s" % (name, test._testMethodName)
-            self.test_started = time.time()
         self.count += 1
         super().startTest(test)
 
@@ -9790,6 +9832,31 @@ class ClassProgress(unittest.TextTestResult):
         super().stopTestRun()
 
 
+class ProgressTest(unittest.TestCase):
+    """The run's own progress lines, as a person (and a worker's parent)
+    reads them."""
+
+    def test_a_quiet_line_shows_the_silence_it_breaks(self):
+        # A test begun a moment ago after 30 s without a line: the line says
+        # 30 s, not the test's 0 s (what a worker printed as "(0 s)").
+        stream = io.StringIO()
+        result = ClassProgress(unittest.runner._WritelnDecorator(stream), True, 1)
+        result.QUIET_S = 2
+        result.startTest(self)
+        with result.lock:
+            result.said = time.time() - 30
+        deadline = time.time() + 60                 # a guard: the watcher looks each 1 s
+        while "since the last line" not in stream.getvalue() and time.time() < deadline:
+            time.sleep(0.1)
+        result.stopTest(self)
+        line = stream.getvalue().splitlines()[0]
+        self.assertTrue(_PROGRESS.match(line), line)
+        name, silent = re.match(r"^  (\S+) running, (\d+) s since the last line$",
+                                line).groups()
+        self.assertEqual(name, "ProgressTest.test_a_quiet_line_shows_the_silence_it_breaks")
+        self.assertGreaterEqual(int(silent), 30, line)
+
+
 def _home_state():
     """What the person running the suite has in ~/.agents-room (names, sizes,
     times): the suite must leave it as it was."""
@@ -9818,7 +9885,7 @@ REAL_HOME = os.path.expanduser("~")
 # AGENTS_ROOM_TEST_JOBS=1 runs everything in this process; naming classes
 # does too.
 JOBS = int(os.environ.get("AGENTS_ROOM_TEST_JOBS", "3") or "1")
-_PROGRESS = re.compile(r"^(\S+Test +\d+ tests .*|  \S+ still running \(\d+ s\))$")
+_PROGRESS = re.compile(r"^(\S+Test +\d+ tests .*|  \S+ running, \d+ s since the last line)$")
 _CLOSING = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?; (.*)$")
 
 
