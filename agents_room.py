@@ -197,7 +197,8 @@ STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
 WAKE_RETRY_FIRST_S = 60
 WAKE_RETRY_MAX_S = 30 * 60
 WAKE_ATTEMPTS_MAX = 6
-WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
+WAKE_TIMEOUT_S = 20           # a process lever is killed after this long, unless its
+                              # adapter says its harness needs longer (Lever.timeout_s)
 WAITER_POLL_S = 1.0
 WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
 WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
@@ -2505,6 +2506,7 @@ class SetupJob:
         self.level, self.scope, self.cwd, self.home, self.root = level, scope, cwd, home, root
         self.start_extra, self.serve_args = list(start_extra), list(serve_args)
         self.files, self.notes = [], []
+        self.plugin = False         # setup --plugin: only what the harness's plugin cannot do
 
 
 class Lever:
@@ -2512,7 +2514,8 @@ class Lever:
     per session at join (detect), fired by the wake levers section after a
     commit, as the recipient: inline ones talk to a socket within
     SOCKET_TIMEOUT_S (send), the others run a program detached (argv), bounded
-    by a timeout.  outcome: what a finished run of the program means (a turn
+    by timeout_s (as long as the harness takes to start and run a turn; the
+    AGENTS_ROOM_WAKE_TIMEOUT_S variable overrides it).  outcome: what a finished run of the program means (a turn
     is known to start: accepted; it may: offered).  while_alive False: only
     once the session's harness process is gone (a resume would fork a running
     session).  before_waiter: tried before an armed rewake waiter."""
@@ -2521,6 +2524,7 @@ class Lever:
     inline = False
     while_alive = True
     before_waiter = False
+    timeout_s = WAKE_TIMEOUT_S      # a process lever is killed after this long
 
     def detect(self, env, key, cwd, argv):
         """The lever's data for a session joining with this environment, or
@@ -2780,6 +2784,12 @@ class Harness:
         """The files to write and the notes for a person: job is a SetupJob."""
         raise UsageError("there is nothing to set up for %s" % self.title)
 
+    def setup_plugin(self, job):
+        """setup --plugin: where the harness installs agents-room as a plugin
+        of its own, only what that plugin cannot do for itself."""
+        raise UsageError("setup %s has no --plugin: agents-room is no %s plugin"
+                         % (self.setup_name, self.title))
+
     def doctor(self, env, root, home):
         """Checks of this harness's configuration, each (status, what, advice)."""
         return []
@@ -2956,6 +2966,10 @@ class ClaudeCode(Harness):
     project_var = "CLAUDE_PROJECT_DIR"
     edit_tools = "Edit|Write|MultiEdit|NotebookEdit"
     server_name = "agents-room"
+    # The plugin (`plugin DIR`): Claude Code names its server's tools
+    # mcp__plugin_<plugin>_<server>__<tool>, whatever the marketplace is called.
+    plugin_name = "agents-room"
+    plugin_prefix = "mcp__plugin_%s_%s__" % (plugin_name, server_name)
 
     def detect(self, env):
         return env.get("CLAUDECODE") == "1"
@@ -3039,6 +3053,91 @@ class ClaudeCode(Harness):
                              "after each turn and wakes the session when a message "
                              "arrives (not under claude -p, which must exit)")
 
+    def setup_plugin(self, job):
+        """What the plugin cannot do (measured on 2.1.332): allow its own
+        tools, so that claude -p and a woken turn are not refused or stopped
+        at a permission prompt.  The hooks, the server and alwaysLoad are the
+        plugin's; autonomy and label are its options; folder trust is the
+        user's.  Writes the allow rule where the plugin is enabled, by
+        default the user's settings (a plugin installs for the user)."""
+        if job.start_extra[:1] == ["--also"] or job.serve_args != ["serve"]:
+            raise UsageError("setup claude --plugin takes no --also or --tools: the "
+                             "plugin's hooks and server are its own (join a shared room "
+                             "with room_join)")
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run it in your project, or use --scope user")
+        settings_path = os.path.join(job.root, ".claude", "settings.json") \
+            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json")
+        settings = _read_json(settings_path)
+        permissions = settings.setdefault("permissions", {})
+        allow = permissions.setdefault("allow", []) if isinstance(permissions, dict) else None
+        if not isinstance(allow, list):
+            raise RoomError("'permissions.allow' in %s is not a list; fix it by hand"
+                            % settings_path)
+        if self.plugin_prefix + "*" not in allow:
+            allow.append(self.plugin_prefix + "*")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("allowed without asking: the agents-room plugin's MCP tools "
+                         "(permissions.allow %s*)" % self.plugin_prefix)
+        enabled = self._plugins_enabled(job.home, job.root)
+        key = enabled[0][1] if enabled else "%s@MARKETPLACE" % self.plugin_name
+        if not enabled:
+            job.notes.append("the plugin is not enabled here yet: python3 %s plugin DIR "
+                             "writes a marketplace; then claude plugin marketplace add DIR "
+                             "(or OWNER/REPO) and claude plugin install %s" % (
+                                 this_file(), key))
+        options = ["autonomy=%d" % job.level] if job.level != 1 else []
+        if "--label" in job.start_extra:
+            options.append("label=%s" % job.start_extra[job.start_extra.index("--label") + 1])
+        job.notes.append("autonomy (default 1, hold) and label are the plugin's options%s" % (
+            ": claude plugin install %s %s, or /plugin configure %s in Claude Code" % (
+                key, " ".join("--config " + o for o in options), key) if options else
+            " (/plugin configure %s)" % key))
+        own = [where for where, _ in self._server_entries(job.home, job.root)] + [
+            p for p in self._settings_paths(job.home, job.root) if _configured_commands(p)]
+        if own and job.root:
+            job.notes.append("setup's own server or hooks are configured here too (%s): "
+                             "beside the plugin's every hook runs twice; take them out of "
+                             "those files" % ", ".join(own))
+        if job.root and not _claude_trusted(_read_json_quiet(
+                os.path.join(job.home, ".claude.json")), job.root):
+            job.notes.append("once: open claude in %s and choose 'Yes, I trust this folder' "
+                             "(Down, then Enter); until then the terminal UI runs no plugin "
+                             "hook there%s" % (job.root, "" if job.scope == "user" else
+                                               ", and the allow rule in .claude/settings.json "
+                                               "does not count"))
+
+    def _settings_paths(self, home, root):
+        return [os.path.join(root, ".claude", "settings.json"),
+                os.path.join(root, ".claude", "settings.local.json"),
+                os.path.join(home, ".claude", "settings.json")] if root else [
+                    os.path.join(home, ".claude", "settings.json")]
+
+    def _plugins_enabled(self, home, root):
+        """[(settings file, plugin@marketplace)]: where our plugin is enabled."""
+        found = []
+        for path in self._settings_paths(home, root):
+            enabled = _json_at(path, "enabledPlugins")
+            for key, on in (enabled.items() if isinstance(enabled, dict) else ()):
+                if isinstance(key, str) and key.split("@")[0] == self.plugin_name and on:
+                    found.append((path, key))
+        return found
+
+    def _server_entries(self, home, root):
+        """[(where, entry)]: setup's own MCP server entries that apply here."""
+        state = _read_json_quiet(os.path.join(home, ".claude.json"))
+        project = (state.get("projects") or {}).get(root) if isinstance(
+            state.get("projects"), dict) else None
+        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
+                                                  "mcpServers", self.server_name)),
+                  ("this machine's ~/.claude.json for %s" % root, _dig(
+                      project, "mcpServers", self.server_name)),
+                  ("~/.claude.json for every project", _dig(
+                      state, "mcpServers", self.server_name)))
+        return [(where, entry) for where, entry in places if isinstance(entry, dict)]
+
     def _state_server(self, job, state_path, project, server):
         """Our server in Claude Code's own ~/.claude.json: the project's entry
         (what `claude mcp add --scope local` writes) or, without a project,
@@ -3104,6 +3203,10 @@ class ClaudeCode(Harness):
                 os.path.join(root, ".claude", "settings.local.json"),
                 os.path.join(home, ".claude", "settings.json")]
 
+    def configured(self, env, root, home):
+        return Harness.configured(self, env, root, home) or bool(
+            self._plugins_enabled(home, root))
+
     def doctor(self, env, root, home):
         checks = []
         fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
@@ -3112,15 +3215,10 @@ class ClaudeCode(Harness):
             state = _read_json(state_path)
         except RoomError:
             state = {}
-        project = (state.get("projects") or {}).get(root) if isinstance(
-            state.get("projects"), dict) else None
-        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
-                                                  "mcpServers", self.server_name)),
-                  ("this machine's ~/.claude.json for %s" % root, _dig(
-                      project, "mcpServers", self.server_name)),
-                  ("~/.claude.json for every project", _dig(
-                      state, "mcpServers", self.server_name)))
-        found = [(where, entry) for where, entry in places if isinstance(entry, dict)]
+        found = self._server_entries(home, root)
+        plugins = self._plugins_enabled(home, root)
+        if plugins:
+            return checks + self._doctor_plugin(plugins, found, state, root, home)
         checks.append(("ok" if found else "warn", "%s MCP entry: %s" % (
             self.title, ", ".join(w for w, _ in found) or "not configured"),
             "" if found else fix))
@@ -3153,6 +3251,38 @@ class ClaudeCode(Harness):
         probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
         probe_env[self.project_var] = root
         return checks + _doctor_hooks(self.title, settings, probe_env, root, fix)
+
+    def _doctor_plugin(self, plugins, own_servers, state, root, home):
+        """doctor where the plugin is enabled: it brings the hooks and the
+        server (no setup entries are missing); what it cannot bring is
+        checked: the allow rule and folder trust."""
+        fix = "python3 %s setup %s --plugin --write" % (this_file(), self.setup_name)
+        key = plugins[0][1]
+        installed = _json_at(os.path.join(home, ".claude", "plugins",
+                                          "installed_plugins.json"), "plugins", key)
+        checks = [("ok" if installed else "warn", "%s plugin %s: enabled in %s%s" % (
+            self.title, key, ", ".join(p for p, _ in plugins),
+            "" if installed else ", not installed"), "" if installed else
+            "claude plugin install %s" % key)]
+        allowed = [p for p in self._settings_paths(home, root)
+                   if self.plugin_prefix + "*" in (_json_at(p, "permissions", "allow") or [])]
+        checks.append(("ok" if allowed else "warn", "%s plugin's tools %s" % (
+            self.title, "allowed without asking (%s)" % ", ".join(allowed) if allowed else
+            "not allowed: claude -p is refused them and a woken turn waits on a prompt"),
+            "" if allowed else fix))
+        own = [w for w, _ in own_servers] + [p for p in self._settings_paths(home, root)
+                                             if _configured_commands(p)]
+        if own:
+            checks.append(("warn", "%s: setup's own server or hooks too (%s): beside the "
+                           "plugin's, every hook runs twice" % (self.title, ", ".join(own)),
+                           "take agents-room's entries out of those files"))
+        trusted = _claude_trusted(state, root)
+        checks.append(("ok" if trusted else "warn", "%s folder %s" % (
+            self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
+            "runs no plugin hook here until it is"), "" if trusted else
+            "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
+            "Enter)" % root))
+        return checks
 
 
 def _dig(data, *keys):
@@ -4112,6 +4242,9 @@ class OpencodeResume(ResumeLever):
             "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
 
     programs = ("opencode", "opencode.exe")
+    # A resumed `opencode run` reached the model 19.4 s after the send here
+    # (a cold start), and its turn comes after that.
+    timeout_s = 90
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
@@ -4142,6 +4275,9 @@ class OpenCode(Harness):
     # Where its forks differ (Kilo Code): the names of its files and folders.
     config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
     schema = "https://opencode.ai/config.json"
+    # How the plugin continues a held turn: a noReply message, which
+    # OpenCode's loop takes before it ends the turn.
+    hold_by = "reply"
 
     def detect(self, env):
         return env.get("OPENCODE") == "1"
@@ -4157,6 +4293,7 @@ class OpenCode(Harness):
             "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
         ).replace("%DIR%", json.dumps(directory or ".")).replace(
             "%HARNESS%", json.dumps(self.name)).replace(
+            "%HOLD%", json.dumps(self.hold_by)).replace(
             "%AUTONOMY%", json.dumps(str(job.level))).replace(
             "%START_ARGS%", json.dumps(job.start_extra))
 
@@ -4237,6 +4374,9 @@ class OpenCode(Harness):
 
 class KiloResume(OpencodeResume):
     name = "kilo-resume"
+    # A resumed `kilo run` starts in 30-55 s on a loaded two-core machine,
+    # then runs its turn: the 20 s bound killed every one.
+    timeout_s = 180
     # bin/kilo is a node launcher that runs the native bin/.kilo
     programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
     # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
@@ -4260,6 +4400,10 @@ class KiloCode(OpenCode):
     config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
     schema = "https://app.kilo.ai/config.json"
     env_prefixes = ("KILO", "OPENCODE")
+    # Kilo 7.7.7's loop sees only the messages of the prompt it runs (a
+    # message added during it is a queued follow-up, run when it ends), so a
+    # noReply message held nothing: the hold is a follow-up prompt.
+    hold_by = "follow"
 
     def detect(self, env):
         return env.get("KILO") == "1"
@@ -4273,6 +4417,8 @@ class CopilotResume(ResumeLever):
 
     name = "copilot-resume"
     resume = ("--resume=KEY", "-p", "TEXT")
+    # A resume is a cold start: 14.9 s to its first model call here.
+    timeout_s = 60
     provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
                 "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
                 "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
@@ -8965,9 +9111,14 @@ def session_digest(op, cwd=None):
     "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
     after=False)
 def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
-    """Register a rewake waiter as the session's armed waiter."""
+    """Register a rewake waiter as the session's armed waiter; one of a
+    session below wake (autonomy or a room's cap) is told to stop instead: a
+    waiter wakes only what may be woken (the plugin starts one after every
+    turn, whatever its autonomy option says)."""
     if op.caller is None or op.caller["left_at"] is not None:
         return {"session_id": None}
+    if effective_autonomy(op.conn, op.caller) < 2:
+        return {"session_id": op.me, "stop": True}
     op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
                     "WHERE id=?", (pid, pid_start, until, op.me))
     op.event("wake.armed", op.me, data={"pid": pid})
@@ -8990,7 +9141,7 @@ def waiter_poll(op, pid, after_id, check_alive=False):
     wake is under way)."""
     row = op.caller
     if row["left_at"] is not None or row["ended_at"] is not None or \
-            row["waiter_pid"] != pid:
+            row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2:
         return {"stop": True}
     if check_alive and row["pid"] and op.liveness(row) == "gone":
         return {"stop": True}
@@ -9415,7 +9566,7 @@ def _spawn_wake(store, ctx, job):
                           "argv": LEVERS[job["lever"]].argv(data, job["text"]),
                           "alive": job["alive"],
                           "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
-                                                  WAKE_TIMEOUT_S)})
+                                                  LEVERS[job["lever"]].timeout_s)})
     # The store as this process reaches it (a password in the URL included:
     # the lever runs as this same user, on this host, and stores nothing).
     env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
@@ -9466,16 +9617,19 @@ def wake_run(payload):
 
 
 def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
-          also=(), label=None, tools=None):
+          also=(), label=None, tools=None, plugin=False):
     """What to configure for a harness -> {"files": [{path, content, action}],
     "notes": [...]}; with write=True the files are merged and written.  The
-    files are the harness adapter's; tools=all asks serve for every tool."""
+    files are the harness adapter's; tools=all asks serve for every tool;
+    plugin: only what the harness's agents-room plugin cannot do itself."""
     cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
     adapter = next((a for a in HARNESS_ADAPTERS if a.setup_name == harness), None)
     if adapter is None:
         raise UsageError("setup takes %s, not %r" % (", ".join(setup_names()), harness))
-    level = parse_autonomy(autonomy) or 0
+    level = parse_autonomy(autonomy)
+    if level is None:
+        level = 1 if plugin else 0          # the plugin's own default is hold
     start_extra = []
     for room in also or ():
         start_extra += ["--also", room]
@@ -9490,7 +9644,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job = SetupJob(level, scope, cwd, home, repo_root(cwd), start_extra,
                    ["serve"] + (["--tools", tool_profile(tools)] if tools else []))
     job.notes = notes
-    adapter.setup(job)
+    job.plugin = plugin
+    (adapter.setup_plugin if plugin else adapter.setup)(job)
     files = job.files
     _refuse_links_out(job)
     here = os.path.realpath(os.path.dirname(this_file()))
@@ -10539,6 +10694,8 @@ def wait_for_wake(store, ctx, key, env, adapter):
             "harness_key": key, "pid": pid, "pid_start": process_start(pid),
             "until": armed_at + lifetime})
         session = armed["session_id"]
+        if armed.get("stop"):
+            return "", 0
         if session is not None:
             break
         time.sleep(0.1)
@@ -11036,10 +11193,11 @@ command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
 
 def _setup_arguments(sub):
     sub.add_argument("harness", choices=sorted(setup_names()))
-    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
-    sub.add_argument("--scope", choices=["project", "user"], default="project",
+    sub.add_argument("--autonomy", help="0/notify, 1/hold or 2/wake (default 0; with "
+                     "--plugin, the plugin's default, 1)")
+    sub.add_argument("--scope", choices=["project", "user"],
                      help="this project's files or the user's, where the harness has "
-                          "both")
+                          "both (default project; with --plugin, user)")
     sub.add_argument("--tools", choices=TOOL_PROFILES, help="the MCP server's tool "
                      "list: lean (the default) or all")
     sub.add_argument("--also", action="append", metavar="ROOM",
@@ -11047,6 +11205,9 @@ def _setup_arguments(sub):
     sub.add_argument("--label", help="the label the SessionStart hook joins with")
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
+    sub.add_argument("--plugin", action="store_true",
+                     help="claude: agents-room is installed as a Claude Code plugin; "
+                          "write only what a plugin cannot (its tools' allow rule)")
     sub.add_argument("--show", action="store_true",
                      help="in a dry run, print generated extension sources whole too")
 
@@ -11060,8 +11221,10 @@ def _setup_arguments(sub):
          % setup_names()[0],
          _setup_arguments)
 def run_setup(args):
-    result = setup(args.harness, args.autonomy, args.write, args.scope,
-                   also=args.also or (), label=args.label, tools=args.tools)
+    scope = args.scope or ("user" if args.plugin else "project")
+    result = setup(args.harness, args.autonomy, args.write, scope,
+                   also=args.also or (), label=args.label, tools=args.tools,
+                   plugin=args.plugin)
     if args.json:
         return json.dumps(result, indent=2), 0
     lines = []
@@ -14595,7 +14758,7 @@ PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
 # `claude plugin install agents-room@agents-room`.  Registered here as a
 # command, the way bench and ui are; it reads the Claude Code adapter.
 
-PLUGIN_NAME = "agents-room"
+PLUGIN_NAME = ClaudeCode.plugin_name
 
 
 def _plugin_arguments(sub):
@@ -14615,7 +14778,10 @@ def plugin_files(name):
     placement.relative, placement.project_var, placement.braces = "", "CLAUDE_PLUGIN_ROOT", True
     placement.python = "python3"
     hooks = {}
-    for event, groups in adapter.hook_entries(placement, None).items():
+    # The rewake waiter is in the plugin whatever the autonomy option says: a
+    # plugin cannot choose its hooks by an option, and the waiter ends at once
+    # for a session below wake (waiter_arm).
+    for event, groups in adapter.hook_entries(placement, None, wake=True).items():
         for entry in groups[0]["hooks"]:
             if "--event=SessionStart" in entry["command"]:
                 entry["command"] += (' --autonomy "${CLAUDE_PLUGIN_OPTION_AUTONOMY:-1}"'
@@ -17761,6 +17927,7 @@ OPENCODE_PLUGIN = r"""%MARKER%
 //   Stop (hold)                     <- "experimental.text.complete" of a step
 //                                      without tool calls: a noReply user
 //                                      message, so OpenCode's loop goes on
+//                                      (Kilo: a follow-up prompt, see HOLD)
 //   wake (autonomy 2)               <- event session.idle: a `hook --event=Stop
 //                                      --wait` child; exit 2 -> its stderr is
 //                                      prompted (session.promptAsync)
@@ -17783,6 +17950,10 @@ const ROOM_DIR = %DIR%
 const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
 const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
 const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
+// how a held turn goes on: "reply" (a noReply message OpenCode's loop takes
+// in the same turn) or "follow" (a prompt queued to run right after it: Kilo's
+// loop leaves out messages that arrive during its turn)
+const HOLD = %HOLD%
 // -------------------------------------------------------------------------------
 const HOOK_TIMEOUT_MS = 10000
 
@@ -17944,6 +18115,13 @@ export const AgentsRoom = async ({ client, directory, worktree }) => {
       if (!reason) return
       holding.add(sessionID)
       ours.add(reason)
+      if (HOLD === "follow") {
+        // Kilo scopes a turn to the prompt that started it: a message added
+        // now is a follow-up, queued and run as soon as this turn ends.
+        await client.session.promptAsync({ path: { id: sessionID },
+          body: { parts: [{ type: "text", text: reason, synthetic: true }] } })
+        return
+      }
       await client.session.prompt({ path: { id: sessionID },
         body: { noReply: true, parts: [{ type: "text", text: reason, synthetic: true }] } })
     }),

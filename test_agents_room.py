@@ -4548,6 +4548,10 @@ class HarnessAdapterTest(SignalBase):
             self.assertEqual(handle.read(), mine.read())
         start = manifest["hooks"]["SessionStart"][0]["hooks"][0]["command"]
         self.assertIn('"${CLAUDE_PLUGIN_ROOT}"/agents_room.py', start)
+        # The rewake waiter rides every Stop (it ends at once below wake).
+        waiter = manifest["hooks"]["Stop"][0]["hooks"][1]
+        self.assertIn("--event=Stop --wait", waiter["command"])
+        self.assertIs(waiter["asyncRewake"], True)
         payload = json.dumps({"session_id": "plug-1", "cwd": self.tmp, "source": "startup",
                               "hook_event_name": "SessionStart"})
         env = dict(self.env, CLAUDE_PLUGIN_ROOT=root, CLAUDE_PLUGIN_OPTION_AUTONOMY="2",
@@ -5791,6 +5795,57 @@ class SetupTest(RoomTest):
         self.assertEqual([h.get("asyncRewake", False) for h in stop], [False, True])
         self.assertIn("--wait", stop[1]["command"])
 
+    def test_setup_claude_plugin_writes_only_the_allow_rule_and_doctor_knows_it(self):
+        # Issue 38: a plugin cannot allow its own tools.  setup --plugin writes
+        # that rule (the user's settings by default: a plugin installs for the
+        # user) and nothing of setup's own (no hooks, no server), and doctor
+        # takes the enabled plugin for the hooks and server instead of
+        # reporting them missing.  Failed before: no --plugin (exit 2).
+        project = self.repo("proj")
+        user = os.path.join(self.home, ".claude", "settings.json")
+        os.makedirs(os.path.dirname(user))
+        with open(user, "w") as handle:
+            json.dump({"enabledPlugins": {"agents-room@team-market": True},
+                       "permissions": {"allow": ["Bash(ls)"]}}, handle)
+        done = self.run_cli("setup", "claude", "--plugin", "--autonomy", "wake", "--write",
+                            cwd=project, check=0)
+        self.assertIn("--config autonomy=2", done.stdout)
+        with open(user) as handle:
+            settings = json.load(handle)
+        self.assertEqual(settings["permissions"]["allow"],
+                         ["Bash(ls)", "mcp__plugin_agents-room_agents-room__*"])
+        self.assertNotIn("hooks", settings)
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".claude.json")))
+        self.assertFalse(os.path.exists(os.path.join(project, ".claude")))
+        self.assertFalse(os.path.exists(os.path.join(project, ".mcp.json")))
+        installed = os.path.join(self.home, ".claude", "plugins", "installed_plugins.json")
+        os.makedirs(os.path.dirname(installed))
+        with open(installed, "w") as handle:
+            json.dump({"version": 2, "plugins": {"agents-room@team-market": [
+                {"scope": "user"}]}}, handle)
+        checks = {c["check"]: c["status"] for c in json.loads(self.run_cli(
+            "doctor", "--json", cwd=project, check=0).stdout)}
+        shown = "\n".join(checks)
+        self.assertEqual(checks.get("Claude Code plugin agents-room@team-market: enabled in "
+                                    "%s" % user), "ok", shown)
+        self.assertEqual(checks.get("Claude Code plugin's tools allowed without asking "
+                                    "(%s)" % user), "ok", shown)
+        self.assertNotIn("not configured", shown)
+        self.assertNotIn("hooks", shown.lower().replace("plugin hook", ""))
+        self.assertNotIn("setup's own", shown)
+        # setup's own entries beside the plugin: every hook would run twice.
+        self.run_cli("setup", "claude", "--write", cwd=project, check=0)
+        checks = json.loads(self.run_cli("doctor", "--json", cwd=project, check=0).stdout)
+        self.assertTrue(any(c["status"] == "warn" and "runs twice" in c["check"]
+                            for c in checks), checks)
+        for argv, said in ((["--also", "x"], "takes no --also"),
+                           (["--tools", "all"], "takes no --also or --tools")):
+            done = self.run_cli("setup", "claude", "--plugin", *argv, cwd=project, check=2)
+            self.assertIn(said, done.stderr)
+        done = self.run_cli("setup", "codex", "--plugin", cwd=project, check=2)
+        self.assertIn("setup codex has no --plugin", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+
     def test_setup_refuses_broken_json(self):
         project = self.repo("proj")
         os.makedirs(os.path.join(project, ".claude"))
@@ -6473,6 +6528,31 @@ class SignalScenarioTest(SignalBase):
         self.assertNotIn("NEWSECRET", stderr)
         self.assertNotIn("from sender", stderr)     # the woken turn's prompt: no label
         self.assertEqual(self.state_of(sender), "accepted")
+
+    def test_a_rewake_waiter_below_wake_ends_and_wakes_nothing(self):
+        """Issue 38: the plugin starts the waiter after every turn whatever
+        its autonomy option says (a plugin cannot choose its hooks), so the
+        waiter itself keeps to the session's autonomy: at hold it ends at
+        once and a send stays stored; a waiter armed at wake ends when a
+        room's cap lowers it.  Before, both waited and woke the session."""
+        sid, _ = self.start("k-hold", "--room", "r", "--autonomy", "hold")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        waiter.stdin.write(json.dumps({"session_id": "k-hold", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.assertEqual(waiter.wait(10), 0)
+        self.assertEqual(self.event_count("wake.armed", sid), 0)
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.assertEqual(self.state_of(sender), "stored")
+        woke, _ = self.start("k-capped", "--room", "r", "--autonomy", "wake")
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        waiter.stdin.write(json.dumps({"session_id": "k-capped", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.wait_for(lambda: self.event_count("wake.armed", woke), 10, "waiter armed")
+        self.cli_json("set-cap", "--session", sender, "--room", "r", "hold")
+        self.assertEqual(waiter.wait(10), 0)
 
     def test_rewake_waiter_wakes_for_a_message_stamped_before_it_armed(self):
         """Issue 40: what is new since arming is told by id: a sender whose
