@@ -2132,6 +2132,7 @@ SETUP_MARK = "agents_room"
 WAITER_LIFETIME_S = 12 * 3600
 SOCKET_TIMEOUT_S = 1.0
 CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
+CLAUDE_INBOX_KEEP_S = 5 * 60  # an inbox message no turn took expires in about this
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
@@ -2525,6 +2526,11 @@ class Lever:
     while_alive = True
     before_waiter = False
     timeout_s = WAKE_TIMEOUT_S      # a process lever is killed after this long
+    # An offered wake (the harness took it, no turn seen yet) is tried again
+    # after this long rather than at the retry's schedule: where the harness
+    # keeps what it took for a while, a second offer before then would queue a
+    # second turn (None: the retry's schedule).
+    offered_for_s = None
 
     def detect(self, env, key, cwd, argv):
         """The lever's data for a session joining with this environment, or
@@ -2815,6 +2821,9 @@ class ClaudeSocket(Lever):
 
     name = "claude-socket"
     inline = True
+    # A message the inbox took without a receipt and no turn took yet may be
+    # held behind a dialog or still queued; it expires in about 5 minutes.
+    offered_for_s = CLAUDE_INBOX_KEEP_S
 
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
@@ -9177,16 +9186,23 @@ def mark_accepted(op, session_id, message_ids, lever, detail=None):
 def wake_record(op, messages, lever, outcome, detail="", lever_facts=None):
     """accepted: the lever confirmed (no more retries); offered: it ran but
     whether a turn starts is unknown (a queue to a thread not known to be
-    running); failed: it stays offered, the failure is shown by sent until a
+    running; if no turn has taken it by the next retry, that retry shows it
+    failed); failed: it stays offered, the failure is shown by sent until a
     retry succeeds, and the retry already scheduled stands.  lever_facts:
     what the lever learnt about the session (its inbox held the wake)."""
     note_lever_facts(op, op.caller, lever_facts)
     if outcome == "accepted":
         mark_accepted(op, op.me, messages, lever, detail)
         return {"ok": True}
-    stamp(op.conn, "session_id=? AND message_id IN (%s)" % ",".join("?" * len(messages)),
-          [op.me] + list(messages),
-          wake_failed=one_line(detail, 200) if outcome == "failed" else None)
+    scope = "session_id=? AND message_id IN (%s)" % ",".join("?" * len(messages))
+    if outcome == "failed":
+        # An offer is no success: an earlier failure stays shown.
+        stamp(op.conn, scope, [op.me] + list(messages), wake_failed=one_line(detail, 200))
+    keep = LEVERS[lever].offered_for_s if lever in LEVERS else None
+    if outcome == "offered" and keep:
+        # Not again while the harness may still hold the first offer.
+        stamp(op.conn, scope + " AND wake_next_at IS NOT NULL", [op.me] + list(messages),
+              wake_next_at=op.at + keep)
     op.event("wake." + outcome, op.me,
              data={"lever": lever, "messages": messages, "detail": detail})
     return {"ok": outcome != "failed"}
@@ -9231,7 +9247,8 @@ def wake_plan(op, limit=20):
     before the lever runs, so two processes never fire the same wake."""
     conn, at = op.conn, op.at
     due = conn.execute(
-        "SELECT d.session_id, d.message_id, d.wake_attempts FROM deliveries d JOIN "
+        "SELECT d.session_id, d.message_id, d.wake_attempts, d.state, d.wake_failed FROM "
+        "deliveries d JOIN "
         "sessions s ON s.id = d.session_id WHERE d.wake_next_at IS NOT NULL AND "
         "d.wake_next_at <= ? AND s.uid = ? AND s.host = ? ORDER BY d.wake_next_at "
         "LIMIT ?",
@@ -9239,7 +9256,15 @@ def wake_plan(op, limit=20):
     plans = {}
     for d in due:
         attempts = d["wake_attempts"] + 1
-        stamp(conn, "session_id=? AND message_id=?", (d["session_id"], d["message_id"]),
+        one = "session_id=? AND message_id=?"
+        if d["state"] == "offered" and d["wake_attempts"] and d["wake_failed"] is None:
+            # An earlier wake was taken and started no turn by now (accepted
+            # would have ended the retries): held, expired or lost, it failed,
+            # and the sender sees so until this retry or a later one succeeds.
+            stamp(conn, one, (d["session_id"], d["message_id"]),
+                  wake_failed="no turn started from the last wake (held for approval, "
+                  "expired or lost)")
+        stamp(conn, one, (d["session_id"], d["message_id"]),
               wake_attempts=attempts, wake_next_at=_wake_retry_at(attempts, at))
         plans.setdefault(d["session_id"], []).append(d["message_id"])
     jobs = []

@@ -4004,6 +4004,38 @@ class WakeTest(SignalBase):
         self.assertEqual(done.stdout, "")
         self.assertEqual(self.event_count("wake.accepted", sid), 1)
 
+    def test_an_inbox_offer_no_turn_took_fails_and_is_offered_again_once_it_expired(self):
+        """Issue 38: the inbox took the wake (no receipt) and no turn came:
+        held behind a dialog, or expired (in about 5 minutes).  It is not
+        offered again while the inbox may still hold it (a second message
+        would queue a second turn), and once that time is past the sender
+        sees the wake failed and the inbox is offered it again.  Before, it
+        was offered again every retry from 60 s on, and stayed offered with
+        no failure shown when the retries ran out."""
+        sid, sender, lines, env = self.claude_inbox_session("k-sock-gone")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.wait_for(lambda: len(lines) >= 2, 10, "the first offer")
+        self.cli_json("who", "--session", sender, env={"AGENTS_ROOM_TIME_OFFSET": "120"})
+        time.sleep(0.3)
+        self.assertEqual(len(lines), 2)             # not again within the inbox's time
+        sent = self.cli_json("sent", "--session", sender)["messages"][-1]["deliveries"][0]
+        self.assertEqual((sent["state"], sent.get("wake_failed")), ("offered", None))
+        later = {"AGENTS_ROOM_TIME_OFFSET": "310"}
+        self.cli_json("who", "--session", sender, env=later)
+        self.wait_for(lambda: len(lines) >= 4, 10, "offered again once expired")
+        sent = self.cli_json("sent", "--session", sender, env=later)["messages"][-1][
+            "deliveries"][0]
+        self.assertEqual(sent["state"], "offered")
+        self.assertIn("no turn started from the last wake", sent.get("wake_failed", ""))
+        # The turn it starts at last: accepted, the failure gone.
+        self.hook("UserPromptSubmit", {
+            "session_id": "k-sock-gone", "cwd": self.tmp, "permission_mode": "auto",
+            "prompt": lines[-1]["message"]["content"]}, "--harness", "claude-code",
+            env=later)
+        sent = self.cli_json("sent", "--session", sender, env=later)["messages"][-1][
+            "deliveries"][0]
+        self.assertEqual((sent["state"], sent.get("wake_failed")), ("accepted", None))
+
     def test_socket_lever_held_is_a_failure_and_not_tried_again(self):
         sid, sender, lines, env = self.claude_inbox_session("k-sock-held", receipt="held")
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "one")
