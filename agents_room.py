@@ -3855,10 +3855,13 @@ class QwenCode(Harness):
         facts = Harness.hook_facts(self, event, payload)
         if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
             # UserPromptSubmit fires before every model call of a turn; only a
-            # person's prompt carries submitted_prompt.  A continuation (after
-            # tool results, or our own hold) says nothing and starts nothing.
-            prompt = payload.get("prompt")
-            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
+            # person's prompt carries submitted_prompt.  A continuation after
+            # tool results says nothing and starts nothing.  One whose prompt
+            # is our signal is a turn the inbox started (or our hold's
+            # continuation): the store tells them apart by whether a turn was
+            # running, and accepts the wake when it is the turn it started (a
+            # receipt later than the socket's second was the only sign).
+            if not payload.get("prompt"):
                 facts["silent"] = True
         return facts
 
@@ -8958,6 +8961,9 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
             raise_marker(op.store.path, harness_key + ".checked")   # asked: nobody
         return {"text": None}
     note_lever_facts(op, row, lever_facts)
+    # A turn started while none ran (or the last one is past TURN_MAX_S):
+    # what a prompt that is our signal means depends on it.
+    idle = row["turn_started"] is None or op.at - row["turn_started"] >= TURN_MAX_S
     if turn_start:
         op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
     ctx = op.ctx
@@ -8969,7 +8975,10 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
     if turn_start and is_wake_prompt(prompt, row["id"]):
         unread = [r[0] for r in op.conn.execute(
             "SELECT message_id FROM deliveries WHERE session_id=? AND state IN %s"
-            % UNREAD_SQL, (row["id"],))]
+            % UNREAD_SQL, (row["id"],))] if idle else []
+        # Within a running turn the signal as a prompt is our own hold's
+        # continuation (a harness that sends the Stop's reason as the next
+        # prompt): nothing woke, nothing to say.
         if unread:
             mark_accepted(op, row["id"], unread, "turn", "its prompt is the signal")
             stamp(op.conn, "session_id=? AND state IN %s" % UNREAD_SQL, (row["id"],),

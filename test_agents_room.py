@@ -4669,6 +4669,41 @@ class HarnessAdapterTest(SignalBase):
                 self.assertEqual(seen[0][1]["toSessionId"], key)
                 self.assertEqual(self.state_of(boss), state)
 
+    def test_a_qwen_inbox_wake_with_a_late_receipt_is_accepted_when_its_turn_starts(self):
+        """Issue 38: under load Qwen's receipt came after the socket's second
+        and the delivery stayed offered though the turn came: that turn's
+        prompt is the signal (UserPromptSubmit without submitted_prompt),
+        which the hook took for our own hold and said nothing.  A turn that
+        starts while none runs is the wake, accepted; within a running turn
+        (the continuation of our hold) it changes nothing."""
+        path, seen = self.receiver(lambda lines, conn: None)      # no receipt
+        key = "qw-late"
+        env = {"QWEN_CODE_MESSAGING_SOCKET": path, "QWEN_CODE_MESSAGING_TOKEN": "t0k",
+               "QWEN_CODE_SESSION_ID": key}
+        me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env=env)
+        boss = self.join("--label", "boss")["session_id"]
+        self.cli_json("send", "--session", boss, "--to", me, "--subject", "x")
+        self.wait_for(lambda: seen, 10, "a frame")
+        self.assertEqual(self.state_of(boss), "offered")
+        prompt = seen[0][1]["message"]["content"]
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": prompt}, "--harness", "qwen-code")
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(self.state_of(boss), "accepted")
+        # Our hold's continuation: the Stop held (a turn runs), and Qwen sends
+        # its reason as the next prompt: not a wake.
+        self.hook("Stop", {"session_id": key, "cwd": self.tmp}, "--harness", "qwen-code")
+        self.cli_json("send", "--session", boss, "--to", me, "--subject", "y")
+        self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp, "prompt": "go",
+                                       "submitted_prompt": "go"}, "--harness", "qwen-code")
+        held = self.hook("Stop", {"session_id": key, "cwd": self.tmp}, "--harness",
+                         "qwen-code")
+        reason = json.loads(held.stdout)["reason"]
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": reason}, "--harness", "qwen-code")
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(self.state_of(boss), "offered")
+
 # ---- mail ------------------------------------------------------------------------
 
 
