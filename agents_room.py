@@ -2701,6 +2701,12 @@ class Harness:
     edit_tools = ""             # the PreToolUse matcher: the tools that edit files
     entry_names = False         # whether its hook entries carry a name
     client_arguments = ()       # arguments its MCP client adds to every tool call
+    # The newest version its end-to-end run passed on (the e2e pins: the
+    # Makefile's, which a test keeps equal to these), and how its program is
+    # told in a command line (a basename, or how a path ends): doctor runs it
+    # with --version and says when it is newer, so untested.  No network.
+    tested = None
+    programs = ()
 
     def detect(self, env):
         return False
@@ -2742,6 +2748,14 @@ class Harness:
         """Whether a rewake waiter started here must not wait (a one-shot run
         that has to exit)."""
         return False
+
+    def version_argv(self, argv):
+        """The command line that prints the version of the harness running
+        as argv (its interpreter kept), or None."""
+        cut = next((i for i, a in enumerate(argv or []) if os.path.basename(a) in
+                    self.programs or any("/" in p and a.endswith("/" + p)
+                                         for p in self.programs)), None)
+        return None if cut is None else list(argv[:cut + 1]) + ["--version"]
 
     def timeout(self, seconds):
         """A hook's timeout in the unit the harness's settings take."""
@@ -2956,6 +2970,7 @@ def _json_lines(data):
 
 class ClaudeCode(Harness):
     name, setup_name, title = "claude-code", "claude", "Claude Code"
+    tested, programs = "2.1.332", ("claude", "claude.exe")
     where = (".mcp.json and .claude/settings.json at the project's git top level when\n"
              "    agents_room.py is inside the project (vendored), else this machine's\n"
              "    .claude/settings.local.json and ~/.claude.json (or ~/.claude with\n"
@@ -3396,6 +3411,7 @@ class CodexResume(ResumeLever):
 
 class Codex(Harness):
     name, setup_name, title = "codex", "codex", "Codex"
+    tested, programs = "0.171.0", ("codex", "codex.js")
     where = "$CODEX_HOME/config.toml and hooks.json"
     events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
     key_vars = ("CODEX_THREAD_ID",)
@@ -3525,6 +3541,7 @@ class HermesResume(ResumeLever):
 
 class Hermes(Harness):
     name, setup_name, title = "hermes", "hermes", "Hermes"
+    tested, programs = "0.19.0", ("hermes",)
     where = "$HERMES_HOME/config.yaml"
     # Hermes injects context only from pre_llm_call (once per user turn), and
     # its on_session_end fires after every turn: on_session_finalize is the
@@ -3833,6 +3850,7 @@ class QwenResume(ResumeLever):
 
 class QwenCode(Harness):
     name, setup_name, title = "qwen-code", "qwen", "Qwen Code"
+    tested, programs = "0.24.4", ("qwen", "@qwen-code/qwen-code/cli.js")
     where = (".qwen/settings.json at the project's git top level (or ~/.qwen with\n"
              "    --scope user), and the server's approval in ~/.qwen/mcpApprovals.json")
     # Claude Code's hook shape; a failed tool reports as PostToolUseFailure.
@@ -3861,7 +3879,9 @@ class QwenCode(Harness):
             # continuation): the store tells them apart by whether a turn was
             # running, and accepts the wake when it is the turn it started (a
             # receipt later than the socket's second was the only sign).
-            if not payload.get("prompt"):
+            prompt = payload.get("prompt")
+            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")
+                              and "with session_id " not in prompt):
                 facts["silent"] = True
         return facts
 
@@ -3973,6 +3993,7 @@ class GeminiResume(ResumeLever):
 
 class GeminiCli(Harness):
     name, setup_name, title = "gemini", "gemini", "Gemini CLI"
+    tested, programs = "0.61.0", ("gemini", "gemini.js")
     where = (".gemini/settings.json at the project's git top level, read when gemini\n"
              "    starts there (or ~/.gemini with --scope user)")
     events = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit",
@@ -4160,6 +4181,7 @@ class PiSocket(Lever):
 
 class Pi(Harness):
     name, setup_name, title = "pi", "pi", "Pi"
+    tested, programs = "1.6.0", ("pi",)
     where = (".pi/extensions/agents-room.ts at the project's git top level (or\n"
              "    ~/.pi/agent/extensions with --scope user): an extension that runs the\n"
              "    hooks, registers the MCP server and listens for wakes")
@@ -4271,6 +4293,7 @@ class OpencodeResume(ResumeLever):
 
 class OpenCode(Harness):
     name, setup_name, title = "opencode", "opencode", "OpenCode"
+    tested, programs = "1.18.33", ("opencode", "opencode.exe")
     where = ("opencode.json (the MCP entry) and .opencode/plugin/agents-room.js at the\n"
              "    project's git top level (or ~/.config/opencode with --scope user)")
     # The plugin calls the hook by our event names.
@@ -4405,6 +4428,7 @@ class KiloCode(OpenCode):
     it runs, so it is detected before OpenCode."""
 
     name, setup_name, title = "kilo", "kilo", "Kilo Code"
+    tested, programs = "7.7.7", ("kilo", ".kilo", "kilocode")
     where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
              "    project's git top level (or ~/.config/kilo with --scope user)")
     levers = (KiloResume(),)
@@ -4488,6 +4512,8 @@ class CopilotCli(Harness):
     signal the next tool result or the end of the turn."""
 
     name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
+    tested = "1.0.102"
+    programs = ("copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")
     where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
              "    top level (or ~/.copilot with --scope user)")
     events = {e: e for e in HOOK_EVENTS}
@@ -9905,6 +9931,36 @@ def quiet_hook_check(runs=5):
             "a busy machine reads high; bench times it against its limit")
 
 
+def tested_check(adapter):
+    """doctor: the running harness's version (its program's --version: one
+    process, no network) against the newest version agents-room's
+    end-to-end run passed on (the adapter's tested)."""
+    import re
+    import subprocess
+    pid = harness_pid(os.getppid())
+    argv = adapter.version_argv(process_argv(pid) if pid else None)
+    what = "%s version" % adapter.title
+    if argv is None:
+        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
+            what, adapter.tested), "")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+        found = re.search(r"\d+(?:\.\d+)+", done.stdout + " " + done.stderr)
+    except (OSError, subprocess.SubprocessError) as error:
+        found, done = None, error
+    if found is None:
+        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
+            what, " ".join(argv[-2:]), adapter.tested), "")
+    running = tuple(int(x) for x in found.group(0).split("."))
+    if running > tuple(int(x) for x in adapter.tested.split(".")):
+        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
+                "passed on: untested" % (what, found.group(0), adapter.tested),
+                "make e2e-latest runs the same cases on the newest release")
+    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
+        what, found.group(0), adapter.tested), "")
+
+
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
@@ -9945,6 +10001,8 @@ def doctor(env=None, cwd=None, home=None):
     checks.append(quiet_hook_check())
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
+    if harness_named(harness).tested:
+        checks.append(tested_check(harness_named(harness)))
     key = harness_key_from(env)
     var = next((v for v in harness_key_vars() if env.get(v)), None)
     if key:

@@ -5913,6 +5913,44 @@ class SetupTest(RoomTest):
         self.assertIn("setup codex has no --plugin", done.stderr)
         self.assertNotIn("Traceback", done.stderr)
 
+    def test_doctor_says_when_the_running_harness_is_newer_than_the_e2e_passed_on(self):
+        # Issue 38: from the adapters' table and the harness's own --version
+        # (no network).  A fake claude runs doctor as its tool would.
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        for version, said in (("2.1.999", r"info +Claude Code version 2\.1\.999 is newer "
+                               r"than 2\.1\.332, the newest agents-room's end-to-end run "
+                               r"passed on: untested"),
+                              ("2.1.332", r"ok +Claude Code version 2\.1\.332 \(agents-room's "
+                               r"e2e passed on 2\.1\.332\)")):
+            with self.subTest(version=version):
+                claude = os.path.join(bindir, "claude")
+                with open(claude, "w") as handle:
+                    handle.write('#!/bin/sh\nif [ "$1" = --version ]; then echo "%s (Claude '
+                                 'Code)"; exit 0; fi\n"%s" "%s" doctor\n' % (
+                                     version, sys.executable, SCRIPT))
+                os.chmod(claude, 0o755)
+                done = subprocess.run([claude], env=dict(self.env, CLAUDECODE="1"),
+                                      capture_output=True, text=True, timeout=120,
+                                      cwd=self.tmp)
+                self.assertRegex(done.stdout, said)
+
+    def test_the_adapters_tested_versions_are_the_e2e_pins(self):
+        # One table: the versions doctor compares with are the ones CI runs.
+        with open(os.path.join(HERE, "Makefile")) as handle:
+            makefile = handle.read()
+        pins = dict(re.findall(r"(?:^|\s)(@?[\w.-]+(?:/[\w.-]+)?(?:\[\w+\])?)(?:@|==)"
+                               r"(\d+(?:\.\d+)+)\b", makefile))
+        packages = {"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex",
+                    "hermes": "hermes-agent[mcp]", "qwen-code": "@qwen-code/qwen-code",
+                    "gemini": "@google/gemini-cli", "pi": "@earendil-works/pi-coding-agent",
+                    "opencode": "opencode-ai", "kilo": "@kilocode/cli",
+                    "copilot": "@github/copilot"}
+        for adapter in agents_room.HARNESS_ADAPTERS:
+            if adapter.setup_name:
+                self.assertEqual(adapter.tested, pins.get(packages[adapter.name]),
+                                 adapter.name)
+
     def test_setup_refuses_broken_json(self):
         project = self.repo("proj")
         os.makedirs(os.path.join(project, ".claude"))
