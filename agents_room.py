@@ -17771,6 +17771,34 @@ const LAUNCHER = ["-I", "-S", "-c", %LAUNCHER%, path.dirname(SCRIPT)];
 const EDIT_TOOLS = new Set(["edit", "write"]);
 const TYPE = "agents-room";
 
+/** The key agents-room knows this session by: Pi's session id, except for a
+ * fork of a session whose folder is gone.  Since Pi 1.5.2, resuming a session
+ * of a moved checkout offers "Fork into <here> (new session ID)", and pi --fork
+ * does the same: that is the same work, moved, so it keeps the original's
+ * agents-room session (its rooms, mail and leases) under the original's id.  A
+ * fork beside a folder that still exists is new work, with an id of its own. */
+function roomKey(ctx: ExtensionContext): string {
+	let key = ctx.sessionManager.getSessionId();
+	let parent = (ctx.sessionManager as any).getHeader?.()?.parentSession;
+	for (let depth = 0; parent && depth < 8; depth++) {
+		let header: any;
+		try {
+			const fd = fs.openSync(parent, "r");
+			const buffer = Buffer.alloc(65536);
+			const size = fs.readSync(fd, buffer, 0, buffer.length, 0);
+			fs.closeSync(fd);
+			header = JSON.parse(buffer.toString("utf8", 0, size).split("\n", 1)[0]);
+		} catch {
+			break;
+		}
+		if (!header || header.type !== "session" || typeof header.id !== "string" ||
+			typeof header.cwd !== "string" || fs.existsSync(header.cwd)) break;
+		key = header.id;
+		parent = header.parentSession;
+	}
+	return key;
+}
+
 /** Run one agents-room hook; resolve to its stdout ("" on any failure or timeout). */
 function runHook(event: string, payload: object, extraEnv: Record<string, string> = {}): Promise<string> {
 	return new Promise((resolve) => {
@@ -17914,7 +17942,10 @@ export default function (pi: ExtensionAPI) {
 
 	pi.on("session_start", async (event, ctx) => {
 		context = ctx;
-		sessionId = ctx.sessionManager.getSessionId();
+		sessionId = roomKey(ctx);
+		// Pi's shell tool takes process.env (PI_SESSION_ID is Pi's own id): an
+		// agents_room.py run there finds this session by the key it joined with.
+		process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;
 		cwd = ctx.cwd;
 		held = false;
 		// The MCP server for this session: its harness key ties room_join to the

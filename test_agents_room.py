@@ -4373,6 +4373,14 @@ class HarnessAdapterTest(SignalBase):
         self.assertIn('"--label"', text)
         self.assertIn(SCRIPT, text)
         self.assertNotIn("%CONFIG%", text)
+        # Issue 38: a fork of a session whose folder is gone (a moved
+        # checkout, Pi 1.5.2+) keeps the original's key, and Pi's shell gets
+        # the key the session joined with.  Run by hand with Pi 1.6.0 (a
+        # session in A, mv A B, pi --fork in B: one agents-room session, its
+        # cwd B; a fork while A exists: a second one); the suite has no Pi.
+        self.assertIn("sessionId = roomKey(ctx);", text)
+        self.assertIn("fs.existsSync(header.cwd)", text)
+        self.assertIn("process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;", text)
         with open(path, "w") as handle:
             handle.write("// my own extension\n")
         done = self.run_cli("setup", "pi", "--write", cwd=project, check=1)
