@@ -3873,16 +3873,16 @@ class QwenCode(Harness):
         facts = Harness.hook_facts(self, event, payload)
         if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
             # UserPromptSubmit fires before every model call of a turn; only a
-            # person's prompt carries submitted_prompt.  A continuation after
-            # tool results says nothing and starts nothing.  One whose prompt
-            # is our signal is a turn the inbox started (or our hold's
-            # continuation): the store tells them apart by whether a turn was
-            # running, and accepts the wake when it is the turn it started (a
-            # receipt later than the socket's second was the only sign).
+            # person's prompt carries submitted_prompt.  Without it (an empty
+            # prompt, or our own text): a continuation after tool results or
+            # our hold, which says nothing, or a turn the inbox started (0.24.4
+            # sends it with an empty prompt and a new prompt_id): the store
+            # tells them apart by whether a turn was running, and accepts the
+            # wake in the turn it started (a receipt later than the socket's
+            # second was the only sign before, and the delivery stayed offered).
             prompt = payload.get("prompt")
-            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")
-                              and "with session_id " not in prompt):
-                facts["silent"] = True
+            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
+                facts["not_a_person"] = True
         return facts
 
     @staticmethod
@@ -8973,15 +8973,20 @@ def mark_offered(op, session_id, stop=False):
 
 @tool("signal_tool_event", "Signal on a tool event", {
     "harness_key": S_KEY, "turn_start": {"type": "boolean"},
-    "prompt": {"type": "string"}, "lever_facts": {"type": "object"}}, ["harness_key"],
+    "prompt": {"type": "string"}, "lever_facts": {"type": "object"},
+    "not_a_person": {"type": "boolean"}}, ["harness_key"],
     caller="key", public=False)
-def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_facts=None):
+def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_facts=None,
+                      not_a_person=False):
     """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
     window of 0 every tool event mentions what is still unread; with a window,
     only deliveries never offered or offered longer ago than it.  A turn's
     start (UserPromptSubmit) marks the session busy until its Stop; a turn
     whose prompt is our signal is a wake seen: what it announced is accepted
-    and counts as held once (its Stop does not hold it again)."""
+    and counts as held once (its Stop does not hold it again).  not_a_person:
+    the harness says no person submitted this prompt (Qwen): within a turn a
+    continuation, which says nothing; starting one, the turn a wake's inbox
+    message started, which accepts what a wake offered."""
     row = op.caller
     if row is None or row["left_at"] is not None:
         if op.store.shared_by_hosts:
@@ -8999,10 +9004,12 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
         # resume without a session-start hook).
         op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
                         (ctx.pid, ctx.pid_start, row["id"]))
-    if turn_start and is_wake_prompt(prompt, row["id"]):
+    signal_prompt = turn_start and is_wake_prompt(prompt, row["id"])
+    if signal_prompt or (turn_start and not_a_person):
         unread = [r[0] for r in op.conn.execute(
-            "SELECT message_id FROM deliveries WHERE session_id=? AND state IN %s"
-            % UNREAD_SQL, (row["id"],))] if idle else []
+            "SELECT message_id FROM deliveries WHERE session_id=? AND state IN %s%s"
+            % (UNREAD_SQL, "" if signal_prompt else
+               " AND state='offered' AND wake_attempts > 0"), (row["id"],))] if idle else []
         # Within a running turn the signal as a prompt is our own hold's
         # continuation (a harness that sends the Stop's reason as the next
         # prompt): nothing woke, nothing to say.
@@ -10725,7 +10732,8 @@ def run_hook(argv, stdin_text, env=None):
         text = call_tool(store, ctx, "signal_tool_event", dict({
             "harness_key": key, "turn_start": facts["turn_start"]},
             **_lever_facts(facts), **({"prompt": prompt[:2000]} if isinstance(
-                prompt, str) else {})))["text"]
+                prompt, str) else {}),
+            **({"not_a_person": True} if facts.get("not_a_person") else {})))["text"]
         if text:
             parts.append(text)
         return (adapter.context(event_name, "\n".join(parts)) if parts else ""), 0
@@ -14894,8 +14902,13 @@ def plugin_files(name):
         "hooks": hooks,
         # alwaysLoad: without it Claude Code 2.1.332 defers the tools behind
         # ToolSearch (measured: with it the lean listing is in the first request).
+        # The launcher, as the hooks: the TUI does not wait for a plugin's
+        # server, and run as a script this file compiled for 2.5-3.4 s at a
+        # load of 15 (its first request went without the tools), 0.4 s from
+        # its bytecode cache.
         "mcpServers": {"agents-room": {"command": "python3", "args": [
-            "-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"], "alwaysLoad": True}},
+            "-I", "-S", "-c", _launcher_code(0), "${CLAUDE_PLUGIN_ROOT}/agents_room.py",
+            "serve"], "alwaysLoad": True}},
     }
     market = {"name": name, "owner": {"name": "agents-room"},
               "description": "agents-room, one file: coordination for AI coding agents",

@@ -4581,8 +4581,18 @@ class HarnessAdapterTest(SignalBase):
         self.assertEqual(listing["plugins"][0]["source"], "./plugins/agents-room")
         manifest = self.settings(os.path.join(root, ".claude-plugin", "plugin.json"))
         self.assertEqual(sorted(manifest["userConfig"]), ["autonomy", "label"])
-        self.assertEqual(manifest["mcpServers"]["agents-room"]["args"],
-                         ["-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        served = manifest["mcpServers"]["agents-room"]["args"]
+        self.assertEqual(served[:3] + served[4:],
+                         ["-I", "-S", "-c", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        # The server starts from the bytecode cache, as the hooks do.
+        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+        ran = subprocess.run(["python3"] + [a.replace("${CLAUDE_PLUGIN_ROOT}", root)
+                                            for a in served], input=init, env=self.env,
+                             capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+        self.assertIn('"serverInfo"', ran.stdout, ran.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(root, "__pycache__")))
         self.assertIs(manifest["mcpServers"]["agents-room"]["alwaysLoad"], True)
         with open(os.path.join(root, "agents_room.py")) as handle, open(SCRIPT) as mine:
             self.assertEqual(handle.read(), mine.read())
@@ -4679,11 +4689,12 @@ class HarnessAdapterTest(SignalBase):
 
     def test_a_qwen_inbox_wake_with_a_late_receipt_is_accepted_when_its_turn_starts(self):
         """Issue 38: under load Qwen's receipt came after the socket's second
-        and the delivery stayed offered though the turn came: that turn's
-        prompt is the signal (UserPromptSubmit without submitted_prompt),
-        which the hook took for our own hold and said nothing.  A turn that
-        starts while none runs is the wake, accepted; within a running turn
-        (the continuation of our hold) it changes nothing."""
+        and the delivery stayed offered though the turn came.  Qwen 0.24.4
+        starts the inbox's turn with a UserPromptSubmit that has an empty
+        prompt and no submitted_prompt (seen in its e2e), which the hook took
+        for a continuation and said nothing.  Such a prompt starting a turn
+        (none ran) is the wake's turn, accepted; within a running turn (after
+        tool results, or our hold) it changes nothing."""
         path, seen = self.receiver(lambda lines, conn: None)      # no receipt
         key = "qw-late"
         env = {"QWEN_CODE_MESSAGING_SOCKET": path, "QWEN_CODE_MESSAGING_TOKEN": "t0k",
@@ -4693,11 +4704,15 @@ class HarnessAdapterTest(SignalBase):
         self.cli_json("send", "--session", boss, "--to", me, "--subject", "x")
         self.wait_for(lambda: seen, 10, "a frame")
         self.assertEqual(self.state_of(boss), "offered")
-        prompt = seen[0][1]["message"]["content"]
         done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
-                                              "prompt": prompt}, "--harness", "qwen-code")
+                                              "prompt": "", "prompt_id": key + "########1"},
+                         "--harness", "qwen-code")
         self.assertEqual(done.stdout, "")
         self.assertEqual(self.state_of(boss), "accepted")
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": "", "prompt_id": key + "########1"},
+                         "--harness", "qwen-code")            # after a tool result
+        self.assertEqual(done.stdout, "")
         # Our hold's continuation: the Stop held (a turn runs), and Qwen sends
         # its reason as the next prompt: not a wake.
         self.hook("Stop", {"session_id": key, "cwd": self.tmp}, "--harness", "qwen-code")
