@@ -199,7 +199,8 @@ STOP_RETRY_S = 30 * 60        # a delivery holds a Stop again after this long
 WAKE_RETRY_FIRST_S = 60
 WAKE_RETRY_MAX_S = 30 * 60
 WAKE_ATTEMPTS_MAX = 6
-WAKE_TIMEOUT_S = 20           # a process lever is killed after this long
+WAKE_TIMEOUT_S = 20           # a process lever is killed after this long, unless its
+                              # adapter says its harness needs longer (Lever.timeout_s)
 WAITER_POLL_S = 1.0
 WAKE_LISTEN_S = 30            # a wake listener looks for due wakes this often at least
 WAITER_JOIN_WAIT_S = 10       # a waiter started with the join waits this long for it
@@ -2133,6 +2134,7 @@ SETUP_MARK = "agents_room"
 WAITER_LIFETIME_S = 12 * 3600
 SOCKET_TIMEOUT_S = 1.0
 CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
+CLAUDE_INBOX_KEEP_S = 5 * 60  # an inbox message no turn took expires in about this
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
@@ -2546,6 +2548,7 @@ class SetupJob:
         self.level, self.scope, self.cwd, self.home, self.root = level, scope, cwd, home, root
         self.start_extra, self.serve_args = list(start_extra), list(serve_args)
         self.files, self.notes = [], []
+        self.plugin = False         # setup --plugin: only what the harness's plugin cannot do
 
 
 class Lever:
@@ -2553,7 +2556,8 @@ class Lever:
     per session at join (detect), fired by the wake levers section after a
     commit, as the recipient: inline ones talk to a socket within
     SOCKET_TIMEOUT_S (send), the others run a program detached (argv), bounded
-    by a timeout.  outcome: what a finished run of the program means (a turn
+    by timeout_s (as long as the harness takes to start and run a turn; the
+    AGENTS_ROOM_WAKE_TIMEOUT_S variable overrides it).  outcome: what a finished run of the program means (a turn
     is known to start: accepted; it may: offered).  while_alive False: only
     once the session's harness process is gone (a resume would fork a running
     session).  before_waiter: tried before an armed rewake waiter."""
@@ -2562,6 +2566,12 @@ class Lever:
     inline = False
     while_alive = True
     before_waiter = False
+    timeout_s = WAKE_TIMEOUT_S      # a process lever is killed after this long
+    # An offered wake (the harness took it, no turn seen yet) is tried again
+    # after this long rather than at the retry's schedule: where the harness
+    # keeps what it took for a while, a second offer before then would queue a
+    # second turn (None: the retry's schedule).
+    offered_for_s = None
 
     def detect(self, env, key, cwd, argv):
         """The lever's data for a session joining with this environment, or
@@ -2749,6 +2759,12 @@ class Harness:
     edit_tools = ""             # the PreToolUse matcher: the tools that edit files
     entry_names = False         # whether its hook entries carry a name
     client_arguments = ()       # arguments its MCP client adds to every tool call
+    # The newest version its end-to-end run passed on (the e2e pins: the
+    # Makefile's, which a test keeps equal to these), and how its program is
+    # told in a command line (a basename, or how a path ends): doctor runs it
+    # with --version and says when it is newer, so untested.  No network.
+    tested = None
+    programs = ()
 
     def detect(self, env):
         return False
@@ -2790,6 +2806,14 @@ class Harness:
         """Whether a rewake waiter started here must not wait (a one-shot run
         that has to exit)."""
         return False
+
+    def version_argv(self, argv):
+        """The command line that prints the version of the harness running
+        as argv (its interpreter kept), or None."""
+        cut = next((i for i, a in enumerate(argv or []) if os.path.basename(a) in
+                    self.programs or any("/" in p and a.endswith("/" + p)
+                                         for p in self.programs)), None)
+        return None if cut is None else list(argv[:cut + 1]) + ["--version"]
 
     def timeout(self, seconds):
         """A hook's timeout in the unit the harness's settings take."""
@@ -2838,6 +2862,12 @@ class Harness:
         """The files to write and the notes for a person: job is a SetupJob."""
         raise UsageError("there is nothing to set up for %s" % self.title)
 
+    def setup_plugin(self, job):
+        """setup --plugin: where the harness installs agents-room as a plugin
+        of its own, only what that plugin cannot do for itself."""
+        raise UsageError("setup %s has no --plugin: agents-room is no %s plugin"
+                         % (self.setup_name, self.title))
+
     def doctor(self, env, root, home):
         """Checks of this harness's configuration, each (status, what, advice)."""
         return []
@@ -2863,6 +2893,9 @@ class ClaudeSocket(Lever):
 
     name = "claude-socket"
     inline = True
+    # A message the inbox took without a receipt and no turn took yet may be
+    # held behind a dialog or still queued; it expires in about 5 minutes.
+    offered_for_s = CLAUDE_INBOX_KEEP_S
 
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
@@ -2995,6 +3028,7 @@ def _json_lines(data):
 
 class ClaudeCode(Harness):
     name, setup_name, title = "claude-code", "claude", "Claude Code"
+    tested, programs = "2.1.332", ("claude", "claude.exe")
     where = (".mcp.json and .claude/settings.json at the project's git top level when\n"
              "    agents_room.py is inside the project (vendored), else this machine's\n"
              "    .claude/settings.local.json and ~/.claude.json (or ~/.claude with\n"
@@ -3014,6 +3048,10 @@ class ClaudeCode(Harness):
     project_var = "CLAUDE_PROJECT_DIR"
     edit_tools = "Edit|Write|MultiEdit|NotebookEdit"
     server_name = "agents-room"
+    # The plugin (`plugin DIR`): Claude Code names its server's tools
+    # mcp__plugin_<plugin>_<server>__<tool>, whatever the marketplace is called.
+    plugin_name = "agents-room"
+    plugin_prefix = "mcp__plugin_%s_%s__" % (plugin_name, server_name)
 
     def detect(self, env):
         return env.get("CLAUDECODE") == "1"
@@ -3097,6 +3135,91 @@ class ClaudeCode(Harness):
                              "after each turn and wakes the session when a message "
                              "arrives (not under claude -p, which must exit)")
 
+    def setup_plugin(self, job):
+        """What the plugin cannot do (measured on 2.1.332): allow its own
+        tools, so that claude -p and a woken turn are not refused or stopped
+        at a permission prompt.  The hooks, the server and alwaysLoad are the
+        plugin's; autonomy and label are its options; folder trust is the
+        user's.  Writes the allow rule where the plugin is enabled, by
+        default the user's settings (a plugin installs for the user)."""
+        if job.start_extra[:1] == ["--also"] or job.serve_args != ["serve"]:
+            raise UsageError("setup claude --plugin takes no --also or --tools: the "
+                             "plugin's hooks and server are its own (join a shared room "
+                             "with room_join)")
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run it in your project, or use --scope user")
+        settings_path = os.path.join(job.root, ".claude", "settings.json") \
+            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json")
+        settings = _read_json(settings_path)
+        permissions = settings.setdefault("permissions", {})
+        allow = permissions.setdefault("allow", []) if isinstance(permissions, dict) else None
+        if not isinstance(allow, list):
+            raise RoomError("'permissions.allow' in %s is not a list; fix it by hand"
+                            % settings_path)
+        if self.plugin_prefix + "*" not in allow:
+            allow.append(self.plugin_prefix + "*")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("allowed without asking: the agents-room plugin's MCP tools "
+                         "(permissions.allow %s*)" % self.plugin_prefix)
+        enabled = self._plugins_enabled(job.home, job.root)
+        key = enabled[0][1] if enabled else "%s@MARKETPLACE" % self.plugin_name
+        if not enabled:
+            job.notes.append("the plugin is not enabled here yet: python3 %s plugin DIR "
+                             "writes a marketplace; then claude plugin marketplace add DIR "
+                             "(or OWNER/REPO) and claude plugin install %s" % (
+                                 this_file(), key))
+        options = ["autonomy=%d" % job.level] if job.level != 1 else []
+        if "--label" in job.start_extra:
+            options.append("label=%s" % job.start_extra[job.start_extra.index("--label") + 1])
+        job.notes.append("autonomy (default 1, hold) and label are the plugin's options%s" % (
+            ": claude plugin install %s %s, or /plugin configure %s in Claude Code" % (
+                key, " ".join("--config " + o for o in options), key) if options else
+            " (/plugin configure %s)" % key))
+        own = [where for where, _ in self._server_entries(job.home, job.root)] + [
+            p for p in self._settings_paths(job.home, job.root) if _configured_commands(p)]
+        if own and job.root:
+            job.notes.append("setup's own server or hooks are configured here too (%s): "
+                             "beside the plugin's every hook runs twice; take them out of "
+                             "those files" % ", ".join(own))
+        if job.root and not _claude_trusted(_read_json_quiet(
+                os.path.join(job.home, ".claude.json")), job.root):
+            job.notes.append("once: open claude in %s and choose 'Yes, I trust this folder' "
+                             "(Down, then Enter); until then the terminal UI runs no plugin "
+                             "hook there%s" % (job.root, "" if job.scope == "user" else
+                                               ", and the allow rule in .claude/settings.json "
+                                               "does not count"))
+
+    def _settings_paths(self, home, root):
+        return [os.path.join(root, ".claude", "settings.json"),
+                os.path.join(root, ".claude", "settings.local.json"),
+                os.path.join(home, ".claude", "settings.json")] if root else [
+                    os.path.join(home, ".claude", "settings.json")]
+
+    def _plugins_enabled(self, home, root):
+        """[(settings file, plugin@marketplace)]: where our plugin is enabled."""
+        found = []
+        for path in self._settings_paths(home, root):
+            enabled = _json_at(path, "enabledPlugins")
+            for key, on in (enabled.items() if isinstance(enabled, dict) else ()):
+                if isinstance(key, str) and key.split("@")[0] == self.plugin_name and on:
+                    found.append((path, key))
+        return found
+
+    def _server_entries(self, home, root):
+        """[(where, entry)]: setup's own MCP server entries that apply here."""
+        state = _read_json_quiet(os.path.join(home, ".claude.json"))
+        project = (state.get("projects") or {}).get(root) if isinstance(
+            state.get("projects"), dict) else None
+        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
+                                                  "mcpServers", self.server_name)),
+                  ("this machine's ~/.claude.json for %s" % root, _dig(
+                      project, "mcpServers", self.server_name)),
+                  ("~/.claude.json for every project", _dig(
+                      state, "mcpServers", self.server_name)))
+        return [(where, entry) for where, entry in places if isinstance(entry, dict)]
+
     def _state_server(self, job, state_path, project, server):
         """Our server in Claude Code's own ~/.claude.json: the project's entry
         (what `claude mcp add --scope local` writes) or, without a project,
@@ -3162,6 +3285,10 @@ class ClaudeCode(Harness):
                 os.path.join(root, ".claude", "settings.local.json"),
                 os.path.join(home, ".claude", "settings.json")]
 
+    def configured(self, env, root, home):
+        return Harness.configured(self, env, root, home) or bool(
+            self._plugins_enabled(home, root))
+
     def doctor(self, env, root, home):
         checks = []
         fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
@@ -3170,15 +3297,10 @@ class ClaudeCode(Harness):
             state = _read_json(state_path)
         except RoomError:
             state = {}
-        project = (state.get("projects") or {}).get(root) if isinstance(
-            state.get("projects"), dict) else None
-        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
-                                                  "mcpServers", self.server_name)),
-                  ("this machine's ~/.claude.json for %s" % root, _dig(
-                      project, "mcpServers", self.server_name)),
-                  ("~/.claude.json for every project", _dig(
-                      state, "mcpServers", self.server_name)))
-        found = [(where, entry) for where, entry in places if isinstance(entry, dict)]
+        found = self._server_entries(home, root)
+        plugins = self._plugins_enabled(home, root)
+        if plugins:
+            return checks + self._doctor_plugin(plugins, found, state, root, home)
         checks.append(("ok" if found else "warn", "%s MCP entry: %s" % (
             self.title, ", ".join(w for w, _ in found) or "not configured"),
             "" if found else fix))
@@ -3211,6 +3333,38 @@ class ClaudeCode(Harness):
         probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
         probe_env[self.project_var] = root
         return checks + _doctor_hooks(self.title, settings, probe_env, root, fix)
+
+    def _doctor_plugin(self, plugins, own_servers, state, root, home):
+        """doctor where the plugin is enabled: it brings the hooks and the
+        server (no setup entries are missing); what it cannot bring is
+        checked: the allow rule and folder trust."""
+        fix = "python3 %s setup %s --plugin --write" % (this_file(), self.setup_name)
+        key = plugins[0][1]
+        installed = _json_at(os.path.join(home, ".claude", "plugins",
+                                          "installed_plugins.json"), "plugins", key)
+        checks = [("ok" if installed else "warn", "%s plugin %s: enabled in %s%s" % (
+            self.title, key, ", ".join(p for p, _ in plugins),
+            "" if installed else ", not installed"), "" if installed else
+            "claude plugin install %s" % key)]
+        allowed = [p for p in self._settings_paths(home, root)
+                   if self.plugin_prefix + "*" in (_json_at(p, "permissions", "allow") or [])]
+        checks.append(("ok" if allowed else "warn", "%s plugin's tools %s" % (
+            self.title, "allowed without asking (%s)" % ", ".join(allowed) if allowed else
+            "not allowed: claude -p is refused them and a woken turn waits on a prompt"),
+            "" if allowed else fix))
+        own = [w for w, _ in own_servers] + [p for p in self._settings_paths(home, root)
+                                             if _configured_commands(p)]
+        if own:
+            checks.append(("warn", "%s: setup's own server or hooks too (%s): beside the "
+                           "plugin's, every hook runs twice" % (self.title, ", ".join(own)),
+                           "take agents-room's entries out of those files"))
+        trusted = _claude_trusted(state, root)
+        checks.append(("ok" if trusted else "warn", "%s folder %s" % (
+            self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
+            "runs no plugin hook here until it is"), "" if trusted else
+            "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
+            "Enter)" % root))
+        return checks
 
 
 def _dig(data, *keys):
@@ -3315,6 +3469,7 @@ class CodexResume(ResumeLever):
 
 class Codex(Harness):
     name, setup_name, title = "codex", "codex", "Codex"
+    tested, programs = "0.171.0", ("codex", "codex.js")
     where = "$CODEX_HOME/config.toml and hooks.json"
     events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
     key_vars = ("CODEX_THREAD_ID",)
@@ -3444,6 +3599,7 @@ class HermesResume(ResumeLever):
 
 class Hermes(Harness):
     name, setup_name, title = "hermes", "hermes", "Hermes"
+    tested, programs = "0.19.0", ("hermes",)
     where = "$HERMES_HOME/config.yaml"
     # Hermes injects context only from pre_llm_call (once per user turn), and
     # its on_session_end fires after every turn: on_session_finalize is the
@@ -3752,6 +3908,7 @@ class QwenResume(ResumeLever):
 
 class QwenCode(Harness):
     name, setup_name, title = "qwen-code", "qwen", "Qwen Code"
+    tested, programs = "0.24.4", ("qwen", "@qwen-code/qwen-code/cli.js")
     where = (".qwen/settings.json at the project's git top level (or ~/.qwen with\n"
              "    --scope user), and the server's approval in ~/.qwen/mcpApprovals.json")
     # Claude Code's hook shape; a failed tool reports as PostToolUseFailure.
@@ -3774,11 +3931,16 @@ class QwenCode(Harness):
         facts = Harness.hook_facts(self, event, payload)
         if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
             # UserPromptSubmit fires before every model call of a turn; only a
-            # person's prompt carries submitted_prompt.  A continuation (after
-            # tool results, or our own hold) says nothing and starts nothing.
+            # person's prompt carries submitted_prompt.  Without it (an empty
+            # prompt, or our own text): a continuation after tool results or
+            # our hold, which says nothing, or a turn the inbox started (0.24.4
+            # sends it with an empty prompt and a new prompt_id): the store
+            # tells them apart by whether a turn was running, and accepts the
+            # wake in the turn it started (a receipt later than the socket's
+            # second was the only sign before, and the delivery stayed offered).
             prompt = payload.get("prompt")
             if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
-                facts["silent"] = True
+                facts["not_a_person"] = True
         return facts
 
     @staticmethod
@@ -3889,6 +4051,7 @@ class GeminiResume(ResumeLever):
 
 class GeminiCli(Harness):
     name, setup_name, title = "gemini", "gemini", "Gemini CLI"
+    tested, programs = "0.61.0", ("gemini", "gemini.js")
     where = (".gemini/settings.json at the project's git top level, read when gemini\n"
              "    starts there (or ~/.gemini with --scope user)")
     events = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit",
@@ -4076,6 +4239,7 @@ class PiSocket(Lever):
 
 class Pi(Harness):
     name, setup_name, title = "pi", "pi", "Pi"
+    tested, programs = "1.6.0", ("pi",)
     where = (".pi/extensions/agents-room.ts at the project's git top level (or\n"
              "    ~/.pi/agent/extensions with --scope user): an extension that runs the\n"
              "    hooks, registers the MCP server and listens for wakes")
@@ -4170,6 +4334,9 @@ class OpencodeResume(ResumeLever):
             "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
 
     programs = ("opencode", "opencode.exe")
+    # A resumed `opencode run` reached the model 19.4 s after the send here
+    # (a cold start), and its turn comes after that.
+    timeout_s = 90
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
@@ -4184,6 +4351,7 @@ class OpencodeResume(ResumeLever):
 
 class OpenCode(Harness):
     name, setup_name, title = "opencode", "opencode", "OpenCode"
+    tested, programs = "1.18.33", ("opencode", "opencode.exe")
     where = ("opencode.json (the MCP entry) and .opencode/plugin/agents-room.js at the\n"
              "    project's git top level (or ~/.config/opencode with --scope user)")
     # The plugin calls the hook by our event names.
@@ -4200,6 +4368,9 @@ class OpenCode(Harness):
     # Where its forks differ (Kilo Code): the names of its files and folders.
     config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
     schema = "https://opencode.ai/config.json"
+    # How the plugin continues a held turn: a noReply message, which
+    # OpenCode's loop takes before it ends the turn.
+    hold_by = "reply"
 
     def detect(self, env):
         return env.get("OPENCODE") == "1"
@@ -4215,6 +4386,7 @@ class OpenCode(Harness):
             "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
         ).replace("%DIR%", json.dumps(directory or ".")).replace(
             "%HARNESS%", json.dumps(self.name)).replace(
+            "%HOLD%", json.dumps(self.hold_by)).replace(
             "%AUTONOMY%", json.dumps(str(job.level))).replace(
             "%START_ARGS%", json.dumps(job.start_extra))
 
@@ -4295,6 +4467,10 @@ class OpenCode(Harness):
 
 class KiloResume(OpencodeResume):
     name = "kilo-resume"
+    # A resumed `kilo run` starts in 30-55 s on a loaded two-core machine
+    # (127 s to its first model call under the heaviest load seen), then runs
+    # its turn: the 20 s bound killed every one.
+    timeout_s = 300
     # bin/kilo is a node launcher that runs the native bin/.kilo
     programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
     # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
@@ -4311,6 +4487,7 @@ class KiloCode(OpenCode):
     it runs, so it is detected before OpenCode."""
 
     name, setup_name, title = "kilo", "kilo", "Kilo Code"
+    tested, programs = "7.7.7", ("kilo", ".kilo", "kilocode")
     where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
              "    project's git top level (or ~/.config/kilo with --scope user)")
     levers = (KiloResume(),)
@@ -4318,6 +4495,10 @@ class KiloCode(OpenCode):
     config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
     schema = "https://app.kilo.ai/config.json"
     env_prefixes = ("KILO", "OPENCODE")
+    # Kilo 7.7.7's loop sees only the messages of the prompt it runs (a
+    # message added during it is a queued follow-up, run when it ends), so a
+    # noReply message held nothing: the hold is a follow-up prompt.
+    hold_by = "follow"
 
     def detect(self, env):
         return env.get("KILO") == "1"
@@ -4331,6 +4512,8 @@ class CopilotResume(ResumeLever):
 
     name = "copilot-resume"
     resume = ("--resume=KEY", "-p", "TEXT")
+    # A resume is a cold start: 14.9 s to its first model call here.
+    timeout_s = 60
     provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
                 "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
                 "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
@@ -4388,6 +4571,8 @@ class CopilotCli(Harness):
     signal the next tool result or the end of the turn."""
 
     name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
+    tested = "1.0.102"
+    programs = ("copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")
     where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
              "    top level (or ~/.copilot with --scope user)")
     events = {e: e for e in HOOK_EVENTS}
@@ -8847,21 +9032,29 @@ def mark_offered(op, session_id, stop=False):
 
 @tool("signal_tool_event", "Signal on a tool event", {
     "harness_key": S_KEY, "turn_start": {"type": "boolean"},
-    "prompt": {"type": "string"}, "lever_facts": {"type": "object"}}, ["harness_key"],
+    "prompt": {"type": "string"}, "lever_facts": {"type": "object"},
+    "not_a_person": {"type": "boolean"}}, ["harness_key"],
     caller="key", public=False)
-def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_facts=None):
+def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_facts=None,
+                      not_a_person=False):
     """PostToolUse/UserPromptSubmit: the signal, or None.  With the default
     window of 0 every tool event mentions what is still unread; with a window,
     only deliveries never offered or offered longer ago than it.  A turn's
     start (UserPromptSubmit) marks the session busy until its Stop; a turn
     whose prompt is our signal is a wake seen: what it announced is accepted
-    and counts as held once (its Stop does not hold it again)."""
+    and counts as held once (its Stop does not hold it again).  not_a_person:
+    the harness says no person submitted this prompt (Qwen): within a turn a
+    continuation, which says nothing; starting one, the turn a wake's inbox
+    message started, which accepts what a wake offered."""
     row = op.caller
     if row is None or row["left_at"] is not None:
         if op.store.shared_by_hosts:
             raise_marker(op.store.path, harness_key + ".checked")   # asked: nobody
         return {"text": None}
     note_lever_facts(op, row, lever_facts)
+    # A turn started while none ran (or the last one is past TURN_MAX_S):
+    # what a prompt that is our signal means depends on it.
+    idle = row["turn_started"] is None or op.at - row["turn_started"] >= TURN_MAX_S
     if turn_start:
         op.conn.execute("UPDATE sessions SET turn_started=? WHERE id=?", (op.at, row["id"]))
     ctx = op.ctx
@@ -8870,10 +9063,15 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
         # resume without a session-start hook).
         op.conn.execute("UPDATE sessions SET ended_at=NULL, pid=?, pid_start=? WHERE id=?",
                         (ctx.pid, ctx.pid_start, row["id"]))
-    if turn_start and is_wake_prompt(prompt, row["id"]):
+    signal_prompt = turn_start and is_wake_prompt(prompt, row["id"])
+    if signal_prompt or (turn_start and not_a_person):
         unread = [r[0] for r in op.conn.execute(
-            "SELECT message_id FROM deliveries WHERE session_id=? AND state IN %s"
-            % UNREAD_SQL, (row["id"],))]
+            "SELECT message_id FROM deliveries WHERE session_id=? AND state IN %s%s"
+            % (UNREAD_SQL, "" if signal_prompt else
+               " AND state='offered' AND wake_attempts > 0"), (row["id"],))] if idle else []
+        # Within a running turn the signal as a prompt is our own hold's
+        # continuation (a harness that sends the Stop's reason as the next
+        # prompt): nothing woke, nothing to say.
         if unread:
             mark_accepted(op, row["id"], unread, "turn", "its prompt is the signal")
             stamp(op.conn, "session_id=? AND state IN %s" % UNREAD_SQL, (row["id"],),
@@ -9024,9 +9222,14 @@ def session_digest(op, cwd=None):
     "until": {"type": "number"}}, ["harness_key", "pid"], caller="key", public=False,
     after=False)
 def waiter_arm(op, harness_key, pid, pid_start=None, until=None):
-    """Register a rewake waiter as the session's armed waiter."""
+    """Register a rewake waiter as the session's armed waiter; one of a
+    session below wake (autonomy or a room's cap) is told to stop instead: a
+    waiter wakes only what may be woken (the plugin starts one after every
+    turn, whatever its autonomy option says)."""
     if op.caller is None or op.caller["left_at"] is not None:
         return {"session_id": None}
+    if effective_autonomy(op.conn, op.caller) < 2:
+        return {"session_id": op.me, "stop": True}
     op.conn.execute("UPDATE sessions SET waiter_pid=?, waiter_start=?, waiter_until=? "
                     "WHERE id=?", (pid, pid_start, until, op.me))
     op.event("wake.armed", op.me, data={"pid": pid})
@@ -9049,7 +9252,7 @@ def waiter_poll(op, pid, after_id, check_alive=False):
     wake is under way)."""
     row = op.caller
     if row["left_at"] is not None or row["ended_at"] is not None or \
-            row["waiter_pid"] != pid:
+            row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2:
         return {"stop": True}
     if check_alive and row["pid"] and op.liveness(row) == "gone":
         return {"stop": True}
@@ -9085,16 +9288,23 @@ def mark_accepted(op, session_id, message_ids, lever, detail=None):
 def wake_record(op, messages, lever, outcome, detail="", lever_facts=None):
     """accepted: the lever confirmed (no more retries); offered: it ran but
     whether a turn starts is unknown (a queue to a thread not known to be
-    running); failed: it stays offered, the failure is shown by sent until a
+    running; if no turn has taken it by the next retry, that retry shows it
+    failed); failed: it stays offered, the failure is shown by sent until a
     retry succeeds, and the retry already scheduled stands.  lever_facts:
     what the lever learnt about the session (its inbox held the wake)."""
     note_lever_facts(op, op.caller, lever_facts)
     if outcome == "accepted":
         mark_accepted(op, op.me, messages, lever, detail)
         return {"ok": True}
-    stamp(op.conn, "session_id=? AND message_id IN (%s)" % ",".join("?" * len(messages)),
-          [op.me] + list(messages),
-          wake_failed=one_line(detail, 200) if outcome == "failed" else None)
+    scope = "session_id=? AND message_id IN (%s)" % ",".join("?" * len(messages))
+    if outcome == "failed":
+        # An offer is no success: an earlier failure stays shown.
+        stamp(op.conn, scope, [op.me] + list(messages), wake_failed=one_line(detail, 200))
+    keep = LEVERS[lever].offered_for_s if lever in LEVERS else None
+    if outcome == "offered" and keep:
+        # Not again while the harness may still hold the first offer.
+        stamp(op.conn, scope + " AND wake_next_at IS NOT NULL", [op.me] + list(messages),
+              wake_next_at=op.at + keep)
     op.event("wake." + outcome, op.me,
              data={"lever": lever, "messages": messages, "detail": detail})
     return {"ok": outcome != "failed"}
@@ -9139,7 +9349,8 @@ def wake_plan(op, limit=20):
     before the lever runs, so two processes never fire the same wake."""
     conn, at = op.conn, op.at
     due = conn.execute(
-        "SELECT d.session_id, d.message_id, d.wake_attempts FROM deliveries d JOIN "
+        "SELECT d.session_id, d.message_id, d.wake_attempts, d.state, d.wake_failed FROM "
+        "deliveries d JOIN "
         "sessions s ON s.id = d.session_id WHERE d.wake_next_at IS NOT NULL AND "
         "d.wake_next_at <= ? AND s.uid = ? AND s.host = ? ORDER BY d.wake_next_at "
         "LIMIT ?",
@@ -9147,7 +9358,15 @@ def wake_plan(op, limit=20):
     plans = {}
     for d in due:
         attempts = d["wake_attempts"] + 1
-        stamp(conn, "session_id=? AND message_id=?", (d["session_id"], d["message_id"]),
+        one = "session_id=? AND message_id=?"
+        if d["state"] == "offered" and d["wake_attempts"] and d["wake_failed"] is None:
+            # An earlier wake was taken and started no turn by now (accepted
+            # would have ended the retries): held, expired or lost, it failed,
+            # and the sender sees so until this retry or a later one succeeds.
+            stamp(conn, one, (d["session_id"], d["message_id"]),
+                  wake_failed="no turn started from the last wake (held for approval, "
+                  "expired or lost)")
+        stamp(conn, one, (d["session_id"], d["message_id"]),
               wake_attempts=attempts, wake_next_at=_wake_retry_at(attempts, at))
         plans.setdefault(d["session_id"], []).append(d["message_id"])
     jobs = []
@@ -9474,7 +9693,7 @@ def _spawn_wake(store, ctx, job):
                           "argv": LEVERS[job["lever"]].argv(data, job["text"]),
                           "alive": job["alive"],
                           "timeout": env_number("AGENTS_ROOM_WAKE_TIMEOUT_S",
-                                                  WAKE_TIMEOUT_S)})
+                                                  LEVERS[job["lever"]].timeout_s)})
     # The store as this process reaches it (a password in the URL included:
     # the lever runs as this same user, on this host, and stores nothing).
     env = dict(data.get("env") or {}, AGENTS_ROOM_DB=store.path)
@@ -9525,16 +9744,19 @@ def wake_run(payload):
 
 
 def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
-          also=(), label=None, tools=None):
+          also=(), label=None, tools=None, plugin=False):
     """What to configure for a harness -> {"files": [{path, content, action}],
     "notes": [...]}; with write=True the files are merged and written.  The
-    files are the harness adapter's; tools=all asks serve for every tool."""
+    files are the harness adapter's; tools=all asks serve for every tool;
+    plugin: only what the harness's agents-room plugin cannot do itself."""
     cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
     adapter = next((a for a in HARNESS_ADAPTERS if a.setup_name == harness), None)
     if adapter is None:
         raise UsageError("setup takes %s, not %r" % (", ".join(setup_names()), harness))
-    level = parse_autonomy(autonomy) or 0
+    level = parse_autonomy(autonomy)
+    if level is None:
+        level = 1 if plugin else 0          # the plugin's own default is hold
     start_extra = []
     for room in also or ():
         start_extra += ["--also", room]
@@ -9549,7 +9771,8 @@ def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None
     job = SetupJob(level, scope, cwd, home, repo_root(cwd), start_extra,
                    ["serve"] + (["--tools", tool_profile(tools)] if tools else []))
     job.notes = notes
-    adapter.setup(job)
+    job.plugin = plugin
+    (adapter.setup_plugin if plugin else adapter.setup)(job)
     files = job.files
     _refuse_links_out(job)
     here = os.path.realpath(os.path.dirname(this_file()))
@@ -9775,6 +9998,36 @@ def quiet_hook_check(runs=5):
             "a busy machine reads high; bench times it against its limit")
 
 
+def tested_check(adapter):
+    """doctor: the running harness's version (its program's --version: one
+    process, no network) against the newest version agents-room's
+    end-to-end run passed on (the adapter's tested)."""
+    import re
+    import subprocess
+    pid = harness_pid(os.getppid())
+    argv = adapter.version_argv(process_argv(pid) if pid else None)
+    what = "%s version" % adapter.title
+    if argv is None:
+        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
+            what, adapter.tested), "")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+        found = re.search(r"\d+(?:\.\d+)+", done.stdout + " " + done.stderr)
+    except (OSError, subprocess.SubprocessError) as error:
+        found, done = None, error
+    if found is None:
+        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
+            what, " ".join(argv[-2:]), adapter.tested), "")
+    running = tuple(int(x) for x in found.group(0).split("."))
+    if running > tuple(int(x) for x in adapter.tested.split(".")):
+        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
+                "passed on: untested" % (what, found.group(0), adapter.tested),
+                "make e2e-latest runs the same cases on the newest release")
+    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
+        what, found.group(0), adapter.tested), "")
+
+
 def doctor(env=None, cwd=None, home=None):
     """Checks, each (status, what, advice): status is ok, warn or fail."""
     env = os.environ if env is None else env
@@ -9815,6 +10068,8 @@ def doctor(env=None, cwd=None, home=None):
     checks.append(quiet_hook_check())
     harness = detect_harness(env)
     checks.append(("ok", "harness detected: %s" % harness, ""))
+    if harness_named(harness).tested:
+        checks.append(tested_check(harness_named(harness)))
     key = harness_key_from(env)
     var = next((v for v in harness_key_vars() if env.get(v)), None)
     if key:
@@ -10536,7 +10791,8 @@ def run_hook(argv, stdin_text, env=None):
         text = call_tool(store, ctx, "signal_tool_event", dict({
             "harness_key": key, "turn_start": facts["turn_start"]},
             **_lever_facts(facts), **({"prompt": prompt[:2000]} if isinstance(
-                prompt, str) else {})))["text"]
+                prompt, str) else {}),
+            **({"not_a_person": True} if facts.get("not_a_person") else {})))["text"]
         if text:
             parts.append(text)
         return (adapter.context(event_name, "\n".join(parts)) if parts else ""), 0
@@ -10598,6 +10854,8 @@ def wait_for_wake(store, ctx, key, env, adapter):
             "harness_key": key, "pid": pid, "pid_start": process_start(pid),
             "until": armed_at + lifetime})
         session = armed["session_id"]
+        if armed.get("stop"):
+            return "", 0
         if session is not None:
             break
         time.sleep(0.1)
@@ -11130,10 +11388,11 @@ command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
 
 def _setup_arguments(sub):
     sub.add_argument("harness", choices=sorted(setup_names()))
-    sub.add_argument("--autonomy", default="0", help="0/notify, 1/hold or 2/wake")
-    sub.add_argument("--scope", choices=["project", "user"], default="project",
+    sub.add_argument("--autonomy", help="0/notify, 1/hold or 2/wake (default 0; with "
+                     "--plugin, the plugin's default, 1)")
+    sub.add_argument("--scope", choices=["project", "user"],
                      help="this project's files or the user's, where the harness has "
-                          "both")
+                          "both (default project; with --plugin, user)")
     sub.add_argument("--tools", choices=TOOL_PROFILES, help="the MCP server's tool "
                      "list: lean (the default) or all")
     sub.add_argument("--also", action="append", metavar="ROOM",
@@ -11141,6 +11400,9 @@ def _setup_arguments(sub):
     sub.add_argument("--label", help="the label the SessionStart hook joins with")
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
+    sub.add_argument("--plugin", action="store_true",
+                     help="claude: agents-room is installed as a Claude Code plugin; "
+                          "write only what a plugin cannot (its tools' allow rule)")
     sub.add_argument("--show", action="store_true",
                      help="in a dry run, print generated extension sources whole too")
 
@@ -11154,8 +11416,10 @@ def _setup_arguments(sub):
          % setup_names()[0],
          _setup_arguments)
 def run_setup(args):
-    result = setup(args.harness, args.autonomy, args.write, args.scope,
-                   also=args.also or (), label=args.label, tools=args.tools)
+    scope = args.scope or ("user" if args.plugin else "project")
+    result = setup(args.harness, args.autonomy, args.write, scope,
+                   also=args.also or (), label=args.label, tools=args.tools,
+                   plugin=args.plugin)
     if args.json:
         return json.dumps(result, indent=2), 0
     lines = []
@@ -14731,7 +14995,7 @@ PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
 # `claude plugin install agents-room@agents-room`.  Registered here as a
 # command, the way bench and ui are; it reads the Claude Code adapter.
 
-PLUGIN_NAME = "agents-room"
+PLUGIN_NAME = ClaudeCode.plugin_name
 
 
 def _plugin_arguments(sub):
@@ -14751,7 +15015,10 @@ def plugin_files(name):
     placement.relative, placement.project_var, placement.braces = "", "CLAUDE_PLUGIN_ROOT", True
     placement.python = "python3"
     hooks = {}
-    for event, groups in adapter.hook_entries(placement, None).items():
+    # The rewake waiter is in the plugin whatever the autonomy option says: a
+    # plugin cannot choose its hooks by an option, and the waiter ends at once
+    # for a session below wake (waiter_arm).
+    for event, groups in adapter.hook_entries(placement, None, wake=True).items():
         for entry in groups[0]["hooks"]:
             if "--event=SessionStart" in entry["command"]:
                 entry["command"] += (' --autonomy "${CLAUDE_PLUGIN_OPTION_AUTONOMY:-1}"'
@@ -14771,8 +15038,13 @@ def plugin_files(name):
         "hooks": hooks,
         # alwaysLoad: without it Claude Code 2.1.332 defers the tools behind
         # ToolSearch (measured: with it the lean listing is in the first request).
+        # The launcher, as the hooks: the TUI does not wait for a plugin's
+        # server, and run as a script this file compiled for 2.5-3.4 s at a
+        # load of 15 (its first request went without the tools), 0.4 s from
+        # its bytecode cache.
         "mcpServers": {"agents-room": {"command": "python3", "args": [
-            "-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"], "alwaysLoad": True}},
+            "-I", "-S", "-c", _launcher_code(0), "${CLAUDE_PLUGIN_ROOT}/agents_room.py",
+            "serve"], "alwaysLoad": True}},
     }
     market = {"name": name, "owner": {"name": "agents-room"},
               "description": "agents-room, one file: coordination for AI coding agents",
@@ -17678,6 +17950,34 @@ const LAUNCHER = ["-I", "-S", "-c", %LAUNCHER%, path.dirname(SCRIPT)];
 const EDIT_TOOLS = new Set(["edit", "write"]);
 const TYPE = "agents-room";
 
+/** The key agents-room knows this session by: Pi's session id, except for a
+ * fork of a session whose folder is gone.  Since Pi 1.5.2, resuming a session
+ * of a moved checkout offers "Fork into <here> (new session ID)", and pi --fork
+ * does the same: that is the same work, moved, so it keeps the original's
+ * agents-room session (its rooms, mail and leases) under the original's id.  A
+ * fork beside a folder that still exists is new work, with an id of its own. */
+function roomKey(ctx: ExtensionContext): string {
+	let key = ctx.sessionManager.getSessionId();
+	let parent = (ctx.sessionManager as any).getHeader?.()?.parentSession;
+	for (let depth = 0; parent && depth < 8; depth++) {
+		let header: any;
+		try {
+			const fd = fs.openSync(parent, "r");
+			const buffer = Buffer.alloc(65536);
+			const size = fs.readSync(fd, buffer, 0, buffer.length, 0);
+			fs.closeSync(fd);
+			header = JSON.parse(buffer.toString("utf8", 0, size).split("\n", 1)[0]);
+		} catch {
+			break;
+		}
+		if (!header || header.type !== "session" || typeof header.id !== "string" ||
+			typeof header.cwd !== "string" || fs.existsSync(header.cwd)) break;
+		key = header.id;
+		parent = header.parentSession;
+	}
+	return key;
+}
+
 /** Run one agents-room hook; resolve to its stdout ("" on any failure or timeout). */
 function runHook(event: string, payload: object, extraEnv: Record<string, string> = {}): Promise<string> {
 	return new Promise((resolve) => {
@@ -17821,7 +18121,10 @@ export default function (pi: ExtensionAPI) {
 
 	pi.on("session_start", async (event, ctx) => {
 		context = ctx;
-		sessionId = ctx.sessionManager.getSessionId();
+		sessionId = roomKey(ctx);
+		// Pi's shell tool takes process.env (PI_SESSION_ID is Pi's own id): an
+		// agents_room.py run there finds this session by the key it joined with.
+		process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;
 		cwd = ctx.cwd;
 		held = false;
 		// The MCP server for this session: its harness key ties room_join to the
@@ -17927,6 +18230,7 @@ OPENCODE_PLUGIN = r"""%MARKER%
 //   Stop (hold)                     <- "experimental.text.complete" of a step
 //                                      without tool calls: a noReply user
 //                                      message, so OpenCode's loop goes on
+//                                      (Kilo: a follow-up prompt, see HOLD)
 //   wake (autonomy 2)               <- event session.idle: a `hook --event=Stop
 //                                      --wait` child; exit 2 -> its stderr is
 //                                      prompted (session.promptAsync)
@@ -17949,6 +18253,10 @@ const ROOM_DIR = %DIR%
 const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
 const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
 const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
+// how a held turn goes on: "reply" (a noReply message OpenCode's loop takes
+// in the same turn) or "follow" (a prompt queued to run right after it: Kilo's
+// loop leaves out messages that arrive during its turn)
+const HOLD = %HOLD%
 // -------------------------------------------------------------------------------
 const HOOK_TIMEOUT_MS = 10000
 
@@ -18110,6 +18418,13 @@ export const AgentsRoom = async ({ client, directory, worktree }) => {
       if (!reason) return
       holding.add(sessionID)
       ours.add(reason)
+      if (HOLD === "follow") {
+        // Kilo scopes a turn to the prompt that started it: a message added
+        // now is a follow-up, queued and run as soon as this turn ends.
+        await client.session.promptAsync({ path: { id: sessionID },
+          body: { parts: [{ type: "text", text: reason, synthetic: true }] } })
+        return
+      }
       await client.session.prompt({ path: { id: sessionID },
         body: { noReply: true, parts: [{ type: "text", text: reason, synthetic: true }] } })
     }),

@@ -4041,6 +4041,38 @@ class WakeTest(SignalBase):
         self.assertEqual(done.stdout, "")
         self.assertEqual(self.event_count("wake.accepted", sid), 1)
 
+    def test_an_inbox_offer_no_turn_took_fails_and_is_offered_again_once_it_expired(self):
+        """Issue 38: the inbox took the wake (no receipt) and no turn came:
+        held behind a dialog, or expired (in about 5 minutes).  It is not
+        offered again while the inbox may still hold it (a second message
+        would queue a second turn), and once that time is past the sender
+        sees the wake failed and the inbox is offered it again.  Before, it
+        was offered again every retry from 60 s on, and stayed offered with
+        no failure shown when the retries ran out."""
+        sid, sender, lines, env = self.claude_inbox_session("k-sock-gone")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.wait_for(lambda: len(lines) >= 2, 10, "the first offer")
+        self.cli_json("who", "--session", sender, env={"AGENTS_ROOM_TIME_OFFSET": "120"})
+        time.sleep(0.3)
+        self.assertEqual(len(lines), 2)             # not again within the inbox's time
+        sent = self.cli_json("sent", "--session", sender)["messages"][-1]["deliveries"][0]
+        self.assertEqual((sent["state"], sent.get("wake_failed")), ("offered", None))
+        later = {"AGENTS_ROOM_TIME_OFFSET": "310"}
+        self.cli_json("who", "--session", sender, env=later)
+        self.wait_for(lambda: len(lines) >= 4, 10, "offered again once expired")
+        sent = self.cli_json("sent", "--session", sender, env=later)["messages"][-1][
+            "deliveries"][0]
+        self.assertEqual(sent["state"], "offered")
+        self.assertIn("no turn started from the last wake", sent.get("wake_failed", ""))
+        # The turn it starts at last: accepted, the failure gone.
+        self.hook("UserPromptSubmit", {
+            "session_id": "k-sock-gone", "cwd": self.tmp, "permission_mode": "auto",
+            "prompt": lines[-1]["message"]["content"]}, "--harness", "claude-code",
+            env=later)
+        sent = self.cli_json("sent", "--session", sender, env=later)["messages"][-1][
+            "deliveries"][0]
+        self.assertEqual((sent["state"], sent.get("wake_failed")), ("accepted", None))
+
     def test_socket_lever_held_is_a_failure_and_not_tried_again(self):
         sid, sender, lines, env = self.claude_inbox_session("k-sock-held", receipt="held")
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "one")
@@ -4389,6 +4421,14 @@ class HarnessAdapterTest(SignalBase):
         self.assertIn('"--label"', text)
         self.assertIn(SCRIPT, text)
         self.assertNotIn("%CONFIG%", text)
+        # Issue 38: a fork of a session whose folder is gone (a moved
+        # checkout, Pi 1.5.2+) keeps the original's key, and Pi's shell gets
+        # the key the session joined with.  Run by hand with Pi 1.6.0 (a
+        # session in A, mv A B, pi --fork in B: one agents-room session, its
+        # cwd B; a fork while A exists: a second one); the suite has no Pi.
+        self.assertIn("sessionId = roomKey(ctx);", text)
+        self.assertIn("fs.existsSync(header.cwd)", text)
+        self.assertIn("process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;", text)
         with open(path, "w") as handle:
             handle.write("// my own extension\n")
         done = self.run_cli("setup", "pi", "--write", cwd=project, check=1)
@@ -4589,13 +4629,27 @@ class HarnessAdapterTest(SignalBase):
         self.assertEqual(listing["plugins"][0]["source"], "./plugins/agents-room")
         manifest = self.settings(os.path.join(root, ".claude-plugin", "plugin.json"))
         self.assertEqual(sorted(manifest["userConfig"]), ["autonomy", "label"])
-        self.assertEqual(manifest["mcpServers"]["agents-room"]["args"],
-                         ["-I", "-S", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        served = manifest["mcpServers"]["agents-room"]["args"]
+        self.assertEqual(served[:3] + served[4:],
+                         ["-I", "-S", "-c", "${CLAUDE_PLUGIN_ROOT}/agents_room.py", "serve"])
+        # The server starts from the bytecode cache, as the hooks do.
+        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+        ran = subprocess.run(["python3"] + [a.replace("${CLAUDE_PLUGIN_ROOT}", root)
+                                            for a in served], input=init, env=self.env,
+                             capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+        self.assertIn('"serverInfo"', ran.stdout, ran.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(root, "__pycache__")))
         self.assertIs(manifest["mcpServers"]["agents-room"]["alwaysLoad"], True)
         with open(os.path.join(root, "agents_room.py")) as handle, open(SCRIPT) as mine:
             self.assertEqual(handle.read(), mine.read())
         start = manifest["hooks"]["SessionStart"][0]["hooks"][0]["command"]
         self.assertIn('"${CLAUDE_PLUGIN_ROOT}"/agents_room.py', start)
+        # The rewake waiter rides every Stop (it ends at once below wake).
+        waiter = manifest["hooks"]["Stop"][0]["hooks"][1]
+        self.assertIn("--event=Stop --wait", waiter["command"])
+        self.assertIs(waiter["asyncRewake"], True)
         payload = json.dumps({"session_id": "plug-1", "cwd": self.tmp, "source": "startup",
                               "hook_event_name": "SessionStart"})
         env = dict(self.env, CLAUDE_PLUGIN_ROOT=root, CLAUDE_PLUGIN_OPTION_AUTONOMY="2",
@@ -4680,6 +4734,46 @@ class HarnessAdapterTest(SignalBase):
                 self.assertEqual(seen[0][0], {"msgV": 1, "type": "auth", "token": "t0k"})
                 self.assertEqual(seen[0][1]["toSessionId"], key)
                 self.assertEqual(self.state_of(boss), state)
+
+    def test_a_qwen_inbox_wake_with_a_late_receipt_is_accepted_when_its_turn_starts(self):
+        """Issue 38: under load Qwen's receipt came after the socket's second
+        and the delivery stayed offered though the turn came.  Qwen 0.24.4
+        starts the inbox's turn with a UserPromptSubmit that has an empty
+        prompt and no submitted_prompt (seen in its e2e), which the hook took
+        for a continuation and said nothing.  Such a prompt starting a turn
+        (none ran) is the wake's turn, accepted; within a running turn (after
+        tool results, or our hold) it changes nothing."""
+        path, seen = self.receiver(lambda lines, conn: None)      # no receipt
+        key = "qw-late"
+        env = {"QWEN_CODE_MESSAGING_SOCKET": path, "QWEN_CODE_MESSAGING_TOKEN": "t0k",
+               "QWEN_CODE_SESSION_ID": key}
+        me, _ = self.start(key, "--harness", "qwen-code", "--autonomy", "wake", env=env)
+        boss = self.join("--label", "boss")["session_id"]
+        self.cli_json("send", "--session", boss, "--to", me, "--subject", "x")
+        self.wait_for(lambda: seen, 10, "a frame")
+        self.assertEqual(self.state_of(boss), "offered")
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": "", "prompt_id": key + "########1"},
+                         "--harness", "qwen-code")
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(self.state_of(boss), "accepted")
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": "", "prompt_id": key + "########1"},
+                         "--harness", "qwen-code")            # after a tool result
+        self.assertEqual(done.stdout, "")
+        # Our hold's continuation: the Stop held (a turn runs), and Qwen sends
+        # its reason as the next prompt: not a wake.
+        self.hook("Stop", {"session_id": key, "cwd": self.tmp}, "--harness", "qwen-code")
+        self.cli_json("send", "--session", boss, "--to", me, "--subject", "y")
+        self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp, "prompt": "go",
+                                       "submitted_prompt": "go"}, "--harness", "qwen-code")
+        held = self.hook("Stop", {"session_id": key, "cwd": self.tmp}, "--harness",
+                         "qwen-code")
+        reason = json.loads(held.stdout)["reason"]
+        done = self.hook("UserPromptSubmit", {"session_id": key, "cwd": self.tmp,
+                                              "prompt": reason}, "--harness", "qwen-code")
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(self.state_of(boss), "offered")
 
 # ---- mail ------------------------------------------------------------------------
 
@@ -5866,6 +5960,95 @@ class SetupTest(RoomTest):
         self.assertEqual([h.get("asyncRewake", False) for h in stop], [False, True])
         self.assertIn("--wait", stop[1]["command"])
 
+    def test_setup_claude_plugin_writes_only_the_allow_rule_and_doctor_knows_it(self):
+        # Issue 38: a plugin cannot allow its own tools.  setup --plugin writes
+        # that rule (the user's settings by default: a plugin installs for the
+        # user) and nothing of setup's own (no hooks, no server), and doctor
+        # takes the enabled plugin for the hooks and server instead of
+        # reporting them missing.  Failed before: no --plugin (exit 2).
+        project = self.repo("proj")
+        user = os.path.join(self.home, ".claude", "settings.json")
+        os.makedirs(os.path.dirname(user))
+        with open(user, "w") as handle:
+            json.dump({"enabledPlugins": {"agents-room@team-market": True},
+                       "permissions": {"allow": ["Bash(ls)"]}}, handle)
+        done = self.run_cli("setup", "claude", "--plugin", "--autonomy", "wake", "--write",
+                            cwd=project, check=0)
+        self.assertIn("--config autonomy=2", done.stdout)
+        with open(user) as handle:
+            settings = json.load(handle)
+        self.assertEqual(settings["permissions"]["allow"],
+                         ["Bash(ls)", "mcp__plugin_agents-room_agents-room__*"])
+        self.assertNotIn("hooks", settings)
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".claude.json")))
+        self.assertFalse(os.path.exists(os.path.join(project, ".claude")))
+        self.assertFalse(os.path.exists(os.path.join(project, ".mcp.json")))
+        installed = os.path.join(self.home, ".claude", "plugins", "installed_plugins.json")
+        os.makedirs(os.path.dirname(installed))
+        with open(installed, "w") as handle:
+            json.dump({"version": 2, "plugins": {"agents-room@team-market": [
+                {"scope": "user"}]}}, handle)
+        checks = {c["check"]: c["status"] for c in json.loads(self.run_cli(
+            "doctor", "--json", cwd=project, check=0).stdout)}
+        shown = "\n".join(checks)
+        self.assertEqual(checks.get("Claude Code plugin agents-room@team-market: enabled in "
+                                    "%s" % user), "ok", shown)
+        self.assertEqual(checks.get("Claude Code plugin's tools allowed without asking "
+                                    "(%s)" % user), "ok", shown)
+        self.assertNotIn("not configured", shown)
+        self.assertNotIn("hooks", shown.lower().replace("plugin hook", ""))
+        self.assertNotIn("setup's own", shown)
+        # setup's own entries beside the plugin: every hook would run twice.
+        self.run_cli("setup", "claude", "--write", cwd=project, check=0)
+        checks = json.loads(self.run_cli("doctor", "--json", cwd=project, check=0).stdout)
+        self.assertTrue(any(c["status"] == "warn" and "runs twice" in c["check"]
+                            for c in checks), checks)
+        for argv, said in ((["--also", "x"], "takes no --also"),
+                           (["--tools", "all"], "takes no --also or --tools")):
+            done = self.run_cli("setup", "claude", "--plugin", *argv, cwd=project, check=2)
+            self.assertIn(said, done.stderr)
+        done = self.run_cli("setup", "codex", "--plugin", cwd=project, check=2)
+        self.assertIn("setup codex has no --plugin", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+
+    def test_doctor_says_when_the_running_harness_is_newer_than_the_e2e_passed_on(self):
+        # Issue 38: from the adapters' table and the harness's own --version
+        # (no network).  A fake claude runs doctor as its tool would.
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        for version, said in (("2.1.999", r"info +Claude Code version 2\.1\.999 is newer "
+                               r"than 2\.1\.332, the newest agents-room's end-to-end run "
+                               r"passed on: untested"),
+                              ("2.1.332", r"ok +Claude Code version 2\.1\.332 \(agents-room's "
+                               r"e2e passed on 2\.1\.332\)")):
+            with self.subTest(version=version):
+                claude = os.path.join(bindir, "claude")
+                with open(claude, "w") as handle:
+                    handle.write('#!/bin/sh\nif [ "$1" = --version ]; then echo "%s (Claude '
+                                 'Code)"; exit 0; fi\n"%s" "%s" doctor\n' % (
+                                     version, sys.executable, SCRIPT))
+                os.chmod(claude, 0o755)
+                done = subprocess.run([claude], env=dict(self.env, CLAUDECODE="1"),
+                                      capture_output=True, text=True, timeout=120,
+                                      cwd=self.tmp)
+                self.assertRegex(done.stdout, said)
+
+    def test_the_adapters_tested_versions_are_the_e2e_pins(self):
+        # One table: the versions doctor compares with are the ones CI runs.
+        with open(os.path.join(HERE, "Makefile")) as handle:
+            makefile = handle.read()
+        pins = dict(re.findall(r"(?:^|\s)(@?[\w.-]+(?:/[\w.-]+)?(?:\[\w+\])?)(?:@|==)"
+                               r"(\d+(?:\.\d+)+)\b", makefile))
+        packages = {"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex",
+                    "hermes": "hermes-agent[mcp]", "qwen-code": "@qwen-code/qwen-code",
+                    "gemini": "@google/gemini-cli", "pi": "@earendil-works/pi-coding-agent",
+                    "opencode": "opencode-ai", "kilo": "@kilocode/cli",
+                    "copilot": "@github/copilot"}
+        for adapter in agents_room.HARNESS_ADAPTERS:
+            if adapter.setup_name:
+                self.assertEqual(adapter.tested, pins.get(packages[adapter.name]),
+                                 adapter.name)
+
     def test_setup_refuses_broken_json(self):
         project = self.repo("proj")
         os.makedirs(os.path.join(project, ".claude"))
@@ -6589,6 +6772,31 @@ class SignalScenarioTest(SignalBase):
         self.assertNotIn("NEWSECRET", stderr)
         self.assertNotIn("from sender", stderr)     # the woken turn's prompt: no label
         self.assertEqual(self.state_of(sender), "accepted")
+
+    def test_a_rewake_waiter_below_wake_ends_and_wakes_nothing(self):
+        """Issue 38: the plugin starts the waiter after every turn whatever
+        its autonomy option says (a plugin cannot choose its hooks), so the
+        waiter itself keeps to the session's autonomy: at hold it ends at
+        once and a send stays stored; a waiter armed at wake ends when a
+        room's cap lowers it.  Before, both waited and woke the session."""
+        sid, _ = self.start("k-hold", "--room", "r", "--autonomy", "hold")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        waiter.stdin.write(json.dumps({"session_id": "k-hold", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.assertEqual(waiter.wait(10), 0)
+        self.assertEqual(self.event_count("wake.armed", sid), 0)
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.assertEqual(self.state_of(sender), "stored")
+        woke, _ = self.start("k-capped", "--room", "r", "--autonomy", "wake")
+        waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
+                                    text=False, env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        waiter.stdin.write(json.dumps({"session_id": "k-capped", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.wait_for(lambda: self.event_count("wake.armed", woke), 10, "waiter armed")
+        self.cli_json("set-cap", "--session", sender, "--room", "r", "hold")
+        self.assertEqual(waiter.wait(10), 0)
 
     def test_rewake_waiter_wakes_for_a_message_stamped_before_it_armed(self):
         """Issue 40: what is new since arming is told by id: a sender whose

@@ -617,6 +617,16 @@ def s_midturn(box):
     return "signal after the bash result: %s" % signal_line(tail)[:110]
 
 
+def last_message_text(req):
+    """The text of a request's last message, all its blocks: Kilo adds its
+    <environment_details> block after the text of every user message (and a
+    resumed run's digest may follow the signal)."""
+    last = (req.messages() or [{}])[-1]
+    content = last.get("content")
+    return content if isinstance(content, str) else "\n".join(
+        b.get("text", "") for b in content or [] if isinstance(b, dict))
+
+
 def s_hold_once(box):
     state = {"turn": 1}
 
@@ -634,7 +644,7 @@ def s_hold_once(box):
     hold = new_text(first[1], first[0])
     check(SIGNAL_RE.search(hold), "the continuation does not carry the signal: %r"
           % hold[-300:])
-    check(first[1].last_role() == "user" and SIGNAL_RE.search(first[1].user_texts()[-1]),
+    check(first[1].last_role() == "user" and SIGNAL_RE.search(last_message_text(first[1])),
           "the continuation does not end with the signal as a user message")
     check(len(first) == 2, "the Stop was held %d times in one turn" % (len(first) - 1))
     check("agents_room" not in hold and "--event=Stop" not in hold,
@@ -674,9 +684,8 @@ def s_wake(box, side_rows):
     def script(req):
         # The woken turn's prompt is the signal (a resumed run's digest may
         # follow it: the hook adds no second copy of the signal).
-        texts = req.user_texts()[-2:]
-        if "woken" not in state and state.get("sent_at") and any(
-                SIGNAL_RE.search(t) for t in texts):
+        if "woken" not in state and state.get("sent_at") and req.last_role() == "user" \
+                and SIGNAL_RE.search(last_message_text(req)):
             state["woken"] = req
             state["at_wake"] = box.states()
             return Reply(calls=[ar_call("msg_recv", {"session_id": state["sid"]})])
