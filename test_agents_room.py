@@ -8576,6 +8576,7 @@ class PgStoreTest(RoomTest):
         me = call("room_join", label="me", harness_key="k-me")["session_id"]
         peer = call("room_join", label="peer", harness_key="k-peer")["session_id"]
         call("msg_send", session_id=me, to=peer, subject="hello there")
+        self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
             "messages"]), 1)
@@ -8794,6 +8795,68 @@ class PgStoreTest(RoomTest):
             if name == "room_who":
                 self.assertEqual(len(answer["sessions"]), 5)
         self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
+
+    def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
+        """Issue 40: through the proxy, as across a network (the lock late),
+        a claim of a file the last claims did not name reads ahead what it
+        needs (the keys come from its path), takes its fence with its BEGIN,
+        and sends its writes with the lock and its COMMIT: two round trips
+        (nine before).  A renewal, a refusal: two.  One whose reads another
+        host's grant changed before its lock runs again holding the lock,
+        reading ahead again: four in all (ten before)."""
+        from unittest import mock
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
+        far.start()
+        self.addCleanup(far.stop)
+        store, proxy = self.far_store(0.002)
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        # Both alive while this process is: a holder gone would be taken over.
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp", pid=os.getpid(),
+                                  pid_start=agents_room.process_start(os.getpid()))
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-claim-me")["session_id"]
+        rival = agents_room.call_tool(other, ctx, "room_join", {
+            "label": "rival", "harness_key": "k-claim-rival"})["session_id"]
+
+        def turns(name, **args):
+            before = proxy.turns
+            answer = call(name, **args)
+            return proxy.turns - before, answer
+        for i in range(3):                        # the first calls teach the next
+            call("lease_claim", session_id=me, path="warm%d.txt" % i)
+        fences = []
+        for i in range(4):
+            count, answer = turns("lease_claim", session_id=me, path="new%d.txt" % i)
+            self.assertTrue(answer["ok"], answer)
+            self.assertEqual(count, 2, "a claim of new%d.txt" % i)
+            fences.append(answer["lease"]["fence"])
+        self.assertEqual(fences, sorted(set(fences)))
+        count, answer = turns("lease_claim", session_id=me, path="new3.txt")
+        self.assertEqual((count, answer["reason"]), (2, "renewed"))
+        for name in ("theirs.txt", "theirs2.txt"):
+            agents_room.call_tool(other, ctx, "lease_claim", {"session_id": rival,
+                                                              "path": name})
+        call("lease_claim", session_id=me, path="theirs.txt")    # a refusal teaches
+        count, answer = turns("lease_claim", session_id=me, path="theirs2.txt")
+        self.assertEqual((count, answer["ok"]), (2, False))
+        # The race: the rival releases the file between this call's reads
+        # (held: a refusal) and its lock (free: granted).
+        agents_room.call_tool(other, ctx, "lease_claim", {"session_id": rival,
+                                                          "path": "raced.txt"})
+        lock, raced = agents_room._PgCall._lock, []
+
+        def rival_first(call_, conn):
+            if call_.tool == "lease_claim" and not raced:
+                raced.append(agents_room.call_tool(other, ctx, "lease_release", {
+                    "session_id": rival, "path": "raced.txt"}))
+            return lock(call_, conn)
+        with mock.patch.object(agents_room._PgCall, "_lock", rival_first):
+            count, answer = turns("lease_claim", session_id=me, path="raced.txt")
+        self.assertEqual(len(raced), 1)
+        self.assertTrue(answer["ok"], answer)
+        self.assertEqual(answer["reason"], "acquired")
+        self.assertLessEqual(count, 4)
 
     def refused_ahead(self, tool, phase, mode):
         """While in effect, the reads tool sends ahead in phase (and the
