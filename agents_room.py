@@ -12703,6 +12703,7 @@ class PgConnection:
         if group:
             out.append(_PG_SYNC)
             groups.append(group)
+        self._ended_by_server()
         try:
             self._send_raw(b"".join(out))
         except OSError as error:
@@ -12712,6 +12713,31 @@ class PgConnection:
         for statement in statements:
             if statement.state is not None:
                 self.in_transaction = statement.state
+
+    def _ended_by_server(self):
+        """Inside a transaction with nothing in flight the server says nothing
+        unasked, unless it ended the transaction and the connection (a FATAL:
+        it sat idle past idle_in_transaction_session_timeout while a link was
+        down, or an administrator's terminate).  Then that error, before
+        anything more is sent: nothing of the transaction was written."""
+        if not self.in_transaction or self._flight or self._at < len(self._buffer) or \
+                self.sock is None:
+            return
+        import select
+        try:
+            if not select.select([self.sock], [], [], 0)[0]:
+                return
+            self.sock.settimeout(0)        # readable, yet maybe no message (TLS)
+            chunk = self.sock.recv(PG_READ_CHUNK)
+        except OSError:
+            return                         # the send says what is wrong, if anything
+        self._buffer += chunk
+        head = self._buffer[self._at:self._at + 5]
+        if len(head) == 5 and head[:1] == b"E" and len(self._buffer) - self._at >= \
+                1 + int.from_bytes(head[1:5], "big"):
+            error = self._error(self._message()[1])
+            self.close()
+            raise error
 
     def receive(self):
         """Read the answers to everything sent, in the order it was sent."""
@@ -12728,6 +12754,14 @@ class PgConnection:
                     self._read_group(group)
                 self._flight.pop(0)
         except OSError as error:
+            # The server's own word for why it closed, read before the close
+            # (the FATAL of a transaction it ended while idle, whose news the
+            # link brought back only after this was sent): nothing was written.
+            ended = next((s.error for group in self._flight for s in group if
+                          s.error is not None and s.error.sqlstate == "25P03"), None)
+            if ended is not None:
+                self.close()
+                raise ended
             sent = any(s.write for group in self._flight for s in group)
             raise self._lost(error, sent)
 
@@ -13338,6 +13372,11 @@ def explain_pg(error, url):
         return StoreError("the store %s stayed locked: %s" % (where, text),
                           "another process holds a long write transaction; retry",
                           code="locked")
+    if state == "25P03":
+        return StoreError("PostgreSQL ended this call's transaction: %s" % text,
+                          "it sat idle longer than the server allows (a link down, a "
+                          "process stopped); nothing of it was written and the lock it "
+                          "held was freed: run it again", code="unavailable")
     if error.lost:
         first = ("is it a PostgreSQL server (or a pooler that speaks its protocol)? the "
                  "connection was closed; " if state == "08P01" else

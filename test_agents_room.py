@@ -8858,6 +8858,40 @@ class PgStoreTest(RoomTest):
         self.assertEqual(answer["reason"], "acquired")
         self.assertLessEqual(count, 4)
 
+    def test_a_transaction_the_server_ended_is_one_clear_error(self):
+        """Issue 40: a process holding the room's lock whose link is down
+        longer than the server lets a transaction idle: the server ends it
+        (and frees the lock).  The process's commit is then one error that
+        says nothing was written (the server said so), not "may or may not
+        have been committed", and its next call connects again."""
+        idle = "%20-cidle_in_transaction_session_timeout%3D300"
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp)
+        # Its news there before the commit is sent; and (0.5 s each way) the
+        # commit sent before the news arrives (as a link restored brings it).
+        for delay_s, pause_s in ((None, 1.5), (0.5, 0.1)):
+            if delay_s is None:
+                store = agents_room.open_store(self.db + idle)
+                self.addCleanup(store.close)
+            else:
+                store, _ = self.far_store(delay_s)
+                store.close()
+                store = agents_room.open_store(store.path + idle)
+                self.addCleanup(store.close)
+            with self.assertRaises(agents_room.StoreError) as caught:
+                with store.write() as conn:                # the lock from BEGIN
+                    agents_room.event(conn, "test.held")
+                    time.sleep(pause_s)                    # the link down
+            self.assertIn("ended this call's transaction", caught.exception.message)
+            self.assertIn("nothing of it was written", caught.exception.hint)
+            with other.read() as conn:
+                self.assertEqual(conn.execute("SELECT COUNT(*) FROM events WHERE kind = "
+                                              "'test.held'").fetchone()[0], 0)
+            if delay_s is None:        # (far, each statement would idle past 300 ms)
+                joined = agents_room.call_tool(store, ctx, "room_join", {"label": "after"})
+                self.assertTrue(joined["session_id"])
+
     def refused_ahead(self, tool, phase, mode):
         """While in effect, the reads tool sends ahead in phase (and the
         call's mode) include one the server refuses, as a statement timeout
