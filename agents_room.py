@@ -1256,9 +1256,15 @@ MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migr
 def _grant(conn, session_id, kind, key, real, shown, mode, at):
     """A new grant of a resource: its fence, a number no earlier grant of any
     resource has, assigned by the store in the grant's transaction."""
-    return conn.execute(
-        "INSERT INTO grants (session_id, kind, key, real, shown, mode, granted_at) "
-        "VALUES (?,?,?,?,?,?,?)", (session_id, kind, key, real, shown, mode, at)).lastrowid
+    # The number is taken first (under the write lock, so it is the next one;
+    # PostgreSQL takes it ahead, as a message's id, see PG_DIALECT): the
+    # INSERT then waits for no answer, and goes with the COMMIT.
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name='grants'").fetchone()
+    fence = (seq[0] if seq else 0) + 1
+    conn.execute(
+        "INSERT INTO grants (id, session_id, kind, key, real, shown, mode, granted_at) "
+        "VALUES (?,?,?,?,?,?,?,?)", (fence, session_id, kind, key, real, shown, mode, at))
+    return fence
 
 
 def run_migration(conn, migration):
@@ -1585,6 +1591,9 @@ class SqliteStore:
         """The door's call, for a store that plans its statements from it
         (PostgreSQL); nothing here."""
         return _NoCall()
+
+    def derived(self, again, *inputs):
+        """Values an operation derived from its arguments: see PgStore's."""
 
     def write(self, call=None):
         return _Transaction(self, "BEGIN IMMEDIATE")
@@ -5456,18 +5465,40 @@ class Op:
     def resources(self, path=None, resources=None):
         """The resources a lease call names (path and/or resources), parsed
         once into Resource values, deduplicated, in order."""
-        items = ([path] if path else []) + list(resources or [])
-        if not items:
-            raise UsageError("name a path or resources (a list of paths or kind:name)")
-        if len(items) > LEASE_TARGETS_MAX:
-            raise UsageError("at most %d resources in one call" % LEASE_TARGETS_MAX)
-        seen, found = set(), []
-        for item in items:
-            resource = Resource.parse(item, self.base)
-            if resource.ident not in seen:
-                seen.add(resource.ident)
-                found.append(resource)
+        found = parse_resources(self.base, path, resources)
+        # What the lease reads are keyed by comes from these arguments: a
+        # store that reads ahead (PostgreSQL's) may do so for the next call.
+        self.store.derived(resource_keys, self.base, path, resources)
         return found
+
+
+def parse_resources(base, path=None, resources=None):
+    """Op.resources, from the base relative paths resolve against."""
+    items = ([path] if path else []) + list(resources or [])
+    if not items:
+        raise UsageError("name a path or resources (a list of paths or kind:name)")
+    if len(items) > LEASE_TARGETS_MAX:
+        raise UsageError("at most %d resources in one call" % LEASE_TARGETS_MAX)
+    seen, found = set(), []
+    for item in items:
+        resource = Resource.parse(item, base)
+        if resource.ident not in seen:
+            seen.add(resource.ident)
+            found.append(resource)
+    return found
+
+
+def resource_keys(base, path=None, resources=None):
+    """The values the lease reads name for these resources (their keys, the
+    directories above and the ranges under them: overlapping_leases and
+    the windows' reads), in a fixed order."""
+    out = []
+    for resource in parse_resources(base, path, resources):
+        out += [resource.kind, resource.key, resource.shown, resource.real, resource.inode]
+        if resource.kind == "path":
+            for key in (resource.key, resource.real):
+                out += path_ancestors(key) + list(descendant_range(key))
+    return out
 
 
 def untold_signal(op):
@@ -7479,12 +7510,19 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode=None,
     for resource in targets:
         mine = conn.execute("SELECT * FROM leases WHERE kind=? AND key=? AND "
                             "session_id=?", (resource.kind, resource.key, me)).fetchone()
+        # The lease as it now stands, from what was written (read back, it
+        # would cost a round trip on a far server: a read after the writes).
+        lease = {"session_id": me, "kind": resource.kind, "mode": mode,
+                 "expires_at": at + ttl_s}
         if mine and mine["expires_at"] > at:
             # A renewal of a live lease: the same grant, the same fence.
             conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
                          "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
-            reason, lease_id = "renewed" if mine["mode"] == mode else \
-                "renewed (was %s)" % mine["mode"], mine["id"]
+            reason = "renewed" if mine["mode"] == mode else \
+                "renewed (was %s)" % mine["mode"]
+            lease.update(path=mine["path"], acquired_at=mine["acquired_at"],
+                         fence=mine["fence"], purpose=mine["purpose"] if purpose is None
+                         else purpose)
         elif mine:
             # Expired, so anyone could have held it meanwhile: a new grant.
             fence = _grant(conn, me, resource.kind, resource.key, resource.real,
@@ -7492,19 +7530,21 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode=None,
             conn.execute("UPDATE leases SET mode=?, expires_at=?, acquired_at=?, fence=?, "
                          "purpose=COALESCE(?, purpose) WHERE id=?",
                          (mode, at + ttl_s, at, fence, purpose, mine["id"]))
-            reason, lease_id = "acquired again (yours had expired)", mine["id"]
+            reason = "acquired again (yours had expired)"
+            lease.update(path=mine["path"], acquired_at=at, fence=fence,
+                         purpose=mine["purpose"] if purpose is None else purpose)
         else:
             fence = _grant(conn, me, resource.kind, resource.key, resource.real,
                            resource.shown, mode, at)
-            lease_id = conn.execute(
+            conn.execute(
                 "INSERT INTO leases (session_id, path, kind, key, mode, purpose, "
                 "acquired_at, expires_at, inode, real, fence) VALUES "
                 "(?,?,?,?,?,?,?,?,?,?,?)",
                 (me, resource.shown, resource.kind, resource.key, mode, purpose, at,
-                 at + ttl_s, resource.inode, resource.real, fence)).lastrowid
+                 at + ttl_s, resource.inode, resource.real, fence))
             reason = "acquired"
+            lease.update(path=resource.shown, acquired_at=at, fence=fence, purpose=purpose)
         reasons.append(reason)
-        lease = conn.execute("SELECT * FROM leases WHERE id=?", (lease_id,)).fetchone()
         op.event("lease.claim", me, subject=resource.key,
                  data={"mode": mode, "expires_at": at + ttl_s, "reason": reason,
                        "kind": resource.kind, "purpose": purpose, "shown": resource.shown,
@@ -13024,6 +13064,7 @@ class PgConnection:
         if group:
             out.append(_PG_SYNC)
             groups.append(group)
+        self._ended_by_server()
         try:
             self._send_raw(b"".join(out))
         except OSError as error:
@@ -13033,6 +13074,31 @@ class PgConnection:
         for statement in statements:
             if statement.state is not None:
                 self.in_transaction = statement.state
+
+    def _ended_by_server(self):
+        """Inside a transaction with nothing in flight the server says nothing
+        unasked, unless it ended the transaction and the connection (a FATAL:
+        it sat idle past idle_in_transaction_session_timeout while a link was
+        down, or an administrator's terminate).  Then that error, before
+        anything more is sent: nothing of the transaction was written."""
+        if not self.in_transaction or self._flight or self._at < len(self._buffer) or \
+                self.sock is None:
+            return
+        import select
+        try:
+            if not select.select([self.sock], [], [], 0)[0]:
+                return
+            self.sock.settimeout(0)        # readable, yet maybe no message (TLS)
+            chunk = self.sock.recv(PG_READ_CHUNK)
+        except OSError:
+            return                         # the send says what is wrong, if anything
+        self._buffer += chunk
+        head = self._buffer[self._at:self._at + 5]
+        if len(head) == 5 and head[:1] == b"E" and len(self._buffer) - self._at >= \
+                1 + int.from_bytes(head[1:5], "big"):
+            error = self._error(self._message()[1])
+            self.close()
+            raise error
 
     def receive(self):
         """Read the answers to everything sent, in the order it was sent."""
@@ -13049,6 +13115,14 @@ class PgConnection:
                     self._read_group(group)
                 self._flight.pop(0)
         except OSError as error:
+            # The server's own word for why it closed, read before the close
+            # (the FATAL of a transaction it ended while idle, whose news the
+            # link brought back only after this was sent): nothing was written.
+            ended = next((s.error for group in self._flight for s in group if
+                          s.error is not None and s.error.sqlstate == "25P03"), None)
+            if ended is not None:
+                self.close()
+                raise ended
             sent = any(s.write for group in self._flight for s in group)
             raise self._lost(error, sent)
 
@@ -13526,6 +13600,10 @@ PG_DIALECT = {
     "SELECT seq FROM sqlite_sequence WHERE name='messages'":
         "SELECT n.id - 1 FROM (SELECT nextval('messages_id_seq') AS id) n, LATERAL "
         "(SELECT %s) l" % (PG_ID_LOCK % ("messages", "n.id")),
+    # A grant's fence likewise: fences commit in their order.
+    "SELECT seq FROM sqlite_sequence WHERE name='grants'":
+        "SELECT n.id - 1 FROM (SELECT nextval('grants_id_seq') AS id) n, LATERAL "
+        "(SELECT %s) l" % (PG_ID_LOCK % ("grants", "n.id")),
     # Full-text search: no FTS5 table; the search reads with ILIKE.  PERF: no
     # index serves it (a tsvector column would).
     "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
@@ -13655,6 +13733,11 @@ def explain_pg(error, url):
         return StoreError("the store %s stayed locked: %s" % (where, text),
                           "another process holds a long write transaction; retry",
                           code="locked")
+    if state == "25P03":
+        return StoreError("PostgreSQL ended this call's transaction: %s" % text,
+                          "it sat idle longer than the server allows (a link down, a "
+                          "process stopped); nothing of it was written and the lock it "
+                          "held was freed: run it again", code="unavailable")
     if error.lost:
         first = ("is it a PostgreSQL server (or a pooler that speaks its protocol)? the "
                  "connection was closed; " if state == "08P01" else
@@ -13985,6 +14068,13 @@ class PgStore:
         calling.call.pessimistic = calling.call.pessimistic or lock_first
         return calling
 
+    def derived(self, again, *inputs):
+        """Values the operation of the door's call derived from its arguments
+        (again(*inputs) gives them; a module-level function, the same for
+        every call): its planner may then read ahead what they key."""
+        if self._calls:
+            self._calls[-1].derive(again, inputs)
+
     def write(self, call=None):
         return _PgTransaction(self, True, call)
 
@@ -14194,7 +14284,9 @@ PG_VOLATILE = ("nextval(", "setval(", "currval(", "lastval(", "pg_advisory", "pg
                "current_timestamp", "to_regclass", "set_config", "pg_has_role")
 PG_AHEAD_MAX = 200                 # statements read ahead in one pipeline, at most
 PG_AHEAD_ROWS = 100                # rows of one read that further reads follow
-PG_TEMPLATE_CALLS = 3              # a template unused this many calls is forgotten
+# A template unused this many calls is forgotten (a claimer refused a few
+# times in a row still reads ahead what its grant needs: its fence).
+PG_TEMPLATE_CALLS = 8
 PG_TEMPLATES_MAX = 400             # templates kept per tool
 PG_CLOCK_SLACK_S = 0.25            # a call's clock, at most this before its lock
 PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
@@ -14472,6 +14564,44 @@ class _PgCall:
         self.logged = {}                  # key -> (its last place in log, its read)
         self.asked = {}                   # key -> how often it was asked
         self.learned = store._learned.get(tool)
+        self.derivations = []             # (again, its inputs' sources, its values)
+        self._derived = {}                # (again, sources) -> its values now
+
+    def derive(self, again, inputs):
+        """The operation derived values from its arguments (store.derived):
+        a parameter among them is learned as the derivation's, so the next
+        call reads ahead with its own (a lease on another file)."""
+        sources = []
+        for value in inputs:
+            source = next((("arg", name) for name, arg in sorted(self.args.items())
+                           if type(arg) is type(value) and arg == value), None)
+            if source is None:
+                if isinstance(value, list):
+                    value = tuple(value)
+                try:
+                    hash(value)
+                except TypeError:
+                    return
+                source = ("const", value)
+            sources.append(source)
+        sources = tuple(sources)
+        try:
+            values = again(*inputs)
+        except (RoomError, OSError, ValueError, TypeError):
+            return
+        self.derivations.append((again, sources, values))
+        self._derived[(again, sources)] = values
+
+    def _derivation(self, again, sources):
+        """A derivation's values for this call's arguments (None: it fails)."""
+        key = (again, sources)
+        if key not in self._derived:
+            inputs = [self.args.get(s[1]) if s[0] == "arg" else s[1] for s in sources]
+            try:
+                self._derived[key] = again(*inputs)
+            except (RoomError, OSError, ValueError, TypeError):
+                self._derived[key] = None
+        return self._derived[key]
 
     # -- the connection's planner --
     def hit(self, conn, sql, params):
@@ -14541,6 +14671,10 @@ class _PgCall:
     def begin(self, conn, write):
         self.cache, self.unlocked, self.consumed, self.once = {}, set(), {}, set()
         self.sequences = []
+        # An attempt again (after a Conflict, or a read that found it must
+        # write) asks its reads again: they are read ahead again, not one by
+        # one, and it is what this attempt asks that the next calls learn.
+        self.asked, self.log = {}, []
         self.ended = False
         lock = write and self.pessimistic
         self.mode = "read" if not write else "locked" if lock else "open"
@@ -14794,6 +14928,11 @@ class _PgCall:
                 value = items[source[2]]
             elif kind == "const":
                 value = source[1]
+            elif kind == "derived":
+                values = self._derivation(source[1], source[2])
+                if values is None or source[3] >= len(values):
+                    return []
+                value = values[source[3]]
             else:
                 follow = (index, source[1], source[2])
                 value = None
@@ -14895,6 +15034,10 @@ class _PgCall:
                 for index, item in enumerate(arg):
                     if type(item) is type(value) and item == value:
                         return ("item", name, index)
+        for again, sources, values in self.derivations:
+            for index, derived in enumerate(values):
+                if type(derived) is type(value) and derived == value:
+                    return ("derived", again, sources, index)
         # Rows are followed by the keys calls walk: session ids, and integer
         # ids (id, *_id); any other value is taken to come back the same.
         if is_session_id(value) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -15874,6 +16017,49 @@ print(done, errors, time.time())
 """
 
 
+# A host claiming one file against others: its own link (a proxy in its own
+# process, so its round trips are its own count), each claim's client turns
+# and time; a claim granted is released (not counted) so the file turns over.
+BENCH_CLAIMER = """
+import os, sys, time
+sys.path.insert(0, %r)
+import agents_room as ar
+index, room, delay = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+url = os.environ["AGENTS_ROOM_DB"]
+proxy = ar._DelayProxy(ar._proxy_target(url), delay)
+os.environ["AGENTS_ROOM_DB"] = ar._url_via_proxy(url, proxy.port)
+store = ar.open_store()
+# Alive while this process is: a holder judged gone would be taken over.
+ctx = ar.Context(cwd=os.getcwd(), pid=os.getpid(), pid_start=ar.process_start(os.getpid()))
+sid = ar.call_tool(store, ctx, "room_join", {"room": room,
+    "harness_key": "%%s-claimer-%%d" %% (room, index)})["session_id"]
+args = {"session_id": sid, "path": "contended.txt", "ttl_s": 60}
+for warm in range(3):
+    own = "claimer-%%d.txt" %% index
+    ar.call_tool(store, ctx, "lease_claim", dict(args, path=own))
+    ar.call_tool(store, ctx, "lease_release", {"session_id": sid, "path": own})
+print("ready", flush=True)
+start, until = (float(x) for x in sys.stdin.readline().split())
+while time.time() < start:
+    time.sleep(0.001)
+out, errors = [], 0
+while time.time() < until:
+    before, started = proxy.turns, time.perf_counter()
+    try:
+        got = ar.call_tool(store, ctx, "lease_claim", args)
+    except ar.RoomError as error:
+        errors += 1
+        sys.stderr.write(error.message + "\\n")
+        continue
+    out.append((time.perf_counter() - started, proxy.turns - before,
+                got["lease"]["fence"] if got["ok"] else 0))
+    if got["ok"]:
+        ar.call_tool(store, ctx, "lease_release", {"session_id": sid,
+                                                   "path": "contended.txt"})
+print(errors, " ".join("%%.6f:%%d:%%d" %% item for item in out))
+"""
+
+
 class _DelayProxy:
     """A TCP proxy on 127.0.0.1 (or the address bind) to a PostgreSQL server
     (its TCP port or its socket) that holds each chunk delay_s before passing
@@ -16007,7 +16193,8 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
             for name, arguments, goal in (
                     ("msg_send to 1", {"session_id": sid, "to": inbox, "subject": "s"}, 3),
                     ("msg_recv", {"session_id": inbox, "limit": 5}, 2),
-                    ("room_who", {"session_id": sid}, 2)):
+                    ("room_who", {"session_id": sid}, 2),
+                    ("lease_claim", {"session_id": sid, "path": "far.txt"}, 3)):
                 params = {"name": name.split()[0], "arguments": arguments}
                 # The calls at no distance, then at the distance (the proxy's
                 # delay set between them, and a few calls to warm each): the
@@ -16040,6 +16227,7 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
                 row["met"] = round(trips) <= goal      # to the nearest round trip
         finally:
             server.close()
+        _bench_claimers(b, env, workdir, rtt_ms, room, tag, seconds)
         code = BENCH_WRITER % os.path.dirname(this_file())
         writers = [subprocess.Popen([b.python, "-c", code, str(i), inbox, room],
                                     env=env,
@@ -16072,6 +16260,49 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
               note="%d sent, %d stored, %d errors" % (sent, stored, errors))
     finally:
         proxy.close()
+
+
+def _bench_claimers(b, env, workdir, rtt_ms, room, tag, seconds, hosts=3):
+    """Three processes claiming one file at once for seconds, each through a
+    link of its own at rtt_ms: the round trips of a claim under contention
+    (its client turns as its own proxy counts them), and its time."""
+    import subprocess
+    code = BENCH_CLAIMER % os.path.dirname(this_file())
+    claimers = [subprocess.Popen([b.python, "-c", code, str(i), room, str(rtt_ms / 2000.0)],
+                                 env=env, cwd=workdir, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(hosts)]
+    for proc in claimers:
+        if proc.stdout.readline().strip() != "ready":
+            raise RoomError("bench: a claimer failed: %s" % proc.communicate()[1][-500:])
+    start = time.time() + 0.5
+    for proc in claimers:
+        proc.stdin.write("%r %r\n" % (start, start + seconds))
+        proc.stdin.flush()
+    times, turns, fences, errors = [], [], [], 0
+    for proc in claimers:
+        out, err = proc.communicate(timeout=seconds + 120)
+        if proc.returncode != 0 or not out.strip():
+            raise RoomError("bench: a claimer failed: %s" % err.strip()[-500:])
+        head, _, items = out.strip().partition(" ")
+        errors += int(head)
+        for item in items.split():
+            took, count, fence = item.split(":")
+            times.append(float(took))
+            turns.append(int(count))
+            if int(fence):
+                fences.append(int(fence))
+    if not times:
+        raise RoomError("bench: no claim of %d claimers ended" % hosts)
+    mean = sum(turns) / float(len(turns))
+    row = b.add("at %slease_claim, %d processes claiming one file at once (%d claims)" % (
+        tag, hosts, len(times)), times, goal="<= 5 round trips, one holder",
+        note="%.1f client turns per claim (each process's own link), %.1f at p50, max %d; "
+             "%d granted (each released after), fences %s, %d errors" % (
+                 mean, _percentile(sorted(turns), 0.5), max(turns), len(fences),
+                 "distinct" if len(set(fences)) == len(fences) else "REPEATED", errors))
+    row["client_turns"] = round(mean, 2)
+    row["met"] = mean <= 5 and errors == 0 and len(set(fences)) == len(fences)
 
 
 def render_bench(result):

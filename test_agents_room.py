@@ -8980,6 +8980,7 @@ class PgStoreTest(RoomTest):
         me = call("room_join", label="me", harness_key="k-me")["session_id"]
         peer = call("room_join", label="peer", harness_key="k-peer")["session_id"]
         call("msg_send", session_id=me, to=peer, subject="hello there")
+        self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
             "messages"]), 1)
@@ -9198,6 +9199,102 @@ class PgStoreTest(RoomTest):
             if name == "room_who":
                 self.assertEqual(len(answer["sessions"]), 5)
         self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
+
+    def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
+        """Issue 40: through the proxy, as across a network (the lock late),
+        a claim of a file the last claims did not name reads ahead what it
+        needs (the keys come from its path), takes its fence with its BEGIN,
+        and sends its writes with the lock and its COMMIT: two round trips
+        (nine before).  A renewal, a refusal: two.  One whose reads another
+        host's grant changed before its lock runs again holding the lock,
+        reading ahead again: four in all (ten before)."""
+        from unittest import mock
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
+        far.start()
+        self.addCleanup(far.stop)
+        store, proxy = self.far_store(0.002)
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        # Both alive while this process is: a holder gone would be taken over.
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp", pid=os.getpid(),
+                                  pid_start=agents_room.process_start(os.getpid()))
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key="k-claim-me")["session_id"]
+        rival = agents_room.call_tool(other, ctx, "room_join", {
+            "label": "rival", "harness_key": "k-claim-rival"})["session_id"]
+
+        def turns(name, **args):
+            before = proxy.turns
+            answer = call(name, **args)
+            return proxy.turns - before, answer
+        for i in range(3):                        # the first calls teach the next
+            call("lease_claim", session_id=me, path="warm%d.txt" % i)
+        fences = []
+        for i in range(4):
+            count, answer = turns("lease_claim", session_id=me, path="new%d.txt" % i)
+            self.assertTrue(answer["ok"], answer)
+            self.assertEqual(count, 2, "a claim of new%d.txt" % i)
+            fences.append(answer["lease"]["fence"])
+        self.assertEqual(fences, sorted(set(fences)))
+        count, answer = turns("lease_claim", session_id=me, path="new3.txt")
+        self.assertEqual((count, answer["reason"]), (2, "renewed"))
+        for name in ("theirs.txt", "theirs2.txt"):
+            agents_room.call_tool(other, ctx, "lease_claim", {"session_id": rival,
+                                                              "path": name})
+        call("lease_claim", session_id=me, path="theirs.txt")    # a refusal teaches
+        count, answer = turns("lease_claim", session_id=me, path="theirs2.txt")
+        self.assertEqual((count, answer["ok"]), (2, False))
+        # The race: the rival releases the file between this call's reads
+        # (held: a refusal) and its lock (free: granted).
+        agents_room.call_tool(other, ctx, "lease_claim", {"session_id": rival,
+                                                          "path": "raced.txt"})
+        lock, raced = agents_room._PgCall._lock, []
+
+        def rival_first(call_, conn):
+            if call_.tool == "lease_claim" and not raced:
+                raced.append(agents_room.call_tool(other, ctx, "lease_release", {
+                    "session_id": rival, "path": "raced.txt"}))
+            return lock(call_, conn)
+        with mock.patch.object(agents_room._PgCall, "_lock", rival_first):
+            count, answer = turns("lease_claim", session_id=me, path="raced.txt")
+        self.assertEqual(len(raced), 1)
+        self.assertTrue(answer["ok"], answer)
+        self.assertEqual(answer["reason"], "acquired")
+        self.assertLessEqual(count, 4)
+
+    def test_a_transaction_the_server_ended_is_one_clear_error(self):
+        """Issue 40: a process holding the room's lock whose link is down
+        longer than the server lets a transaction idle: the server ends it
+        (and frees the lock).  The process's commit is then one error that
+        says nothing was written (the server said so), not "may or may not
+        have been committed", and its next call connects again."""
+        idle = "%20-cidle_in_transaction_session_timeout%3D300"
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp)
+        # Its news there before the commit is sent; and (0.5 s each way) the
+        # commit sent before the news arrives (as a link restored brings it).
+        for delay_s, pause_s in ((None, 1.5), (0.5, 0.1)):
+            if delay_s is None:
+                store = agents_room.open_store(self.db + idle)
+                self.addCleanup(store.close)
+            else:
+                store, _ = self.far_store(delay_s)
+                store.close()
+                store = agents_room.open_store(store.path + idle)
+                self.addCleanup(store.close)
+            with self.assertRaises(agents_room.StoreError) as caught:
+                with store.write() as conn:                # the lock from BEGIN
+                    agents_room.event(conn, "test.held")
+                    time.sleep(pause_s)                    # the link down
+            self.assertIn("ended this call's transaction", caught.exception.message)
+            self.assertIn("nothing of it was written", caught.exception.hint)
+            with other.read() as conn:
+                self.assertEqual(conn.execute("SELECT COUNT(*) FROM events WHERE kind = "
+                                              "'test.held'").fetchone()[0], 0)
+            if delay_s is None:        # (far, each statement would idle past 300 ms)
+                joined = agents_room.call_tool(store, ctx, "room_join", {"label": "after"})
+                self.assertTrue(joined["session_id"])
 
     def refused_ahead(self, tool, phase, mode):
         """While in effect, the reads tool sends ahead in phase (and the

@@ -15,9 +15,16 @@ proxy that delays each way by --delay-ms.  Through them:
              there) woken by a send from h2; its latency
   crash      every process of the server SIGKILLed right after acknowledged
              claims and sends, restarted: nothing acknowledged lost
+  twin       a fourth host, also called h1 (its own process table): its
+             sessions and h1's told apart, none `gone`; a send to its idle
+             session is not fired by h1's listening serve, and is by its own
   dead link  `serve` on h3, one call, its link cut until keepalive gives the
              idle connection up (AGENTS_ROOM_PG_KEEPALIVE_S=1), the link
              restored: the next call is stored
+  lost lock  a process on h3 holds the room's lock and its link is cut for
+             longer than the server lets a transaction idle (--idle-s, in the
+             URL's options): the server frees the lock, h2's claim proceeds,
+             the process gets one clear error and its next send is stored once
 
 Prints one line per check and the figures; exits 1 if any check failed, 77
 when it cannot run here (not root, not Linux, no iproute2 or PostgreSQL).
@@ -60,8 +67,9 @@ class Host:
     veth pair, and a process (sleep) holding new UTS, PID and mount
     namespaces that every command of the host enters (nsenter)."""
 
-    def __init__(self, name, index, base, pg_port, delay_s):
+    def __init__(self, name, index, base, pg_port, delay_s, hostname=None):
         self.name, self.base = name, os.path.join(base, name)
+        self.hostname = hostname or name          # a twin: another's host name
         self.home = os.path.join(self.base, "home")
         self.repo = os.path.join(self.base, "app")
         os.makedirs(self.home)
@@ -80,7 +88,7 @@ class Host:
         self.proxy = agents_room._DelayProxy(("127.0.0.1", pg_port), delay_s, bind=self.near)
         self.holder = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--pid", "--fork",
-             "--kill-child", "--mount-proc", "sh", "-c", "hostname %s && exec sleep 100000" % name])
+             "--kill-child", "--mount-proc", "sh", "-c", "hostname %s && exec sleep 100000" % self.hostname])
         self.pid = None
         for _ in range(100):
             try:
@@ -196,7 +204,7 @@ def run(args, report):
     base = tempfile.mkdtemp(prefix="agents-room-multihost-")
     os.chmod(base, 0o755)
     cluster = ThrowawayPostgres(os.path.join(base, "pg"))
-    hosts, servers = [], []
+    hosts, servers, twin = [], [], None
     try:
         try:
             cluster.start()
@@ -209,6 +217,10 @@ def run(args, report):
             host.db = host.url(base_url, cluster.port)
             hosts.append(host)
         h1, h2, h3 = hosts
+        # h1's twin: another machine that is also called h1.
+        twin = Host("h1-twin", len(HOSTS) + 1, base, cluster.port, args.delay_ms / 2000.0,
+                    hostname="h1")
+        twin.db = twin.url(base_url, cluster.port)
 
         # who: one session per host, its harness a process of that host.
         sessions = {}
@@ -304,6 +316,48 @@ def run(args, report):
         report("a wake across hosts", "h2's send (a CLI call of %.2f s) woke h1's idle "
                "session %.2f s after it answered, once" % (sent - started, latency))
 
+        # twin: a second machine also called h1 (its own process table).  Its
+        # sessions are its own: h1 judges none of them by its processes, and
+        # h1's listening serve never fires the twin's lever; the twin's does.
+        servers.append(twin.popen(["sleep", "100000"], env=twin.env(
+            AGENTS_ROOM_HARNESS_KEY="k-twin")))
+        twin_woke = os.path.join(twin.base, "woke")
+        twin_lever = "%s -c \"import os; open(%r, 'a').write(os.readlink('/proc/self/ns/pid')" \
+            " + chr(10))\"" % (sys.executable, twin_woke)
+        mate = twin.cli("join", "--room", "team", "--label", "twin", "--autonomy", "wake",
+                        env=twin.env(AGENTS_ROOM_HARNESS_KEY="k-twin",
+                                     AGENTS_ROOM_WAKE_CMD=twin_lever))["session_id"]
+        places = {}
+        for host in (h1, twin):
+            seen = {s["label"]: s for s in host.cli("who", "--room", "team")["sessions"]}
+            for label in ("h1", "twin"):
+                check(seen[label]["liveness"] != "gone", "who on %s: %s %s" % (
+                    host.hostname + (" (the twin)" if host is twin else ""), label,
+                    seen[label]["liveness"]))
+            check(seen["h1" if host is h1 else "twin"]["liveness"] == "alive",
+                  "who on %s: its own session %s" % (host.name, seen))
+            places[host.name] = (seen["h1"].get("host"), seen["twin"].get("host"))
+        check(places["h1"] == places["h1-twin"] and places["h1"][0] != places["h1"][1],
+              "the two h1 hosts as recorded: %s" % places)
+        h2.cli("send", "--session", sessions["h2"], "--to", mate, "--subject", "twin")
+        sent = time.monotonic()
+        time.sleep(2)              # h1's serve listens meanwhile (its wake took ~1.2 s)
+        check(not os.path.exists(twin_woke), "h1 ran the twin's lever")
+        twin_serve = Mcp(twin, twin.env())
+        servers.append(twin_serve.proc)
+        while not os.path.exists(twin_woke) and time.monotonic() - sent < 20:
+            time.sleep(0.02)
+        check(os.path.exists(twin_woke), "the twin's lever did not run with its serve")
+        time.sleep(1)
+        with open(twin_woke) as f:
+            ran = f.read().splitlines()
+        check(ran == [os.readlink("/proc/%d/ns/pid" % twin.pid)],
+              "the twin's lever ran %s, its own PID namespace %s" % (
+                  ran, os.readlink("/proc/%d/ns/pid" % twin.pid)))
+        report("a twin host name", "two hosts called h1: sessions told apart (%s, %s), "
+               "none gone; the twin's lever ran once, on the twin, not by h1's serve" %
+               places["h1"])
+
         # crash: acknowledged claims and sends, then SIGKILL the server.
         claimed, sent_ids = [], []
         for n in range(5):
@@ -343,16 +397,91 @@ def run(args, report):
         report("a dead connection", "keepalive gave it up %.1f s into the cut; the next "
                "msg_send connected again and was stored in %.2f s" % (
                    gave_up, time.monotonic() - started))
+        lock_lost(args, report, h2, h3, sessions)
         return 0
     finally:
         for proc in servers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        for host in hosts:
+        for host in hosts + ([twin] if twin else []):
             host.close()
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+HOLDER = """
+import os, sys
+sys.path.insert(0, %r)
+import agents_room as ar
+store = ar.open_store()
+try:
+    with store.write() as conn:            # a plain write: the lock from its BEGIN
+        ar.event(conn, "multihost.held")
+        print("locked", flush=True)
+        sys.stdin.readline()
+    print("committed", flush=True)
+except ar.RoomError as error:
+    print("error: " + error.message.replace(chr(10), " "), flush=True)
+ctx = ar.Context(cwd=os.getcwd())
+sent = ar.call_tool(store, ctx, "msg_send", {"session_id": sys.argv[1], "to": sys.argv[2],
+                                             "subject": "after the lost lock"})
+print("sent %%d" %% sent["message_id"], flush=True)
+with store.read() as conn:
+    print("held %%d" %% conn.execute("SELECT COUNT(*) FROM events WHERE kind = "
+                                    "'multihost.held'").fetchone()[0], flush=True)
+"""
+
+
+def lock_lost(args, report, other, cut, sessions):
+    """A process on `cut` holds the room's lock; its link is cut for longer
+    than the server lets a transaction sit idle (idle_in_transaction_session_
+    timeout, lowered in its URL's options): the server ends that transaction
+    and frees the lock, `other` proceeds, and the cut process, its link back,
+    gets one clear error for the lost write and its next call is stored, once."""
+    idle_ms = int(args.idle_s * 1000)
+    env = cut.env(AGENTS_ROOM_DB=cut.db + "&options=-cidle_in_transaction_session_timeout"
+                  "%%3D%d" % idle_ms)
+    holder = cut.popen([sys.executable, "-c", HOLDER % ROOT, sessions[cut.name],
+                        sessions[other.name]], env=env, stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline().strip()
+        check(line == "locked", "the holder on %s: %r %s" % (
+            cut.name, line, holder.stderr.read()[-500:] if not line else ""))
+        cut.cut("02:00:00:00:00:01")
+        began = time.monotonic()
+        try:
+            claimed = other.cli("claim", "--session", sessions[other.name], "lockloss.py")
+            waited = time.monotonic() - began
+            check(claimed.get("ok"), "the claim on %s while the lock was lost: %s" % (
+                other.name, claimed))
+            while time.monotonic() - began < args.idle_s + 2:
+                time.sleep(0.1)
+        finally:
+            cut.cut()
+        link_down = time.monotonic() - began
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out, err = holder.communicate(timeout=120)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    check("Traceback" not in err, "the holder: a traceback: %s" % err[-800:])
+    lines = out.strip().splitlines()
+    check(len(lines) == 3 and lines[0].startswith(("error: ", "committed")) and
+          lines[1].startswith("sent "), "the holder after the cut: %s %s" % (lines, err[-300:]))
+    written = int(lines[2].split()[1])
+    check(written == (1 if lines[0] == "committed" else 0),
+          "the held transaction's write: %s, stored %d times" % (lines[0], written))
+    got = [m for m in other.cli("recv", "--session", sessions[other.name], "--limit",
+                                "100")["messages"] if m["subject"] == "after the lost lock"]
+    check(len(got) == 1, "the holder's next send arrived %d times" % len(got))
+    other.cli("release", "--session", sessions[other.name], "lockloss.py")
+    report("the lock through a lost link", "%s's link down %.1f s holding the lock: the "
+           "server freed it, %s's claim waited %.1f s; then %s; its next send stored once"
+           % (cut.name, link_down, other.name, waited, lines[0][-200:]))
 
 
 def main():
@@ -362,6 +491,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=10, help="lease rounds (10)")
     parser.add_argument("--sends", type=int, default=5,
                         help="sends from each host to each other host (5)")
+    parser.add_argument("--idle-s", type=float, default=3,
+                        help="the server ends a transaction idle this long, for the "
+                             "lost-lock check (its URL's options; 30 by default) (3)")
     parser.add_argument("--timeout", type=float, default=420,
                         help="seconds for the whole run (420)")
     args = parser.parse_args()
