@@ -1406,6 +1406,7 @@ class SqliteStore:
         self.path = self.shown = path or default_db_path()
         self.busy_ms = busy_ms
         self.conn = None
+        self._disk_asked = (0, float("-inf"))   # the log's size and when, at the last look
         self._open()
 
     def _open(self):
@@ -1559,12 +1560,18 @@ class SqliteStore:
         """Keep the write-ahead log small beside the disk's free space: a log
         that only grows (a busy server checkpoints when idle) fills a small
         disk, and then nothing can move it into the file, which needs room
-        too.  One stat per write; the disk is asked only once the log is big."""
+        too.  One stat per write; the disk is asked only once the log is big,
+        and then once it grew by a quarter of that or a second passed (a busy
+        `serve` holds a log of megabytes between its idle checkpoints)."""
         try:
             wal = os.stat(self.path + "-wal").st_size
             if wal < WAL_CHECK_BYTES:
                 return
+            size, at = self._disk_asked
+            if size <= wal < size + WAL_CHECK_BYTES // 4 and time.monotonic() < at + 1:
+                return
             disk = os.statvfs(os.path.dirname(self.path) or ".")
+            self._disk_asked = (wal, time.monotonic())
         except OSError:
             return
         if wal * 2 > disk.f_bavail * disk.f_frsize:
@@ -1758,6 +1765,10 @@ def local_dir(store_path):
     return store_kind(store_path).local_dir(store_path)
 
 
+_MARKERS = {}                      # (store, harness key, HOME) -> its marker's path
+MARKERS_KEPT = 256
+
+
 def signal_marker(store_path, harness_key):
     """The file whose existence says "this harness session may have unread
     messages": writers create it after committing a delivery, and a hook
@@ -1766,11 +1777,20 @@ def signal_marker(store_path, harness_key):
     store (hook_main).  On a server, markers are this host's (one directory
     per database): a sender on another host raises none here, so a quiet hook
     also asks the store once REMOTE_CHECK_S has passed (see nothing_to_say)."""
-    safe = harness_key if 0 < len(harness_key) <= 128 and all(
-        c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
-        else "h-" + __import__("hashlib").sha256(harness_key.encode(
-            "utf-8", "surrogatepass")).hexdigest()[:40]
-    return os.path.join(marker_path(store_path), safe)
+    # Asked twice a delivery (before and after its commit): kept per store,
+    # key and HOME (a server's markers are under it), a bounded few.
+    memo = (store_path, harness_key, os.environ.get("HOME"))
+    path = _MARKERS.get(memo)
+    if path is None:
+        safe = harness_key if 0 < len(harness_key) <= 128 and all(
+            c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
+            else "h-" + __import__("hashlib").sha256(harness_key.encode(
+                "utf-8", "surrogatepass")).hexdigest()[:40]
+        path = os.path.join(marker_path(store_path), safe)
+        if len(_MARKERS) >= MARKERS_KEPT:
+            _MARKERS.clear()
+        _MARKERS[memo] = path
+    return path
 
 
 def marker_path(store_path):
@@ -1782,6 +1802,14 @@ def marker_path(store_path):
 def raise_marker(store_path, harness_key):
     """Create (or for a .checked stamp, renew) a marker file."""
     path = signal_marker(store_path, harness_key)
+    if os.utime in os.supports_follow_symlinks:
+        # There already (a send's second raise, after its commit): one system
+        # call, which renews a link planted there, never what it points to.
+        try:
+            os.utime(path, follow_symlinks=False)
+            return
+        except OSError:
+            pass
     flags = os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
     try:
         try:

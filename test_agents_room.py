@@ -4652,6 +4652,31 @@ class MailboxTest(SignalBase):
     def send(self, sender, *args, check=0):
         return self.cli_json("send", "--session", sender, *args, check=check)
 
+    def test_a_send_renews_a_marker_and_never_follows_a_link_at_its_name(self):
+        """Issue 39: a delivery's second raise of its marker (after the
+        commit) renews the file in one system call; one planted as a link at
+        the marker's name is renewed as a link, and what it points to is
+        neither written nor touched (as the open without following was)."""
+        self.sqlite_only("the marker directory beside a SQLite file")
+        marker = agents_room.signal_marker(self.db, "k-api")
+        self.send(self.web, "--to", self.api, "--subject", "one")
+        self.assertTrue(os.path.isfile(marker))
+        os.utime(marker, (1, 1))
+        self.send(self.web, "--to", self.api, "--subject", "two")
+        self.assertGreater(os.stat(marker).st_mtime, 1)
+        outside = os.path.join(self.tmp, "outside.txt")
+        with open(outside, "w") as handle:
+            handle.write("kept")
+        os.utime(outside, (1, 1))
+        os.unlink(marker)
+        os.symlink(outside, marker)
+        self.send(self.web, "--to", self.api, "--subject", "three")
+        self.assertTrue(os.path.islink(marker))
+        self.assertEqual(os.stat(outside).st_mtime, 1)
+        with open(outside) as handle:
+            self.assertEqual(handle.read(), "kept")
+        self.assertEqual(self.cli_json("unread", "--session", self.api)["count"], 3)
+
     def test_peek_and_show_change_nothing(self):
         mid = self.send(self.web, "--to", self.api, "--subject", "need a phone field",
                         "--body", "for users")["message_id"]
