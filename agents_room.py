@@ -14335,7 +14335,8 @@ class _PgCall:
         # ahead is read for that time); None: the first call of a connection,
         # which takes it from its BEGIN.
         self.at = store.clock() if store.skew is not None else None
-        self.guessed = not store.skew_read     # the clock is the file's (a guess)
+        # The skew the clock was read with, where it is the file's (a guess).
+        self.guessed = store.skew if not store.skew_read else None
         self.pessimistic = not store.optimistic or (store.rtt is not None and
                                                     store.rtt < store.near_s)
         self.ahead = True                 # read ahead (not after it failed once)
@@ -14427,7 +14428,8 @@ class _PgCall:
                 clock = float(begin.rows[-1][0])
                 self.store.skew, self.store.skew_read = clock - time.time(), True
                 if self.at is None or (lock and clock - self.at > PG_CLOCK_SLACK_S) or (
-                        self.guessed and abs(clock - self.at) > PG_CLOCK_SLACK_S):
+                        self.guessed is not None and abs(
+                            self.store.skew - self.guessed) > PG_CLOCK_SLACK_S):
                     # The first call of a connection (without the file's
                     # skew, or with one the server's clock belies), or one
                     # that waited for the lock: its clock is the lock's.
