@@ -14268,6 +14268,10 @@ def _pg_ahead_load(path):
             for sql, sources, phase, uses, last, types in known["templates"]:
                 if not isinstance(sql, str) or not sql.lstrip()[:6].upper() == "SELECT":
                     continue                    # a template is a read, nothing else
+                if "nextval(" in sql.lower():
+                    # An id read ahead and not used is a gap; a one-shot call
+                    # takes its ids as it asks (ids stay consecutive).
+                    continue
                 types = tuple(_PG_TYPE_NAMES[t] for t in types)
                 learned.templates[(sql, _pg_tuples(sources), phase)] = [
                     int(uses), int(last), types]
