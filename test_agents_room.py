@@ -4794,6 +4794,31 @@ class MailboxTest(SignalBase):
     def send(self, sender, *args, check=0):
         return self.cli_json("send", "--session", sender, *args, check=check)
 
+    def test_a_send_renews_a_marker_and_never_follows_a_link_at_its_name(self):
+        """Issue 39: a delivery's second raise of its marker (after the
+        commit) renews the file in one system call; one planted as a link at
+        the marker's name is renewed as a link, and what it points to is
+        neither written nor touched (as the open without following was)."""
+        self.sqlite_only("the marker directory beside a SQLite file")
+        marker = agents_room.signal_marker(self.db, "k-api")
+        self.send(self.web, "--to", self.api, "--subject", "one")
+        self.assertTrue(os.path.isfile(marker))
+        os.utime(marker, (1, 1))
+        self.send(self.web, "--to", self.api, "--subject", "two")
+        self.assertGreater(os.stat(marker).st_mtime, 1)
+        outside = os.path.join(self.tmp, "outside.txt")
+        with open(outside, "w") as handle:
+            handle.write("kept")
+        os.utime(outside, (1, 1))
+        os.unlink(marker)
+        os.symlink(outside, marker)
+        self.send(self.web, "--to", self.api, "--subject", "three")
+        self.assertTrue(os.path.islink(marker))
+        self.assertEqual(os.stat(outside).st_mtime, 1)
+        with open(outside) as handle:
+            self.assertEqual(handle.read(), "kept")
+        self.assertEqual(self.cli_json("unread", "--session", self.api)["count"], 3)
+
     def test_peek_and_show_change_nothing(self):
         mid = self.send(self.web, "--to", self.api, "--subject", "need a phone field",
                         "--body", "for users")["message_id"]
@@ -9295,6 +9320,82 @@ class PgStoreTest(RoomTest):
             if delay_s is None:        # (far, each statement would idle past 300 ms)
                 joined = agents_room.call_tool(store, ctx, "room_join", {"label": "after"})
                 self.assertTrue(joined["session_id"])
+
+    def test_a_one_shot_call_costs_its_connection_and_one_flight(self):
+        """Issue 39: a fresh process reads ahead what the last processes of
+        this host read (a private file beside the markers), and its schema
+        check goes with its first transaction: a one-shot unread costs the
+        startup's round trips (the startup message and SCRAM's two) and one
+        flight, not a round trip a read (13 client turns before).  A file
+        from elsewhere (a template the server refuses, a clock far off) costs
+        a retry, never a wrong answer."""
+        # 5 ms each way: what one side sends before the other's answer can
+        # come is one turn (at no delay, a turn more or less by the timing).
+        # Without TLS, whose handshake is the connection's own.
+        proxy = agents_room._DelayProxy(agents_room._proxy_target(self.db), 0.005)
+        self.addCleanup(proxy.close)
+        far = agents_room._url_via_proxy(self.db, proxy.port) + "&sslmode=disable"
+        env = {"AGENTS_ROOM_DB": far}
+        me = self.cli_json("join", "--label", "me", env=env)["session_id"]
+        peer = self.cli_json("join", "--label", "peer", env=env)["session_id"]
+        self.run_cli("send", "--session", peer, "--to", me, "--subject", "s", env=env,
+                     check=0, process=True)
+
+        def one_shot(*args):
+            before = proxy.turns
+            done = self.run_cli(*args, env=env, check=0, process=True)
+            return proxy.turns - before, done.stdout
+        for _ in range(2):
+            one_shot("unread", "--session", me)          # the first teach the next
+        path = os.path.join(self.home, ".agents-room", agents_room.PgStore.marker_dir(
+            far) + ".ahead")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        # The connection's own turns (TLS as the URL asks, the startup
+        # message, SCRAM's two messages), as a bare connection takes them.
+        before = proxy.turns
+        agents_room.PgConnection(far).close()
+        startup = proxy.turns - before
+        turns = [one_shot("unread", "--session", me, "--json") for _ in range(3)]
+        self.assertEqual([json.loads(out)["count"] for _, out in turns], [1] * 3)
+        # (Its Terminate counted.)  The last of SCRAM's messages, the schema's
+        # check, BEGIN and the reads go in one flight, and the snapshot's
+        # COMMIT waits for nothing (the Terminate a turn of its own where the
+        # process took longer to end than the COMMIT's answer to come): at
+        # most 2 turns more; the old code took 9 more, a round trip a read.
+        self.assertLessEqual(max(t for t, _ in turns) - startup, 2, (startup, turns))
+        sends = [one_shot("send", "--session", peer, "--to", me, "--subject", "t")[0]
+                 for _ in range(3)]
+        # And the lock, the checks, the writes and the COMMIT.
+        self.assertLessEqual(max(sends[1:]) - startup, 3, (startup, sends))
+        with open(path) as handle:
+            known = json.load(handle)
+        template = next(iter(known["tools"]["msg_unread"]["templates"]))
+        template[0] = "SELECT no_such_column FROM sessions WHERE id=$1"
+        template[1] = [["caller"]]
+        template[5] = ["str"]
+        known["tools"]["msg_unread"]["templates"].append(template)
+        known["skew"] += 3600.0                     # a clock an hour off
+        agents_room.write_private(path, json.dumps(known), 0o600)
+        self.assertEqual(json.loads(one_shot("unread", "--session", me, "--json")[1])[
+            "count"], 4)
+        import datetime
+        seen = max(datetime.datetime.strptime(s["last_seen"][:19], "%Y-%m-%dT%H:%M:%S")
+                   for s in self.cli_json("who", env=env)["sessions"])
+        self.assertLess(abs((seen - datetime.datetime.utcnow()).total_seconds()), 60)
+        os.chmod(path, 0o644)                       # not private: not read
+        self.assertEqual(json.loads(one_shot("unread", "--session", me, "--json")[1])[
+            "count"], 4)
+        os.chmod(path, 0o600)
+        # The file is the database's, whatever the schema: one not made yet
+        # is made (its check, sent ahead, says so), and a password refused in
+        # the startup's pipelined end is said as the server said it.
+        fresh = PG_UNDER_TEST.schema_url(self)
+        other = agents_room._url_via_proxy(fresh, proxy.port) + "&sslmode=disable"
+        self.assertEqual(self.cli_json("who", env={"AGENTS_ROOM_DB": other},
+                                       process=True)["sessions"], [])
+        wrong = far.replace(":%s@" % agents_room.url_password(far), ":wrong@")
+        self.assertNotEqual(wrong, far)
+        self.fails(wrong, "refused the password", command=("unread", "--session", me))
 
     def refused_ahead(self, tool, phase, mode):
         """While in effect, the reads tool sends ahead in phase (and the
