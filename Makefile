@@ -7,7 +7,7 @@ INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
 .PHONY: test stress interop bench bench-quick bench-pg multihost clean e2e e2e-pg e2e-hermes browser \
-	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-all e2e-latest
+	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-claude-plugin e2e-all e2e-latest e2e-targets
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -82,13 +82,10 @@ OPENCODE_PKG ?= opencode-ai@1.18.33
 # (@kilocode/cli-linux-x64) the registry has; 7.8.1's is missing.
 KILO_PKG ?= @kilocode/cli@7.7.7
 COPILOT_PKG ?= @github/copilot@1.0.102
+# Claude Code with agents-room installed as a plugin (agents_room.py plugin DIR,
+# claude plugin marketplace add / install), not with setup's files.
+CLAUDE_PLUGIN_PKG ?= @anthropic-ai/claude-code@2.1.332
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
-
-e2e-qwen:
-	rm -rf "$(E2E_DIR)-qwen"
-	$(NPM_INSTALL) "$(E2E_DIR)-qwen/npm" $(QWEN_PKG)
-	$(PYTHON) .ci/e2e_qwen.py --bin "$(E2E_DIR)-qwen/npm/node_modules/.bin" --workdir "$(E2E_DIR)-qwen/run" $(E2E_QWEN_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-qwen"; exit $$status
 
 e2e-gemini:
 	rm -rf "$(E2E_DIR)-gemini"
@@ -121,25 +118,39 @@ e2e-kilo:
 	status=$$?; rm -rf "$(E2E_DIR)-kilo"; exit $$status
 
 # GitHub Copilot CLI in prompt mode, its BYOK provider pointed at the mock.
-e2e-copilot:
-	rm -rf "$(E2E_DIR)-copilot"
-	$(NPM_INSTALL) "$(E2E_DIR)-copilot/npm" $(COPILOT_PKG)
-	$(PYTHON) .ci/e2e_copilot.py --bin "$(E2E_DIR)-copilot/npm/node_modules/.bin" --workdir "$(E2E_DIR)-copilot/run" $(E2E_COPILOT_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-copilot"; exit $$status
+#
+# The harnesses on the one e2e framework (.ci/e2e_box.py), each target from
+# one rule: e2e-NAME runs .ci/e2e_NAME.py (- as _) --install $(NAME_PKG) (the script
+# installs its harness from the registry into $(E2E_DIR)-NAME and removes it
+# afterwards) with $(E2E_NAME_ARGS).  NAME:VARIABLE-STEM, one a harness.
+E2E_BOXED = qwen:QWEN copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
+define e2e_boxed_rule
+e2e-$(1):
+	$$(PYTHON) .ci/e2e_$(subst -,_,$(1)).py --install $$($(2)_PKG) --workdir "$$(E2E_DIR)-$(1)" $$(E2E_$(2)_ARGS)
+endef
+$(foreach h,$(E2E_BOXED),$(eval $(call e2e_boxed_rule,$(word 1,$(subst :, ,$(h))),$(word 2,$(subst :, ,$(h))))))
 
 # Every harness at its pin; and the same cases against the newest release of
 # each, so that a release that changes a hook format is found the week it
 # ships (CI runs the pins).  -k: one harness failing does not hide the others.
+# E2E_CI: the targets .ci/run runs (`make -s e2e-targets` prints them; Kilo's
+# runs outside CI, see .ci/run).
+E2E_CI = e2e e2e-claude-plugin e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-copilot
+E2E_EVERY = $(E2E_CI) e2e-kilo
+
+e2e-targets:
+	@echo $(E2E_CI)
+
 e2e-all:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot
+	$(MAKE) -k $(E2E_EVERY)
 
 e2e-latest:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot \
+	$(MAKE) -k $(E2E_EVERY) \
 	  E2E_HARNESSES="$(E2E_LATEST)" \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
 	  OPENCODE_PKG=opencode-ai@latest KILO_PKG=@kilocode/cli@latest \
-	  COPILOT_PKG=@github/copilot@latest
+	  COPILOT_PKG=@github/copilot@latest CLAUDE_PLUGIN_PKG=@anthropic-ai/claude-code@latest
 
 # The operator page in Debian's chromium, headless, driven over the DevTools
 # protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.
