@@ -144,6 +144,7 @@ class Harness:
     oneshot_session_end = False     # a one-shot run fires SessionEnd
     resumed_reads = True    # a resumed one-shot turn can call msg_recv
     doctor_skip = None      # why doctor cannot name the session from its shell tool
+    late_tools = {}         # mode -> why its first request may lack our tools
     yolo_args = ()          # TUI arguments that let its shell tool run unasked
     requires = ("git",)
     version_env = {}
@@ -595,6 +596,7 @@ def run_room(box, step):
     """digest, MCP session, room_call and exit, in one session."""
     state = {}
     harness = box.harness
+    late = harness.late_tools.get(box.mode)
 
     def script(req):
         sid = req.session_id()
@@ -602,7 +604,10 @@ def run_room(box, step):
         if not sid:
             return Reply(text="no digest")
         if done == 0:
+            state.setdefault("first_tools", req.tool_names())
             state.update(sid=sid, tools=req.tool_names())
+            if late and not any(n.startswith(harness.prefix) for n in state["tools"]):
+                return Reply(text="no agents-room tools yet")
             return Reply(calls=[ar_call(box, "room_join", {})])
         if done == 1:
             return Reply(calls=[ar_call(box, "msg_recv", {"session_id": sid})])
@@ -614,7 +619,13 @@ def run_room(box, step):
         return Reply(text="done")
     box.play(script)
     run = box.turn("use the room", 4)
+    if late and not any(n.startswith(harness.prefix) for n in state.get("first_tools", [])):
+        box.tui_send("use the room again")     # the user asks again, the tools now up
+        box.wait_quiet(5)
     calls = box.mock.model_calls()
+    if late:        # the turn before the tools came is not the one checked
+        calls = [c for c in calls if c.tool_results() or any(
+            n.startswith(harness.prefix) for n in c.tool_names())]
 
     def digest():
         check(calls, "no model request at all%s" % run_hint(run))
@@ -655,8 +666,9 @@ def run_room(box, step):
         check(mine == [sid], "`who` lists %d harness sessions %s; expected only %s"
               % (len(mine), mine, sid))
         harness.checks_after_mcp(box)
-        return "%d lean tools offered; room_join -> %s, msg_recv ok, one session" % (
-            len(ours), sid)
+        first = {n for n in state.get("first_tools", []) if n.startswith(harness.prefix)}
+        return "%d lean tools offered; room_join -> %s, msg_recv ok, one session%s" % (
+            len(ours), sid, "" if first else "; the first request offered none (%s)" % late)
     step("b-mcp-session", mcp)
 
     def room_call():
@@ -783,19 +795,33 @@ def run_hold(box, step):
     step("d-hold-once", hold)
 
 
-def last_message_text(req):
-    """Every text of the conversation's last item (a woken turn's prompt, or
-    the reminder a harness adds to it)."""
+def since_answer(req):
+    """The conversation's items after the model's last answer: a woken turn's
+    prompt and what the harness put beside it (Claude Code: a system item
+    after the user's)."""
     items = req.messages()
-    return "\n".join(mock_model._texts(items[-1])) if items else ""
+    answers = [i for i, item in enumerate(items) if isinstance(item, dict) and
+               item.get("role") in ("assistant", "model")]
+    return items[answers[-1] + 1:] if answers else items
+
+
+def last_message_text(req):
+    """Every text after the model's last answer."""
+    return "\n".join(mock_model._texts(since_answer(req)))
+
+
+def _carries_results(items):
+    text = json.dumps(items)
+    return any(mark in text for mark in ('"tool_result"', '"role": "tool"',
+                                         '"functionResponse"', '_output"'))
 
 
 def _wake_script(state):
     """A woken turn reads its mail (msg_recv), then answers."""
     def script(req):
         sid = req.session_id() or state.get("sid")
-        if req.last_role() in ("user", "system") and SIGNAL_RE.search(
-                last_message_text(req)) and sid:
+        if SIGNAL_RE.search(last_message_text(req)) and sid and not _carries_results(
+                since_answer(req)):
             return Reply(calls=[Call(state["prefix"] + "msg_recv", {"session_id": sid})])
         state["n"] = state.get("n", 0) + 1
         return Reply(text="done-%d" % state["n"])
