@@ -87,12 +87,6 @@ COPILOT_PKG ?= @github/copilot@1.0.102
 CLAUDE_PLUGIN_PKG ?= @anthropic-ai/claude-code@2.1.332
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
 
-e2e-gemini:
-	rm -rf "$(E2E_DIR)-gemini"
-	$(NPM_INSTALL) "$(E2E_DIR)-gemini/npm" $(GEMINI_PKG)
-	$(PYTHON) .ci/e2e_gemini.py --bin "$(E2E_DIR)-gemini/npm/node_modules/.bin" --workdir "$(E2E_DIR)-gemini/run" $(E2E_GEMINI_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-gemini"; exit $$status
-
 e2e-pi:
 	rm -rf "$(E2E_DIR)-pi"
 	$(NPM_INSTALL) "$(E2E_DIR)-pi/npm" $(PI_PKG)
@@ -123,7 +117,7 @@ e2e-kilo:
 # one rule: e2e-NAME runs .ci/e2e_NAME.py (- as _) --install $(NAME_PKG) (the script
 # installs its harness from the registry into $(E2E_DIR)-NAME and removes it
 # afterwards) with $(E2E_NAME_ARGS).  NAME:VARIABLE-STEM, one a harness.
-E2E_BOXED = qwen:QWEN copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
+E2E_BOXED = qwen:QWEN gemini:GEMINI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
 define e2e_boxed_rule
 e2e-$(1):
 	$$(PYTHON) .ci/e2e_$(subst -,_,$(1)).py --install $$($(2)_PKG) --workdir "$$(E2E_DIR)-$(1)" $$(E2E_$(2)_ARGS)

@@ -142,9 +142,11 @@ class Harness:
     quit_keys = ("/quit",)
     enter_tries = 1         # Enters for a prompt while no request comes
     oneshot_session_end = False     # a one-shot run fires SessionEnd
+    resumes = True          # a finished one-shot session has a lever (run_doctor's e3)
     resumed_reads = True    # a resumed one-shot turn can call msg_recv
     doctor_skip = None      # why doctor cannot name the session from its shell tool
     late_tools = {}         # mode -> why its first request may lack our tools
+    wake_na = {}            # mode -> rows whose pass makes its wake cell "n/a"
     yolo_args = ()          # TUI arguments that let its shell tool run unasked
     requires = ("git",)
     version_env = {}
@@ -177,6 +179,15 @@ class Harness:
         """The harness's own session id in a one-shot run's stdout, if any."""
         return None
 
+    def resume_key(self, box, run, sid):
+        """What resumes a finished one-shot session: its id, as printed."""
+        return run["id"]
+
+    def quit(self, box):
+        """Leave the TUI as a user does."""
+        for keys in self.quit_keys:
+            box.tui_send(keys, prompt=False)
+
     def tui_argv(self, box, extra=()):
         return [self.program] + list(extra)
 
@@ -205,13 +216,15 @@ class Harness:
 
     def version(self, suite):
         try:
-            out = subprocess.run([suite.which(self.program), "--version"],
-                                 capture_output=True, text=True, timeout=60,
-                                 env=dict(os.environ, **self.version_env)).stdout
+            out = subprocess.run(self.version_argv(suite), capture_output=True, text=True,
+                                 timeout=60, env=dict(os.environ, **self.version_env)).stdout
         except (OSError, subprocess.SubprocessError, TypeError):
             return "?"
         found = re.search(r"\d+\.\d+\.\d+[^\s,)]*", out)
         return found.group(0).rstrip(".") if found else "?"
+
+    def version_argv(self, suite):
+        return [suite.which(self.program), "--version"]
 
     def install(self, packages, workdir):
         """Install from the registry; returns the bin directories."""
@@ -361,6 +374,15 @@ class Box:
             time.sleep(0.3)
         return None
 
+    def harness_key(self, sid):
+        conn = sqlite3.connect(self.db, timeout=10)
+        try:
+            found = conn.execute("SELECT harness_key FROM sessions WHERE id=?",
+                                 (sid,)).fetchone()
+        finally:
+            conn.close()
+        return found[0] if found else None
+
     def wake_events(self, message_id):
         """The kinds of the store's wake.* events about one message."""
         conn = sqlite3.connect(self.db, timeout=10)
@@ -453,8 +475,7 @@ class Box:
     def tui_quit(self, timeout=15):
         """Quit as a user does; returns the last screen seen before the pane closed."""
         self.save_screen()
-        for keys in self.harness.quit_keys:
-            self.tui_send(keys, prompt=False)
+        self.harness.quit(self)
         end, last = time.time() + timeout, ""
         while time.time() < end:
             if not self.tui_alive():
@@ -750,10 +771,12 @@ def run_signal(box, step):
 def run_hold(box, step):
     """The end of a turn with unread mail is held once, not again the next turn."""
     state = {"turn": 1}
+    harness = box.harness
 
     def script(req):
         sid = req.session_id()
         if sid and "sent" not in state:
+            state["sid"] = sid
             state["sent"] = box.send(sid)
         return Reply(text="done-turn%d" % state["turn"])
     box.play(script)
@@ -779,8 +802,8 @@ def run_hold(box, step):
         if box.tmux:
             box.tui_send("second task")
             calls = box.wait_quiet(3, quiet=2.5)
-        elif run["id"]:
-            box.oneshot("second task", resume=run["id"])
+        elif harness.resume_key(box, run, state.get("sid")):
+            box.oneshot("second task", resume=harness.resume_key(box, run, state["sid"]))
             calls = box.mock.model_calls()
         else:       # no id to resume by: nothing more may come of the first run
             time.sleep(1.5)
@@ -943,7 +966,7 @@ def run_doctor(box, step):
         return one_line(named[0], 140) if named else "ok"
     step("g-doctor", doctor)
 
-    if box.kind == "tui":
+    if box.kind == "tui" or not harness.resumes:
         box.end()
         return
 
@@ -1135,9 +1158,13 @@ class Suite:
             wakes = sorted(n for n in mine if re.match(r"e\d?-wake", n))
             latency = next((self.latency[n + "/" + mode] for n in reversed(wakes)
                             if n + "/" + mode in self.latency), None)
+            wake = cell(*wakes)
+            if mode in self.harness.wake_na:    # it cannot be woken: shown so, measured
+                wake = cell(*self.harness.wake_na[mode])
+                wake = "n/a" if wake is True else wake
             report_row(self.harness.title, version, self.harness.labels.get(mode, mode),
                        digest=cell("a-digest"), signal=cell("c-midturn-signal"),
-                       hold=cell("d-hold-once"), wake=cell(*wakes), latency=latency,
+                       hold=cell("d-hold-once"), wake=wake, latency=latency,
                        note=self.harness.notes.get(mode, ""))
 
 
