@@ -148,6 +148,7 @@ class Harness:
     late_tools = {}         # mode -> why its first request may lack our tools
     wake_na = {}            # mode -> rows whose pass makes its wake cell "n/a"
     cold = 0                # seconds a start takes beyond the others' (its bounds grow)
+    settle = 12.0           # s without a request before a TUI turn that fell short is over
     yolo_args = ()          # TUI arguments that let its shell tool run unasked
     requires = ("git",)
     version_env = {}
@@ -496,9 +497,11 @@ class Box:
         raise Failure("the TUI did not exit within %d s of %s; screen:\n%s"
                       % (timeout, "/".join(self.harness.quit_keys), last[-800:]))
 
-    def wait_quiet(self, at_least, quiet=1.2, settle=12.0, timeout=60):
+    def wait_quiet(self, at_least, quiet=1.2, settle=None, timeout=60):
         """Wait until >= at_least main requests were seen and none came for
-        `quiet` s; with fewer, give up once none came for `settle` s."""
+        `quiet` s; with fewer, give up once none came for `settle` s (the
+        harness's, by default)."""
+        settle = max(settle or 0, self.harness.settle)
         start = time.time()
         timeout += self.harness.cold
         while time.time() < start + timeout:
@@ -512,14 +515,15 @@ class Box:
             time.sleep(0.2)
         return self.mock.model_calls()
 
-    def turn(self, prompt, expect, quiet=1.2, settle=12.0, **oneshot):
+    def turn(self, prompt, expect, quiet=1.2, settle=None, **oneshot):
         """One user turn: a one-shot run (returned), or a prompt typed into the
         TUI (started on first use; None)."""
         if self.kind == "tui":
             if self.tmux is None:
                 self.tui_start()
             self.tui_send(prompt)
-            self.wait_quiet(expect, quiet=quiet, settle=settle, timeout=max(60, settle + 30))
+            longest = max(settle or 0, self.harness.settle)
+            self.wait_quiet(expect, quiet=quiet, settle=settle, timeout=max(60, 2 * longest + 30))
             return None
         return self.oneshot(prompt, **oneshot)
 
