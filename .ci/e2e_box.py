@@ -1,0 +1,1282 @@
+"""The e2e framework (issue 37): what every harness's end-to-end run shares,
+written once; a harness's script (.ci/e2e_<harness>.py) is a declaration.
+
+    python3 .ci/e2e_<harness>.py [--install PKG...] [--bin DIR...] [--workdir DIR]
+                                 [--only NAME[,NAME...]] [--list] [--keep] [--jobs 1|2] [-v]
+
+--install PKG installs the harness from its registry (npm, or PyPI into a
+venv, as the harness declares) into WORKDIR and runs against that, removing
+WORKDIR afterwards unless --keep; --bin DIR runs an installed one instead
+(DIR on PATH, first).  The Makefile's e2e-<harness> targets are one rule over
+a list of harnesses that passes --install the pin.
+
+The parts:
+  Box      one run's world: a temporary HOME (XDG dirs, a short runtime dir and
+           TMPDIR), a git repository `proj` set up by exactly
+           `agents_room.py setup HARNESS --write [--autonomy N]`, its own store
+           (AGENTS_ROOM_DB), a peer session (the CLI: join, send, sent) playing
+           the other agent, the lane's mock model (.ci/mock_model.py: the checks
+           read what the model was shown), the harness as a one-shot process or
+           a TUI in a tmux pane; every process it starts is marked by
+           AGENTS_ROOM_E2E_BOX in its environment and ended by pid at cleanup.
+  Harness  the declaration: how it installs, its environment and mock
+           settings, how it starts (one-shot argv, TUI argv and readiness), is
+           trusted, is read (its output's session id), and what it names
+           (its MCP tool prefix, its levers per mode, its file and shell tools).
+  cases    the common runs (room: digest, MCP session, room_call, exit;
+           signal: mid-turn signal; hold: hold once; wake: a TUI woken through
+           its inbox before and after a turn; doctor: doctor through the shell
+           tool, then a finished one-shot session resumed by its lever), and a
+           harness's own, declared beside it.  A run is one harness session and
+           reports one or more rows (NAME/MODE).
+  Suite    the runs in lanes (one per mode with --jobs 2, each lane its own
+           mock), the PASS/FAIL lines, the E2E-ROW lines (.ci/e2e_report.py) and
+           the closing "N passed, N failed, N skipped" line; exit 1 on a FAIL.
+
+Standard library only; needs git (and tmux for a TUI mode).
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import mock_model  # noqa: E402
+from mock_model import Call, MockModel, Reply  # noqa: E402,F401  (re-exported)
+from e2e_report import row as report_row  # noqa: E402
+from e2e_common import (  # noqa: E402,F401
+    drop_ci_markers, Failure, SIGNAL_RE, Skip, check, file_sha, kill_group, one_line,
+    signal_line)
+
+AR = os.path.join(ROOT, "agents_room.py")
+LEAN = {"room_join", "msg_send", "msg_recv", "room_who", "lease_claim", "lease_release",
+        "note_read", "drift_check", "room_call"}
+SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
+SECRET_BODY = "E2E-SECRET-BODY"
+CLOSED = "http://127.0.0.1:9"           # a proxy that is no proxy: nothing leaves
+# Variables of the caller's own harnesses, models and tools that would leak
+# into a box (a harness reads its vendor's variables wherever it runs).
+DROP = ("AGENTS_ROOM", "CLAUDE", "CODEX", "ANTHROPIC", "OPENAI", "GEMINI", "GOOGLE", "QWEN",
+        "DASHSCOPE", "BAILIAN", "COPILOT", "GH_", "GITHUB", "OPENCODE", "KILO", "PI_",
+        "HERMES", "TMUX", "XDG_", "NODE_OPTIONS", "npm_config_", "NPM_CONFIG_")
+PROXIES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+VERBOSE = False
+
+
+def log(text):
+    if VERBOSE:
+        sys.stderr.write("  . %s\n" % text)
+        sys.stderr.flush()
+
+
+# ---- the mock: knows when a script still runs --------------------------------------
+
+class Mock(MockModel):
+    """.ci/mock_model.py's mock, recording the harness's request class, and
+    knowing when a script is still running, so a TUI turn is not taken as over
+    while the script notes what it saw."""
+
+    def __init__(self, request_class, log=None):
+        MockModel.__init__(self, None, log)
+        self.request_class = request_class
+        self.answering = 0              # scripts running now
+        self.answered_at = 0.0          # when the last one returned
+
+    def _record(self, method, path, headers, body, raw):
+        with self.lock:
+            req = self.request_class(len(self.requests), method, path, headers, body,
+                                     raw.decode("utf-8", "replace") if body is None
+                                     else None)
+            self.requests.append(req)
+            self.changed.notify_all()
+        log("mock: %s %s%s" % (method, path, " (main)" if req.is_main else ""))
+        return req
+
+    def _reply_for(self, req):
+        with self.lock:
+            self.answering += 1
+        try:
+            return MockModel._reply_for(self, req)
+        finally:
+            with self.lock:
+                self.answering -= 1
+                self.answered_at = time.time()
+
+    def idle_since(self, start):
+        """Since when nothing happened (no request, no script running), or None
+        while a script still runs."""
+        with self.lock:
+            if self.answering:
+                return None
+            calls = [r.at for r in self.requests if r.is_main]
+            return max([start, self.answered_at] + calls[-1:])
+
+
+# ---- a harness's declaration --------------------------------------------------------
+
+class Harness:
+    """Override what differs; the defaults are the common case."""
+    name = "?"              # setup's harness name (agents_room.py setup NAME)
+    title = "?"             # the truth table's harness column
+    program = "?"           # the executable in a bin directory
+    installer = "npm"       # npm: npm install --prefix WORKDIR/npm; pip: a venv
+    modes = {}              # mode -> "oneshot" | "tui"
+    labels = {}             # mode -> the truth table's mode column
+    notes = {}              # mode -> the truth table's note
+    levers = {}             # mode -> the lever a session of that mode reports
+    prefix = "mcp__agents-room__"   # how it names our MCP tools
+    who_harness = None      # what `who` names as the session's harness, if checked
+    ready = None            # text on the TUI's screen once it takes a prompt
+    quit_keys = ("/quit",)
+    enter_tries = 1         # Enters for a prompt while no request comes
+    oneshot_session_end = False     # a one-shot run fires SessionEnd
+    resumes = True          # a finished one-shot session has a lever (run_doctor's e3)
+    resumed_reads = True    # a resumed one-shot turn can call msg_recv
+    doctor_skip = None      # why doctor cannot name the session from its shell tool
+    late_tools = {}         # mode -> why its first request may lack our tools
+    wake_na = {}            # mode -> rows whose pass makes its wake cell "n/a"
+    cold = 0                # seconds a start takes beyond the others' (its bounds grow)
+    settle = 12.0           # s without a request before a TUI turn that fell short is over
+    yolo_args = ()          # TUI arguments that let its shell tool run unasked
+    requires = ("git",)
+    version_env = {}
+
+    def cases(self):
+        return list(COMMON)
+
+    # the process's world
+    def env(self, box):
+        return {}
+
+    def configure(self, box):
+        """Write what is about the mock (before setup runs)."""
+
+    def setup(self, box):
+        """Put agents-room in, as the README tells a user: by default exactly
+        `agents_room.py setup NAME --write [--autonomy N]` in the project."""
+        argv = [sys.executable, AR, "setup", self.name, "--write"]
+        argv += ["--autonomy", str(box.autonomy)] if box.autonomy else []
+        box.must(argv, cwd=box.repo, what="setup %s" % self.name)
+
+    def trust(self, box):
+        """The one-time trust a user gives (after setup)."""
+
+    # how it starts
+    def oneshot_argv(self, box, prompt, resume=None, yolo=False):
+        raise NotImplementedError
+
+    def run_id(self, out):
+        """The harness's own session id in a one-shot run's stdout, if any."""
+        return None
+
+    def resume_key(self, box, run, sid):
+        """What resumes a finished one-shot session: its id, as printed."""
+        return run["id"]
+
+    def quit(self, box):
+        """Leave the TUI as a user does."""
+        for keys in self.quit_keys:
+            box.tui_send(keys, prompt=False)
+
+    def tui_argv(self, box, extra=()):
+        return [self.program] + list(extra)
+
+    def tui_wait(self, box, timeout=90):
+        """Wait until the TUI takes a prompt (a harness with start dialogs
+        answers them here, as a user does once); False: it came up without
+        its settings, start it again."""
+        end = time.time() + timeout + self.cold
+        while time.time() < end:
+            if self.ready in box.screen():
+                time.sleep(0.8)
+                return
+            time.sleep(0.3)
+        raise Failure("the TUI did not become ready in %d s; screen:\n%s"
+                      % (timeout, box.screen()))
+
+    # its tools
+    def read_call(self, box):
+        raise NotImplementedError
+
+    def shell_call(self, command):
+        raise NotImplementedError
+
+    def checks_after_mcp(self, box):
+        """A harness's own check on the room run (e.g. no classifier call)."""
+
+    def version(self, suite):
+        try:
+            out = subprocess.run(self.version_argv(suite), capture_output=True, text=True,
+                                 timeout=60, env=dict(os.environ, **self.version_env)).stdout
+        except (OSError, subprocess.SubprocessError, TypeError):
+            return "?"
+        found = re.search(r"\d+\.\d+\.\d+[^\s,)]*", out)
+        return found.group(0).rstrip(".") if found else "?"
+
+    def busy(self, box):
+        """True while the TUI's screen shows a turn running (a tool call can
+        outlast any quiet time on a loaded machine)."""
+        return False
+
+    def version_argv(self, suite):
+        return [suite.which(self.program), "--version"]
+
+    def install(self, packages, workdir):
+        """Install from the registry; returns the bin directories."""
+        if self.installer == "pip":
+            venv = os.path.join(workdir, "venv")
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+            subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--quiet",
+                            "--disable-pip-version-check"] + list(packages), check=True)
+            return [os.path.join(venv, "bin")]
+        prefix = os.path.join(workdir, "npm")
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix",
+                        prefix] + list(packages), check=True)
+        return [os.path.join(prefix, "node_modules", ".bin")]
+
+
+# ---- the world of one run -----------------------------------------------------------
+
+class Box:
+    def __init__(self, suite, mock, name, mode, autonomy):
+        self.suite, self.harness, self.mode, self.autonomy = suite, suite.harness, mode, autonomy
+        self.kind = self.harness.modes[mode]
+        self.name = name
+        self.dir = os.path.join(suite.root, name)
+        self.home = os.path.join(self.dir, "home")
+        self.repo = os.path.join(self.dir, "proj")
+        self.db = os.path.join(self.dir, "store", "room.db")
+        # Inbox sockets and a lever's reply socket live under these: short paths
+        # (a socket's path has at most 103 bytes).
+        self.run = tempfile.mkdtemp(prefix="e2e-")
+        self.tmux = None
+        self.peer_sid = None
+        self.ignored = set()    # sessions of the box's own making (a trust step's)
+        self.errors = []
+        self.latency = None
+        self.mock = mock
+        self.mock.reset()
+        for path in (self.home, self.repo, os.path.join(self.run, "tmp")):
+            os.makedirs(path, exist_ok=True)
+        os.makedirs(os.path.dirname(self.db), mode=0o700, exist_ok=True)
+        self.env = self._env()
+        git = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost"]
+        subprocess.run(git + ["init", "-q", self.repo], check=True, timeout=30)
+        with open(os.path.join(self.repo, "README"), "w") as handle:
+            handle.write("e2e\n")
+        subprocess.run(git + ["-C", self.repo, "add", "README"], check=True, timeout=30)
+        subprocess.run(git + ["-C", self.repo, "commit", "-qm", "init"], check=True,
+                       timeout=30)
+        self.harness.configure(self)
+        self.harness.setup(self)
+        self.harness.trust(self)
+
+    def _env(self):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(DROP) and k.lower() not in PROXIES}
+        env.update({
+            "HOME": self.home,
+            "PATH": os.pathsep.join(self.suite.bins + [env.get("PATH", "/usr/bin:/bin")]),
+            "AGENTS_ROOM_DB": self.db,
+            "AGENTS_ROOM_E2E_BOX": self.dir,      # marks every process of this run
+            "XDG_RUNTIME_DIR": self.run,
+            "TMPDIR": os.path.join(self.run, "tmp"),
+            "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
+            "XDG_CACHE_HOME": os.path.join(self.home, ".cache"),
+            "XDG_DATA_HOME": os.path.join(self.home, ".local", "share"),
+            "XDG_STATE_HOME": os.path.join(self.home, ".local", "state"),
+            # Both spellings: a runtime that reads only one (Bun, curl) meets the
+            # closed port at once instead of waiting on an address it cannot reach.
+            "HTTP_PROXY": CLOSED, "HTTPS_PROXY": CLOSED, "http_proxy": CLOSED,
+            "https_proxy": CLOSED,
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            "TERM": "xterm-256color",
+            "LANG": env.get("LANG", "C.UTF-8"),
+        })
+        env.update(self.harness.env(self))
+        return env
+
+    def play(self, script):
+        """The mock answers with script(req); an error in it is kept for the report."""
+        def guarded(req):
+            try:
+                return script(req)
+            except Exception as error:
+                self.errors.append("script at request %d: %s: %s" % (
+                    req.index, type(error).__name__, one_line(error, 200)))
+                raise
+        self.mock.script = guarded
+
+    def must(self, argv, cwd=None, what=None, timeout=120):
+        """Run a step of the box's making in its environment; its output."""
+        done = subprocess.run(argv, cwd=cwd or self.dir, env=self.env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise Failure("%s failed (exit %d): %s" % (what or " ".join(argv[:3]),
+                                                       done.returncode,
+                                                       (done.stderr or done.stdout)
+                                                       .strip()[-300:]))
+        return done.stdout
+
+    # -- agents-room CLI, as the peer or as an observer
+    def ar(self, *args, check_rc=True):
+        done = subprocess.run([sys.executable, AR] + list(args), cwd=self.dir, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+        if check_rc and done.returncode != 0:
+            raise Failure("agents_room.py %s failed: %s" % (" ".join(args[:2]),
+                                                            done.stderr.strip()[-300:]))
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            return done.stdout + done.stderr
+
+    def peer(self):
+        if self.peer_sid is None:
+            self.peer_sid = self.ar("join", "--room", "repo:proj", "--label", "peer",
+                                    "--harness-key", "e2e-peer", "--json")["session_id"]
+        return self.peer_sid
+
+    def send(self, to):
+        return self.ar("send", "--session", self.peer(), "--to", to, "--subject",
+                       SECRET_SUBJECT, "--body", SECRET_BODY, "--json")
+
+    def states(self, message_id=None):
+        """The peer's view: the state of each delivery it sent (of one message)."""
+        sent = self.ar("sent", "--session", self.peer(), "--json")
+        return [d["state"] for m in sent.get("messages", []) for d in m.get("deliveries", [])
+                if message_id is None or m.get("message_id") == message_id]
+
+    def sessions(self):
+        """Sessions `who` lists, the peer left out."""
+        for _ in range(3):
+            found = self.ar("who", "--json", "--room", "repo:proj", check_rc=False)
+            if isinstance(found, dict):
+                break
+            self.errors.append("who: %s" % one_line(found, 300))
+            time.sleep(0.3)
+        else:
+            return []
+        return [s for s in found.get("sessions", []) if s["session_id"] != self.peer_sid
+                and s.get("label") != "peer" and s["session_id"] not in self.ignored]
+
+    def session(self, sid):
+        return next((s for s in self.sessions() if s["session_id"] == sid), None)
+
+    def wait_session(self, timeout):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.db):
+                found = self.sessions()
+                if found:
+                    return found[0]
+            time.sleep(0.3)
+        return None
+
+    def harness_key(self, sid):
+        conn = sqlite3.connect(self.db, timeout=10)
+        try:
+            found = conn.execute("SELECT harness_key FROM sessions WHERE id=?",
+                                 (sid,)).fetchone()
+        finally:
+            conn.close()
+        return found[0] if found else None
+
+    def wake_events(self, message_id):
+        """The kinds of the store's wake.* events about one message."""
+        conn = sqlite3.connect(self.db, timeout=10)
+        try:
+            rows = conn.execute("SELECT kind, data FROM events WHERE kind LIKE 'wake.%' "
+                                "ORDER BY id").fetchall()
+        finally:
+            conn.close()
+        return [kind for kind, data in rows
+                if message_id in (json.loads(data or "{}").get("messages") or [])]
+
+    # -- one-shot runs
+    def oneshot(self, prompt, resume=None, yolo=False, timeout=90):
+        """One one-shot turn to completion: dict(rc, out, err, elapsed, hung, id)."""
+        timeout += self.harness.cold
+        argv = self.harness.oneshot_argv(self, prompt, resume=resume, yolo=yolo)
+        argv[0] = self.suite.which(argv[0]) or argv[0]
+        log("%s: run %s" % (self.name, " ".join(argv[1:])))
+        out_path = os.path.join(self.dir, "run-%d.out" % time.time_ns())
+        with open(out_path, "w") as out, open(out_path + ".err", "w") as err:
+            proc = subprocess.Popen(argv, cwd=self.repo, env=self.env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+            start = time.time()
+            try:
+                proc.wait(timeout=timeout)
+                hung = False
+            except subprocess.TimeoutExpired:
+                hung = True
+                kill_group(proc)
+            elapsed = time.time() - start
+        with open(out_path) as handle:
+            out_text = handle.read()
+        with open(out_path + ".err") as handle:
+            err_text = handle.read()
+        return {"rc": proc.returncode, "out": out_text, "err": err_text, "elapsed": elapsed,
+                "hung": hung, "id": self.harness.run_id(out_text)}
+
+    # -- interactive runs in tmux
+    def tui_start(self, extra=()):
+        self.tmux = "e2e-%s" % self.name[-40:]
+        envfile = os.path.join(self.dir, "env.sh")
+        with open(envfile, "w") as handle:
+            for key, value in sorted(self.env.items()):
+                handle.write("export %s=%s\n" % (key, shlex.quote(value)))
+        program = " ".join(shlex.quote(a) for a in self.harness.tui_argv(self, extra))
+        command = "bash --norc --noprofile -c %s" % shlex.quote(
+            ". %s; cd %s && exec %s" % (shlex.quote(envfile), shlex.quote(self.repo), program))
+        for attempt in (1, 2):
+            self.suite.tmux("new-session", "-d", "-s", self.tmux, "-x", "160", "-y", "50",
+                            command)
+            if self.harness.tui_wait(self) is not False:
+                return
+            # The harness came up without what its start should have loaded (a
+            # trust saved without a restart): a user starts it again.
+            self.errors.append("the TUI started without its settings; started again")
+            self.tui_quit()
+            self.tmux = "e2e-%s" % self.name[-40:]
+        raise Failure("the TUI started twice without its settings; screen:\n%s"
+                      % self.screen()[-1500:])
+
+    def screen(self):
+        return self.suite.tmux("capture-pane", "-p", "-t", self.tmux, "-S", "-300",
+                               check=False)
+
+    def tui_alive(self):
+        return self.tmux is not None and subprocess.run(
+            ["tmux", "-L", self.suite.socket, "has-session", "-t", self.tmux],
+            capture_output=True, timeout=10).returncode == 0
+
+    def tui_send(self, text, prompt=True):
+        """Type a line.  A prompt, where the harness swallows an Enter now and
+        then (enter_tries > 1): Enter again while no request comes."""
+        before = len(self.mock.model_calls(main_only=False))
+        self.suite.tmux("send-keys", "-t", self.tmux, "-l", text)
+        time.sleep(0.4)
+        for _ in range(self.harness.enter_tries if prompt else 1):
+            self.suite.tmux("send-keys", "-t", self.tmux, "Enter")
+            end = time.time() + 4
+            while prompt and self.harness.enter_tries > 1 and time.time() < end:
+                if len(self.mock.model_calls(main_only=False)) > before:
+                    return
+                time.sleep(0.2)
+
+    def save_screen(self):
+        try:
+            with open(os.path.join(self.dir, "screen-%d.txt" % time.time_ns()), "w") as handle:
+                handle.write(self.screen())
+        except (OSError, Failure, subprocess.SubprocessError):
+            pass
+
+    def tui_quit(self, timeout=15):
+        """Quit as a user does; returns the last screen seen before the pane closed."""
+        self.save_screen()
+        self.harness.quit(self)
+        end, last = time.time() + timeout, ""
+        while time.time() < end:
+            if not self.tui_alive():
+                self.tmux = None
+                return last
+            last = self.screen() or last
+            time.sleep(0.2)
+        raise Failure("the TUI did not exit within %d s of %s; screen:\n%s"
+                      % (timeout, "/".join(self.harness.quit_keys), last[-800:]))
+
+    def wait_quiet(self, at_least, quiet=1.2, settle=None, timeout=60):
+        """Wait until >= at_least main requests were seen and none came for
+        `quiet` s; with fewer, give up once none came for `settle` s (the
+        harness's, by default)."""
+        settle = max(settle or 0, self.harness.settle)
+        start = time.time()
+        timeout += self.harness.cold
+        while time.time() < start + timeout:
+            calls = self.mock.model_calls()
+            since = self.mock.idle_since(start)
+            idle = time.time() - since if since is not None else 0.0
+            # No request yet: a loaded machine can take long to send the first.
+            done = (len(calls) >= at_least and idle > quiet) or (calls and idle > settle)
+            if done and not (self.tmux and self.harness.busy(self)):
+                return calls
+            time.sleep(0.2)
+        return self.mock.model_calls()
+
+    def turn(self, prompt, expect, quiet=1.2, settle=None, **oneshot):
+        """One user turn: a one-shot run (returned), or a prompt typed into the
+        TUI (started on first use; None)."""
+        if self.kind == "tui":
+            if self.tmux is None:
+                self.tui_start()
+            self.tui_send(prompt)
+            longest = max(settle or 0, self.harness.settle)
+            self.wait_quiet(expect, quiet=quiet, settle=settle, timeout=max(60, 2 * longest + 30))
+            return None
+        return self.oneshot(prompt, **oneshot)
+
+    def end(self):
+        """End the harness session the way a user does (a TUI: its quit)."""
+        return self.tui_quit() if self.tmux is not None else ""
+
+    # -- processes
+    def marked(self):
+        """{pid: command line} of the processes this run started: their
+        environment names its directory or its store (a lever's keeps the store)."""
+        wanted = [("AGENTS_ROOM_E2E_BOX=%s" % self.dir).encode(),
+                  ("AGENTS_ROOM_DB=%s" % self.db).encode()]
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as handle:
+                    environ = handle.read().split(b"\0")
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+                with open("/proc/%s/stat" % entry) as handle:
+                    if handle.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                        continue        # a zombie is gone, waiting for its reaper
+            except OSError:
+                continue
+            if any(item in wanted for item in environ):
+                found[int(entry)] = cmdline.strip()
+        return found
+
+    def wait_unmarked(self, timeout):
+        """Wait until no process of the run is left; returns those still there."""
+        end = time.time() + timeout
+        left = self.marked()
+        while left and time.time() < end:
+            time.sleep(0.3)
+            left = self.marked()
+        return left
+
+    def cleanup(self):
+        if self.tmux:
+            self.save_screen()
+            self.suite.tmux("kill-session", "-t", self.tmux, check=False)
+            time.sleep(0.3)
+        for sig in (signal.SIGTERM, signal.SIGKILL):      # by pid, never by name
+            found = self.marked()
+            for pid in found:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            if not found:
+                break
+            time.sleep(0.5)
+        shutil.rmtree(self.run, ignore_errors=True)
+
+
+# ---- what the model was shown --------------------------------------------------------
+
+def new_text(req, before):
+    """Text in req that the previous request `before` did not have."""
+    old = before.all_text() if before is not None else ""
+    text = req.all_text()
+    if text.startswith(old):
+        return text[len(old):]
+    lines_old = set(old.splitlines())
+    return "\n".join(line for line in text.splitlines() if line not in lines_old)
+
+
+def secrets_shown(calls):
+    return [r.index for r in calls if SECRET_SUBJECT in r.all_text() or
+            SECRET_BODY in r.all_text()]
+
+
+def results(req):
+    return [text for _, text in req.tool_results()]
+
+
+def json_in(text):
+    """The first JSON object in a tool result's text."""
+    start = text.find("{")
+    while start >= 0:
+        try:
+            return json.JSONDecoder().raw_decode(text[start:])[0]
+        except ValueError:
+            start = text.find("{", start + 1)
+    return None
+
+
+def run_hint(run):
+    if not run:
+        return ""
+    return " (exit %s%s; stderr %r)" % (run["rc"], ", hung" if run["hung"] else "",
+                                        run["err"].strip()[-200:])
+
+
+def ar_call(box, name, args):
+    return Call(box.harness.prefix + name, args)
+
+
+# ---- the common runs -------------------------------------------------------------------
+# Each is one harness session; step(name, fn) records a row (fn returns its
+# detail or raises Failure/Skip).
+
+def run_room(box, step):
+    """digest, MCP session, room_call and exit, in one session."""
+    state = {}
+    harness = box.harness
+    late = harness.late_tools.get(box.mode)
+
+    def script(req):
+        sid = req.session_id()
+        done = len(req.tool_results())
+        if not sid:
+            return Reply(text="no digest")
+        if done == 0:
+            state.setdefault("first_tools", req.tool_names())
+            state.update(sid=sid, tools=req.tool_names())
+            if late and not any(n.startswith(harness.prefix) for n in state["tools"]):
+                return Reply(text="no agents-room tools yet")
+            return Reply(calls=[ar_call(box, "room_join", {})])
+        if done == 1:
+            return Reply(calls=[ar_call(box, "msg_recv", {"session_id": sid})])
+        if done == 2:
+            return Reply(calls=[ar_call(box, "room_call", {"op": "task", "args": {
+                "session_id": sid, "action": "add", "title": "e2e task"}})])
+        if "who" not in state:
+            state["who"] = box.sessions()
+        return Reply(text="done")
+    box.play(script)
+    run = box.turn("use the room", 4)
+    if late and not any(n.startswith(harness.prefix) for n in state.get("first_tools", [])):
+        box.tui_send("use the room again")     # the user asks again, the tools now up
+        box.wait_quiet(5)
+    calls = box.mock.model_calls()
+    if late:        # the turn before the tools came is not the one checked
+        calls = [c for c in calls if c.tool_results() or any(
+            n.startswith(harness.prefix) for n in c.tool_names())]
+
+    def digest():
+        check(calls, "no model request at all%s" % run_hint(run))
+        sid = calls[0].session_id()
+        check(sid, "the first request has no 'your session_id is <16 hex>' digest")
+        system = [m for m in calls[0].messages() if m.get("role") == "system"]
+        where = "system prompt" if system and sid in json.dumps(system) else "messages"
+        mine = {s["session_id"]: s for s in state.get("who") or []}
+        check(sid in mine, "digest session %s is not in `who` during the turn (%s)"
+              % (sid, list(mine)))
+        check(mine[sid]["liveness"] == "alive", "session %s is %s during its turn"
+              % (sid, mine[sid]["liveness"]))
+        if harness.who_harness:
+            check(mine[sid].get("harness") == harness.who_harness, "the session's harness "
+                  "is %r, not %r" % (mine[sid].get("harness"), harness.who_harness))
+        return "session %s (in the %s), alive in who" % (sid, where)
+    step("a-digest", digest)
+
+    def mcp():
+        check(state.get("sid"), "no digest session id reached the model%s" % run_hint(run))
+        sid = state["sid"]
+        ours = {n[len(harness.prefix):] for n in state["tools"]
+                if n.startswith(harness.prefix)}
+        check(ours, "no agents-room tool offered (tools: %s)" % state["tools"])
+        check(ours == LEAN, "not the lean listing: missing %s, extra %s"
+              % (sorted(LEAN - ours), sorted(ours - LEAN)))
+        check(len(calls) >= 3, "expected room_join, msg_recv, room_call, done; saw %d "
+              "requests" % len(calls))
+        texts = results(calls[-1])
+        check(len(texts) >= 2, "tool results missing: %r" % texts)
+        joined, received = json_in(texts[0]) or {}, json_in(texts[1]) or {}
+        check(joined.get("session_id") == sid, "room_join over MCP answered session %s, not "
+              "the digest's %s (an orphan session): %s"
+              % (joined.get("session_id"), sid, one_line(texts[0], 200)))
+        check("messages" in received, "msg_recv on the digest's session failed: %s"
+              % one_line(texts[1], 200))
+        mine = [s["session_id"] for s in state.get("who") or []]
+        check(mine == [sid], "`who` lists %d harness sessions %s; expected only %s"
+              % (len(mine), mine, sid))
+        harness.checks_after_mcp(box)
+        first = {n for n in state.get("first_tools", []) if n.startswith(harness.prefix)}
+        return "%d lean tools offered; room_join -> %s, msg_recv ok, one session%s" % (
+            len(ours), sid, "" if first else "; the first request offered none (%s)" % late)
+    step("b-mcp-session", mcp)
+
+    def room_call():
+        check(len(calls) >= 4, "the turn did not get to room_call (%d requests)" % len(calls))
+        texts = results(calls[-1])
+        check(len(texts) >= 3, "no room_call result: %r" % texts)
+        answer = json_in(texts[2]) or {}
+        task = answer.get("task") or {}
+        check(answer.get("ok") is True and task.get("title") == "e2e task",
+              "room_call task add failed: %s" % one_line(texts[2], 200))
+        return "task %s added in %s" % (task.get("task_id"), task.get("room"))
+    step("f-room-call", room_call)
+
+    def exit_():
+        sid = state.get("sid")
+        check(sid, "no session to end")
+        if run is not None:
+            check(not run["hung"], "the one-shot run did not exit (killed)")
+            check(run["rc"] == 0, "the one-shot run exited %s: %s" % (
+                run["rc"], one_line(run["err"][-300:])))
+            how = "exit 0"
+        else:
+            screen = box.end()
+            how = "%s%s" % ("/".join(harness.quit_keys),
+                            ", '--resume' offered" if "--resume" in screen else "")
+        want_end = box.kind == "tui" or harness.oneshot_session_end
+        end = time.time() + 15
+        while time.time() < end:
+            found = box.session(sid) or {}
+            if found.get("liveness") != "alive" and (found.get("ended") or not want_end):
+                break
+            time.sleep(0.3)
+        check(found.get("liveness") != "alive", "session %s still alive after the exit" % sid)
+        if want_end:
+            check(found.get("ended"), "`who` does not show session %s ended after the exit "
+                  "(liveness %s): no SessionEnd?" % (sid, found.get("liveness")))
+        ended = ("ended (SessionEnd)" if found.get("ended") else
+                 "not ended: this mode fires no SessionEnd")
+        left = box.wait_unmarked(10)
+        check(not left, "processes left after the exit: %s" % "; ".join(
+            "%d %s" % (p, one_line(c, 80)) for p, c in sorted(left.items())))
+        return "%s; who: %s, %s; no process left" % (how, found.get("liveness"), ended)
+    step("h-exit", exit_)
+
+
+def run_signal(box, step):
+    """A send while the model works reaches the next request as the one-line signal."""
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and not req.tool_results():
+            if "sent" not in state:
+                state["sent"] = box.send(sid)
+            return Reply(calls=[box.harness.read_call(box)])
+        return Reply(text="done")
+    box.play(script)
+    run = box.turn("work on something", 2)
+    calls = box.mock.model_calls()
+
+    def midturn():
+        check("sent" in state, "no digest session id reached the model%s" % run_hint(run))
+        check(state["sent"].get("recipients") == 1, "send reached %r" % state["sent"])
+        check(len(calls) >= 2, "no request after the tool call%s" % run_hint(run))
+        check(not SIGNAL_RE.search(calls[0].all_text()),
+              "the signal was already in the first request")
+        tail = new_text(calls[1], calls[0])
+        check(SIGNAL_RE.search(tail), "the request after the tool call has no 'agents-room: "
+              "N unread message' signal; new text: %r" % tail[-300:])
+        texts = results(calls[1])
+        where = ("the tool result" if texts and SIGNAL_RE.search(texts[-1]) else
+                 "a message after the tool result")
+        leaked = secrets_shown(calls)
+        check(not leaked, "subject/body rode the signal (requests %s)" % leaked)
+        return "in %s: %s" % (where, signal_line(tail)[:100])
+    step("c-midturn-signal", midturn)
+
+
+def run_hold(box, step):
+    """The end of a turn with unread mail is held once, not again the next turn."""
+    state = {"turn": 1}
+    harness = box.harness
+
+    def script(req):
+        sid = req.session_id()
+        if sid and "sent" not in state:
+            state["sid"] = sid
+            state["sent"] = box.send(sid)
+        return Reply(text="done-turn%d" % state["turn"])
+    box.play(script)
+
+    def hold():
+        run = box.turn("first task", 2, quiet=2.5)
+        first = box.mock.model_calls()
+        check("sent" in state, "no digest reached the model%s" % run_hint(run))
+        if run is not None:
+            check(not run["hung"] and run["rc"] == 0, "the first run did not end well%s"
+                  % run_hint(run))
+        check(len(first) >= 2, "the end of the turn was not held: %d request(s) and no "
+              "continuation (delivery states %s)" % (len(first), box.states()))
+        held = new_text(first[1], first[0])
+        check(SIGNAL_RE.search(held), "the continuation does not carry the signal: %r"
+              % held[-300:])
+        check(len(first) == 2, "the Stop was held %d times in one turn" % (len(first) - 1))
+        check(not secrets_shown(first), "subject/body shown to the model")
+        check("--event=Stop" not in held and "agents_room" not in held,
+              "the model sees the hook command line: %r" % held[-300:])
+        # the next turn, the delivery still unread: no second hold
+        state["turn"] = 2
+        if box.tmux:
+            box.tui_send("second task")
+            calls = box.wait_quiet(3, quiet=2.5)
+        elif harness.resume_key(box, run, state.get("sid")):
+            box.oneshot("second task", resume=harness.resume_key(box, run, state["sid"]))
+            calls = box.mock.model_calls()
+        else:       # no id to resume by: nothing more may come of the first run
+            time.sleep(1.5)
+            calls = box.mock.model_calls()
+            check(len(calls) == 2, "held more than once: %d model calls" % len(calls))
+            return "held once (%r), not again" % signal_line(held)[:60]
+        second = calls[2:]
+        check(second, "the second turn made no request")
+        check(len(second) == 1, "the same delivery held a Stop again in the next turn "
+              "(%d requests in turn 2)" % len(second))
+        return "held once (%r), not again in turn 2" % signal_line(held)[:60]
+    step("d-hold-once", hold)
+
+
+def since_answer(req):
+    """The conversation's items after the model's last answer: a woken turn's
+    prompt and what the harness put beside it (Claude Code: a system item
+    after the user's)."""
+    items = req.messages()
+    answers = [i for i, item in enumerate(items) if isinstance(item, dict) and
+               item.get("role") in ("assistant", "model")]
+    return items[answers[-1] + 1:] if answers else items
+
+
+def last_message_text(req):
+    """Every text after the model's last answer."""
+    return "\n".join(mock_model._texts(since_answer(req)))
+
+
+def _carries_results(items):
+    text = json.dumps(items)
+    return any(mark in text for mark in ('"tool_result"', '"role": "tool"',
+                                         '"functionResponse"', '_output"'))
+
+
+def _wake_script(state):
+    """A woken turn reads its mail (msg_recv), then answers."""
+    def script(req):
+        sid = req.session_id() or state.get("sid")
+        if SIGNAL_RE.search(last_message_text(req)) and sid and not _carries_results(
+                since_answer(req)):
+            return Reply(calls=[Call(state["prefix"] + "msg_recv", {"session_id": sid})])
+        state["n"] = state.get("n", 0) + 1
+        return Reply(text="done-%d" % state["n"])
+    return script
+
+
+def _wake_once(box, sid):
+    """Send to the idle TUI and see the woken turn read it: (latency, how long
+    the send took, the delivery's state after the send, after the turn, origin)."""
+    box.peer()                      # joined before the clock starts
+    calls = box.mock.model_calls()
+    before = len(calls)
+    sent_at = time.time()
+    sent = box.send(sid)
+    returned = time.time() - sent_at
+    at_send = box.states(sent["message_id"])
+    bound = 30 + box.harness.cold
+    woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], bound)
+    check(woke is not None, "no turn started within %d s of the send (delivery %s, "
+          "session %s)" % (bound, at_send, box.session(sid)))
+    latency = woke.at - sent_at
+    asked = last_message_text(woke)
+    check(SIGNAL_RE.search(asked), "the woken turn does not start with the signal: %r"
+          % asked[-300:])
+    shown = new_text(woke, calls[-1] if calls else None)
+    check(SECRET_SUBJECT not in shown and SECRET_BODY not in shown,
+          "subject/body rode the wake: %r" % shown[-300:])
+    box.wait_quiet(before + 2, quiet=1.0, settle=6, timeout=20)
+    after = box.states(sent["message_id"])
+    wakes = box.wake_events(sent["message_id"])
+    # accepted: the inbox's receipt came within the lever's 1 s; offered: it
+    # came later (a busy machine, a TUI's first turn), as SPEC §10 allows.
+    check(at_send in (["accepted"], ["offered"], ["read"]) and (
+        "wake.accepted" in wakes or "wake.offered" in wakes),
+        "right after the send the peer saw %s, wake events %s (want accepted, or offered "
+        "when no receipt came within 1 s)" % (at_send, wakes))
+    at_send = "accepted" if "wake.accepted" in wakes else "offered (no receipt within 1 s)"
+    check(after == ["read"], "after the woken turn's msg_recv the peer saw %s" % after)
+    origin = re.search(r'origin="([^"]+)"', asked)
+    return latency, returned, at_send, after, origin.group(1) if origin else None
+
+
+def run_wake(box, step):
+    """A TUI woken through its inbox: before its first prompt, after a turn."""
+    state = {"prefix": box.harness.prefix}
+    box.play(_wake_script(state))
+    box.tui_start()
+    lever = box.harness.levers[box.mode]
+    lever = (lever,) if isinstance(lever, str) else lever
+
+    def before_first():
+        session = box.wait_session(10)
+        check(session, "no agents-room session while the TUI sits before its first prompt")
+        state["sid"] = sid = session["session_id"]
+        check(session["autonomy"] == 2, "autonomy %s after setup --autonomy 2"
+              % session["autonomy"])
+        check(session.get("lever") in lever, "lever %r, not %s" % (session.get("lever"),
+                                                                 " or ".join(lever)))
+        latency, returned, at_send, after, origin = _wake_once(box, sid)
+        box.suite.latency["e1-wake-before-first-turn/" + box.mode] = latency
+        return ("woke in %.2f s (the send returned in %.2f s; lever %s, origin %s); "
+                "delivery %s, then %s" % (latency, returned, session.get("lever"), origin,
+                                          at_send, after))
+    step("e1-wake-before-first-turn", before_first)
+
+    def after_turn():
+        sid = state.get("sid") or (box.wait_session(5) or {}).get("session_id")
+        check(sid, "no session")
+        count = len(box.mock.model_calls())
+        box.tui_send("first task")
+        box.wait_quiet(count + 1, quiet=1.5)
+        time.sleep(0.5)
+        latency, returned, at_send, after, origin = _wake_once(box, sid)
+        box.suite.latency["e2-wake-after-turn/" + box.mode] = latency
+        return ("woke in %.2f s after a user turn (the send returned in %.2f s); delivery "
+                "%s, then %s" % (latency, returned, at_send, after))
+    step("e2-wake-after-turn", after_turn)
+    box.end()
+
+
+def run_doctor(box, step):
+    """doctor through the harness's shell tool names this session and its lever;
+    a one-shot mode's finished session is then resumed by its lever."""
+    harness = box.harness
+    state = {"prefix": harness.prefix}
+    command = "%s %s doctor --json" % (shlex.quote(sys.executable), shlex.quote(AR))
+    lever = harness.levers[box.mode]
+
+    def script(req):
+        sid = req.session_id()
+        if state.get("phase") == "woken":
+            return _wake_script(state)(req)
+        if sid and not req.tool_results():
+            state["sid"] = sid
+            return Reply(calls=[harness.shell_call(command)])
+        return Reply(text="doctor done")
+    box.play(script)
+    if box.kind == "tui":
+        box.tui_start(harness.yolo_args)
+    # doctor times the quiet hook five times: on a loaded machine a while.
+    run = box.turn("run the doctor", 2, settle=60, yolo=True)
+
+    def doctor():
+        sid = state.get("sid")
+        check(sid, "no digest reached the model%s" % run_hint(run))
+        calls = box.mock.model_calls()
+        check(len(calls) >= 2 and results(calls[-1]), "no shell result reached the model")
+        text = "\n".join(results(calls[-1]))
+        if harness.doctor_skip:
+            check('"status"' in text, "doctor did not run: %s" % one_line(text, 300))
+            raise Skip(harness.doctor_skip)
+        lines = [one_line(l, 300) for l in text.splitlines() if sid in l or "lever" in l]
+        check(any(sid in l for l in lines), "doctor does not name session %s: %s"
+              % (sid, one_line(text, 300)))
+        check(any(lever in l for l in lines), "doctor does not name the lever %s: %s"
+              % (lever, lines or one_line(text, 300)))
+        failed = re.findall(r'"status":\s*"fail",\s*"check":\s*"([^"]*)"', text)
+        check(not failed, "doctor fails inside the session: %s" % failed)
+        named = [l for l in lines if lever in l]
+        return one_line(named[0], 140) if named else "ok"
+    step("g-doctor", doctor)
+
+    if box.kind == "tui" or not harness.resumes:
+        box.end()
+        return
+
+    def wake_finished():
+        check(run and not run["hung"], "the first run did not end")
+        return resume_wake(box, state)
+    step("e3-wake-finished", wake_finished)
+
+
+def resume_wake(box, state, row="e3-wake-finished"):
+    """A send to a finished session (state["sid"], its script a run_doctor's
+    or one that reads state["phase"] the same way) runs the mode's lever: a
+    resumed turn carrying the signal; its detail, or raises."""
+    harness = box.harness
+    lever = harness.levers[box.mode]
+    sid = state.get("sid")
+    check(sid, "no session")
+    session = box.session(sid) or {}
+    check(session.get("lever") == lever, "lever %r, not %s" % (session.get("lever"), lever))
+    check(box.wait_unmarked(10) == {}, "the first run left processes")
+    state["phase"] = "woken"
+    box.peer()
+    before = len(box.mock.model_calls())
+    sent_at = time.time()
+    sent = box.send(sid)
+    at_send = box.states(sent["message_id"])    # the lever runs detached: offered
+    bound = 60 + harness.cold          # the lever's run is a cold start
+    woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], bound)
+    check(woke is not None, "no resumed turn within %d s of the send (delivery %s)"
+          % (bound, box.states(sent["message_id"])))
+    latency = woke.at - sent_at
+    box.suite.latency[row + "/" + box.mode] = latency
+    asked = last_message_text(woke)
+    check(SIGNAL_RE.search(asked), "the resumed turn does not carry the signal: %r"
+          % asked[-200:])
+    check(woke.session_id() in (None, sid), "the resumed turn's digest names %s, not %s"
+          % (woke.session_id(), sid))
+    check(not secrets_shown([woke]), "subject/body rode the wake")
+    left = box.wait_unmarked(40 + harness.cold)
+    check(not left, "the resumed run did not end: %s" % list(left.values())[:2])
+    after = box.states(sent["message_id"])
+    want = [["read"]] if harness.resumed_reads else [["accepted"], ["read"]]
+    check(after in want, "after the resumed turn the peer saw %s (want %s)"
+          % (after, " or ".join(map(str, want))))
+    wakes = [w[5:] for w in box.wake_events(sent["message_id"])]
+    return "resumed in %.1f s by %s (wake %s); peer saw %s then %s" % (
+        latency, lever, "/".join(wakes), at_send, after)
+
+
+class Case:
+    """One run: a name, setup's --autonomy, the modes it runs in ("oneshot",
+    "tui", or mode names), its function and the rows it reports
+    (NAME@KIND or NAME@MODE: in that kind or mode only)."""
+
+    def __init__(self, name, autonomy, function, rows, modes=("oneshot", "tui")):
+        self.name, self.autonomy, self.function = name, autonomy, function
+        self.rows, self.modes = rows, modes
+
+    def runs_in(self, harness, mode):
+        return mode in self.modes or harness.modes[mode] in self.modes
+
+    def rows_in(self, harness, mode):
+        out = []
+        for row in self.rows:
+            name, _, where = row.partition("@")
+            if not where or where in (mode, harness.modes[mode]):
+                out.append("%s/%s" % (name, mode))
+        return out
+
+
+COMMON = [
+    Case("room", 0, run_room, ("a-digest", "b-mcp-session", "f-room-call", "h-exit")),
+    Case("signal", 0, run_signal, ("c-midturn-signal",)),
+    Case("hold", 1, run_hold, ("d-hold-once",)),
+    Case("wake", 2, run_wake, ("e1-wake-before-first-turn", "e2-wake-after-turn"),
+         modes=("tui",)),
+    Case("doctor", 2, run_doctor, ("g-doctor", "e3-wake-finished@oneshot")),
+]
+
+
+# ---- the suite ------------------------------------------------------------------------
+
+class Suite:
+    def __init__(self, harness, args, bins):
+        self.harness = harness
+        self.bins = [os.path.abspath(b) for b in bins]
+        self.keep = args.keep
+        os.makedirs(args.workdir, exist_ok=True)
+        self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
+        self.socket = "agents-room-e2e-%s-%d" % (harness.name, os.getpid())
+        self.mocks = []
+        self.results = {}           # case -> (status, detail)
+        self.latency = {}           # case -> a wake's latency in seconds
+        self.lock = threading.Lock()
+
+    def which(self, program):
+        return shutil.which(program, path=os.pathsep.join(self.bins))
+
+    def tmux(self, *args, check=True):
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null"] + list(args),
+                              capture_output=True, text=True, timeout=30)
+        if check and done.returncode != 0:
+            raise Failure("tmux %s: %s" % (args[0], done.stderr.strip()))
+        return done.stdout
+
+    def lanes(self, selected, jobs):
+        """Run the selected (case, mode) pairs, a lane per mode when jobs > 1."""
+        groups = {}
+        for case, mode in selected:
+            groups.setdefault(mode if jobs > 1 else "all", []).append((case, mode))
+        threads = []
+        for lane in groups.values():
+            mock = Mock(getattr(self.harness, "request_class", mock_model.GeminiRequest),
+                        log=log).start()
+            self.mocks.append(mock)
+            thread = threading.Thread(target=lambda lane=lane, mock=mock: [
+                self.run(case, mode, mock) for case, mode in lane], daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+
+    def run(self, case, mode, mock):
+        wanted = case.rows_in(self.harness, mode)
+        started = time.time()
+        rows, box = [], None
+
+        def step(row_name, fn):
+            name = "%s/%s" % (row_name, mode)
+            try:
+                status, detail = "PASS", fn()
+            except Failure as error:
+                status, detail = "FAIL", str(error)
+            except Skip as error:
+                status, detail = "SKIP", str(error)
+            except Exception as error:  # a broken step is a failure, never a crash
+                status, detail = "FAIL", "error: %s: %s" % (type(error).__name__, error)
+            rows.append((name, status, detail))
+            log("%s %s: %s" % (status, name, one_line(detail)))
+
+        try:
+            box = Box(self, mock, "%s-%s" % (case.name, mode), mode, case.autonomy)
+            case.function(box, step)
+            error = "not reached"
+        except Exception as exc:  # the run broke before its steps
+            error = "error: %s: %s" % (type(exc).__name__, exc)
+        finally:
+            if box is not None:
+                try:
+                    mock.dump(os.path.join(box.dir, "requests.json"))
+                except OSError:
+                    pass
+                box.cleanup()
+        if box is not None and box.errors:
+            rows = [(c, st, d + (" [%s]" % "; ".join(box.errors[:2]) if st == "FAIL" else ""))
+                    for c, st, d in rows]
+        done = {name for name, _, _ in rows}
+        rows += [(name, "FAIL", error) for name in wanted if name not in done]
+        with self.lock:
+            for name, status, detail in rows:
+                self.results[name] = (status, detail)
+                print("%-4s %-36s %s" % (status, name, one_line(detail)), flush=True)
+            print("     %-36s %.1f s" % ("(run %s/%s)" % (case.name, mode),
+                                         time.time() - started), flush=True)
+
+    def close(self):
+        for mock in self.mocks:
+            mock.stop()
+        self.tmux("kill-server", check=False)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def report(self, version):
+        """One E2E-ROW per mode that ran: digest, signal, hold from their rows,
+        wake from the mode's e* rows (all of them must pass)."""
+        ran = {name.split("/")[1] for name in self.results}
+        for mode in self.harness.modes:
+            if mode not in ran:
+                continue
+            mine = {n.split("/")[0]: s for n, (s, _) in self.results.items()
+                    if n.endswith("/" + mode)}
+
+            def cell(*names):
+                states = [mine.get(n) for n in names]
+                if not names or any(s is None for s in states):
+                    return None
+                if all(s == "SKIP" for s in states):
+                    return "n/a"
+                return all(s == "PASS" for s in states if s != "SKIP")
+            wakes = sorted(n for n in mine if re.match(r"e\d?-wake", n))
+            latency = next((self.latency[n + "/" + mode] for n in reversed(wakes)
+                            if n + "/" + mode in self.latency), None)
+            wake = cell(*wakes)
+            if mode in self.harness.wake_na:    # it cannot be woken: shown so, measured
+                wake = cell(*self.harness.wake_na[mode])
+                wake = "n/a" if wake is True else wake
+            report_row(self.harness.title, version, self.harness.labels.get(mode, mode),
+                       digest=cell("a-digest"), signal=cell("c-midturn-signal"),
+                       hold=cell("d-hold-once"), wake=wake, latency=latency,
+                       note=self.harness.notes.get(mode, ""))
+
+
+def selected_cases(harness, only):
+    wanted = [w.strip() for w in (only or "").split(",") if w.strip()]
+    for case in harness.cases():
+        for mode in harness.modes:
+            if not case.runs_in(harness, mode):
+                continue
+            names = case.rows_in(harness, mode) + ["%s/%s" % (case.name, mode)]
+            if not wanted or any(w in n for w in wanted for n in names):
+                yield case, mode
+
+
+def main(harness, argv=None):
+    global VERBOSE, AR
+    parser = argparse.ArgumentParser(description="e2e: agents-room under a real %s"
+                                     % harness.title)
+    parser.add_argument("--install", nargs="+", metavar="PKG", help="install these from "
+                        "the registry into WORKDIR first (%s)" % harness.installer)
+    parser.add_argument("--bin", action="append", default=[], metavar="DIR",
+                        help="a directory with the harness's executables (repeatable)")
+    parser.add_argument("--only", help="run the runs with a row or name containing one of "
+                        "these (comma-separated), e.g. c-midturn, wake or a mode")
+    parser.add_argument("--list", action="store_true", help="list the rows and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory "
+                        "(homes, stores, requests.json and screen.txt per run)")
+    parser.add_argument("--workdir", default=os.path.join(ROOT, ".e2e-" + harness.name))
+    parser.add_argument("--agents-room", default=AR, help="the agents_room.py under test")
+    parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="2 (default): "
+                        "a lane per mode, side by side; 1: one run after another")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    VERBOSE = args.verbose
+    AR = os.path.abspath(args.agents_room)
+    selected = list(selected_cases(harness, args.only))
+    tag = "e2e-%s" % harness.name
+    if args.list:
+        for case, mode in selected:
+            for name in case.rows_in(harness, mode):
+                print("%-36s (run %s/%s, autonomy %d)" % (name, case.name, mode,
+                                                         case.autonomy))
+        return 0
+    if not selected:
+        print("%s: no row matches %r" % (tag, args.only))
+        return 2
+    drop_ci_markers()
+    workdir = os.path.abspath(args.workdir)
+    bins = list(args.bin)
+    if args.install:
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.makedirs(workdir)
+        try:
+            bins = harness.install(args.install, workdir) + bins
+        except (OSError, subprocess.CalledProcessError) as error:
+            print("%s: could not install %s: %s" % (tag, " ".join(args.install), error))
+            shutil.rmtree(workdir, ignore_errors=True)
+            return 2
+    try:
+        return _run(harness, args, bins, selected, tag)
+    finally:
+        if args.install and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(harness, args, bins, selected, tag):
+    needs = list(harness.requires)
+    if any(harness.modes[mode] == "tui" for _, mode in selected):
+        needs.append("tmux")
+    missing = [tool for tool in needs if shutil.which(tool) is None]
+    if not shutil.which(harness.program, path=os.pathsep.join(bins) or None):
+        missing.append("%s (in %s; make %s installs it)" % (harness.program,
+                                                            bins or "PATH", tag))
+    if missing:
+        print("%s: missing %s" % (tag, ", ".join(missing)))
+        return 2
+    suite = Suite(harness, args, bins or [os.path.dirname(shutil.which(harness.program))])
+    started = time.time()
+    version = suite.version = harness.version(suite)
+    print("%s: %s %s (%s), %s (sha256 %s)" % (tag, harness.title, version,
+                                            suite.which(harness.program), AR, file_sha(AR)),
+          flush=True)
+    try:
+        suite.lanes(selected, args.jobs)
+    finally:
+        suite.close()
+    ordered = [(name,) + suite.results[name] for case, mode in selected
+               for name in case.rows_in(harness, mode) if name in suite.results]
+    print("\n%-4s  %-36s  %s" % ("", "row", "why"))
+    for name, status, detail in ordered:
+        print("%-4s  %-36s  %s" % (status, name, one_line(detail, 200)))
+    suite.report(version)
+    counts = {s: sum(1 for r in ordered if r[1] == s) for s in ("PASS", "FAIL", "SKIP")}
+    print("\n%s %s: %d passed, %d failed, %d skipped in %.0f s%s" % (
+        harness.title, version, counts["PASS"], counts["FAIL"], counts["SKIP"],
+        time.time() - started, "; kept %s" % suite.root if args.keep else ""))
+    return 1 if counts["FAIL"] else 0
