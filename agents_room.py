@@ -2802,6 +2802,7 @@ class Harness:
     # with --version and says when it is newer, so untested.  No network.
     tested = None
     programs = ()
+    copied_format = False       # its hook format is the one the others copy
 
     def detect(self, env):
         return False
@@ -2915,6 +2916,37 @@ class Harness:
 
     def configured(self, env, root, home):
         return any(_configured(p, SETUP_MARK) for p in self.config_files(env, root, home))
+
+
+class Human(Harness):
+    """The operator at the page (ui): a person, reached by the page itself."""
+
+    name, title = "human", "the operator page"
+
+
+# The adapters, in the order detection tries them; generic is what none claims.
+# Each harness registers its own (register_harness), as a store kind does in
+# STORE_KINDS; these two are the core's and stay last.
+HARNESS_ADAPTERS = [Human(), Harness()]
+# The same adapters by name, one list kept in step: a schema holds it as its
+# enum (room_join's harness), so a harness registered later is in it too.
+HARNESS_NAMES = [a.name for a in HARNESS_ADAPTERS]
+LEVERS = {"wake-cmd": WakeCmd()}
+_KEY_VARS = []                      # harness_key_vars's, once all have registered
+
+
+def register_harness(adapter):
+    """Add a harness's adapter and its levers.  Detection tries it before
+    the core's two and before any adapter it refines (a subclass ahead of
+    its base, whose detection would claim its sessions too)."""
+    core = len(HARNESS_ADAPTERS) - 2
+    at = next((i for i, a in enumerate(HARNESS_ADAPTERS[:core]) if isinstance(adapter, type(a))),
+              core)
+    HARNESS_ADAPTERS.insert(at, adapter)
+    HARNESS_NAMES[:] = [a.name for a in HARNESS_ADAPTERS]
+    LEVERS.update((lever.name, lever) for lever in adapter.levers)
+    del _KEY_VARS[:]                # harness_key_vars computes them again
+    return adapter
 
 
 class ClaudeSocket(Lever):
@@ -3066,6 +3098,7 @@ def _json_lines(data):
 class ClaudeCode(Harness):
     name, setup_name, title = "claude-code", "claude", "Claude Code"
     tested, programs = "2.1.332", ("claude", "claude.exe")
+    copied_format = True        # Codex, Qwen Code and Gemini CLI read its hook answers
     where = (".mcp.json and .claude/settings.json at the project's git top level when\n"
              "    agents_room.py is inside the project (vendored), else this machine's\n"
              "    .claude/settings.local.json and ~/.claude.json (or ~/.claude with\n"
@@ -3404,6 +3437,9 @@ class ClaudeCode(Harness):
         return checks
 
 
+register_harness(ClaudeCode())
+
+
 def _dig(data, *keys):
     for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
@@ -3620,6 +3656,9 @@ class Codex(Harness):
                            "open /hooks in the Codex TUI and trust the agents-room "
                            "entries; codex exec skips untrusted hooks silently"))
         return checks
+
+
+register_harness(Codex())
 
 
 class HermesResume(ResumeLever):
@@ -3871,6 +3910,9 @@ class Hermes(Harness):
         return checks
 
 
+register_harness(Hermes())
+
+
 class QwenSocket(Lever):
     """Qwen Code's cross-session inbox (a UNIX socket per interactive session,
     on by default): the session's own token, inherited by its hooks, is
@@ -4076,6 +4118,9 @@ class QwenCode(Harness):
         return checks
 
 
+register_harness(QwenCode())
+
+
 class GeminiResume(ResumeLever):
     name = "gemini-resume"
     resume = ("--resume", "KEY", "-p", "TEXT")
@@ -4237,6 +4282,9 @@ class GeminiCli(Harness):
                  "")]
 
 
+register_harness(GeminiCli())
+
+
 class PiSocket(Lever):
     """The agents-room extension in Pi listens on a socket of its session's
     (interactive and RPC modes) and starts a turn with what it is sent; its
@@ -4354,6 +4402,9 @@ class Pi(Harness):
                 "trusted" if decided else "not trusted"), "" if decided else
                 "start pi here once and choose Trust"))
         return checks
+
+
+register_harness(Pi())
 
 
 class OpencodeResume(ResumeLever):
@@ -4502,6 +4553,9 @@ class OpenCode(Harness):
         return checks
 
 
+register_harness(OpenCode())
+
+
 class KiloResume(OpencodeResume):
     name = "kilo-resume"
     # A resumed `kilo run` starts in 30-55 s on a loaded two-core machine
@@ -4539,6 +4593,9 @@ class KiloCode(OpenCode):
 
     def detect(self, env):
         return env.get("KILO") == "1"
+
+
+register_harness(KiloCode())
 
 
 class CopilotResume(ResumeLever):
@@ -4722,17 +4779,7 @@ class CopilotCli(Harness):
         return checks
 
 
-class Human(Harness):
-    """The operator at the page (ui): a person, reached by the page itself."""
-
-    name, title = "human", "the operator page"
-
-
-# The adapters, in the order detection tries them; generic is what none claims.
-HARNESS_ADAPTERS = [ClaudeCode(), Codex(), Hermes(), QwenCode(), GeminiCli(), Pi(), KiloCode(),
-                    OpenCode(), CopilotCli(), Human(), Harness()]
-LEVERS = {lever.name: lever for adapter in HARNESS_ADAPTERS
-          for lever in adapter.levers} | {"wake-cmd": WakeCmd()}
+register_harness(CopilotCli())
 
 
 def forget_levers(row, inline_only=False):
@@ -4749,9 +4796,11 @@ def forget_levers(row, inline_only=False):
             _unlink_quiet(path)
 
 
-# A hook run outside any harness it knows answers in the format the
-# Claude-style harnesses copy.
-HOOK_FORMAT = HARNESS_ADAPTERS[0]
+def hook_format():
+    """The adapter a hook run outside any harness it knows answers as: the
+    one whose hook format the others copy (its class says copied_format),
+    else generic."""
+    return next((a for a in HARNESS_ADAPTERS if a.copied_format), HARNESS_ADAPTERS[-1])
 
 
 def harness_named(name):
@@ -4760,7 +4809,7 @@ def harness_named(name):
 
 
 def harness_names():
-    return [a.name for a in HARNESS_ADAPTERS]
+    return list(HARNESS_NAMES)
 
 
 def detect_harness(env):
@@ -4775,9 +4824,6 @@ def harness_key_vars():
         _KEY_VARS.extend(("AGENTS_ROOM_HARNESS_KEY",) + tuple(
             v for a in HARNESS_ADAPTERS for v in a.key_vars))
     return tuple(_KEY_VARS)
-
-
-_KEY_VARS = []
 
 
 def harness_key_from(env):
@@ -6232,7 +6278,7 @@ JOIN_CLI = CliExtra(_join_options, _join_pid, _join_answer)
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 100},
              "maxItems": TAGS_MAX, "description": "tags others can address with tag:<tag>"},
     "autonomy": S_AUTONOMY,
-    "harness": {"type": "string", "enum": harness_names()},
+    "harness": {"type": "string", "enum": HARNESS_NAMES},
     "harness_key": {"type": "string", "maxLength": 200,
                     "description": "the harness's own session key; read from the "
                     "environment when not given"},
@@ -10045,7 +10091,7 @@ def quiet_hook_check(runs=5):
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
                "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
         argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
-            "hook", "--harness", HOOK_FORMAT.name, "--event=PostToolUse"])
+            "hook", "--harness", hook_format().name, "--event=PostToolUse"])
         times = ([], [])
         try:
             for _ in range(runs):
@@ -10747,7 +10793,7 @@ def hook_harness(opts, env):
     if named in harness_names():
         return harness_named(named)
     detected = detect_harness(env)
-    return HOOK_FORMAT if detected == "generic" else harness_named(detected)
+    return hook_format() if detected == "generic" else harness_named(detected)
 
 
 HOOK_HELP = """usage: agents_room.py hook --event=EVENT [--harness H] [options] < hook.json
@@ -10770,7 +10816,12 @@ writes a line to hook.log beside the store.
 
 example:
   echo '{"session_id": "k1", "cwd": "'$PWD'"}' | python3 agents_room.py hook --event=SessionStart
-""" % ", ".join(harness_names())
+"""
+
+
+def hook_help():
+    """hook --help, naming the harnesses registered by now."""
+    return HOOK_HELP % ", ".join(harness_names())
 
 
 def _hook_options(argv):
@@ -10968,7 +11019,7 @@ def hook_main(argv):
     """Entry for `hook`: never fails the harness.  Any error prints nothing,
     exits 0, and leaves a line in hook.log beside the store."""
     if "--help" in argv or "-h" in argv:
-        sys.stdout.write(HOOK_HELP)
+        sys.stdout.write(hook_help())
         return 0
 
     def too_slow(signum, frame):
@@ -11042,9 +11093,19 @@ class Command:
 
     def __init__(self, name, summary, description, example, arguments=None, run=None,
                  hidden=False, raw=None, tool=None):
-        self.name, self.summary, self.description = name, summary, description
-        self.example, self.arguments, self.run = example, arguments, run
+        self.name, self.summary, self._description = name, summary, description
+        self._example, self.arguments, self.run = example, arguments, run
         self.hidden, self.raw, self.tool = hidden, raw, tool
+
+    # A description or example may be a function, called when the help is
+    # shown: one that lists the harnesses sees those Part II registered.
+    @property
+    def description(self):
+        return self._description() if callable(self._description) else self._description
+
+    @property
+    def example(self):
+        return self._example() if callable(self._example) else self._example
 
 
 COMMANDS = {}
@@ -11450,7 +11511,7 @@ def run_serve(args):
     return "", serve(profile=args.tools)
 
 
-command("hook", "Answer a harness hook event (JSON on stdin).", HOOK_HELP, "",
+command("hook", "Answer a harness hook event (JSON on stdin).", hook_help, "",
         raw=lambda argv: hook_main(argv))(None)
 
 
@@ -11476,11 +11537,11 @@ def _setup_arguments(sub):
 
 
 @command("setup", "Configure a harness: MCP entry and hooks.",
-         "Write (with --write) or show the MCP server entry and the hook entries a\n"
+         lambda: "Write (with --write) or show the MCP server entry and the hook entries a\n"
          "harness needs, merged into its configuration, keeping every entry that is\n"
-         "not agents-room's.\n\n" + "\n".join("  %s: %s" % (a.title, a.where)
-                                               for a in HARNESS_ADAPTERS if a.setup_name),
-         "setup %s --autonomy hold --also storefront --label api --write"
+         "not agents-room's.\n\n" + "\n".join(
+             "  %s: %s" % (a.title, a.where) for a in HARNESS_ADAPTERS if a.setup_name),
+         lambda: "setup %s --autonomy hold --also storefront --label api --write"
          % setup_names()[0],
          _setup_arguments)
 def run_setup(args):
