@@ -50,19 +50,27 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   operations: signals and wakes        what hooks and levers ask of the store
   operations: housekeeping             prune, store facts, the event log
   signals: wake levers                 starting a turn in an idle session
-  harnesses: setup and doctor          the drivers of setup and doctor
   MCP server                           JSON-RPC over stdio
+  harnesses: setup and doctor          the drivers of setup and doctor
   hook front end                       a harness's hook event in, its answer out
   CLI                                  the command table and its runners
   main                                 the command line's one entry
   appendix: PostgreSQL store           a wire-protocol client and its dialect
+  appendix: harness: Claude Code       its adapter, the inbox socket lever, trust
+  appendix: harness: Codex             its adapter, the queue and resume levers
+  appendix: harness: Hermes            its adapter and resume lever
+  appendix: harness: Qwen Code         its adapter, socket and resume levers
+  appendix: harness: Gemini CLI        its adapter and resume lever
+  appendix: harness: Pi                its adapter, socket lever and extension source
+  appendix: harness: OpenCode          its adapter, resume lever and plugin source
+  appendix: harness: Kilo Code         OpenCode's fork: its adapter and resume lever
+  appendix: harness: GitHub Copilot CLI
+                                       its adapter and resume lever
   appendix: Claude Code plugin         plugin: a marketplace folder for Claude Code
   appendix: benchmark                  bench: hot paths against measured limits
-  appendix: operator page              ui: a live page on 127.0.0.1
   appendix: the operator page's HTML, CSS and JavaScript
                                        the page itself, as data
-  appendix: the harness extensions' sources
-                                       what setup writes for Pi, OpenCode and Kilo
+  appendix: operator page              ui: a live page on 127.0.0.1
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2170,7 +2178,6 @@ HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up
 SETUP_MARK = "agents_room"
 WAITER_LIFETIME_S = 12 * 3600
 SOCKET_TIMEOUT_S = 1.0
-CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
 CLAUDE_INBOX_KEEP_S = 5 * 60  # an inbox message no turn took expires in about this
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
@@ -2949,89 +2956,6 @@ def register_harness(adapter):
     return adapter
 
 
-class ClaudeSocket(Lever):
-    """Claude Code's inbox socket (2.1.224 and later): the signal as a user
-    line, starting a turn in an idle interactive session.  Used only where it
-    delivers: never under claude -p (no idle time), never while the session
-    bypasses permissions (its inbox holds a message whose sender cannot
-    attest a permission mode, behind a dialog, unless the user's settings say
-    accept), and after the rewake waiter, which wakes without any dialog.
-    The socket answers nothing; a receipt on a socket of ours says held; no
-    receipt leaves the delivery offered until the turn it starts is seen
-    (its prompt is the signal)."""
-
-    name = "claude-socket"
-    inline = True
-    # A message the inbox took without a receipt and no turn took yet may be
-    # held behind a dialog or still queued; it expires in about 5 minutes.
-    offered_for_s = CLAUDE_INBOX_KEEP_S
-
-    def detect(self, env, key, cwd, argv):
-        socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
-        token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
-        if not socket_path or not token or env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli" \
-                or env.get("CLAUDE_CODE_SESSION_ATTENDED") == "0":
-            return None
-        data = {"socket": socket_path, "token": token, "home": env.get("HOME")}
-        words = list(argv or [])
-        if "--dangerously-skip-permissions" in words or any(
-                a == "--permission-mode" and b == "bypassPermissions"
-                for a, b in zip(words, words[1:])):
-            # Its first hook that says comes only with its first turn.
-            data["mode"] = "bypassPermissions"
-        return data
-
-    def refuses(self, data):
-        inbound = _dig(_read_json_quiet(os.path.join(
-            data.get("home") or os.path.expanduser("~"), ".claude", "settings.json")),
-            "crossSessionInbound")
-        if inbound in ("hold", "refuse"):
-            return "its user's crossSessionInbound is %r" % inbound
-        if data.get("mode") == "held" and inbound != "accept":
-            return "its inbox held the last wake for the user's approval"
-        if data.get("mode") == "bypassPermissions" and inbound != "accept":
-            return ("it bypasses permissions, so its inbox would hold the wake behind a "
-                    "dialog (crossSessionInbound \"accept\" in ~/.claude/settings.json "
-                    "delivers it)")
-        return None
-
-    def send(self, data, text):
-        import socket
-        import uuid
-        # A receipt comes only to a socket in the recipient's sockets
-        # directory, named as Claude Code names its own.
-        reply_path = os.path.join(os.path.dirname(data["socket"]),
-                                  os.urandom(8).hex() + ".sock")
-        message_id = str(uuid.uuid4())
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with ReceiptSocket(reply_path) as receipts:
-                client.settimeout(SOCKET_TIMEOUT_S)
-                client.connect(data["socket"])
-                client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
-                                + json.dumps({"type": "user", "message": {
-                                    "role": "user", "content": text}, "priority": "next",
-                                    "from": "uds:" + reply_path, "msg_id": message_id})
-                                + "\n").encode("utf-8"))
-                client.shutdown(socket.SHUT_WR)
-                status = receipts.first(CLAUDE_RECEIPT_S, lambda frames: next(
-                    (f.get("status") for f in frames if f.get("orig_msg_id") == message_id
-                     and f.get("action") == "peer_message_status"), None))
-        except OSError as error:
-            return "failed", "claude inbox: %s" % error, None
-        finally:
-            client.close()
-        if status is None:
-            return "offered", "claude inbox: taken, accepted when its turn starts", None
-        if status == "delivered":
-            return "accepted", "claude inbox: delivered", None
-        if status == "held":
-            return "failed", ("claude inbox: held for the user's approval (crossSessionInbound "
-                              "\"accept\" in ~/.claude/settings.json delivers it)"), {
-                                  "mode": "held"}
-        return "failed", "claude inbox: %s" % one_line(status, 40), None
-
-
 class ReceiptSocket:
     """A UNIX socket of ours that a harness's inbox answers on: first()
     accepts connections until a deadline and returns what pick finds in the
@@ -3093,1693 +3017,6 @@ def _json_lines(data):
         if isinstance(frame, dict):
             frames.append(frame)
     return frames
-
-
-class ClaudeCode(Harness):
-    name, setup_name, title = "claude-code", "claude", "Claude Code"
-    tested, programs = "2.1.332", ("claude", "claude.exe")
-    copied_format = True        # Codex, Qwen Code and Gemini CLI read its hook answers
-    where = (".mcp.json and .claude/settings.json at the project's git top level when\n"
-             "    agents_room.py is inside the project (vendored), else this machine's\n"
-             "    .claude/settings.local.json and ~/.claude.json (or ~/.claude with\n"
-             "    --scope user)")
-    events = {e: e for e in HOOK_EVENTS}
-    key_vars = ("CLAUDE_CODE_SESSION_ID",)
-    env_prefixes = ("CLAUDECODE", "CLAUDE_CODE_")
-    levers = (ClaudeSocket(),)
-    # The asyncRewake Stop hook (hook --event=Stop --wait) runs in the
-    # background, sleeps on the store and wakes the model by exiting 2.
-    waiter = "claude-rewake"
-    arms_at_turn_end = True
-    max_autonomy = 2
-    # Claude Code continues a turn whose Stop hook adds context, as a system
-    # reminder; a decision block shows the user "Stop hook error".
-    hold = "context"
-    project_var = "CLAUDE_PROJECT_DIR"
-    edit_tools = "Edit|Write|MultiEdit|NotebookEdit"
-    server_name = "agents-room"
-    # The plugin (`plugin DIR`): Claude Code names its server's tools
-    # mcp__plugin_<plugin>_<server>__<tool>, whatever the marketplace is called.
-    plugin_name = "agents-room"
-    plugin_prefix = "mcp__plugin_%s_%s__" % (plugin_name, server_name)
-
-    def detect(self, env):
-        return env.get("CLAUDECODE") == "1"
-
-    def waiter_skips(self, env):
-        # Under `claude -p` the hooks are waited for before it can print its
-        # result and exit, and a scripted run has no idle time to wake.
-        return env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli"
-
-    def hook_facts(self, event, payload):
-        facts = Harness.hook_facts(self, event, payload)
-        mode = payload.get("permission_mode")
-        if isinstance(mode, str):
-            # Whether its inbox holds a message for the user's approval
-            # depends on it (the socket lever reads it).
-            facts["lever_facts"] = {"mode": mode}
-        return facts
-
-    def server(self, placement, job):
-        # alwaysLoad: the tools are in every request, never deferred behind
-        # ToolSearch (2.1.332 defers MCP tools, and a turn the inbox starts
-        # lists no deferred ones), and start-up waits for the server (at most
-        # 5 s) as Codex's required = true does.
-        return {"type": "stdio", "command": placement.python,
-                "args": ["-I", "-S", placement.script] + job.serve_args,
-                "alwaysLoad": True}
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup claude in your project, or use --scope user")
-        placement = Placement(job.root if job.scope == "project" else None,
-                              self.project_var)
-        hooks = self.hook_entries(placement, job.level, job.start_extra,
-                                  wake=job.level == 2)
-        state_path = os.path.join(job.home, ".claude.json")
-        if job.scope == "user":
-            settings_path = os.path.join(job.home, ".claude", "settings.json")
-            self._state_server(job, state_path, None, self.server(placement, job))
-        elif placement.relative is not None:
-            # A vendored copy: the team's files, which name it from the
-            # project's top level and so hold on every clone.
-            settings_path = os.path.join(job.root, ".claude", "settings.json")
-            mcp_path = os.path.join(job.root, ".mcp.json")
-            mcp = _read_json(mcp_path)
-            servers = mcp.setdefault("mcpServers", {})
-            if not isinstance(servers, dict):
-                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
-                                % mcp_path)
-            servers[self.server_name] = self.server(placement, job)
-            job.files.append({"path": mcp_path,
-                              "content": json.dumps(mcp, indent=2) + "\n"})
-        else:
-            # This machine's paths (/usr/bin/python3, ~/src/agents_room.py):
-            # the personal files, never the ones a team commits.
-            settings_path = os.path.join(job.root, ".claude", "settings.local.json")
-            self._state_server(job, state_path, job.root, self.server(placement, job))
-            self._leave_team_files(job)
-        settings = merge_hooks(_read_json(settings_path), hooks)
-        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
-        if isinstance(allow, list) and self.mcp_prefix + "*" not in allow:
-            # Without it, every agents-room call waits for a person to approve
-            # it: a woken, unattended session could not even read its mail.
-            allow.append(self.mcp_prefix + "*")
-        if settings_path.endswith(os.path.join(".claude", "settings.json")) and \
-                job.scope == "project":
-            # The project's .mcp.json server approved where the folder's
-            # trust applies: no "New MCP server found" dialog, whose default
-            # (Enter) rejects the server for good in 2.1.332.
-            enabled = settings.setdefault("enabledMcpjsonServers", [])
-            if isinstance(enabled, list) and self.server_name not in enabled:
-                enabled.append(self.server_name)
-        job.files.append({"path": settings_path,
-                          "content": json.dumps(settings, indent=2) + "\n"})
-        job.notes.append("allowed without asking: the agents-room MCP tools "
-                         "(permissions.allow %s*)" % self.mcp_prefix)
-        if job.scope == "project":
-            job.notes.extend(self._user_steps(job, placement, state_path))
-        if job.level == 2:
-            job.notes.append("wake: a Stop hook with asyncRewake waits in the background "
-                             "after each turn and wakes the session when a message "
-                             "arrives (not under claude -p, which must exit)")
-
-    def setup_plugin(self, job):
-        """What the plugin cannot do (measured on 2.1.332): allow its own
-        tools, so that claude -p and a woken turn are not refused or stopped
-        at a permission prompt.  The hooks, the server and alwaysLoad are the
-        plugin's; autonomy and label are its options; folder trust is the
-        user's.  Writes the allow rule where the plugin is enabled, by
-        default the user's settings (a plugin installs for the user)."""
-        if job.start_extra[:1] == ["--also"] or job.serve_args != ["serve"]:
-            raise UsageError("setup claude --plugin takes no --also or --tools: the "
-                             "plugin's hooks and server are its own (join a shared room "
-                             "with room_join)")
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run it in your project, or use --scope user")
-        settings_path = os.path.join(job.root, ".claude", "settings.json") \
-            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json")
-        settings = _read_json(settings_path)
-        permissions = settings.setdefault("permissions", {})
-        allow = permissions.setdefault("allow", []) if isinstance(permissions, dict) else None
-        if not isinstance(allow, list):
-            raise RoomError("'permissions.allow' in %s is not a list; fix it by hand"
-                            % settings_path)
-        if self.plugin_prefix + "*" not in allow:
-            allow.append(self.plugin_prefix + "*")
-        job.files.append({"path": settings_path,
-                          "content": json.dumps(settings, indent=2) + "\n"})
-        job.notes.append("allowed without asking: the agents-room plugin's MCP tools "
-                         "(permissions.allow %s*)" % self.plugin_prefix)
-        enabled = self._plugins_enabled(job.home, job.root)
-        key = enabled[0][1] if enabled else "%s@MARKETPLACE" % self.plugin_name
-        if not enabled:
-            job.notes.append("the plugin is not enabled here yet: python3 %s plugin DIR "
-                             "writes a marketplace; then claude plugin marketplace add DIR "
-                             "(or OWNER/REPO) and claude plugin install %s" % (
-                                 this_file(), key))
-        options = ["autonomy=%d" % job.level] if job.level != 1 else []
-        if "--label" in job.start_extra:
-            options.append("label=%s" % job.start_extra[job.start_extra.index("--label") + 1])
-        job.notes.append("autonomy (default 1, hold) and label are the plugin's options%s" % (
-            ": claude plugin install %s %s, or /plugin configure %s in Claude Code" % (
-                key, " ".join("--config " + o for o in options), key) if options else
-            " (/plugin configure %s)" % key))
-        own = [where for where, _ in self._server_entries(job.home, job.root)] + [
-            p for p in self._settings_paths(job.home, job.root) if _configured_commands(p)]
-        if own and job.root:
-            job.notes.append("setup's own server or hooks are configured here too (%s): "
-                             "beside the plugin's every hook runs twice; take them out of "
-                             "those files" % ", ".join(own))
-        if job.root and not _claude_trusted(_read_json_quiet(
-                os.path.join(job.home, ".claude.json")), job.root):
-            job.notes.append("once: open claude in %s and choose 'Yes, I trust this folder' "
-                             "(Down, then Enter); until then the terminal UI runs no plugin "
-                             "hook there%s" % (job.root, "" if job.scope == "user" else
-                                               ", and the allow rule in .claude/settings.json "
-                                               "does not count"))
-
-    def _settings_paths(self, home, root):
-        return [os.path.join(root, ".claude", "settings.json"),
-                os.path.join(root, ".claude", "settings.local.json"),
-                os.path.join(home, ".claude", "settings.json")] if root else [
-                    os.path.join(home, ".claude", "settings.json")]
-
-    def _plugins_enabled(self, home, root):
-        """[(settings file, plugin@marketplace)]: where our plugin is enabled."""
-        found = []
-        for path in self._settings_paths(home, root):
-            enabled = _json_at(path, "enabledPlugins")
-            for key, on in (enabled.items() if isinstance(enabled, dict) else ()):
-                if isinstance(key, str) and key.split("@")[0] == self.plugin_name and on:
-                    found.append((path, key))
-        return found
-
-    def _server_entries(self, home, root):
-        """[(where, entry)]: setup's own MCP server entries that apply here."""
-        state = _read_json_quiet(os.path.join(home, ".claude.json"))
-        project = (state.get("projects") or {}).get(root) if isinstance(
-            state.get("projects"), dict) else None
-        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
-                                                  "mcpServers", self.server_name)),
-                  ("this machine's ~/.claude.json for %s" % root, _dig(
-                      project, "mcpServers", self.server_name)),
-                  ("~/.claude.json for every project", _dig(
-                      state, "mcpServers", self.server_name)))
-        return [(where, entry) for where, entry in places if isinstance(entry, dict)]
-
-    def _state_server(self, job, state_path, project, server):
-        """Our server in Claude Code's own ~/.claude.json: the project's entry
-        (what `claude mcp add --scope local` writes) or, without a project,
-        the user's."""
-        state = _read_json(state_path)
-        holder = state
-        if project is not None:
-            projects = state.setdefault("projects", {})
-            if not isinstance(projects, dict):
-                raise RoomError("'projects' in %s is not an object; fix it by hand"
-                                % state_path)
-            holder = projects.setdefault(project, {})
-        servers = holder.setdefault("mcpServers", {}) if isinstance(holder, dict) else None
-        if not isinstance(servers, dict):
-            raise RoomError("the mcpServers of %s in %s are not an object; fix them by hand"
-                            % (project or "the user", state_path))
-        servers[self.server_name] = server
-        job.files.append({"path": state_path, "content": json.dumps(state, indent=2) + "\n",
-                          "mode": None if os.path.exists(state_path) else 0o600})
-
-    def _leave_team_files(self, job):
-        """An earlier setup's entries in the team's files, naming this
-        machine's paths, are taken out (everything else there stays)."""
-        mcp_path = os.path.join(job.root, ".mcp.json")
-        mcp = _read_json(mcp_path)
-        servers = mcp.get("mcpServers")
-        if isinstance(servers, dict) and "agents_room.py" in json.dumps(
-                servers.get(self.server_name)):
-            del servers[self.server_name]
-            job.files.append({"path": mcp_path,
-                              "content": json.dumps(mcp, indent=2) + "\n"})
-        team = os.path.join(job.root, ".claude", "settings.json")
-        if _configured_commands(team):
-            settings = _read_json(team)
-            merge_hooks(settings, {name: [] for name in settings.get("hooks") or {}})
-            settings["hooks"] = {k: v for k, v in settings["hooks"].items() if v}
-            job.files.append({"path": team, "content": json.dumps(settings, indent=2) + "\n"})
-        if any(f["path"] in (mcp_path, team) for f in job.files):
-            job.notes.append("moved agents-room's entries out of the team's files (.mcp.json, "
-                             ".claude/settings.json): they named this machine's paths")
-
-    def _user_steps(self, job, placement, state_path):
-        """What only the user can do, and whether it is done."""
-        notes = []
-        state = _read_json(state_path) if os.path.exists(state_path) else {}
-        if not _claude_trusted(state, job.root):
-            notes.append(
-                "once: open claude in %s and choose 'Yes, I trust this folder' (Claude Code "
-                "2.1.332 pre-selects 'No, exit': press Down, then Enter); until then the "
-                "terminal UI runs none of this%s" % (
-                    job.root, "" if placement.relative is None else
-                    ", and claude -p in the default permission mode is refused the "
-                    "agents-room tools (the allow rule in .claude/settings.json counts "
-                    "only in a trusted folder)"))
-        if self.server_name in _claude_rejected(job.root, state):
-            notes.append("Claude Code was told to reject the agents-room server here: run "
-                         "claude mcp reset-project-choices in %s" % job.root)
-        return notes
-
-    def config_files(self, env, root, home):
-        return [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json"),
-                os.path.join(root, ".claude", "settings.json"),
-                os.path.join(root, ".claude", "settings.local.json"),
-                os.path.join(home, ".claude", "settings.json")]
-
-    def configured(self, env, root, home):
-        return Harness.configured(self, env, root, home) or bool(
-            self._plugins_enabled(home, root))
-
-    def doctor(self, env, root, home):
-        checks = []
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        state_path = os.path.join(home, ".claude.json")
-        try:
-            state = _read_json(state_path)
-        except RoomError:
-            state = {}
-        found = self._server_entries(home, root)
-        plugins = self._plugins_enabled(home, root)
-        if plugins:
-            return checks + self._doctor_plugin(plugins, found, state, root, home)
-        checks.append(("ok" if found else "warn", "%s MCP entry: %s" % (
-            self.title, ", ".join(w for w, _ in found) or "not configured"),
-            "" if found else fix))
-        if found and not all(e.get("alwaysLoad") for _, e in found):
-            checks.append(("warn", "%s MCP entry without alwaysLoad: 2.1.332 defers its "
-                           "tools behind ToolSearch" % self.title, fix))
-        if found and found[0][0].startswith("project"):
-            if self.server_name in _claude_rejected(root, state):
-                checks.append(("fail", "%s was told to reject the agents-room server here "
-                               "(disabledMcpjsonServers)" % self.title,
-                               "claude mcp reset-project-choices"))
-        if found or _configured_commands(os.path.join(root, ".claude", "settings.local.json")) \
-                or _configured_commands(os.path.join(root, ".claude", "settings.json")):
-            trusted = _claude_trusted(state, root)
-            checks.append(("ok" if trusted else "warn", "%s folder %s" % (
-                self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
-                "runs nothing here until it is"), "" if trusted else
-                "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
-                "Enter)" % root))
-        inbound = _dig(_read_json_quiet(os.path.join(home, ".claude", "settings.json")),
-                       "crossSessionInbound")
-        if inbound:
-            checks.append(("info", "%s crossSessionInbound is %r (~/.claude/settings.json): "
-                           "%s" % (self.title, inbound, "messages from other sessions are "
-                                   "delivered" if inbound == "accept" else "the inbox "
-                                   "lever is not used"), ""))
-        settings = [os.path.join(root, ".claude", "settings.json"),
-                    os.path.join(root, ".claude", "settings.local.json"),
-                    os.path.join(home, ".claude", "settings.json")]
-        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
-        probe_env[self.project_var] = root
-        return checks + _doctor_hooks(self.title, settings, probe_env, root, fix)
-
-    def _doctor_plugin(self, plugins, own_servers, state, root, home):
-        """doctor where the plugin is enabled: it brings the hooks and the
-        server (no setup entries are missing); what it cannot bring is
-        checked: the allow rule and folder trust."""
-        fix = "python3 %s setup %s --plugin --write" % (this_file(), self.setup_name)
-        key = plugins[0][1]
-        installed = _json_at(os.path.join(home, ".claude", "plugins",
-                                          "installed_plugins.json"), "plugins", key)
-        checks = [("ok" if installed else "warn", "%s plugin %s: enabled in %s%s" % (
-            self.title, key, ", ".join(p for p, _ in plugins),
-            "" if installed else ", not installed"), "" if installed else
-            "claude plugin install %s" % key)]
-        allowed = [p for p in self._settings_paths(home, root)
-                   if self.plugin_prefix + "*" in (_json_at(p, "permissions", "allow") or [])]
-        checks.append(("ok" if allowed else "warn", "%s plugin's tools %s" % (
-            self.title, "allowed without asking (%s)" % ", ".join(allowed) if allowed else
-            "not allowed: claude -p is refused them and a woken turn waits on a prompt"),
-            "" if allowed else fix))
-        own = [w for w, _ in own_servers] + [p for p in self._settings_paths(home, root)
-                                             if _configured_commands(p)]
-        if own:
-            checks.append(("warn", "%s: setup's own server or hooks too (%s): beside the "
-                           "plugin's, every hook runs twice" % (self.title, ", ".join(own)),
-                           "take agents-room's entries out of those files"))
-        trusted = _claude_trusted(state, root)
-        checks.append(("ok" if trusted else "warn", "%s folder %s" % (
-            self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
-            "runs no plugin hook here until it is"), "" if trusted else
-            "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
-            "Enter)" % root))
-        return checks
-
-
-register_harness(ClaudeCode())
-
-
-def _dig(data, *keys):
-    for key in keys:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
-
-
-def _read_json_quiet(path):
-    try:
-        return _read_json(path)
-    except RoomError:
-        return {}
-
-
-def _json_at(path, *keys):
-    return _dig(_read_json_quiet(path), *keys)
-
-
-def _claude_trusted(state, root):
-    """Whether Claude Code's trust dialog was accepted for root or a folder
-    above it (what ~/.claude.json records)."""
-    projects = state.get("projects") if isinstance(state, dict) else None
-    path = root
-    while isinstance(projects, dict) and path:
-        if _dig(projects, path, "hasTrustDialogAccepted") is True:
-            return True
-        parent = os.path.dirname(path)
-        path = parent if parent != path else None
-    return False
-
-
-def _claude_rejected(root, state):
-    """The .mcp.json servers a user rejected for this project (its local
-    settings, or where older versions kept the choice)."""
-    names = _json_at(os.path.join(root, ".claude", "settings.local.json"),
-                     "disabledMcpjsonServers")
-    legacy = _dig(state, "projects", root, "disabledMcpjsonServers")
-    return [n for n in (names if isinstance(names, list) else []) +
-            (legacy if isinstance(legacy, list) else []) if isinstance(n, str)]
-
-
-class CodexQueue(Lever):
-    """codex queue --thread <thread> --message <signal>: a turn in an idle
-    Codex session (the thread is the hook's session id).  It exits 0 whether
-    or not anyone runs the thread: a turn is known to start only when the
-    recipient's Codex is running."""
-
-    name = "codex-queue"
-
-    def detect(self, env, key, cwd, argv):
-        # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
-        # session id, which is this session's harness key.  codex exec takes
-        # queued messages only as it exits: no lever there.
-        thread = env.get("CODEX_THREAD_ID") or key
-        if not thread or (argv and "exec" in argv[1:4]):
-            return None
-        program = _which("codex", env, cwd)
-        if not program:
-            return None
-        return {"thread": thread, "program": program,
-                "env": self.kept_env(env, ("CODEX_HOME",)), "cwd": cwd}
-
-    def argv(self, data, text):
-        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
-                "--message", text]
-
-    def outcome(self, ok, alive):
-        # Queued is not started: a TUI killed a moment ago still looks alive.
-        # The turn it starts is seen by its prompt, the signal (accepted then).
-        return "offered" if ok else "failed"
-
-
-class CodexResume(ResumeLever):
-    """codex exec resume THREAD TEXT: one more turn of a finished codex exec
-    run (its queue is read only as it exits), as hermes chat --resume is for
-    Hermes.  The hook-trust bypass the run was started with is kept: without
-    it an untrusted hook is skipped."""
-
-    name = "codex-resume"
-    resume = ("exec", "resume", "KEY", "TEXT")
-    keep = ("CODEX_HOME",)
-    kept_flags = ("--dangerously-bypass-hook-trust",)
-
-    def program_end(self, argv):
-        if "exec" not in argv[1:4]:
-            return None
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
-            "codex", "codex.js")), None)
-
-    def detect(self, env, key, cwd, argv):
-        data = ResumeLever.detect(self, env, key, cwd, argv)
-        if data is not None:
-            data["flags"] = [f for f in self.kept_flags if f in (argv or [])]
-        return data
-
-    def argv(self, data, text):
-        words = ResumeLever.argv(self, data, text)
-        cut = len(data["argv"]) + 2             # after `exec resume`
-        return words[:cut] + list(data.get("flags") or []) + words[cut:]
-
-
-class Codex(Harness):
-    name, setup_name, title = "codex", "codex", "Codex"
-    tested, programs = "0.171.0", ("codex", "codex.js")
-    where = "$CODEX_HOME/config.toml and hooks.json"
-    events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
-    key_vars = ("CODEX_THREAD_ID",)
-    env_prefixes = ("CODEX_",)
-    levers = (CodexQueue(), CodexResume())
-    max_autonomy = 2
-    mcp_prefix = "mcp__agents_room__"
-
-    def detect(self, env):
-        return any(k.startswith("CODEX_") for k in env)
-
-    @staticmethod
-    def home(env, home):
-        return env.get("CODEX_HOME") or os.path.join(home, ".codex")
-
-    @staticmethod
-    def toml_block(serve_args):
-        # required: Codex waits for the server before its first request
-        # (else that request may go out without the agents-room tools).
-        return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
-                'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\nrequired = true\n'
-                % (_toml_string(sys.executable), ", ".join(
-                    _toml_string(a) for a in ["-I", "-S", this_file()] + serve_args)))
-
-    @classmethod
-    def merge_toml(cls, text, serve_args=("serve",)):
-        """Add (or replace) the agents-room MCP table and turn hooks on, leaving
-        the rest of config.toml as it was.  Line-based: no TOML library in the
-        stdlib before 3.11."""
-        import re
-        lines = text.splitlines()
-        out, skipping = [], False
-        for line in lines:
-            header = line.split("#", 1)[0].strip()
-            if header.startswith("["):
-                skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
-                                                       '[mcp_servers."agents-room"]')
-            if not skipping:
-                out.append(line)
-        # Hooks are on by default in current Codex; `hooks` is the canonical key
-        # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
-        out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
-        section, has_hooks = None, False
-        headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
-        for index, (l, header) in enumerate(zip(out, headers)):
-            if header.startswith("["):
-                section = header
-            elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
-                    section is None and l.split("=")[0].strip().replace(" ", "") ==
-                    "features.hooks"):
-                has_hooks = True
-                out[index] = l.split("=")[0] + "= true"
-        if not has_hooks:
-            if "[features]" in headers:
-                out.insert(headers.index("[features]") + 1, "hooks = true")
-            elif any(h.startswith("features.") for h in headers):
-                out.insert(next(i for i, h in enumerate(headers)
-                                if h.startswith("features.")), "features.hooks = true")
-            else:
-                out += ["", "[features]", "hooks = true"]
-        while out and not out[-1].strip():
-            out.pop()
-        while out and not out[0].strip():
-            out.pop(0)
-        merged = "\n".join(out) + ("\n\n" if out else "") + cls.toml_block(list(serve_args))
-        try:
-            import tomllib   # COMPAT: before 3.11 what is written goes unchecked
-        except ImportError:
-            return merged
-        try:
-            tomllib.loads(merged)
-        except tomllib.TOMLDecodeError as error:
-            raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
-                            "table by hand (setup codex without --write prints it)" % error)
-        return merged
-
-    def setup(self, job):
-        codex_home = self.home(os.environ, job.home)
-        config_path = os.path.join(codex_home, "config.toml")
-        job.files.append({"path": config_path,
-                          "content": self.merge_toml(_read_text(config_path),
-                                                     job.serve_args)})
-        hooks_path = os.path.join(codex_home, "hooks.json")
-        hooks = self.hook_entries(Placement(None), job.level, job.start_extra)
-        settings = merge_hooks(_read_json(hooks_path), hooks)
-        job.files.append({"path": hooks_path,
-                          "content": json.dumps(settings, indent=2) + "\n"})
-        job.notes.append("Codex runs a new or changed hook only once you trust it: open "
-                         "/hooks in the Codex TUI and trust the agents-room entries (codex "
-                         "exec skips untrusted hooks silently; "
-                         "--dangerously-bypass-hook-trust runs them)")
-        if job.level == 2:
-            job.notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
-                             "Codex session (the thread is the hook's session id); a "
-                             "finished codex exec run is resumed (codex exec resume)")
-
-    def config_files(self, env, root, home):
-        return [os.path.join(self.home(env, home), n) for n in ("config.toml", "hooks.json")]
-
-    def doctor(self, env, root, home):
-        codex_home = self.home(env, home)
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
-        checks = [("ok" if ok else "warn", "%s MCP entry: %s" % (
-            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
-        settings = [os.path.join(codex_home, "hooks.json")]
-        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
-        checks += _doctor_hooks(self.title, settings, probe_env, root, fix)
-        if any(_configured_commands(p) for p in settings):
-            checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
-                           "open /hooks in the Codex TUI and trust the agents-room "
-                           "entries; codex exec skips untrusted hooks silently"))
-        return checks
-
-
-register_harness(Codex())
-
-
-class HermesResume(ResumeLever):
-    """hermes chat --resume ID -q ...: Hermes runs a turn in a session from
-    outside only by resuming it."""
-
-    name = "hermes-resume"
-    resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
-    keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
-
-    def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)
-
-
-class Hermes(Harness):
-    name, setup_name, title = "hermes", "hermes", "Hermes"
-    tested, programs = "0.19.0", ("hermes",)
-    where = "$HERMES_HOME/config.yaml"
-    # Hermes injects context only from pre_llm_call (once per user turn), and
-    # its on_session_end fires after every turn: on_session_finalize is the
-    # real end of a session.  pre_verify may block the end of a turn that
-    # edited files (Hermes asks again up to 3 times; extra.attempt > 0 is its
-    # stop_hook_active).
-    events = {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
-              "pre_verify": "Stop", "on_session_finalize": "SessionEnd"}
-    key_vars = ("HERMES_SESSION_ID",)
-    env_prefixes = ("HERMES_",)
-    levers = (HermesResume(),)
-    max_autonomy = 2
-    mcp_prefix = "mcp__agents_room__"
-
-    def detect(self, env):
-        return any(k.startswith("HERMES_") for k in env)
-
-    def is_launcher(self, argv):
-        # Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
-        # --ppid <hermes> -- <server>`: a launcher, not the harness.
-        return any("mcp_stdio_watchdog" in a for a in argv[:3])
-
-    def hook_facts(self, event, payload):
-        facts = Harness.hook_facts(self, event, payload)
-        facts["stop_hook_active"] = facts["stop_hook_active"] or bool(
-            facts["extra"].get("attempt"))
-        # Hermes shows nothing a SessionStart hook says: its first turn
-        # carries the digest instead.  pre_llm_call is not a turn's start.
-        facts["first_turn"] = bool(facts["extra"].get("is_first_turn"))
-        facts["turn_start"] = False
-        return facts
-
-    def context(self, event, text):
-        return json.dumps({"context": text})
-
-    @staticmethod
-    def home(env, home):
-        return env.get("HERMES_HOME") or os.path.join(home, ".hermes")
-
-    @classmethod
-    def yaml_entries(cls, placement, autonomy, serve_args):
-        """The two top-level mappings setup hermes owns, as YAML lines: the MCP
-        server (with the store passed in env:, since Hermes starts servers with
-        a filtered environment) and one hook per Hermes event."""
-        # Hermes starts servers with a filtered environment but expands
-        # ${VAR} in their env: the store passes through, as Codex's does (a
-        # move to another store needs no setup again).
-        mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
-               "    args: [%s]" % ", ".join(json.dumps(a) for a in
-                                            ["-I", "-S", this_file()] + list(serve_args)),
-               "    env:", '      AGENTS_ROOM_DB: "${AGENTS_ROOM_DB}"']
-        hooks = {}
-        for event_name, ours in cls.events.items():
-            hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
-                hook_args(cls.name, ours, autonomy))),
-                "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
-        return mcp, hooks
-
-    @classmethod
-    def merge_yaml(cls, text, placement, autonomy, serve_args=("serve",)):
-        """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
-        config.yaml, creating the sections where absent and replacing earlier
-        agents-room entries, leaving every other line as it was.  A small
-        line-based writer for the block-style subset Hermes' own config uses; a
-        flow-style section ({...} on one line) is refused rather than guessed."""
-        mcp, hooks = cls.yaml_entries(placement, autonomy, serve_args)
-        newline = "\r\n" if "\r\n" in text else "\n"
-        lines = text.splitlines()
-
-        def by_hand(why):
-            return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
-                             "hermes without --write prints them)" % why)
-
-        def section(name):
-            for index, line in enumerate(lines):
-                for spelled in (name, '"%s"' % name, "'%s'" % name):
-                    if line.startswith(spelled + ":"):
-                        break
-                else:
-                    continue
-                rest = line[len(spelled) + 1:].strip()
-                if rest and not rest.startswith("#"):
-                    raise by_hand("has %s: in flow style" % name)
-                end = index + 1
-                while end < len(lines) and (not lines[end].strip() or
-                                            lines[end].startswith((" ", "\t"))):
-                    end += 1
-                while end > index + 1 and not lines[end - 1].strip():
-                    end -= 1
-                for child in lines[index + 1:end]:
-                    if child.strip() and not child.strip().startswith("#"):
-                        indent = len(child) - len(child.lstrip(" "))
-                        if "\t" in child[:indent + 1] or indent != 2:
-                            raise by_hand("indents %s: other than by two spaces" % name)
-                        break
-                return index, end
-            lines.extend(["", name + ":"])
-            return len(lines) - 1, len(lines)
-
-        # mcp_servers: drop an earlier agents-room entry, append ours.
-        start, end = section("mcp_servers")
-        body = lines[start + 1:end]
-        kept, skipping = [], False
-        for line in body:
-            if line.startswith("  ") and not line.startswith("   ") and line.strip():
-                skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
-            if not skipping:
-                kept.append(line)
-        lines[start + 1:end] = kept + mcp
-        # hooks: per event, drop our earlier list items, append ours.
-        start, end = section("hooks")
-        body = lines[start + 1:end]
-        events, order, current = {}, [], None
-        for line in body:
-            if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
-                    not line.strip().startswith(("#", "-")):
-                current = line.strip().rstrip(":").strip("'\"")
-                order.append(current)
-                events[current] = [line]
-            elif current is None:
-                order.append(None)
-                events.setdefault(None, []).append(line)
-            else:
-                events[current].append(line)
-        rebuilt = []
-        for name in order:
-            if name is None:
-                continue
-            block = events[name]
-            items, item = [], []
-            for line in block[1:]:
-                if line.strip().startswith("- ") and item:
-                    items.append(item)
-                    item = []
-                item.append(line)
-            if item:
-                items.append(item)
-            items = [i for i in items if not any(_is_ours({"command": cls.yaml_scalar(
-                l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
-                l.split(":", 1)[1])}) for l in i if "command:" in l)]
-            if name in hooks:
-                ours = hooks.pop(name)
-                theirs = [l for i in items for l in i if l.strip().startswith("- ")]
-                if theirs:
-                    # Our item at the indentation their items use (YAML requires
-                    # one indentation per sequence).
-                    shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
-                    ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
-                            for l in ours]
-                items.append(ours)
-            rebuilt.append(block[0])
-            for i in items:
-                rebuilt.extend(i)
-        for name, item in hooks.items():
-            rebuilt.append("  %s:" % name)
-            rebuilt.extend(item)
-        lines[start + 1:end] = events.get(None, []) + rebuilt
-        return newline.join(lines).strip("\r\n") + newline
-
-    @staticmethod
-    def yaml_scalar(text):
-        text = text.strip()
-        if text[:1] == '"':
-            try:
-                return json.loads(text)
-            except ValueError:
-                return text
-        if text[:1] == "'":
-            return text[1:-1].replace("''", "'")
-        return text
-
-    def allowlist(self, home, placement, autonomy):
-        """Hermes' own consent file with agents-room's hooks approved (and
-        only those: hooks_auto_accept would accept every hook of every
-        source): {"approvals": [{event, command, approved_at, ...}]}."""
-        path = os.path.join(home, "shell-hooks-allowlist.json")
-        data = _read_json(path)
-        approvals = data.get("approvals") if isinstance(data.get("approvals"), list) else []
-        kept = [a for a in approvals if not (isinstance(a, dict) and _is_ours(a))]
-        data["approvals"] = kept + [{
-            "event": event, "command": placement.command(hook_args(self.name, mine, autonomy)),
-            "approved_at": iso(time.time()), "script_mtime_at_approval": None}
-            for event, mine in self.events.items()]
-        return path, json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-    def setup(self, job):
-        config_path = os.path.join(self.home(os.environ, job.home), "config.yaml")
-        try:
-            content = self.merge_yaml(_read_text(config_path), Placement(None), job.level,
-                                      job.serve_args)
-            job.files.append({"path": config_path, "content": content})
-        except RoomError as error:
-            # A config this writer does not understand is left alone: the
-            # entries are printed for a person to add.
-            job.files.append({"path": config_path, "content": self.merge_yaml(
-                "", Placement(None), job.level, job.serve_args),
-                "action": "merge by hand: " + error.message})
-        path, content = self.allowlist(self.home(os.environ, job.home), Placement(None),
-                                       job.level)
-        job.files.append({"path": path, "content": content, "mode": 0o600})
-        job.notes.append("agents-room's hooks are approved in Hermes' own allowlist (%s), so "
-                         "they run without a terminal; no other hook is" % path)
-        job.notes.append("Hermes shows the model agents-room's context once per user turn "
-                         "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
-                         "edited files; at wake, a session whose Hermes has exited is "
-                         "resumed (hermes chat --resume) when a message arrives")
-
-    def config_files(self, env, root, home):
-        return [os.path.join(self.home(env, home), "config.yaml")]
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        config = os.path.join(self.home(env, home), "config.yaml")
-        text = _read_text(config) if os.path.exists(config) else ""
-        ok = SETUP_MARK in text
-        checks = [("ok" if ok else "warn", "%s: %s" % (
-            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
-        allowlist = os.path.join(self.home(env, home), "shell-hooks-allowlist.json")
-        approved = {a.get("command") for a in (_read_json(allowlist).get("approvals") or [])
-                    if isinstance(a, dict)} if os.path.exists(allowlist) else set()
-        wanted = {self.yaml_scalar(line.split("command:", 1)[1]) for line in text.splitlines()
-                  if "command:" in line and SETUP_MARK in line}
-        accepted = "hooks_auto_accept: true" in text or env.get(
-            "HERMES_ACCEPT_HOOKS", "").lower() in ("1", "true", "yes", "on")
-        if ok and wanted - approved and not accepted:
-            checks.append(("warn", "Hermes has not approved agents-room's hooks: it asks at a "
-                           "terminal and skips them without one (hermes chat -q)",
-                           "run setup hermes --write again (it approves them in %s), or "
-                           "hermes --accept-hooks" % allowlist))
-        elif ok:
-            checks.append(("ok", "Hermes hooks approved", ""))
-        return checks
-
-
-register_harness(Hermes())
-
-
-class QwenSocket(Lever):
-    """Qwen Code's cross-session inbox (a UNIX socket per interactive session,
-    on by default): the session's own token, inherited by its hooks, is
-    delivered without review; a receipt on a socket of ours confirms it
-    (delivered: accepted; held for review: offered; anything else: failed).
-    qwen -p has no inbox, so no lever there."""
-
-    name = "qwen-socket"
-    inline = True
-    before_waiter = True
-
-    def detect(self, env, key, cwd, argv):
-        socket_path = env.get("QWEN_CODE_MESSAGING_SOCKET")
-        token = env.get("QWEN_CODE_MESSAGING_TOKEN")
-        if socket_path and token and key:
-            return {"socket": socket_path, "token": token, "session": key}
-        return None
-
-    def send(self, data, text):
-        import shutil
-        import socket
-        import tempfile
-        import uuid
-        directory = tempfile.mkdtemp(prefix="ar-qwen-")      # 0700
-        reply_path = os.path.join(directory, "r.sock")
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        reply_token, message_id = os.urandom(32).hex(), uuid.uuid4().hex
-
-        def status_of(frames):
-            if not frames or frames[0].get("token") != reply_token:
-                return None             # not the receiver's answer (yet)
-            return next((f.get("status") for f in frames[1:]
-                         if f.get("origMsgId") == message_id), None)
-        try:
-            with ReceiptSocket(reply_path) as receipts:
-                client.settimeout(SOCKET_TIMEOUT_S)
-                client.connect(data["socket"])
-                client.sendall((json.dumps({"msgV": 1, "type": "auth",
-                                            "token": data["token"]})
-                                + "\n" + json.dumps({
-                                    "msgV": 1, "msgId": message_id, "type": "user",
-                                    "priority": "next", "fromName": "agents-room",
-                                    "toSessionId": data["session"], "from": reply_path,
-                                    "replyToken": reply_token,
-                                    "message": {"role": "user", "content": text}}) + "\n"
-                                ).encode("utf-8"))
-                client.shutdown(socket.SHUT_WR)
-                status = receipts.first(SOCKET_TIMEOUT_S, status_of)
-        except OSError as error:
-            return "failed", "qwen inbox: %s" % error, None
-        finally:
-            client.close()
-            shutil.rmtree(directory, ignore_errors=True)
-        if status == "delivered":
-            return "accepted", "qwen inbox: delivered", None
-        if status == "held":
-            return "offered", "qwen inbox: held for review (/peers)", None
-        if status:
-            return "failed", "qwen inbox: %s" % one_line(status, 40), None
-        return "offered", "qwen inbox: no receipt", None
-
-
-class QwenResume(ResumeLever):
-    name = "qwen-resume"
-    resume = ("--resume", "KEY", "-p", "TEXT")
-    keep = ("QWEN_HOME", "OPENAI_BASE_URL", "OPENAI_MODEL")
-
-    def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if a.endswith(("@qwen-code/qwen-code/cli.js",
-                                                                  "/qwen"))), None)
-
-
-class QwenCode(Harness):
-    name, setup_name, title = "qwen-code", "qwen", "Qwen Code"
-    tested, programs = "0.24.4", ("qwen", "@qwen-code/qwen-code/cli.js")
-    where = (".qwen/settings.json at the project's git top level (or ~/.qwen with\n"
-             "    --scope user), and the server's approval in ~/.qwen/mcpApprovals.json")
-    # Claude Code's hook shape; a failed tool reports as PostToolUseFailure.
-    events = {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
-              "PostToolUse": "PostToolUse", "PostToolUseFailure": "PostToolUse",
-              "Stop": "Stop", "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"}
-    key_vars = ("QWEN_CODE_SESSION_ID",)
-    env_prefixes = ("QWEN_CODE", "QWEN_HOME")
-    levers = (QwenSocket(), QwenResume())
-    max_autonomy = 2
-    # A Stop's added context does not continue a turn here: a decision does.
-    hold = "decision"
-    project_var = "QWEN_PROJECT_DIR"
-    edit_tools = "^(write_file|edit|notebook_edit)$"
-
-    def detect(self, env):
-        return bool(env.get("QWEN_CODE_SESSION_ID")) or env.get("QWEN_CODE") == "1"
-
-    def hook_facts(self, event, payload):
-        facts = Harness.hook_facts(self, event, payload)
-        if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
-            # UserPromptSubmit fires before every model call of a turn; only a
-            # person's prompt carries submitted_prompt.  Without it (an empty
-            # prompt, or our own text): a continuation after tool results or
-            # our hold, which says nothing, or a turn the inbox started (0.24.4
-            # sends it with an empty prompt and a new prompt_id): the store
-            # tells them apart by whether a turn was running, and accepts the
-            # wake in the turn it started (a receipt later than the socket's
-            # second was the only sign before, and the delivery stayed offered).
-            prompt = payload.get("prompt")
-            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
-                facts["not_a_person"] = True
-        return facts
-
-    @staticmethod
-    def home(env, home):
-        return env.get("QWEN_HOME") or os.path.join(home, ".qwen")
-
-    @staticmethod
-    def approval_hash(server):
-        """Qwen Code approves a project's MCP server by a hash of its entry
-        (sorted keys, no spaces, without scope, extensionName, description)."""
-        import hashlib
-        entry = {k: v for k, v in server.items()
-                 if k not in ("scope", "extensionName", "description")}
-        return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":"),
-                                         ensure_ascii=False).encode("utf-8")).hexdigest()
-
-    def server_entry(self, placement, serve_args):
-        script = placement.script if placement.relative is None else \
-            placement.relative_script()          # its cwd is the project
-        return {"command": placement.python, "args": ["-I", "-S", script] + serve_args,
-                # Without it the model finds our tools only through tool_search.
-                "alwaysLoadTools": True}
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup qwen in your project, or use --scope user")
-        qwen_home = self.home(os.environ, job.home)
-        placement = Placement(job.root if job.scope == "project" else None,
-                              self.project_var)
-        settings_path = os.path.join(job.root, ".qwen", "settings.json") if \
-            job.scope == "project" else os.path.join(qwen_home, "settings.json")
-        settings = merge_hooks(_read_json(settings_path), self.hook_entries(
-            placement, job.level, job.start_extra))
-        servers = settings.setdefault("mcpServers", {})
-        if not isinstance(servers, dict):
-            raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
-                            % settings_path)
-        server = servers["agents-room"] = self.server_entry(placement, job.serve_args)
-        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
-        if isinstance(allow, list) and "mcp__agents-room" not in allow:
-            # Else auto mode asks its classifier (a model call) about each of
-            # our calls, and qwen -p declines them.
-            allow.append("mcp__agents-room")
-        job.files.append({"path": settings_path,
-                          "content": json.dumps(settings, indent=2) + "\n"})
-        if job.scope == "project":
-            # A project's server starts only once approved, by a hash of its
-            # entry: setup approves its own (a changed entry needs it again).
-            approvals_path = os.environ.get("QWEN_CODE_MCP_APPROVALS_PATH") or \
-                os.path.join(qwen_home, "mcpApprovals.json")
-            approvals = _read_json(approvals_path)
-            project = approvals.setdefault(os.path.realpath(job.root), {})
-            if not isinstance(project, dict):
-                raise RoomError("%s is not what Qwen Code writes; fix it by hand"
-                                % approvals_path)
-            project["agents-room"] = {"hash": self.approval_hash(server),
-                                      "status": "approved"}
-            job.files.append({"path": approvals_path, "mode": 0o600,
-                              "content": json.dumps(approvals, indent=2) + "\n"})
-            job.notes.append("the agents-room MCP server is approved for this project in "
-                             "%s (as qwen mcp approve agents-room would)" % approvals_path)
-        job.notes.append("allowed without asking: the agents-room MCP tools "
-                         "(permissions.allow mcp__agents-room)")
-        if job.level == 2:
-            job.notes.append("wake: an interactive Qwen Code session is woken through its "
-                             "cross-session inbox; qwen -p has none (a finished one-shot "
-                             "session is resumed: qwen --resume)")
-
-    def config_files(self, env, root, home):
-        return [os.path.join(root, ".qwen", "settings.json"),
-                os.path.join(self.home(env, home), "settings.json")]
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        qwen_home = self.home(env, home)
-        settings = [os.path.join(root, ".qwen", "settings.json"),
-                    os.path.join(qwen_home, "settings.json")]
-        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
-        probe_env[self.project_var] = root
-        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
-        project = settings[0]
-        if _configured(project, SETUP_MARK):
-            server = (_read_json(project).get("mcpServers") or {}).get("agents-room")
-            approvals = _read_json(env.get("QWEN_CODE_MCP_APPROVALS_PATH") or os.path.join(
-                qwen_home, "mcpApprovals.json")) if server else {}
-            record = (approvals.get(os.path.realpath(root)) or {}).get("agents-room") or {}
-            ok = server and record.get("hash") == self.approval_hash(server) and \
-                record.get("status") == "approved"
-            checks.append(("ok" if ok else "warn", "Qwen Code MCP server %s" % (
-                "approved for this project" if ok else "not approved (it will not start)"),
-                "" if ok else "qwen mcp approve agents-room (in the project), or " + fix))
-        if env.get("QWEN_CODE_SESSION_ID") and not env.get("QWEN_CODE_MESSAGING_SOCKET"):
-            checks.append(("ok", "Qwen Code session without an inbox (qwen -p): no wake "
-                           "lever while it runs", ""))
-        return checks
-
-
-register_harness(QwenCode())
-
-
-class GeminiResume(ResumeLever):
-    name = "gemini-resume"
-    resume = ("--resume", "KEY", "-p", "TEXT")
-    keep = ("GEMINI_CLI_HOME", "GOOGLE_GEMINI_BASE_URL")
-
-    def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if a.endswith(("/gemini", "gemini.js"))),
-                    None)
-
-
-class GeminiCli(Harness):
-    name, setup_name, title = "gemini", "gemini", "Gemini CLI"
-    tested, programs = "0.61.0", ("gemini", "gemini.js")
-    where = (".gemini/settings.json at the project's git top level, read when gemini\n"
-             "    starts there (or ~/.gemini with --scope user)")
-    events = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit",
-              "AfterTool": "PostToolUse", "AfterAgent": "Stop", "BeforeTool": "PreToolUse",
-              "SessionEnd": "SessionEnd"}
-    key_vars = ("GEMINI_SESSION_ID",)
-    env_prefixes = ("GEMINI_",)
-    # No way in from outside while its TUI runs: a finished session is resumed.
-    levers = (GeminiResume(),)
-    max_autonomy = 2
-    mcp_prefix = "mcp_agents-room_"
-    edit_tools = "write_file|replace"
-    entry_names = True
-    # Gemini CLI adds this to every tool's schema and passes it on to us.
-    client_arguments = ("wait_for_previous",)
-
-    def detect(self, env):
-        return bool(env.get("GEMINI_SESSION_ID")) or env.get("GEMINI_CLI") == "1"
-
-    def timeout(self, seconds):
-        return int(seconds * 1000)
-
-    def hook_facts(self, event, payload):
-        facts = Harness.hook_facts(self, event, payload)
-        prompt = payload.get("prompt")
-        if event == "UserPromptSubmit" and isinstance(prompt, str):
-            # gemini -p puts SessionStart's context in front of the prompt (a
-            # resumed run's prompt is the signal the lever sent).
-            while prompt.startswith("<hook_context>") and "</hook_context>" in prompt:
-                prompt = prompt.split("</hook_context>", 1)[1].lstrip()
-            if prompt.startswith("agents-room:"):
-                facts["silent"] = True   # our own hold or wake, sent as a prompt
-        return facts
-
-    def ask(self, reason, harness_argv=None):
-        # An ask in gemini -p waits for an answer nobody can give: deny there.
-        if harness_argv and ("-p" in harness_argv or "--prompt" in harness_argv):
-            return json.dumps({"decision": "deny", "reason": reason})
-        return json.dumps({"decision": "ask", "reason": reason, "systemMessage": reason})
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup gemini in your project, or use --scope user")
-        home = os.environ.get("GEMINI_CLI_HOME") or job.home
-        settings_path = os.path.join(job.root if job.scope == "project" else home,
-                                     ".gemini", "settings.json")
-        # Gemini rewrites "$VAR" in a hook's command as text, quotes and all:
-        # a vendored copy is named with ${GEMINI_PROJECT_DIR}, braces kept.
-        placement = Placement(job.root if job.scope == "project" else None,
-                              "GEMINI_PROJECT_DIR", braces=True)
-        text = _read_text(settings_path)
-        try:
-            settings = _read_json(settings_path)
-        except RoomError:
-            if "//" not in text and "/*" not in text:
-                raise
-            # JSONC (comments): Gemini reads it, this writer does not.
-            job.files.append({"path": settings_path, "action": "merge by hand: it has "
-                              "comments", "content": json.dumps(self._entries(
-                                  {}, placement, job), indent=2) + "\n"})
-            return
-        job.files.append({"path": settings_path, "content": json.dumps(
-            self._entries(settings, placement, job), indent=2) + "\n"})
-        job.notes.append("trust the folder once: gemini asks when it starts here (gemini -p "
-                         "needs it too: it exits 55 in an untrusted folder)")
-        if job.scope == "project":
-            job.notes.append("start gemini at the project's top level: it reads "
-                             ".gemini/settings.json only from the directory it starts in")
-        if job.level == 2:
-            job.notes.append("wake: Gemini CLI takes no turn from outside while it runs; a "
-                             "finished session is resumed (gemini --resume) when a message "
-                             "arrives")
-
-    def _entries(self, settings, placement, job):
-        settings = merge_hooks(settings, self.hook_entries(placement, job.level,
-                                                           job.start_extra))
-        servers = settings.setdefault("mcpServers", {})
-        if not isinstance(servers, dict):
-            raise RoomError("'mcpServers' in the settings file is not an object; fix it "
-                            "by hand")
-        script = placement.script if placement.relative is None else \
-            placement.relative_script()
-        # trust: without it gemini -p offers none of the tools.
-        servers["agents-room"] = {"command": placement.python,
-                                  "args": ["-I", "-S", script] + job.serve_args,
-                                  "trust": True}
-        return settings
-
-    def config_files(self, env, root, home):
-        base = env.get("GEMINI_CLI_HOME") or home
-        return [os.path.join(root, ".gemini", "settings.json"),
-                os.path.join(base, ".gemini", "settings.json")]
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        base = env.get("GEMINI_CLI_HOME") or home
-        settings = [os.path.join(root, ".gemini", "settings.json"),
-                    os.path.join(base, ".gemini", "settings.json")]
-        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
-        probe_env["GEMINI_PROJECT_DIR"] = root
-        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
-        if any(_configured_commands(p) for p in settings):
-            trusted = _read_json(os.path.join(base, ".gemini", "trustedFolders.json")) if \
-                os.path.exists(os.path.join(base, ".gemini", "trustedFolders.json")) else {}
-            real = os.path.realpath(root)
-            ok = any(real == os.path.realpath(p) or (v == "TRUST_PARENT" and real.startswith(
-                os.path.realpath(os.path.dirname(p)) + os.sep)) or (
-                v == "TRUST_FOLDER" and real.startswith(os.path.realpath(p) + os.sep))
-                for p, v in trusted.items() if v in ("TRUST_FOLDER", "TRUST_PARENT"))
-            checks.append(("ok" if ok else "warn", "Gemini CLI folder trust: %s" % (
-                "trusted" if ok else "not trusted yet"), "" if ok else
-                "start gemini here once and trust the folder"))
-        if env.get("GEMINI_CLI") == "1" and not harness_key_from(env):
-            checks += self._shell_session()
-        return checks
-
-    def _shell_session(self):
-        """Gemini CLI gives its shell tool no session id (only its hooks get
-        GEMINI_SESSION_ID): doctor run there finds its session by the Gemini
-        CLI process it runs under, the one the hooks recorded."""
-        pid = harness_pid(os.getppid())
-        path = default_db_path()
-        if not pid or not store_kind(path).exists(path):
-            return []
-        start = process_start(pid)
-        store = open_store(path)
-        try:
-            row = store.connection().execute(
-                "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
-                "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
-                (pid,)).fetchone()
-            found = row is not None and (row["pid_start"] is None or start is None or
-                                         abs(row["pid_start"] - start) <= 2)
-            session = found and call_tool(store, Context(via="cli"), "store_info", {
-                "harness_key": row["harness_key"]})["session"]
-        finally:
-            store.close()
-        if not session:
-            return [("warn", "no session recorded for this Gemini CLI process (%d)" % pid,
-                     "its SessionStart hook joins one: restart gemini in the project")]
-        return [("ok", "this session: %s (label %s), autonomy %s, wake lever %s (found by "
-                 "its Gemini CLI process %d: the shell tool gets no session id)" % (
-                     session["session_id"], session["label"] or "-",
-                     autonomy_name(session["autonomy"]), session["lever"] or "none", pid),
-                 "")]
-
-
-register_harness(GeminiCli())
-
-
-class PiSocket(Lever):
-    """The agents-room extension in Pi listens on a socket of its session's
-    (interactive and RPC modes) and starts a turn with what it is sent; its
-    answer confirms it (started, or queued behind the running turn)."""
-
-    name = "pi-socket"
-    inline = True
-    before_waiter = True
-
-    def detect(self, env, key, cwd, argv):
-        path = env.get("AGENTS_ROOM_PI_SOCKET")
-        return {"socket": path} if path else None
-
-    def send(self, data, text):
-        import socket
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        client.settimeout(SOCKET_TIMEOUT_S)
-        try:
-            client.connect(data["socket"])
-            client.sendall((json.dumps({"type": "wake", "text": text}) + "\n").encode())
-            answer = b""
-            while not answer.endswith(b"\n"):
-                chunk = client.recv(4096)
-                if not chunk:
-                    break
-                answer += chunk
-            reply = json.loads(answer.decode("utf-8", "replace") or "{}")
-            if reply.get("ok") and reply.get("state") in ("started", "queued"):
-                return "accepted", "pi: %s" % reply["state"], None
-            return "failed", "pi: %s" % one_line(answer.decode("utf-8", "replace"),
-                                                   100), None
-        except (OSError, ValueError) as error:
-            return "failed", "pi socket: %s" % error, None
-        finally:
-            client.close()
-
-
-class Pi(Harness):
-    name, setup_name, title = "pi", "pi", "Pi"
-    tested, programs = "1.6.0", ("pi",)
-    where = (".pi/extensions/agents-room.ts at the project's git top level (or\n"
-             "    ~/.pi/agent/extensions with --scope user): an extension that runs the\n"
-             "    hooks, registers the MCP server and listens for wakes")
-    # The extension maps Pi's events onto ours and calls the hook by our names.
-    events = {e: e for e in HOOK_EVENTS}
-    key_vars = ("PI_SESSION_ID",)
-    env_prefixes = ("PI_CODING_AGENT", "PI_SESSION_ID", "AGENTS_ROOM_PI_SOCKET")
-    levers = (PiSocket(),)
-    max_autonomy = 2
-    mcp_prefix = "mcp__agents_room__"
-    marker = "// agents-room: written by agents_room.py setup pi"
-
-    def detect(self, env):
-        return env.get("PI_CODING_AGENT") == "true"
-
-    @staticmethod
-    def agent_dir(env, home):
-        return env.get("PI_CODING_AGENT_DIR") or os.path.join(home, ".pi", "agent")
-
-    def extension(self, placement, job):
-        """The extension's source with its CONFIG block filled in."""
-        config = {"python": placement.python, "script": placement.script if
-                  placement.relative is None else placement.relative_script(),
-                  "vendored": placement.relative is not None,
-                  "autonomy": str(job.level), "startArgs": job.start_extra,
-                  "serveArgs": job.serve_args}
-        return PI_EXTENSION.replace("%CONFIG%", json.dumps(config, indent=1)).replace(
-            "%MARKER%", self.marker).replace("%LAUNCHER%", json.dumps(_launcher_code(0)))
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup pi in your project, or use --scope user")
-        directory = os.path.join(job.root, ".pi", "extensions") if job.scope == "project" \
-            else os.path.join(self.agent_dir(os.environ, job.home), "extensions")
-        path = os.path.join(directory, "agents-room.ts")
-        text = _read_text(path)
-        if text and self.marker not in text:
-            raise RoomError("%s is not the extension setup writes; move it aside" % path,
-                            "nothing was written")
-        placement = Placement(job.root if job.scope == "project" else None, None)
-        job.files.append({"path": path, "content": self.extension(placement, job)})
-        if job.scope == "project":
-            job.notes.append("Pi loads a project's extensions only once you trust it: start "
-                             "pi here and choose Trust (pi -p skips an untrusted project's "
-                             "extensions silently); --scope user needs no trust")
-        job.notes.append("the extension registers the agents-room MCP server for each "
-                         "session itself (no mcp.json entry)")
-        if job.level == 2:
-            job.notes.append("wake: the extension listens on a socket of each interactive "
-                             "session and starts a turn when a message arrives")
-
-    def config_files(self, env, root, home):
-        return [os.path.join(root, ".pi", "extensions", "agents-room.ts"),
-                os.path.join(self.agent_dir(env, home), "extensions", "agents-room.ts")]
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        agent = self.agent_dir(env, home)
-        found = [p for p in (os.path.join(root, ".pi", "extensions", "agents-room.ts"),
-                             os.path.join(agent, "extensions", "agents-room.ts"))
-                 if self.marker in _read_text(p)]
-        checks = [("ok" if found else "warn", "Pi extension: %s" % (
-            ", ".join(found) or "not configured"), "" if found else fix)]
-        if found and found[0].startswith(os.path.join(root, "")):
-            trust = _read_json(os.path.join(agent, "trust.json")) if os.path.exists(
-                os.path.join(agent, "trust.json")) else {}
-            real, decided = os.path.realpath(root), None
-            while decided is None:
-                decided = trust.get(real)
-                if os.path.dirname(real) == real:
-                    break
-                real = os.path.dirname(real)
-            checks.append(("ok" if decided else "warn", "Pi project trust: %s" % (
-                "trusted" if decided else "not trusted"), "" if decided else
-                "start pi here once and choose Trust"))
-        return checks
-
-
-register_harness(Pi())
-
-
-class OpencodeResume(ResumeLever):
-    name = "opencode-resume"
-    resume = ("run", "--session", "KEY", "TEXT")
-    # Where the resumed run finds its config, plugin and sessions, and what it
-    # may fetch: without OPENCODE_CONFIG_DIR a user-scope setup's plugin and
-    # MCP entry are not loaded; without _DISABLE_MODELS_FETCH an offline setup
-    # calls models.opencode.ai.  Not OPENCODE_CONFIG_CONTENT or
-    # OPENCODE_SERVER_PASSWORD: they can hold secrets, and the store keeps this.
-    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
-            "OPENCODE_CONFIG", "OPENCODE_CONFIG_DIR", "OPENCODE_DB",
-            "OPENCODE_DISABLE_PROJECT_CONFIG", "OPENCODE_DISABLE_AUTOUPDATE",
-            "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD",
-            "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
-
-    programs = ("opencode", "opencode.exe")
-    # A resumed `opencode run` reached the model 19.4 s after the send here
-    # (a cold start), and its turn comes after that.
-    timeout_s = 90
-
-    def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
-                    None)
-
-    def detect(self, env, key, cwd, argv):
-        data = ResumeLever.detect(self, env, key, cwd, argv)
-        if data is not None:
-            data["env"]["PWD"] = cwd          # OpenCode takes its project from $PWD
-        return data
-
-
-class OpenCode(Harness):
-    name, setup_name, title = "opencode", "opencode", "OpenCode"
-    tested, programs = "1.18.33", ("opencode", "opencode.exe")
-    where = ("opencode.json (the MCP entry) and .opencode/plugin/agents-room.js at the\n"
-             "    project's git top level (or ~/.config/opencode with --scope user)")
-    # The plugin calls the hook by our event names.
-    events = {e: e for e in HOOK_EVENTS}
-    # The plugin runs the rewake waiter when a session goes idle and prompts
-    # the session with what it prints; a finished session is resumed.
-    waiter = "opencode-waiter"
-    arms_at_turn_end = True
-    levers = (OpencodeResume(),)
-    max_autonomy = 2
-    mcp_prefix = "agents-room_"
-    marker = "// agents-room: written by agents_room.py setup opencode"
-    env_prefixes = ("OPENCODE",)
-    # Where its forks differ (Kilo Code): the names of its files and folders.
-    config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
-    schema = "https://opencode.ai/config.json"
-    # How the plugin continues a held turn: a noReply message, which
-    # OpenCode's loop takes before it ends the turn.
-    hold_by = "reply"
-
-    def detect(self, env):
-        return env.get("OPENCODE") == "1"
-
-    def config_dir(self, env, home):
-        return env.get(self.config_var) or os.path.join(
-            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), self.setup_name)
-
-    def plugin(self, placement, job):
-        directory = placement.relative if placement.relative is not None else \
-            os.path.dirname(this_file())
-        return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
-            "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
-        ).replace("%DIR%", json.dumps(directory or ".")).replace(
-            "%HARNESS%", json.dumps(self.name)).replace(
-            "%HOLD%", json.dumps(self.hold_by)).replace(
-            "%AUTONOMY%", json.dumps(str(job.level))).replace(
-            "%START_ARGS%", json.dumps(job.start_extra))
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup %s in your project, or use --scope user"
-                            % self.setup_name)
-        base = job.root if job.scope == "project" else self.config_dir(os.environ, job.home)
-        config_path = os.path.join(base, self.config_name)
-        plugin_dir = os.path.join(base, self.project_dir if job.scope == "project" else "",
-                                  "plugin")
-        plugin_path = os.path.join(plugin_dir, "agents-room.js")
-        text = _read_text(plugin_path)
-        if text and self.marker not in text:
-            raise RoomError("%s is not the plugin setup writes; move it aside" % plugin_path,
-                            "nothing was written")
-        placement = Placement(job.root if job.scope == "project" else None, None)
-        server = {"type": "local", "command": [placement.python, "-I", "-S", (
-            placement.relative_script() if placement.relative is not None else
-            this_file())] + job.serve_args, "enabled": True,
-            # OpenCode's 5 s default is shorter than a waiting msg_recv.
-            "timeout": (RECV_WAIT_MAX_S + 30) * 1000}
-        try:
-            config = _read_json(config_path)
-        except RoomError:
-            config = None             # JSONC (comments): OpenCode reads it, we do not
-        if config is None:
-            job.files.append({"path": config_path, "action": "merge by hand: it is not "
-                              "plain JSON", "content": json.dumps(
-                                  {"mcp": {"agents-room": server}, "permission": {
-                                      self.mcp_prefix + "*": "allow"}}, indent=2) + "\n"})
-        else:
-            config.setdefault("$schema", self.schema)
-            mcp = config.setdefault("mcp", {})
-            permission = config.setdefault("permission", {})
-            if not isinstance(mcp, dict) or not isinstance(permission, (dict, str)):
-                raise RoomError("'mcp' or 'permission' in %s is not what %s writes; "
-                                "fix it by hand" % (config_path, self.title))
-            mcp["agents-room"] = server
-            if isinstance(permission, str):
-                config["permission"] = permission = {"*": permission}
-            # Where the default is ask, a woken turn would wait on a dialog.
-            permission[self.mcp_prefix + "*"] = "allow"
-            job.files.append({"path": config_path,
-                              "content": json.dumps(config, indent=2) + "\n"})
-        job.files.append({"path": plugin_path, "content": self.plugin(placement, job)})
-        job.notes.append("%s's first start after this installs its plugin package "
-                         "into %s (about 20 s)" % (self.title, self.project_dir))
-        if job.level == 2:
-            job.notes.append("wake: the plugin waits for mail whenever an interactive session "
-                             "is idle and starts a turn with it; {0} run exits when "
-                             "idle (a finished session is resumed: {0} run --session)".format(
-                                 self.levers[0].programs[0]))
-
-    def config_files(self, env, root, home):
-        base = self.config_dir(env, home)
-        return [os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
-                os.path.join(base, "plugin", "agents-room.js"),
-                os.path.join(root, self.config_name), os.path.join(base, self.config_name)]
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        base = self.config_dir(env, home)
-        found = [p for p in (os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
-                             os.path.join(base, "plugin", "agents-room.js"))
-                 if self.marker in _read_text(p)]
-        checks = [("ok" if found else "warn", "%s plugin: %s" % (
-            self.title, ", ".join(found) or "not configured"), "" if found else fix)]
-        if found:
-            served = [p for p in (os.path.join(root, self.config_name),
-                                  os.path.join(base, self.config_name))
-                      if _configured(p, SETUP_MARK)]
-            checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
-                self.title, ", ".join(served) or "not configured"), "" if served else fix))
-        return checks
-
-
-register_harness(OpenCode())
-
-
-class KiloResume(OpencodeResume):
-    name = "kilo-resume"
-    # A resumed `kilo run` starts in 30-55 s on a loaded two-core machine
-    # (127 s to its first model call under the heaviest load seen), then runs
-    # its turn: the 20 s bound killed every one.
-    timeout_s = 300
-    # bin/kilo is a node launcher that runs the native bin/.kilo
-    programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
-    # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
-    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
-            "KILO_CONFIG", "KILO_CONFIG_DIR", "KILO_DB", "KILO_DISABLE_PROJECT_CONFIG",
-            "KILO_DISABLE_AUTOUPDATE", "KILO_DISABLE_MODELS_FETCH",
-            "KILO_DISABLE_LSP_DOWNLOAD", "KILO_MODELS_URL", "KILO_MODELS_PATH")
-
-
-class KiloCode(OpenCode):
-    """Kilo Code's CLI (npm @kilocode/cli), a fork of OpenCode with its plugin
-    API: the same plugin and waiter, under Kilo's names (kilo.json, .kilo/,
-    ~/.config/kilo, KILO_*).  Kilo sets OPENCODE=1 as well as KILO=1 in what
-    it runs, so it is detected before OpenCode."""
-
-    name, setup_name, title = "kilo", "kilo", "Kilo Code"
-    tested, programs = "7.7.7", ("kilo", ".kilo", "kilocode")
-    where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
-             "    project's git top level (or ~/.config/kilo with --scope user)")
-    levers = (KiloResume(),)
-    marker = "// agents-room: written by agents_room.py setup kilo"
-    config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
-    schema = "https://app.kilo.ai/config.json"
-    env_prefixes = ("KILO", "OPENCODE")
-    # Kilo 7.7.7's loop sees only the messages of the prompt it runs (a
-    # message added during it is a queued follow-up, run when it ends), so a
-    # noReply message held nothing: the hold is a follow-up prompt.
-    hold_by = "follow"
-
-    def detect(self, env):
-        return env.get("KILO") == "1"
-
-
-register_harness(KiloCode())
-
-
-class CopilotResume(ResumeLever):
-    """A finished copilot -p session, resumed by id with the signal as its
-    prompt.  What the resumed run needs of the first one's environment: where
-    its state is, and its model provider (BYOK); not the provider's key or
-    token, which the store would keep."""
-
-    name = "copilot-resume"
-    resume = ("--resume=KEY", "-p", "TEXT")
-    # A resume is a cold start: 14.9 s to its first model call here.
-    timeout_s = 60
-    provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
-                "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
-                "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
-    keep = ("COPILOT_HOME", "COPILOT_MODEL", "COPILOT_AUTO_UPDATE", "XDG_CONFIG_HOME",
-            "XDG_STATE_HOME", "XDG_CACHE_HOME")
-    # the flags of the first run that a resume needs again to run its tools
-    # and hooks unattended (without them -p stops at the first approval)
-    # (not --trust-folder: copilot refuses it beside --resume)
-    carried = ("--allow-all-tools", "--allow-all", "--yolo", "--allow-all-paths")
-
-    def program_end(self, argv):
-        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
-            "copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")),
-            None)
-
-    def detect(self, env, key, cwd, argv):
-        # Only a prompt-mode run ends by itself; an interactive one is open
-        # until its user quits, and its next turn is told.
-        if not argv or not ("-p" in argv or "--prompt" in argv or any(
-                a.startswith("--prompt=") for a in argv)):
-            return None
-        data = ResumeLever.detect(self, env, key, cwd, argv)
-        if data is not None:
-            data["argv"] += [a for a in argv if a in self.carried]
-            data["env"].update(self.provider_of(env))
-        return data
-
-    def provider_of(self, env):
-        """A BYOK provider (those of its variables that are not credentials):
-        Copilot passes its hooks none of them (1.0.102, and a hook entry's env
-        is not expanded), so they are read from the Copilot process the hook
-        runs under, where /proc shows it; elsewhere a BYOK session is resumed
-        without its provider."""
-        found = {k: env[k] for k in self.provider if env.get(k)}
-        pid = harness_pid(os.getppid())
-        if found or not pid:
-            return found
-        try:
-            with open(os.path.join(proc_root(), str(pid), "environ"), "rb") as handle:
-                items = handle.read().split(b"\0")
-        except OSError:
-            return found
-        for item in items:
-            name, _, value = item.decode("utf-8", "replace").partition("=")
-            if name in self.provider and value:
-                found[name] = value
-        return found
-
-
-class CopilotCli(Harness):
-    """GitHub Copilot CLI (npm @github/copilot): hooks in Claude's format (its
-    PascalCase event names, which give Claude's snake_case payloads) in
-    .github/hooks/, the MCP server in .github/mcp.json.  A command hook's
-    UserPromptSubmit answer is dropped, so the digest rides SessionStart and a
-    signal the next tool result or the end of the turn."""
-
-    name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
-    tested = "1.0.102"
-    programs = ("copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")
-    where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
-             "    top level (or ~/.copilot with --scope user)")
-    events = {e: e for e in HOOK_EVENTS}
-    levers = (CopilotResume(),)
-    max_autonomy = 2
-    mcp_prefix = "agents-room-"
-    env_prefixes = ("COPILOT_",)
-    # Claude's tool names: Copilot maps its edit and create onto them.
-    edit_tools = "Edit|Write"
-
-    def detect(self, env):
-        return env.get("COPILOT_CLI") == "1"
-
-    def context(self, event, text):
-        # Copilot reads additionalContext at the top level; Claude's
-        # hookSpecificOutput form is ignored there (2026-12: measured).
-        return json.dumps({"additionalContext": text})
-
-    def ask(self, reason, harness_argv=None):
-        return json.dumps({"permissionDecision": "ask", "permissionDecisionReason": reason})
-
-    @staticmethod
-    def home(env, home):
-        return env.get("COPILOT_HOME") or os.path.join(home, ".copilot")
-
-    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
-        """Copilot's flat form: each event a list of commands (no groups)."""
-        hooks = {}
-        for name, groups in Harness.hook_entries(self, placement, autonomy,
-                                                 start_extra).items():
-            entry = groups[0]["hooks"][0]
-            flat = {"type": "command", "bash": entry["command"],
-                    "timeoutSec": entry["timeout"]}
-            if "matcher" in groups[0]:
-                flat["matcher"] = groups[0]["matcher"]
-            hooks[name] = [flat]
-        return hooks
-
-    def paths(self, env, root, home, scope):
-        base = root if scope == "project" else self.home(env, home)
-        if scope == "project":
-            return (os.path.join(base, ".github", "hooks", "agents-room.json"),
-                    os.path.join(base, ".github", "mcp.json"))
-        return (os.path.join(base, "hooks", "agents-room.json"),
-                os.path.join(base, "mcp-config.json"))
-
-    def setup(self, job):
-        if job.scope == "project" and job.root is None:
-            raise RoomError("%s is not inside a git repository" % job.cwd,
-                            "run setup copilot in your project, or use --scope user")
-        hooks_path, mcp_path = self.paths(os.environ, job.root, job.home, job.scope)
-        placement = Placement(job.root if job.scope == "project" else None, None)
-        text = _read_text(hooks_path)
-        if text and SETUP_MARK not in text:
-            raise RoomError("%s is not the hooks file setup writes; move it aside"
-                            % hooks_path, "nothing was written")
-        job.files.append({"path": hooks_path, "content": json.dumps(
-            {"version": 1, "hooks": self.hook_entries(placement, job.level, job.start_extra)},
-            indent=2) + "\n"})
-        config = _read_json(mcp_path)
-        servers = config.setdefault("mcpServers", {})
-        if not isinstance(servers, dict):
-            raise RoomError("'mcpServers' in %s is not an object; fix it by hand" % mcp_path)
-        servers["agents-room"] = {"type": "local", "command": placement.python,
-                                  "args": ["-I", "-S", placement.relative_script() if
-                                           placement.relative is not None else
-                                           this_file()] + job.serve_args, "tools": ["*"]}
-        job.files.append({"path": mcp_path, "content": json.dumps(config, indent=2) + "\n"})
-        job.notes.append("trust the folder once: copilot asks when it starts here (copilot -p "
-                         "loads the project's hooks and MCP server only in a trusted folder, "
-                         "or with --trust-folder)")
-        if job.level == 2:
-            job.notes.append("wake: a finished copilot -p session is resumed (copilot "
-                             "--resume=<id> -p); an interactive one is told at its next turn")
-
-    def config_files(self, env, root, home):
-        return list(self.paths(env, root, home, "project") + self.paths(env, root, home,
-                                                                          "user"))
-
-    def doctor(self, env, root, home):
-        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
-        checks = []
-        for scope in ("project", "user"):
-            hooks_path, mcp_path = self.paths(env, root, home, scope)
-            if not _configured(hooks_path, SETUP_MARK):
-                continue
-            served = _configured(mcp_path, SETUP_MARK)
-            checks.append(("ok", "GitHub Copilot CLI hooks: %s" % hooks_path, ""))
-            checks.append(("ok" if served else "warn", "GitHub Copilot CLI MCP entry: %s" % (
-                mcp_path if served else "not configured"), "" if served else fix))
-            try:
-                command = _read_json(hooks_path)["hooks"]["PostToolUse"][0]["bash"]
-            except (RoomError, KeyError, IndexError, TypeError):
-                command = None
-            if command:
-                probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
-                ok, detail = _try_command(command, probe_env, root)
-                if ok is None:
-                    checks.append(("warn", "GitHub Copilot CLI hook command not run: %s" %
-                                   one_line(detail, 160), "doctor runs only agents-room's "
-                                   "own launcher; compare the entry with what `%s` would "
-                                   "write" % fix))
-                else:
-                    checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command "
-                                   "runs" if ok else "GitHub Copilot CLI hook command fails: "
-                                   "%s" % one_line(detail, 160), "" if ok else fix))
-            break
-        if not checks:
-            checks.append(("warn", "GitHub Copilot CLI hooks: not configured", fix))
-        return checks
-
-
-register_harness(CopilotCli())
 
 
 def forget_levers(row, inline_only=False):
@@ -5478,6 +3715,47 @@ def check_args(tool_, args):
             check_value(tool_.params[name], value, name)
 
 
+def session_row(conn, session_id):
+    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+
+
+def unknown_session(conn, value, path):
+    """The error for a session id that names nothing, naming what was meant."""
+    if not isinstance(value, str):
+        return UnknownSession("not a session id (expected 16 lowercase hex)")
+    text = value.strip()
+    row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
+                       (text,)).fetchone()
+    if row:
+        return UnknownSession(
+            "that is a harness key; your session id is %s" % row["id"],
+            "pass session_id=%s (room_join returns it)" % row["id"])
+    candidates = []
+    lowered = text.lower()
+    if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE id >= ? AND id < ? ORDER BY last_seen "
+            "DESC LIMIT 6", (lowered, lowered + "g")).fetchall()
+    if not candidates and text:
+        candidates = conn.execute(
+            "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
+            "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
+    if candidates:
+        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
+                 for r in candidates[:5]]
+        return UnknownSession("no session %r; did you mean %s?"
+                              % (one_line(text, 80), " or ".join(names)),
+                              "session ids are 16 lowercase hex; use the whole id")
+    if is_session_id(text):
+        return UnknownSession(
+            "no such session: %s may have left, or belong to another store "
+            "(this store is %s)" % (text, path),
+            "join again with room_join, or check AGENTS_ROOM_DB")
+    return UnknownSession("not a session id: %r (expected 16 lowercase hex)"
+                          % one_line(text, 80),
+                          "room_join returns your session id")
+
+
 class Context:
     """Who is calling: the front end ('cli', 'mcp', 'hook' or 'ui'), its
     working directory, environment, and the pid a join should record."""
@@ -6032,47 +4310,6 @@ def _render_task(t):
 
 
 # ---- operations: sessions and rooms --------------------------------------
-
-def session_row(conn, session_id):
-    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
-
-
-def unknown_session(conn, value, path):
-    """The error for a session id that names nothing, naming what was meant."""
-    if not isinstance(value, str):
-        return UnknownSession("not a session id (expected 16 lowercase hex)")
-    text = value.strip()
-    row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
-                       (text,)).fetchone()
-    if row:
-        return UnknownSession(
-            "that is a harness key; your session id is %s" % row["id"],
-            "pass session_id=%s (room_join returns it)" % row["id"])
-    candidates = []
-    lowered = text.lower()
-    if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
-        candidates = conn.execute(
-            "SELECT id, label FROM sessions WHERE id >= ? AND id < ? ORDER BY last_seen "
-            "DESC LIMIT 6", (lowered, lowered + "g")).fetchall()
-    if not candidates and text:
-        candidates = conn.execute(
-            "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
-            "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
-    if candidates:
-        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
-                 for r in candidates[:5]]
-        return UnknownSession("no session %r; did you mean %s?"
-                              % (one_line(text, 80), " or ".join(names)),
-                              "session ids are 16 lowercase hex; use the whole id")
-    if is_session_id(text):
-        return UnknownSession(
-            "no such session: %s may have left, or belong to another store "
-            "(this store is %s)" % (text, path),
-            "join again with room_join, or check AGENTS_ROOM_DB")
-    return UnknownSession("not a session id: %r (expected 16 lowercase hex)"
-                          % one_line(text, 80),
-                          "room_join returns your session id")
-
 
 def session_by_key(store, key):
     """The id of the session a harness key names, or None (one indexed read)."""
@@ -7903,31 +6140,6 @@ def fenced_after(op, resource, me):
                               40), iso(newest["granted_at"]), newest["id"])}
 
 
-@tool("ui_lease_release", "The operator releases a stale lease", {
-    "session_id": S_SESSION, "holder": {"type": "string", "maxLength": 200},
-    "resource": {"type": "string", "maxLength": PATH_MAX_CHARS}},
-    ["session_id", "holder", "resource"], caller="present", public=False,
-    destructive=True)
-def ui_lease_release(op, holder, resource):
-    """The operator removes a lease whose holder is gone (never one of a
-    session that may be alive); the event is the operator's and names the
-    holder."""
-    lease = op.conn.execute("SELECT * FROM leases WHERE session_id=? AND path=?",
-                            (holder, resource)).fetchone()
-    if lease is None:
-        raise RoomError("no lease of %s on %s" % (holder, resource))
-    liveness = holder_liveness(op, lease)
-    if liveness != "gone":
-        raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
-            resource, liveness))
-    op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
-    op.freed = True               # a lease row went: free watches look
-    op.event("lease.release", op.me, subject=lease["key"], data={
-        "mode": lease["mode"], "why": "operator", "holder": holder,
-        "shown": lease["path"], "kind": lease["kind"]})
-    return {"ok": True, "released": lease["path"]}
-
-
 # ---- operations: work states and quiet windows ---------------------------
 # A work state says what a session is doing on a scope; a quiet window asks
 # the holders of overlapping leases and named sessions for quiet on resources
@@ -8163,19 +6375,6 @@ def window_status(op, window_id=None):
         return {"windows": [window_dict(op.conn, _load_window(op.conn, window_id))]}
     return {"windows": [window_dict(op.conn, w) for w in op.conn.execute(
         "SELECT * FROM windows WHERE state IN %s ORDER BY id" % WINDOW_OPEN_SQL)]}
-
-
-@tool("ui_window_cancel", "The operator cancels a quiet window", {
-    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
-    caller="present", public=False, destructive=True)
-def ui_window_cancel(op, window_id):
-    """The operator ends someone's pending or active quiet window; the event
-    is the operator's and names the window's owner."""
-    window = _load_window(op.conn, window_id)
-    if not move_window(op.conn, window_id, "cancelled", op.at, op.me, {
-            "was": window["state"], "why": "operator", "owner": window["session_id"]}):
-        raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
-    return window_dict(op.conn, _load_window(op.conn, window_id))
 
 
 # ---- operations: task board ----------------------------------------------
@@ -8627,362 +6826,6 @@ def pending_wakes(op, session_ids):
                           message_id=d["message_id"], sender=d["sender"],
                           sender_label=d["sender_label"], subject=d["subject"]))
     return found
-
-
-UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
-UI_EVENTS = 300             # the newest events the event list holds
-UI_TASKS = 200              # tasks on the board: open and claimed first, then the newest
-UI_TIMELINE_S = 3600        # the timeline's reach
-UI_TIMELINE_SCAN = 5000     # the newest events it looks through, at most (an id range)
-# What the timeline draws: what a person follows, not the bookkeeping.
-UI_TIMELINE_KINDS = ("msg.send", "msg.ack", "lease.claim", "lease.release", "lease.expire",
-                     "lease.takeover", "signal.stop", "wake.accepted", "wake.try",
-                     "session.join", "session.end", "session.leave")
-UI_TIMELINE_PREFIXES = ("work.", "task.", "window.")
-# How much a person is needed, per reason (lower first): the overview sorts by it.
-UI_RANKS = {"gone": 0, "blocked": 1, "overdue": 1, "window": 2, "window_ack": 2,
-            "urgent": 2, "waiting": 3, "acks_awaited": 3, "ack": 4, "urgent_sent": 5}
-UI_RANK_ATTENTION = 1       # this rank or lower: the row says "needs you"
-
-
-def _ui_deliveries(conn, message_ids):
-    found = {}
-    if not message_ids:
-        return found
-    marks = ",".join("?" * len(message_ids))
-    for d in conn.execute(
-            "SELECT d.message_id, d.session_id, s.label, d.state FROM deliveries d "
-            "JOIN sessions s ON s.id = d.session_id WHERE d.message_id IN (%s) "
-            "ORDER BY s.label, d.session_id" % marks, message_ids):
-        found.setdefault(d["message_id"], []).append(
-            {"session_id": d["session_id"], "label": d["label"], "state": d["state"]})
-    return found
-
-
-def _ui_short(lease, holder_cwd):
-    """A lease's resource as its holder would write it: under its repository's
-    top level, else relative to the holder's directory, else as stored (kinds
-    other than path are short already)."""
-    if lease["kind"] != "path":
-        return lease["path"]
-    if lease["key"].startswith("@") and "/" in lease["key"]:
-        return lease["key"].split("/", 1)[1]
-    if holder_cwd:
-        try:
-            relative = os.path.relpath(lease["path"], holder_cwd)
-        except ValueError:
-            relative = None
-        if relative and relative != ".." and not relative.startswith(".." + os.sep):
-            return relative
-    return lease["path"]
-
-
-def _ui_who(op, session_id):
-    row = op.session(session_id) if session_id else None
-    return (row["label"] if row is not None and row["label"] else None) or \
-        (session_id or "?")[:8]
-
-
-def _ui_waits(op, item, leases, windows, tasks):
-    """What one session waits for and what it owes, each a sentence with a
-    rank (UI_RANKS), so the overview can say who a person must look at and
-    why: a gone holder, a blocked work state (and whom it told), acks owed or
-    awaited, quiet windows missing acks, urgent messages unread."""
-    conn, at, sid = op.conn, op.at, item["session_id"]
-    found = []
-
-    def add(kind, text, **extra):
-        found.append(dict(extra, kind=kind, rank=UI_RANKS[kind], text=text))
-    held = [l["short"] for l in leases if l["session_id"] == sid]
-    claimed = ["#%d" % t["task_id"] for t in tasks
-               if t["claimed_by"] == sid and t["state"] == "claimed"]
-    if item["liveness"] == "gone" and (held or claimed):
-        add("gone", "gone, still " + "; ".join(filter(None, [
-            "holds " + ", ".join(held) if held else "",
-            "claims task " + ", ".join(claimed) if claimed else ""])))
-    for work in item["work"]:
-        if work["state"] not in ("blocked", "waiting"):
-            continue
-        text = "%s on %s%s" % (work["state"], work["scope"],
-                               ": " + work["summary"] if work["summary"] else "")
-        told = conn.execute(
-            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
-            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
-                                         work["scope"])).fetchone()
-        message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
-            "message_id")
-        if message_id:
-            states = conn.execute("SELECT session_id, state FROM deliveries WHERE "
-                                  "message_id=? ORDER BY session_id",
-                                  (message_id,)).fetchall()
-            unread = [_ui_who(op, d["session_id"]) for d in states
-                      if d["state"] in UNREAD_STATES]
-            text += "; told %s (#%d%s)" % (
-                ", ".join(_ui_who(op, d["session_id"]) for d in states) or "nobody",
-                message_id, ", unread by " + ", ".join(unread) if unread else "")
-        add("blocked" if work["state"] == "blocked" else "waiting", text,
-            message_id=message_id)
-    for m in conn.execute(
-            "SELECT m.id, m.sender, m.ack_by FROM deliveries d JOIN messages m ON "
-            "m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
-            "d.state NOT IN ('acked', 'expired') AND m.expires_at > ? ORDER BY m.id",
-            (sid, at)).fetchall():
-        overdue = m["ack_by"] is not None and m["ack_by"] < at
-        add("overdue" if overdue else "ack", "owes an ack on #%d from %s" % (
-            m["id"], _ui_who(op, m["sender"])), message_id=m["id"], due=iso(m["ack_by"]))
-    for m in conn.execute(
-            "SELECT m.id, m.sender FROM deliveries d JOIN messages m ON m.id = "
-            "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
-            "m.importance='urgent' ORDER BY m.id" % UNREAD_SQL, (sid,)).fetchall():
-        add("urgent", "urgent #%d from %s unread" % (m["id"], _ui_who(op, m["sender"])),
-            message_id=m["id"])
-    awaited = {}
-    for d in conn.execute(
-            "SELECT m.id, m.ack_required, m.ack_by, m.importance, d.session_id, d.state "
-            "FROM messages m JOIN deliveries d ON d.message_id = m.id WHERE m.sender=? "
-            "AND m.expires_at > ? AND (m.ack_required=1 OR m.importance='urgent') "
-            "ORDER BY m.id, d.session_id", (sid, at)).fetchall():
-        waiting = d["state"] in UNREAD_STATES if not d["ack_required"] else \
-            d["state"] not in ("acked", "expired")
-        if waiting:
-            awaited.setdefault((d["id"], d["ack_required"], d["ack_by"]), []).append(
-                _ui_who(op, d["session_id"]))
-    for (message_id, ack_required, ack_by), whom in awaited.items():
-        if ack_required:
-            add("acks_awaited", "waits for acks on #%d from %s" % (message_id,
-                                                                  ", ".join(whom)),
-                message_id=message_id, due=iso(ack_by))
-        else:
-            add("urgent_sent", "its urgent #%d is unread by %s" % (message_id,
-                                                                  ", ".join(whom)),
-                message_id=message_id)
-    for window in windows:
-        if window["state"] != "pending":
-            continue
-        if window["session_id"] == sid:
-            holders = sorted({l["label"] or l["session_id"][:8] for l in leases
-                              if l["session_id"] != sid and l["liveness"] != "gone" and
-                              l["resource"] in window["resources"]})
-            missing = window["missing_labels"]
-            if missing or holders:
-                add("window", "quiet window #%d on %s waits for %s" % (
-                    window["window_id"], ", ".join(window["resources"]), "; ".join(
-                        filter(None, ["acks from " + ", ".join(missing) if missing else "",
-                                      "releases from " + ", ".join(holders)
-                                      if holders else ""]))),
-                    window_id=window["window_id"], due=window["ack_deadline"])
-        elif sid in window["missing_acks"]:
-            add("window_ack", "asked to ack %s's quiet window #%d" % (
-                window["label"] or window["session_id"][:8], window["window_id"]),
-                window_id=window["window_id"], due=window["ack_deadline"])
-    found.sort(key=lambda w: w["rank"])
-    return found
-
-
-def _ui_tasks(op):
-    rows = op.conn.execute(
-        "SELECT * FROM tasks ORDER BY state NOT IN ('open', 'claimed'), id DESC "
-        "LIMIT ?", (UI_TASKS,)).fetchall()
-    tasks = []
-    for row in rows:
-        item = task_dict(op, row)
-        item["claimed_at"] = iso(row["claimed_at"]) if row["state"] == "claimed" else None
-        item["creator_label"] = _ui_who(op, row["created_by"])
-        tasks.append(item)
-    return tasks
-
-
-def _ui_timeline(op):
-    """The last hour's events a person follows (UI_TIMELINE_KINDS), oldest
-    first, looked for among the newest UI_TIMELINE_SCAN ids: a primary-key
-    range, never a scan of the whole log."""
-    conn = op.conn
-    newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-    marks = ",".join("?" * len(UI_TIMELINE_KINDS))
-    rows = conn.execute(
-        "SELECT * FROM events WHERE id > ? AND at >= ? AND (kind IN (%s)%s) ORDER BY id"
-        % (marks, "".join(" OR kind LIKE ?" for _ in UI_TIMELINE_PREFIXES)),
-        [newest - UI_TIMELINE_SCAN, op.at - UI_TIMELINE_S] + list(UI_TIMELINE_KINDS) +
-        [p + "%" for p in UI_TIMELINE_PREFIXES]).fetchall()
-    labels = {}
-    items = [_event_item(conn, row, None, labels) for row in rows]
-    for item in items:
-        item.pop("ts", None)
-    return items
-
-
-@tool("ui_state", "The operator page's snapshot", {
-    "before": S_MESSAGE_ID,
-    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX},
-    "operator_key": {"type": "string", "maxLength": 200}},
-    read_only=True, public=False, after=False)
-def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
-    """Everything the page shows: room_status for the whole store; an
-    overview row per agent (every session in a room but the page's own
-    operator, operator_key's), what it holds and what it waits for, sorted so
-    what needs a person comes first; the task board; the newest messages
-    (older ones with before=) with each recipient's delivery state; the last
-    hour's timeline and the newest events.  Read as no one: the operator
-    watching is no session's call."""
-    conn, at = op.conn, op.at
-    status = room_status(op)
-    found = conn.execute("SELECT id FROM sessions WHERE harness_key=? AND left_at IS NULL",
-                         (operator_key,)).fetchone() if operator_key else None
-    operator = found[0] if found else None
-    cwds = {}
-    for s in status["sessions"]:
-        cwds[s["session_id"]] = s["cwd"]
-        s["home"] = next((r for r in s["rooms"] if r.startswith("repo:")), None) or \
-            (s["rooms"][0] if s["rooms"] else None)
-    homes = {s["session_id"]: s["home"] for s in status["sessions"]}
-    leases = []
-    for row in conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path",
-                            (at,)).fetchall():
-        item = lease_dict(conn, row, op.liveness)
-        item["short"] = _ui_short(row, cwds.get(row["session_id"]) or (
-            op.session(row["session_id"]) or {"cwd": None})["cwd"])
-        item["home"] = homes.get(row["session_id"])
-        leases.append(item)
-    for window in status["windows"]:
-        window["home"] = homes.get(window["session_id"])
-    tasks = _ui_tasks(op)
-    agents = []
-    for s in status["sessions"]:
-        if s["session_id"] == operator:
-            continue
-        item = dict(s)
-        item["holds"] = [l for l in leases if l["session_id"] == s["session_id"]]
-        item["urgent_unread"] = conn.execute(
-            "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
-            "WHERE d.session_id=? AND d.state IN %s AND m.importance='urgent'"
-            % UNREAD_SQL, (s["session_id"],)).fetchone()[0]
-        item["quiet_s"] = max(0, int(at - parse_iso(s["last_seen"])))
-        item["waits"] = _ui_waits(op, item, leases, status["windows"], tasks)
-        item["rank"] = min([w["rank"] for w in item["waits"]] + [9])
-        item["needs_you"] = item["rank"] <= UI_RANK_ATTENTION
-        agents.append(item)
-    agents.sort(key=lambda a: (a["rank"], a["label"] or "~", a["session_id"]))
-    rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
-                        (before or ID_MAX, limit + 1)).fetchall()
-    shown = rows[:limit]
-    deliveries = _ui_deliveries(conn, [m["id"] for m in shown])
-    messages = []
-    for row in reversed(shown):
-        item = message_dict(op, row)
-        item["to"] = json.loads(row["selector"]) if row["selector"] else None
-        item["deliveries"] = deliveries.get(row["id"], [])
-        messages.append(item)
-    events = events_tail(op, limit=UI_EVENTS)["events"]
-    for item in events:
-        item.pop("ts", None)
-    return dict(status, leases=leases, operator=operator, agents=agents, tasks=tasks,
-                messages=messages, more=len(rows) > limit, events=events,
-                timeline=_ui_timeline(op), timeline_s=UI_TIMELINE_S)
-
-
-# The operator's acts (the page's appendix calls them through the door).  The
-# operator joins a room only to act in it -- never to watch -- and only that
-# room: a broadcast reaches the rooms' members, and a watcher who became one
-# would change who every agent's `*` reaches.
-S_UI_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
-
-
-@tool("ui_join", "The operator joins the room it acts in", {
-    "harness_key": S_UI_KEY, "room": S_ROOM,
-    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS}},
-    ["harness_key", "room"], caller="key", public=False)
-def ui_join(op, harness_key, room, label=None):
-    """Join an existing room (never create one) as the operator: a human
-    session at autonomy 0, keyed by the page's harness key, so every run of
-    `ui` with that label on this host is the same session."""
-    full = resolve_room(op.conn, room)
-    return room_join(op, room=full, label=label, harness="human", autonomy=0,
-                     harness_key=harness_key)
-
-
-@tool("ui_act", "The operator joins a room and acts there, or neither", {
-    "harness_key": S_UI_KEY, "room": S_ROOM,
-    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS},
-    "act": {"type": "string", "maxLength": 100}, "args": {"type": "object"}},
-    ["harness_key", "room", "act", "args"], caller="key", public=False)
-def ui_act(op, harness_key, room, act, args, label=None):
-    """ui_join and then the act (a tool of the operator's session) in one
-    transaction: an act refused (bad arguments, a holder not gone) leaves the
-    operator out of the room, as if it had not asked (issue 34)."""
-    inner = TOOLS.get(act)
-    if inner is None or inner.prepare is not None or inner.caller not in (
-            "present", "required", "optional"):
-        raise UsageError("the page cannot act with %r" % (act,))
-    joined = ui_join(op, harness_key, room, label)
-    op.caller, op._rows = session_row(op.conn, joined["session_id"]), {}
-    args = dict(args, session_id=joined["session_id"])
-    check_args(inner, args)
-    args = {k: v for k, v in args.items() if v is not None and k != "session_id"}
-    return {"joined": joined, "result": inner.fn(op, **args)}
-
-
-@tool("ui_leave", "The operator leaves as the page stops", {"harness_key": S_UI_KEY},
-      ["harness_key"], caller="key", public=False, destructive=True)
-def ui_leave(op, harness_key):
-    """Leave every room the operator joined: a person who closed the page is
-    no longer there to hear a broadcast or ack a quiet window."""
-    if op.caller is None or (op.caller["left_at"] is not None and
-                             not rooms_of(op.conn, op.me)):
-        return {"ok": True, "left_rooms": []}
-    return room_leave(op)
-
-
-@tool("ui_send", "The operator speaks in one room", {
-    "session_id": S_SESSION, "room": S_ROOM,
-    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
-           "minItems": 1, "maxItems": SELECTORS_MAX},
-    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
-    "body": {"type": "string"}, "reply_to": S_MESSAGE_ID,
-    "importance": {"type": "string", "enum": list(IMPORTANCE)}},
-    ["session_id", "room", "to"], caller="present", public=False)
-def ui_send(op, room, to, subject=None, body=None, reply_to=None, importance="normal"):
-    """msg_send from a room the operator is in, where '*' means everyone in
-    that room (not in every room the operator happens to be in)."""
-    full = resolve_room(op.conn, room)
-    if full not in rooms_of(op.conn, op.me):
-        raise RoomError("you are not in %s" % full, "the page joins it when you send there")
-    if to == "*" and rooms_of(op.conn, op.me) != [full]:
-        to = [r[0] for r in op.conn.execute(
-            "SELECT m.session_id FROM memberships m JOIN sessions s ON s.id = m.session_id "
-            "WHERE m.room=? AND m.session_id != ? AND s.left_at IS NULL ORDER BY "
-            "m.session_id", (full, op.me))]
-        if not to:
-            raise RoomError("nobody else is in %s" % full)
-        if len(to) > SELECTORS_MAX:
-            raise RoomError("%s has more than %d members besides you" % (
-                full, SELECTORS_MAX), "leave your other rooms, then send to * again")
-    return msg_send(op, to=to, subject=subject, body=body, reply_to=reply_to,
-                    importance=importance)
-
-
-@tool("ui_task_release", "The operator reopens a gone claimant's task", {
-    "session_id": S_SESSION, "task_id": S_MESSAGE_ID}, ["session_id", "task_id"],
-    caller="present", public=False, destructive=True)
-def ui_task_release(op, task_id):
-    """Put a claimed task back to open when its claimant is gone (never one
-    that may be alive, never unknown: the rule a claim's takeover uses); the
-    event is the operator's and names the claimant."""
-    row = op.conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
-    if row is None:
-        raise RoomError("no task #%d" % task_id)
-    if row["state"] != "claimed":
-        raise RoomError("task #%d is %s, not claimed" % (task_id, row["state"]))
-    claimant = op.session(row["claimed_by"])
-    liveness = op.liveness(claimant) if claimant is not None else "gone"
-    if liveness != "gone":
-        raise RoomError("the claimant of task #%d is %s, not gone; ask it to release" % (
-            task_id, liveness))
-    op.conn.execute("UPDATE tasks SET state='open', claimed_by=NULL, updated_at=? "
-                    "WHERE id=?", (op.at, task_id))
-    op.event("task.release", op.me, room=row["room"], subject=task_id,
-             data={"why": "operator", "claimant": row["claimed_by"]})
-    return {"ok": True, "task": task_dict(op, op.conn.execute(
-        "SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone())}
 
 
 # ---- operations: reads and drift -----------------------------------------
@@ -9852,389 +7695,6 @@ def wake_run(payload):
     return 0
 
 
-# ---- harnesses: setup and doctor -----------------------------------------
-# The drivers of setup and doctor: what is common to every harness;
-# each harness's own part is its adapter's (harness adapters).
-
-
-def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
-          also=(), label=None, tools=None, plugin=False):
-    """What to configure for a harness -> {"files": [{path, content, action}],
-    "notes": [...]}; with write=True the files are merged and written.  The
-    files are the harness adapter's; tools=all asks serve for every tool;
-    plugin: only what the harness's agents-room plugin cannot do itself."""
-    cwd = cwd or _getcwd()
-    home = home or os.path.expanduser("~")
-    adapter = next((a for a in HARNESS_ADAPTERS if a.setup_name == harness), None)
-    if adapter is None:
-        raise UsageError("setup takes %s, not %r" % (", ".join(setup_names()), harness))
-    level = parse_autonomy(autonomy)
-    if level is None:
-        level = 1 if plugin else 0          # the plugin's own default is hold
-    start_extra = []
-    for room in also or ():
-        start_extra += ["--also", room]
-    if label:
-        start_extra += ["--label", label]
-    notes = []
-    if level > adapter.max_autonomy:
-        notes.append("%s offers no way to %s; autonomy %s is used" % (
-            adapter.title, "hold the end of a turn" if adapter.max_autonomy == 0 else
-            "start a turn", autonomy_name(adapter.max_autonomy)))
-        level = adapter.max_autonomy
-    job = SetupJob(level, scope, cwd, home, repo_root(cwd), start_extra,
-                   ["serve"] + (["--tools", tool_profile(tools)] if tools else []))
-    job.notes = notes
-    job.plugin = plugin
-    (adapter.setup_plugin if plugin else adapter.setup)(job)
-    files = job.files
-    _refuse_links_out(job)
-    here = os.path.realpath(os.path.dirname(this_file()))
-    vendored = bool(job.root) and (here + os.sep).startswith(
-        os.path.realpath(job.root) + os.sep)
-    # A copy outside the project is named by its path or its directory (the
-    # OpenCode plugin's ROOM_DIR): such a file is this machine's.
-    named = this_file() if vendored else os.path.dirname(this_file())
-    machine = [f["path"] for f in files if job.root and f["path"].startswith(
-        job.root + os.sep) and named in f["content"]]
-    if machine:
-        # A team commits its project's files: say which name this machine.
-        notes.append("%s name%s this machine's paths (%s): %s, or put "
-                     "agents_room.py in the project (tools/, say) and run setup from "
-                     "there" % (", ".join(os.path.relpath(p, job.root) for p in machine),
-                                "s" if len(machine) == 1 else "", this_file(),
-                                "setup keeps %s out of git" % (
-                                    "it" if len(machine) == 1 else "them")))
-    for item in files:
-        notes.extend(_repointed(item["path"], item["content"], adapter, job, write))
-    ignored = [os.path.relpath(p, job.root) for p in machine]
-    if vendored:
-        # A vendored copy: the launchers import it, and Python caches the
-        # bytecode beside it (that cache is what makes a hook fast).
-        ignored.append(os.path.join(os.path.relpath(here, os.path.realpath(job.root)),
-                                    "__pycache__") + "/")
-    if ignored:
-        notes.append(_exclude_from_git(job.root, ignored, write))
-    if write:
-        precompile()
-        for item in files:
-            if item.get("action"):
-                continue                        # merge by hand
-            if _read_text(item["path"]) == item["content"]:
-                item["action"] = "unchanged"
-                continue
-            write_private(item["path"], item["content"], item.get("mode"))
-            item["action"] = "written"
-        notes.append("next: restart %s so it reads the new configuration, then run "
-                     "python3 %s doctor inside it" % (adapter.title, this_file()))
-    for item in files:
-        item.setdefault("action", "would write (use --write)")
-    return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
-
-
-def _refuse_links_out(job):
-    """A project-scope destination must stay in the project: a clone can hold
-    a link (one harness's settings file pointing at another's in the user's
-    home, a linked plugin directory, a dangling link) that would have setup
-    merge hooks into the user's own files or create one outside the checkout
-    (issue 34 #9).  Files outside the top level that setup means to write
-    (the user's own state or approvals) are not the project's and keep
-    following their links."""
-    if not job.root:
-        return
-    root = os.path.abspath(job.root)
-    real_root = os.path.realpath(root)
-    for item in job.files:
-        path = os.path.abspath(item["path"])
-        if not path.startswith(root + os.sep):
-            continue
-        real = os.path.realpath(path)
-        if real != real_root and not real.startswith(real_root + os.sep):
-            raise RoomError("refused: %s resolves to %s, outside the repository (%s) "
-                            "through a link in it; nothing was written" % (
-                                os.path.relpath(path, root), real, root),
-                            "remove the link, or run setup with --scope user")
-
-
-def _repointed(path, content, adapter, job, write):
-    """Notes for a file that named another copy of agents_room.py and now
-    names this one: a user's file is read by every project of that harness,
-    so a setup run from one checkout moves them all -- say so, never silently."""
-    import re
-    find = re.compile(r"(/[^\s\"',\[\]]*/agents_room\.py)\b")
-    before = set(find.findall(_read_text(path) or ""))
-    after = set(find.findall(content))
-    notes = []
-    for other in sorted(before - after - {this_file()}):
-        inside = job.root and (path + os.sep).startswith(job.root + os.sep)
-        if inside:
-            who = "this project's %s sessions %s this copy" % (
-                adapter.title, "now run" if write else "would run")
-        else:
-            who = ("every %s session of this user, in every project, %s this copy (if "
-                   "this checkout moves or goes, they all lose agents-room; setup %s "
-                   "--write from the other copy points them back)" % (
-                       adapter.title, "now runs" if write else "would run",
-                       adapter.setup_name))
-        notes.append("%s %s: it named %s%s, now %s; %s" % (
-            "repointed" if write else "would repoint (use --write)", path, other,
-            "" if os.path.exists(other) else " (no longer there)", this_file(), who))
-    return notes
-
-
-def _exclude_from_git(root, paths, write):
-    """Add paths (relative to the top level root) to the clone's
-    .git/info/exclude, not to .gitignore: the files name this machine, so the
-    rule is this clone's, and the user's tracked .gitignore stays as it is.
-    Returns the note that says what it did (or would do)."""
-    import subprocess
-    try:
-        done = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"],
-                              cwd=root, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        done = None
-    if done is None or done.returncode != 0 or not done.stdout.strip():
-        return "git cannot say where this clone's exclude file is: keep %s out of git" \
-            % ", ".join(paths)
-    exclude = os.path.join(root, done.stdout.strip())
-    have = (_read_text(exclude) or "")
-    lines = {line.strip() for line in have.splitlines()}
-    missing = ["/" + p.replace(os.sep, "/") for p in paths
-               if "/" + p.replace(os.sep, "/") not in lines]
-    shown = os.path.relpath(exclude, root)
-    if not missing:
-        return "%s already keeps %s out of git" % (shown, ", ".join(paths))
-    if not write:
-        return "--write adds %s to %s (this clone's ignore list; .gitignore is " \
-            "left alone)" % (", ".join(missing), shown)
-    try:
-        os.makedirs(os.path.dirname(exclude), exist_ok=True)
-        with open(exclude, "a") as handle:
-            mark = "# agents-room setup: what names this machine, and the bytecode cache"
-            handle.write(("" if not have or have.endswith("\n") else "\n") +
-                         ("" if mark in have else mark + "\n") +
-                         "".join(m + "\n" for m in missing))
-    except OSError as error:
-        return "cannot add %s to %s: %s" % (", ".join(missing), shown,
-                                            error.strerror or error)
-    return "added %s to %s (this clone's ignore list; .gitignore is left alone)" % (
-        ", ".join(missing), shown)
-
-
-GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
-
-
-def install_guard(cwd=None):
-    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
-    already there: it is renamed and run first, and its failure stops the
-    commit as before."""
-    import shlex
-    import subprocess
-    cwd = cwd or _getcwd()
-    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
-                          cwd=cwd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
-    top, hooks_rel = done.stdout.splitlines()[:2]
-    hooks = os.path.join(cwd, hooks_rel)
-    try:
-        os.makedirs(hooks, exist_ok=True)
-    except OSError as error:
-        raise RoomError("cannot create the hooks directory %s: %s" % (
-            hooks, error.strerror or error), "check core.hooksPath and its permissions")
-    hook = os.path.join(hooks, "pre-commit")
-    chained = hook + ".agents-room-chained"
-    action = "installed"
-    if os.path.exists(hook):
-        with open(hook, errors="replace") as handle:
-            ours = GUARD_MARK in handle.read()
-        if ours:
-            action = "updated"
-        elif os.path.exists(chained):
-            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
-        else:
-            os.replace(hook, chained)
-            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
-                chained)
-    here = os.path.dirname(this_file())
-    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
-    if rel.startswith(".."):
-        argv = launcher(here, 1)
-    else:
-        # git runs hooks at the top level: a path relative to it survives a
-        # move or a clone of the project.
-        argv = launcher(rel, 1, "python3")
-    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
-    script = ("#!/bin/sh\n# %s\n"
-              "# It refuses a commit that touches files another live session holds\n"
-              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
-              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
-              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
-              "exec %s\n" % (GUARD_MARK, command))
-    try:
-        write_private(hook, script, 0o755)
-    except OSError as error:
-        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
-                        "check core.hooksPath and its permissions")
-    precompile()
-    return {"hook": hook, "action": action}
-
-
-def quiet_hook_check(runs=5):
-    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
-    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
-    medians, on a store in a temporary directory (nothing of the room is
-    read or written).  About ten process starts; bench measures it properly."""
-    import subprocess
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
-               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
-        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
-            "hook", "--harness", hook_format().name, "--event=PostToolUse"])
-        times = ([], [])
-        try:
-            for _ in range(runs):
-                for argv, spent in zip(argvs, times):
-                    started = time.perf_counter()
-                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   timeout=HOOK_TIMEOUT_S, check=True)
-                    spent.append(time.perf_counter() - started)
-        except (OSError, subprocess.SubprocessError) as error:
-            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
-                    "run it by hand: %s hook --event=PostToolUse" % this_file())
-    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
-    ratio = hook / bare
-    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
-            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
-                hook, ratio, bare, runs), "" if ratio <= 1.5 else
-            "a busy machine reads high; bench times it against its limit")
-
-
-def tested_check(adapter):
-    """doctor: the running harness's version (its program's --version: one
-    process, no network) against the newest version agents-room's
-    end-to-end run passed on (the adapter's tested)."""
-    import re
-    import subprocess
-    pid = harness_pid(os.getppid())
-    argv = adapter.version_argv(process_argv(pid) if pid else None)
-    what = "%s version" % adapter.title
-    if argv is None:
-        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
-            what, adapter.tested), "")
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30)
-        found = re.search(r"\d+(?:\.\d+)+", done.stdout + " " + done.stderr)
-    except (OSError, subprocess.SubprocessError) as error:
-        found, done = None, error
-    if found is None:
-        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
-            what, " ".join(argv[-2:]), adapter.tested), "")
-    running = tuple(int(x) for x in found.group(0).split("."))
-    if running > tuple(int(x) for x in adapter.tested.split(".")):
-        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
-                "passed on: untested" % (what, found.group(0), adapter.tested),
-                "make e2e-latest runs the same cases on the newest release")
-    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
-        what, found.group(0), adapter.tested), "")
-
-
-def doctor(env=None, cwd=None, home=None):
-    """Checks, each (status, what, advice): status is ok, warn or fail."""
-    env = os.environ if env is None else env
-    cwd = cwd or _getcwd()
-    home = home or os.path.expanduser("~")
-    root = repo_root(cwd) or cwd
-    checks = []
-    path = default_db_path()
-    kind = store_kind(path)
-    checks.append(("ok", "store: %s" % kind.shown_path(path), ""))
-    if kind.exists(path):
-        checks += kind.access_checks(path)
-        try:
-            store = open_store(path)
-            try:
-                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
-                                 "store_info", {"harness_key": harness_key_from(env)})
-                checks += store.link_checks()
-            finally:
-                store.close()
-            checks.append(("ok", "schema version %d, %d present session%s, %s"
-                           % (info["schema"], info["sessions"],
-                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
-        except RoomError as error:
-            info = None
-            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
-    else:
-        info = None
-        checks.append(("ok", "store not created yet", "the first join creates it"))
-    try:
-        cost = listing_cost(tool_profile(env.get("AGENTS_ROOM_TOOLS")))
-        checks.append(("ok", "MCP tool list (%(profile)s): %(tools)d tools, %(bytes)d bytes, "
-                       "about %(tokens)d tokens; instructions %(instructions_bytes)d bytes"
-                       % cost, ""))
-    except UsageError as error:
-        checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
-                       "unset it, or set it to all"))
-    checks.append(quiet_hook_check())
-    harness = detect_harness(env)
-    checks.append(("ok", "harness detected: %s" % harness, ""))
-    if harness_named(harness).tested:
-        checks.append(tested_check(harness_named(harness)))
-    key = harness_key_from(env)
-    var = next((v for v in harness_key_vars() if env.get(v)), None)
-    if key:
-        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
-    elif harness == "generic":
-        checks.append(("info", "no harness key here (a terminal)", "a terminal's session "
-                       "lives as long as the shell it was joined from"))
-    else:
-        checks.append(("warn", "no harness key in the environment",
-                       "rejoins cannot find the same session and liveness relies on a "
-                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
-    session = info and info.get("session")
-    if session:
-        adapter = harness_named(session["harness"])
-        lever = session["lever"] or "none"
-        if session["autonomy"] == 2 and lever == "none" and adapter.waiter:
-            # Inside a turn (doctor runs in one) the waiter is not armed: it
-            # ended when it woke this turn, and arms again when the turn ends.
-            lever = "%s, which arms again when this turn ends" % adapter.waiter
-        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
-            session["session_id"], session["label"] or "-",
-            autonomy_name(session["autonomy"]), lever), ""))
-        if session["autonomy"] == 2 and lever == "none":
-            checks.append(("warn", "at wake with no lever: %s cannot be woken from "
-                           "outside" % adapter.title, "messages wait in the inbox for "
-                           "the next turn; setup says what this harness can do"))
-    elif key:
-        checks.append(("warn", "no session for this harness key yet",
-                       "the SessionStart hook or room_join creates it"))
-    for item in (info or {}).get("levers_refused", ()):
-        checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
-            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
-            one_line(item["why"], 200)),
-            "nothing the store says runs as you; its harness's next session start "
-            "records the lever again"))
-    unset = []
-    for adapter in HARNESS_ADAPTERS:
-        if not adapter.setup_name:
-            continue
-        if adapter.configured(env, root, home) or adapter.name == harness:
-            checks += adapter.doctor(env, root, home)
-        else:
-            unset.append(adapter.setup_name)
-    if unset:
-        # Harnesses this user does not use are no warning: a line of news.
-        checks.append(("info", "not set up here: %s" % ", ".join(unset),
-                       "python3 %s setup <harness> --write, for the one you run" %
-                       this_file()))
-    return checks
-
-
 # ---- MCP server ----------------------------------------------------------
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -10778,6 +8238,389 @@ def serve(store_path=None, profile=None):
         if server.store is not None:
             server.store.close()
     return 0
+
+
+# ---- harnesses: setup and doctor -----------------------------------------
+# The drivers of setup and doctor: what is common to every harness;
+# each harness's own part is its adapter's (harness adapters).
+
+
+def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
+          also=(), label=None, tools=None, plugin=False):
+    """What to configure for a harness -> {"files": [{path, content, action}],
+    "notes": [...]}; with write=True the files are merged and written.  The
+    files are the harness adapter's; tools=all asks serve for every tool;
+    plugin: only what the harness's agents-room plugin cannot do itself."""
+    cwd = cwd or _getcwd()
+    home = home or os.path.expanduser("~")
+    adapter = next((a for a in HARNESS_ADAPTERS if a.setup_name == harness), None)
+    if adapter is None:
+        raise UsageError("setup takes %s, not %r" % (", ".join(setup_names()), harness))
+    level = parse_autonomy(autonomy)
+    if level is None:
+        level = 1 if plugin else 0          # the plugin's own default is hold
+    start_extra = []
+    for room in also or ():
+        start_extra += ["--also", room]
+    if label:
+        start_extra += ["--label", label]
+    notes = []
+    if level > adapter.max_autonomy:
+        notes.append("%s offers no way to %s; autonomy %s is used" % (
+            adapter.title, "hold the end of a turn" if adapter.max_autonomy == 0 else
+            "start a turn", autonomy_name(adapter.max_autonomy)))
+        level = adapter.max_autonomy
+    job = SetupJob(level, scope, cwd, home, repo_root(cwd), start_extra,
+                   ["serve"] + (["--tools", tool_profile(tools)] if tools else []))
+    job.notes = notes
+    job.plugin = plugin
+    (adapter.setup_plugin if plugin else adapter.setup)(job)
+    files = job.files
+    _refuse_links_out(job)
+    here = os.path.realpath(os.path.dirname(this_file()))
+    vendored = bool(job.root) and (here + os.sep).startswith(
+        os.path.realpath(job.root) + os.sep)
+    # A copy outside the project is named by its path or its directory (the
+    # OpenCode plugin's ROOM_DIR): such a file is this machine's.
+    named = this_file() if vendored else os.path.dirname(this_file())
+    machine = [f["path"] for f in files if job.root and f["path"].startswith(
+        job.root + os.sep) and named in f["content"]]
+    if machine:
+        # A team commits its project's files: say which name this machine.
+        notes.append("%s name%s this machine's paths (%s): %s, or put "
+                     "agents_room.py in the project (tools/, say) and run setup from "
+                     "there" % (", ".join(os.path.relpath(p, job.root) for p in machine),
+                                "s" if len(machine) == 1 else "", this_file(),
+                                "setup keeps %s out of git" % (
+                                    "it" if len(machine) == 1 else "them")))
+    for item in files:
+        notes.extend(_repointed(item["path"], item["content"], adapter, job, write))
+    ignored = [os.path.relpath(p, job.root) for p in machine]
+    if vendored:
+        # A vendored copy: the launchers import it, and Python caches the
+        # bytecode beside it (that cache is what makes a hook fast).
+        ignored.append(os.path.join(os.path.relpath(here, os.path.realpath(job.root)),
+                                    "__pycache__") + "/")
+    if ignored:
+        notes.append(_exclude_from_git(job.root, ignored, write))
+    if write:
+        precompile()
+        for item in files:
+            if item.get("action"):
+                continue                        # merge by hand
+            if _read_text(item["path"]) == item["content"]:
+                item["action"] = "unchanged"
+                continue
+            write_private(item["path"], item["content"], item.get("mode"))
+            item["action"] = "written"
+        notes.append("next: restart %s so it reads the new configuration, then run "
+                     "python3 %s doctor inside it" % (adapter.title, this_file()))
+    for item in files:
+        item.setdefault("action", "would write (use --write)")
+    return {"harness": harness, "autonomy": level, "files": files, "notes": notes}
+
+
+def _refuse_links_out(job):
+    """A project-scope destination must stay in the project: a clone can hold
+    a link (one harness's settings file pointing at another's in the user's
+    home, a linked plugin directory, a dangling link) that would have setup
+    merge hooks into the user's own files or create one outside the checkout
+    (issue 34 #9).  Files outside the top level that setup means to write
+    (the user's own state or approvals) are not the project's and keep
+    following their links."""
+    if not job.root:
+        return
+    root = os.path.abspath(job.root)
+    real_root = os.path.realpath(root)
+    for item in job.files:
+        path = os.path.abspath(item["path"])
+        if not path.startswith(root + os.sep):
+            continue
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root + os.sep):
+            raise RoomError("refused: %s resolves to %s, outside the repository (%s) "
+                            "through a link in it; nothing was written" % (
+                                os.path.relpath(path, root), real, root),
+                            "remove the link, or run setup with --scope user")
+
+
+def _repointed(path, content, adapter, job, write):
+    """Notes for a file that named another copy of agents_room.py and now
+    names this one: a user's file is read by every project of that harness,
+    so a setup run from one checkout moves them all -- say so, never silently."""
+    import re
+    find = re.compile(r"(/[^\s\"',\[\]]*/agents_room\.py)\b")
+    before = set(find.findall(_read_text(path) or ""))
+    after = set(find.findall(content))
+    notes = []
+    for other in sorted(before - after - {this_file()}):
+        inside = job.root and (path + os.sep).startswith(job.root + os.sep)
+        if inside:
+            who = "this project's %s sessions %s this copy" % (
+                adapter.title, "now run" if write else "would run")
+        else:
+            who = ("every %s session of this user, in every project, %s this copy (if "
+                   "this checkout moves or goes, they all lose agents-room; setup %s "
+                   "--write from the other copy points them back)" % (
+                       adapter.title, "now runs" if write else "would run",
+                       adapter.setup_name))
+        notes.append("%s %s: it named %s%s, now %s; %s" % (
+            "repointed" if write else "would repoint (use --write)", path, other,
+            "" if os.path.exists(other) else " (no longer there)", this_file(), who))
+    return notes
+
+
+def _exclude_from_git(root, paths, write):
+    """Add paths (relative to the top level root) to the clone's
+    .git/info/exclude, not to .gitignore: the files name this machine, so the
+    rule is this clone's, and the user's tracked .gitignore stays as it is.
+    Returns the note that says what it did (or would do)."""
+    import subprocess
+    try:
+        done = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"],
+                              cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        return "git cannot say where this clone's exclude file is: keep %s out of git" \
+            % ", ".join(paths)
+    exclude = os.path.join(root, done.stdout.strip())
+    have = (_read_text(exclude) or "")
+    lines = {line.strip() for line in have.splitlines()}
+    missing = ["/" + p.replace(os.sep, "/") for p in paths
+               if "/" + p.replace(os.sep, "/") not in lines]
+    shown = os.path.relpath(exclude, root)
+    if not missing:
+        return "%s already keeps %s out of git" % (shown, ", ".join(paths))
+    if not write:
+        return "--write adds %s to %s (this clone's ignore list; .gitignore is " \
+            "left alone)" % (", ".join(missing), shown)
+    try:
+        os.makedirs(os.path.dirname(exclude), exist_ok=True)
+        with open(exclude, "a") as handle:
+            mark = "# agents-room setup: what names this machine, and the bytecode cache"
+            handle.write(("" if not have or have.endswith("\n") else "\n") +
+                         ("" if mark in have else mark + "\n") +
+                         "".join(m + "\n" for m in missing))
+    except OSError as error:
+        return "cannot add %s to %s: %s" % (", ".join(missing), shown,
+                                            error.strerror or error)
+    return "added %s to %s (this clone's ignore list; .gitignore is left alone)" % (
+        ", ".join(missing), shown)
+
+
+GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
+
+
+def install_guard(cwd=None):
+    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
+    already there: it is renamed and run first, and its failure stops the
+    commit as before."""
+    import shlex
+    import subprocess
+    cwd = cwd or _getcwd()
+    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
+                          cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
+    top, hooks_rel = done.stdout.splitlines()[:2]
+    hooks = os.path.join(cwd, hooks_rel)
+    try:
+        os.makedirs(hooks, exist_ok=True)
+    except OSError as error:
+        raise RoomError("cannot create the hooks directory %s: %s" % (
+            hooks, error.strerror or error), "check core.hooksPath and its permissions")
+    hook = os.path.join(hooks, "pre-commit")
+    chained = hook + ".agents-room-chained"
+    action = "installed"
+    if os.path.exists(hook):
+        with open(hook, errors="replace") as handle:
+            ours = GUARD_MARK in handle.read()
+        if ours:
+            action = "updated"
+        elif os.path.exists(chained):
+            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
+        else:
+            os.replace(hook, chained)
+            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
+                chained)
+    here = os.path.dirname(this_file())
+    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
+    if rel.startswith(".."):
+        argv = launcher(here, 1)
+    else:
+        # git runs hooks at the top level: a path relative to it survives a
+        # move or a clone of the project.
+        argv = launcher(rel, 1, "python3")
+    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
+    script = ("#!/bin/sh\n# %s\n"
+              "# It refuses a commit that touches files another live session holds\n"
+              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
+              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
+              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
+              "exec %s\n" % (GUARD_MARK, command))
+    try:
+        write_private(hook, script, 0o755)
+    except OSError as error:
+        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
+                        "check core.hooksPath and its permissions")
+    precompile()
+    return {"hook": hook, "action": action}
+
+
+def quiet_hook_check(runs=5):
+    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
+    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
+    medians, on a store in a temporary directory (nothing of the room is
+    read or written).  About ten process starts; bench measures it properly."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
+               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
+        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
+            "hook", "--harness", hook_format().name, "--event=PostToolUse"])
+        times = ([], [])
+        try:
+            for _ in range(runs):
+                for argv, spent in zip(argvs, times):
+                    started = time.perf_counter()
+                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=HOOK_TIMEOUT_S, check=True)
+                    spent.append(time.perf_counter() - started)
+        except (OSError, subprocess.SubprocessError) as error:
+            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
+                    "run it by hand: %s hook --event=PostToolUse" % this_file())
+    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
+    ratio = hook / bare
+    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
+            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
+                hook, ratio, bare, runs), "" if ratio <= 1.5 else
+            "a busy machine reads high; bench times it against its limit")
+
+
+def tested_check(adapter):
+    """doctor: the running harness's version (its program's --version: one
+    process, no network) against the newest version agents-room's
+    end-to-end run passed on (the adapter's tested)."""
+    import re
+    import subprocess
+    pid = harness_pid(os.getppid())
+    argv = adapter.version_argv(process_argv(pid) if pid else None)
+    what = "%s version" % adapter.title
+    if argv is None:
+        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
+            what, adapter.tested), "")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+        found = re.search(r"\d+(?:\.\d+)+", done.stdout + " " + done.stderr)
+    except (OSError, subprocess.SubprocessError) as error:
+        found, done = None, error
+    if found is None:
+        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
+            what, " ".join(argv[-2:]), adapter.tested), "")
+    running = tuple(int(x) for x in found.group(0).split("."))
+    if running > tuple(int(x) for x in adapter.tested.split(".")):
+        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
+                "passed on: untested" % (what, found.group(0), adapter.tested),
+                "make e2e-latest runs the same cases on the newest release")
+    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
+        what, found.group(0), adapter.tested), "")
+
+
+def doctor(env=None, cwd=None, home=None):
+    """Checks, each (status, what, advice): status is ok, warn or fail."""
+    env = os.environ if env is None else env
+    cwd = cwd or _getcwd()
+    home = home or os.path.expanduser("~")
+    root = repo_root(cwd) or cwd
+    checks = []
+    path = default_db_path()
+    kind = store_kind(path)
+    checks.append(("ok", "store: %s" % kind.shown_path(path), ""))
+    if kind.exists(path):
+        checks += kind.access_checks(path)
+        try:
+            store = open_store(path)
+            try:
+                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
+                                 "store_info", {"harness_key": harness_key_from(env)})
+                checks += store.link_checks()
+            finally:
+                store.close()
+            checks.append(("ok", "schema version %d, %d present session%s, %s"
+                           % (info["schema"], info["sessions"],
+                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
+        except RoomError as error:
+            info = None
+            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
+    else:
+        info = None
+        checks.append(("ok", "store not created yet", "the first join creates it"))
+    try:
+        cost = listing_cost(tool_profile(env.get("AGENTS_ROOM_TOOLS")))
+        checks.append(("ok", "MCP tool list (%(profile)s): %(tools)d tools, %(bytes)d bytes, "
+                       "about %(tokens)d tokens; instructions %(instructions_bytes)d bytes"
+                       % cost, ""))
+    except UsageError as error:
+        checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
+                       "unset it, or set it to all"))
+    checks.append(quiet_hook_check())
+    harness = detect_harness(env)
+    checks.append(("ok", "harness detected: %s" % harness, ""))
+    if harness_named(harness).tested:
+        checks.append(tested_check(harness_named(harness)))
+    key = harness_key_from(env)
+    var = next((v for v in harness_key_vars() if env.get(v)), None)
+    if key:
+        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
+    elif harness == "generic":
+        checks.append(("info", "no harness key here (a terminal)", "a terminal's session "
+                       "lives as long as the shell it was joined from"))
+    else:
+        checks.append(("warn", "no harness key in the environment",
+                       "rejoins cannot find the same session and liveness relies on a "
+                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
+    session = info and info.get("session")
+    if session:
+        adapter = harness_named(session["harness"])
+        lever = session["lever"] or "none"
+        if session["autonomy"] == 2 and lever == "none" and adapter.waiter:
+            # Inside a turn (doctor runs in one) the waiter is not armed: it
+            # ended when it woke this turn, and arms again when the turn ends.
+            lever = "%s, which arms again when this turn ends" % adapter.waiter
+        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
+            session["session_id"], session["label"] or "-",
+            autonomy_name(session["autonomy"]), lever), ""))
+        if session["autonomy"] == 2 and lever == "none":
+            checks.append(("warn", "at wake with no lever: %s cannot be woken from "
+                           "outside" % adapter.title, "messages wait in the inbox for "
+                           "the next turn; setup says what this harness can do"))
+    elif key:
+        checks.append(("warn", "no session for this harness key yet",
+                       "the SessionStart hook or room_join creates it"))
+    for item in (info or {}).get("levers_refused", ()):
+        checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
+            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
+            one_line(item["why"], 200)),
+            "nothing the store says runs as you; its harness's next session start "
+            "records the lever again"))
+    unset = []
+    for adapter in HARNESS_ADAPTERS:
+        if not adapter.setup_name:
+            continue
+        if adapter.configured(env, root, home) or adapter.name == harness:
+            checks += adapter.doctor(env, root, home)
+        else:
+            unset.append(adapter.setup_name)
+    if unset:
+        # Harnesses this user does not use are no warning: a line of news.
+        checks.append(("info", "not set up here: %s" % ", ".join(unset),
+                       "python3 %s setup <harness> --write, for the one you run" %
+                       this_file()))
+    return checks
 
 
 # ---- hook front end ------------------------------------------------------
@@ -15454,6 +13297,2337 @@ def _pg_migrate_v7(conn):
 PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
 
 
+# ---- appendix: harness: Claude Code --------------------------------------
+# Claude Code: its adapter, the inbox socket lever, trust.
+
+CLAUDE_RECEIPT_S = 0.3        # a held message's receipt comes in 20-70 ms
+
+
+class ClaudeSocket(Lever):
+    """Claude Code's inbox socket (2.1.224 and later): the signal as a user
+    line, starting a turn in an idle interactive session.  Used only where it
+    delivers: never under claude -p (no idle time), never while the session
+    bypasses permissions (its inbox holds a message whose sender cannot
+    attest a permission mode, behind a dialog, unless the user's settings say
+    accept), and after the rewake waiter, which wakes without any dialog.
+    The socket answers nothing; a receipt on a socket of ours says held; no
+    receipt leaves the delivery offered until the turn it starts is seen
+    (its prompt is the signal)."""
+
+    name = "claude-socket"
+    inline = True
+    # A message the inbox took without a receipt and no turn took yet may be
+    # held behind a dialog or still queued; it expires in about 5 minutes.
+    offered_for_s = CLAUDE_INBOX_KEEP_S
+
+    def detect(self, env, key, cwd, argv):
+        socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
+        token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
+        if not socket_path or not token or env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli" \
+                or env.get("CLAUDE_CODE_SESSION_ATTENDED") == "0":
+            return None
+        data = {"socket": socket_path, "token": token, "home": env.get("HOME")}
+        words = list(argv or [])
+        if "--dangerously-skip-permissions" in words or any(
+                a == "--permission-mode" and b == "bypassPermissions"
+                for a, b in zip(words, words[1:])):
+            # Its first hook that says comes only with its first turn.
+            data["mode"] = "bypassPermissions"
+        return data
+
+    def refuses(self, data):
+        inbound = _dig(_read_json_quiet(os.path.join(
+            data.get("home") or os.path.expanduser("~"), ".claude", "settings.json")),
+            "crossSessionInbound")
+        if inbound in ("hold", "refuse"):
+            return "its user's crossSessionInbound is %r" % inbound
+        if data.get("mode") == "held" and inbound != "accept":
+            return "its inbox held the last wake for the user's approval"
+        if data.get("mode") == "bypassPermissions" and inbound != "accept":
+            return ("it bypasses permissions, so its inbox would hold the wake behind a "
+                    "dialog (crossSessionInbound \"accept\" in ~/.claude/settings.json "
+                    "delivers it)")
+        return None
+
+    def send(self, data, text):
+        import socket
+        import uuid
+        # A receipt comes only to a socket in the recipient's sockets
+        # directory, named as Claude Code names its own.
+        reply_path = os.path.join(os.path.dirname(data["socket"]),
+                                  os.urandom(8).hex() + ".sock")
+        message_id = str(uuid.uuid4())
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with ReceiptSocket(reply_path) as receipts:
+                client.settimeout(SOCKET_TIMEOUT_S)
+                client.connect(data["socket"])
+                client.sendall((json.dumps({"type": "auth", "token": data["token"]}) + "\n"
+                                + json.dumps({"type": "user", "message": {
+                                    "role": "user", "content": text}, "priority": "next",
+                                    "from": "uds:" + reply_path, "msg_id": message_id})
+                                + "\n").encode("utf-8"))
+                client.shutdown(socket.SHUT_WR)
+                status = receipts.first(CLAUDE_RECEIPT_S, lambda frames: next(
+                    (f.get("status") for f in frames if f.get("orig_msg_id") == message_id
+                     and f.get("action") == "peer_message_status"), None))
+        except OSError as error:
+            return "failed", "claude inbox: %s" % error, None
+        finally:
+            client.close()
+        if status is None:
+            return "offered", "claude inbox: taken, accepted when its turn starts", None
+        if status == "delivered":
+            return "accepted", "claude inbox: delivered", None
+        if status == "held":
+            return "failed", ("claude inbox: held for the user's approval (crossSessionInbound "
+                              "\"accept\" in ~/.claude/settings.json delivers it)"), {
+                                  "mode": "held"}
+        return "failed", "claude inbox: %s" % one_line(status, 40), None
+
+
+class ClaudeCode(Harness):
+    name, setup_name, title = "claude-code", "claude", "Claude Code"
+    tested, programs = "2.1.332", ("claude", "claude.exe")
+    copied_format = True        # Codex, Qwen Code and Gemini CLI read its hook answers
+    where = (".mcp.json and .claude/settings.json at the project's git top level when\n"
+             "    agents_room.py is inside the project (vendored), else this machine's\n"
+             "    .claude/settings.local.json and ~/.claude.json (or ~/.claude with\n"
+             "    --scope user)")
+    events = {e: e for e in HOOK_EVENTS}
+    key_vars = ("CLAUDE_CODE_SESSION_ID",)
+    env_prefixes = ("CLAUDECODE", "CLAUDE_CODE_")
+    levers = (ClaudeSocket(),)
+    # The asyncRewake Stop hook (hook --event=Stop --wait) runs in the
+    # background, sleeps on the store and wakes the model by exiting 2.
+    waiter = "claude-rewake"
+    arms_at_turn_end = True
+    max_autonomy = 2
+    # Claude Code continues a turn whose Stop hook adds context, as a system
+    # reminder; a decision block shows the user "Stop hook error".
+    hold = "context"
+    project_var = "CLAUDE_PROJECT_DIR"
+    edit_tools = "Edit|Write|MultiEdit|NotebookEdit"
+    server_name = "agents-room"
+    # The plugin (`plugin DIR`): Claude Code names its server's tools
+    # mcp__plugin_<plugin>_<server>__<tool>, whatever the marketplace is called.
+    plugin_name = "agents-room"
+    plugin_prefix = "mcp__plugin_%s_%s__" % (plugin_name, server_name)
+
+    def detect(self, env):
+        return env.get("CLAUDECODE") == "1"
+
+    def waiter_skips(self, env):
+        # Under `claude -p` the hooks are waited for before it can print its
+        # result and exit, and a scripted run has no idle time to wake.
+        return env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli"
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        mode = payload.get("permission_mode")
+        if isinstance(mode, str):
+            # Whether its inbox holds a message for the user's approval
+            # depends on it (the socket lever reads it).
+            facts["lever_facts"] = {"mode": mode}
+        return facts
+
+    def server(self, placement, job):
+        # alwaysLoad: the tools are in every request, never deferred behind
+        # ToolSearch (2.1.332 defers MCP tools, and a turn the inbox starts
+        # lists no deferred ones), and start-up waits for the server (at most
+        # 5 s) as Codex's required = true does.
+        return {"type": "stdio", "command": placement.python,
+                "args": ["-I", "-S", placement.script] + job.serve_args,
+                "alwaysLoad": True}
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup claude in your project, or use --scope user")
+        placement = Placement(job.root if job.scope == "project" else None,
+                              self.project_var)
+        hooks = self.hook_entries(placement, job.level, job.start_extra,
+                                  wake=job.level == 2)
+        state_path = os.path.join(job.home, ".claude.json")
+        if job.scope == "user":
+            settings_path = os.path.join(job.home, ".claude", "settings.json")
+            self._state_server(job, state_path, None, self.server(placement, job))
+        elif placement.relative is not None:
+            # A vendored copy: the team's files, which name it from the
+            # project's top level and so hold on every clone.
+            settings_path = os.path.join(job.root, ".claude", "settings.json")
+            mcp_path = os.path.join(job.root, ".mcp.json")
+            mcp = _read_json(mcp_path)
+            servers = mcp.setdefault("mcpServers", {})
+            if not isinstance(servers, dict):
+                raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                                % mcp_path)
+            servers[self.server_name] = self.server(placement, job)
+            job.files.append({"path": mcp_path,
+                              "content": json.dumps(mcp, indent=2) + "\n"})
+        else:
+            # This machine's paths (/usr/bin/python3, ~/src/agents_room.py):
+            # the personal files, never the ones a team commits.
+            settings_path = os.path.join(job.root, ".claude", "settings.local.json")
+            self._state_server(job, state_path, job.root, self.server(placement, job))
+            self._leave_team_files(job)
+        settings = merge_hooks(_read_json(settings_path), hooks)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and self.mcp_prefix + "*" not in allow:
+            # Without it, every agents-room call waits for a person to approve
+            # it: a woken, unattended session could not even read its mail.
+            allow.append(self.mcp_prefix + "*")
+        if settings_path.endswith(os.path.join(".claude", "settings.json")) and \
+                job.scope == "project":
+            # The project's .mcp.json server approved where the folder's
+            # trust applies: no "New MCP server found" dialog, whose default
+            # (Enter) rejects the server for good in 2.1.332.
+            enabled = settings.setdefault("enabledMcpjsonServers", [])
+            if isinstance(enabled, list) and self.server_name not in enabled:
+                enabled.append(self.server_name)
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("allowed without asking: the agents-room MCP tools "
+                         "(permissions.allow %s*)" % self.mcp_prefix)
+        if job.scope == "project":
+            job.notes.extend(self._user_steps(job, placement, state_path))
+        if job.level == 2:
+            job.notes.append("wake: a Stop hook with asyncRewake waits in the background "
+                             "after each turn and wakes the session when a message "
+                             "arrives (not under claude -p, which must exit)")
+
+    def setup_plugin(self, job):
+        """What the plugin cannot do (measured on 2.1.332): allow its own
+        tools, so that claude -p and a woken turn are not refused or stopped
+        at a permission prompt.  The hooks, the server and alwaysLoad are the
+        plugin's; autonomy and label are its options; folder trust is the
+        user's.  Writes the allow rule where the plugin is enabled, by
+        default the user's settings (a plugin installs for the user)."""
+        if job.start_extra[:1] == ["--also"] or job.serve_args != ["serve"]:
+            raise UsageError("setup claude --plugin takes no --also or --tools: the "
+                             "plugin's hooks and server are its own (join a shared room "
+                             "with room_join)")
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run it in your project, or use --scope user")
+        settings_path = os.path.join(job.root, ".claude", "settings.json") \
+            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json")
+        settings = _read_json(settings_path)
+        permissions = settings.setdefault("permissions", {})
+        allow = permissions.setdefault("allow", []) if isinstance(permissions, dict) else None
+        if not isinstance(allow, list):
+            raise RoomError("'permissions.allow' in %s is not a list; fix it by hand"
+                            % settings_path)
+        if self.plugin_prefix + "*" not in allow:
+            allow.append(self.plugin_prefix + "*")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("allowed without asking: the agents-room plugin's MCP tools "
+                         "(permissions.allow %s*)" % self.plugin_prefix)
+        enabled = self._plugins_enabled(job.home, job.root)
+        key = enabled[0][1] if enabled else "%s@MARKETPLACE" % self.plugin_name
+        if not enabled:
+            job.notes.append("the plugin is not enabled here yet: python3 %s plugin DIR "
+                             "writes a marketplace; then claude plugin marketplace add DIR "
+                             "(or OWNER/REPO) and claude plugin install %s" % (
+                                 this_file(), key))
+        options = ["autonomy=%d" % job.level] if job.level != 1 else []
+        if "--label" in job.start_extra:
+            options.append("label=%s" % job.start_extra[job.start_extra.index("--label") + 1])
+        job.notes.append("autonomy (default 1, hold) and label are the plugin's options%s" % (
+            ": claude plugin install %s %s, or /plugin configure %s in Claude Code" % (
+                key, " ".join("--config " + o for o in options), key) if options else
+            " (/plugin configure %s)" % key))
+        own = [where for where, _ in self._server_entries(job.home, job.root)] + [
+            p for p in self._settings_paths(job.home, job.root) if _configured_commands(p)]
+        if own and job.root:
+            job.notes.append("setup's own server or hooks are configured here too (%s): "
+                             "beside the plugin's every hook runs twice; take them out of "
+                             "those files" % ", ".join(own))
+        if job.root and not _claude_trusted(_read_json_quiet(
+                os.path.join(job.home, ".claude.json")), job.root):
+            job.notes.append("once: open claude in %s and choose 'Yes, I trust this folder' "
+                             "(Down, then Enter); until then the terminal UI runs no plugin "
+                             "hook there%s" % (job.root, "" if job.scope == "user" else
+                                               ", and the allow rule in .claude/settings.json "
+                                               "does not count"))
+
+    def _settings_paths(self, home, root):
+        return [os.path.join(root, ".claude", "settings.json"),
+                os.path.join(root, ".claude", "settings.local.json"),
+                os.path.join(home, ".claude", "settings.json")] if root else [
+                    os.path.join(home, ".claude", "settings.json")]
+
+    def _plugins_enabled(self, home, root):
+        """[(settings file, plugin@marketplace)]: where our plugin is enabled."""
+        found = []
+        for path in self._settings_paths(home, root):
+            enabled = _json_at(path, "enabledPlugins")
+            for key, on in (enabled.items() if isinstance(enabled, dict) else ()):
+                if isinstance(key, str) and key.split("@")[0] == self.plugin_name and on:
+                    found.append((path, key))
+        return found
+
+    def _server_entries(self, home, root):
+        """[(where, entry)]: setup's own MCP server entries that apply here."""
+        state = _read_json_quiet(os.path.join(home, ".claude.json"))
+        project = (state.get("projects") or {}).get(root) if isinstance(
+            state.get("projects"), dict) else None
+        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
+                                                  "mcpServers", self.server_name)),
+                  ("this machine's ~/.claude.json for %s" % root, _dig(
+                      project, "mcpServers", self.server_name)),
+                  ("~/.claude.json for every project", _dig(
+                      state, "mcpServers", self.server_name)))
+        return [(where, entry) for where, entry in places if isinstance(entry, dict)]
+
+    def _state_server(self, job, state_path, project, server):
+        """Our server in Claude Code's own ~/.claude.json: the project's entry
+        (what `claude mcp add --scope local` writes) or, without a project,
+        the user's."""
+        state = _read_json(state_path)
+        holder = state
+        if project is not None:
+            projects = state.setdefault("projects", {})
+            if not isinstance(projects, dict):
+                raise RoomError("'projects' in %s is not an object; fix it by hand"
+                                % state_path)
+            holder = projects.setdefault(project, {})
+        servers = holder.setdefault("mcpServers", {}) if isinstance(holder, dict) else None
+        if not isinstance(servers, dict):
+            raise RoomError("the mcpServers of %s in %s are not an object; fix them by hand"
+                            % (project or "the user", state_path))
+        servers[self.server_name] = server
+        job.files.append({"path": state_path, "content": json.dumps(state, indent=2) + "\n",
+                          "mode": None if os.path.exists(state_path) else 0o600})
+
+    def _leave_team_files(self, job):
+        """An earlier setup's entries in the team's files, naming this
+        machine's paths, are taken out (everything else there stays)."""
+        mcp_path = os.path.join(job.root, ".mcp.json")
+        mcp = _read_json(mcp_path)
+        servers = mcp.get("mcpServers")
+        if isinstance(servers, dict) and "agents_room.py" in json.dumps(
+                servers.get(self.server_name)):
+            del servers[self.server_name]
+            job.files.append({"path": mcp_path,
+                              "content": json.dumps(mcp, indent=2) + "\n"})
+        team = os.path.join(job.root, ".claude", "settings.json")
+        if _configured_commands(team):
+            settings = _read_json(team)
+            merge_hooks(settings, {name: [] for name in settings.get("hooks") or {}})
+            settings["hooks"] = {k: v for k, v in settings["hooks"].items() if v}
+            job.files.append({"path": team, "content": json.dumps(settings, indent=2) + "\n"})
+        if any(f["path"] in (mcp_path, team) for f in job.files):
+            job.notes.append("moved agents-room's entries out of the team's files (.mcp.json, "
+                             ".claude/settings.json): they named this machine's paths")
+
+    def _user_steps(self, job, placement, state_path):
+        """What only the user can do, and whether it is done."""
+        notes = []
+        state = _read_json(state_path) if os.path.exists(state_path) else {}
+        if not _claude_trusted(state, job.root):
+            notes.append(
+                "once: open claude in %s and choose 'Yes, I trust this folder' (Claude Code "
+                "2.1.332 pre-selects 'No, exit': press Down, then Enter); until then the "
+                "terminal UI runs none of this%s" % (
+                    job.root, "" if placement.relative is None else
+                    ", and claude -p in the default permission mode is refused the "
+                    "agents-room tools (the allow rule in .claude/settings.json counts "
+                    "only in a trusted folder)"))
+        if self.server_name in _claude_rejected(job.root, state):
+            notes.append("Claude Code was told to reject the agents-room server here: run "
+                         "claude mcp reset-project-choices in %s" % job.root)
+        return notes
+
+    def config_files(self, env, root, home):
+        return [os.path.join(root, ".mcp.json"), os.path.join(home, ".claude.json"),
+                os.path.join(root, ".claude", "settings.json"),
+                os.path.join(root, ".claude", "settings.local.json"),
+                os.path.join(home, ".claude", "settings.json")]
+
+    def configured(self, env, root, home):
+        return Harness.configured(self, env, root, home) or bool(
+            self._plugins_enabled(home, root))
+
+    def doctor(self, env, root, home):
+        checks = []
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        state_path = os.path.join(home, ".claude.json")
+        try:
+            state = _read_json(state_path)
+        except RoomError:
+            state = {}
+        found = self._server_entries(home, root)
+        plugins = self._plugins_enabled(home, root)
+        if plugins:
+            return checks + self._doctor_plugin(plugins, found, state, root, home)
+        checks.append(("ok" if found else "warn", "%s MCP entry: %s" % (
+            self.title, ", ".join(w for w, _ in found) or "not configured"),
+            "" if found else fix))
+        if found and not all(e.get("alwaysLoad") for _, e in found):
+            checks.append(("warn", "%s MCP entry without alwaysLoad: 2.1.332 defers its "
+                           "tools behind ToolSearch" % self.title, fix))
+        if found and found[0][0].startswith("project"):
+            if self.server_name in _claude_rejected(root, state):
+                checks.append(("fail", "%s was told to reject the agents-room server here "
+                               "(disabledMcpjsonServers)" % self.title,
+                               "claude mcp reset-project-choices"))
+        if found or _configured_commands(os.path.join(root, ".claude", "settings.local.json")) \
+                or _configured_commands(os.path.join(root, ".claude", "settings.json")):
+            trusted = _claude_trusted(state, root)
+            checks.append(("ok" if trusted else "warn", "%s folder %s" % (
+                self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
+                "runs nothing here until it is"), "" if trusted else
+                "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
+                "Enter)" % root))
+        inbound = _dig(_read_json_quiet(os.path.join(home, ".claude", "settings.json")),
+                       "crossSessionInbound")
+        if inbound:
+            checks.append(("info", "%s crossSessionInbound is %r (~/.claude/settings.json): "
+                           "%s" % (self.title, inbound, "messages from other sessions are "
+                                   "delivered" if inbound == "accept" else "the inbox "
+                                   "lever is not used"), ""))
+        settings = [os.path.join(root, ".claude", "settings.json"),
+                    os.path.join(root, ".claude", "settings.local.json"),
+                    os.path.join(home, ".claude", "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env[self.project_var] = root
+        return checks + _doctor_hooks(self.title, settings, probe_env, root, fix)
+
+    def _doctor_plugin(self, plugins, own_servers, state, root, home):
+        """doctor where the plugin is enabled: it brings the hooks and the
+        server (no setup entries are missing); what it cannot bring is
+        checked: the allow rule and folder trust."""
+        fix = "python3 %s setup %s --plugin --write" % (this_file(), self.setup_name)
+        key = plugins[0][1]
+        installed = _json_at(os.path.join(home, ".claude", "plugins",
+                                          "installed_plugins.json"), "plugins", key)
+        checks = [("ok" if installed else "warn", "%s plugin %s: enabled in %s%s" % (
+            self.title, key, ", ".join(p for p, _ in plugins),
+            "" if installed else ", not installed"), "" if installed else
+            "claude plugin install %s" % key)]
+        allowed = [p for p in self._settings_paths(home, root)
+                   if self.plugin_prefix + "*" in (_json_at(p, "permissions", "allow") or [])]
+        checks.append(("ok" if allowed else "warn", "%s plugin's tools %s" % (
+            self.title, "allowed without asking (%s)" % ", ".join(allowed) if allowed else
+            "not allowed: claude -p is refused them and a woken turn waits on a prompt"),
+            "" if allowed else fix))
+        own = [w for w, _ in own_servers] + [p for p in self._settings_paths(home, root)
+                                             if _configured_commands(p)]
+        if own:
+            checks.append(("warn", "%s: setup's own server or hooks too (%s): beside the "
+                           "plugin's, every hook runs twice" % (self.title, ", ".join(own)),
+                           "take agents-room's entries out of those files"))
+        trusted = _claude_trusted(state, root)
+        checks.append(("ok" if trusted else "warn", "%s folder %s" % (
+            self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
+            "runs no plugin hook here until it is"), "" if trusted else
+            "open claude in %s once and choose 'Yes, I trust this folder' (Down, then "
+            "Enter)" % root))
+        return checks
+
+
+register_harness(ClaudeCode())
+
+
+def _dig(data, *keys):
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _read_json_quiet(path):
+    try:
+        return _read_json(path)
+    except RoomError:
+        return {}
+
+
+def _json_at(path, *keys):
+    return _dig(_read_json_quiet(path), *keys)
+
+
+def _claude_trusted(state, root):
+    """Whether Claude Code's trust dialog was accepted for root or a folder
+    above it (what ~/.claude.json records)."""
+    projects = state.get("projects") if isinstance(state, dict) else None
+    path = root
+    while isinstance(projects, dict) and path:
+        if _dig(projects, path, "hasTrustDialogAccepted") is True:
+            return True
+        parent = os.path.dirname(path)
+        path = parent if parent != path else None
+    return False
+
+
+def _claude_rejected(root, state):
+    """The .mcp.json servers a user rejected for this project (its local
+    settings, or where older versions kept the choice)."""
+    names = _json_at(os.path.join(root, ".claude", "settings.local.json"),
+                     "disabledMcpjsonServers")
+    legacy = _dig(state, "projects", root, "disabledMcpjsonServers")
+    return [n for n in (names if isinstance(names, list) else []) +
+            (legacy if isinstance(legacy, list) else []) if isinstance(n, str)]
+
+
+# ---- appendix: harness: Codex --------------------------------------------
+# Codex: its adapter, the queue and resume levers.
+
+class CodexQueue(Lever):
+    """codex queue --thread <thread> --message <signal>: a turn in an idle
+    Codex session (the thread is the hook's session id).  It exits 0 whether
+    or not anyone runs the thread: a turn is known to start only when the
+    recipient's Codex is running."""
+
+    name = "codex-queue"
+
+    def detect(self, env, key, cwd, argv):
+        # Codex passes its hooks no CODEX_THREAD_ID: the thread is the hook's
+        # session id, which is this session's harness key.  codex exec takes
+        # queued messages only as it exits: no lever there.
+        thread = env.get("CODEX_THREAD_ID") or key
+        if not thread or (argv and "exec" in argv[1:4]):
+            return None
+        program = _which("codex", env, cwd)
+        if not program:
+            return None
+        return {"thread": thread, "program": program,
+                "env": self.kept_env(env, ("CODEX_HOME",)), "cwd": cwd}
+
+    def argv(self, data, text):
+        return [data.get("program") or "codex", "queue", "--thread", data["thread"],
+                "--message", text]
+
+    def outcome(self, ok, alive):
+        # Queued is not started: a TUI killed a moment ago still looks alive.
+        # The turn it starts is seen by its prompt, the signal (accepted then).
+        return "offered" if ok else "failed"
+
+
+class CodexResume(ResumeLever):
+    """codex exec resume THREAD TEXT: one more turn of a finished codex exec
+    run (its queue is read only as it exits), as hermes chat --resume is for
+    Hermes.  The hook-trust bypass the run was started with is kept: without
+    it an untrusted hook is skipped."""
+
+    name = "codex-resume"
+    resume = ("exec", "resume", "KEY", "TEXT")
+    keep = ("CODEX_HOME",)
+    kept_flags = ("--dangerously-bypass-hook-trust",)
+
+    def program_end(self, argv):
+        if "exec" not in argv[1:4]:
+            return None
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "codex", "codex.js")), None)
+
+    def detect(self, env, key, cwd, argv):
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["flags"] = [f for f in self.kept_flags if f in (argv or [])]
+        return data
+
+    def argv(self, data, text):
+        words = ResumeLever.argv(self, data, text)
+        cut = len(data["argv"]) + 2             # after `exec resume`
+        return words[:cut] + list(data.get("flags") or []) + words[cut:]
+
+
+class Codex(Harness):
+    name, setup_name, title = "codex", "codex", "Codex"
+    tested, programs = "0.171.0", ("codex", "codex.js")
+    where = "$CODEX_HOME/config.toml and hooks.json"
+    events = {e: e for e in HOOK_EVENTS if e != "PreToolUse"}
+    key_vars = ("CODEX_THREAD_ID",)
+    env_prefixes = ("CODEX_",)
+    levers = (CodexQueue(), CodexResume())
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+
+    def detect(self, env):
+        return any(k.startswith("CODEX_") for k in env)
+
+    @staticmethod
+    def home(env, home):
+        return env.get("CODEX_HOME") or os.path.join(home, ".codex")
+
+    @staticmethod
+    def toml_block(serve_args):
+        # required: Codex waits for the server before its first request
+        # (else that request may go out without the agents-room tools).
+        return ('[mcp_servers.agents-room]\ncommand = %s\nargs = [%s]\n'
+                'env_vars = ["AGENTS_ROOM_DB", "AGENTS_ROOM_HARNESS_KEY"]\nrequired = true\n'
+                % (_toml_string(sys.executable), ", ".join(
+                    _toml_string(a) for a in ["-I", "-S", this_file()] + serve_args)))
+
+    @classmethod
+    def merge_toml(cls, text, serve_args=("serve",)):
+        """Add (or replace) the agents-room MCP table and turn hooks on, leaving
+        the rest of config.toml as it was.  Line-based: no TOML library in the
+        stdlib before 3.11."""
+        import re
+        lines = text.splitlines()
+        out, skipping = [], False
+        for line in lines:
+            header = line.split("#", 1)[0].strip()
+            if header.startswith("["):
+                skipping = header.replace(" ", "") in ("[mcp_servers.agents-room]",
+                                                       '[mcp_servers."agents-room"]')
+            if not skipping:
+                out.append(line)
+        # Hooks are on by default in current Codex; `hooks` is the canonical key
+        # (`codex_hooks` its deprecated alias).  Say it once, where it is absent.
+        out = [re.sub(r"^(\s*)codex_hooks(\s*=)", r"\1hooks\2", l) for l in out]
+        section, has_hooks = None, False
+        headers = [l.split("#", 1)[0].strip().replace(" ", "") for l in out]
+        for index, (l, header) in enumerate(zip(out, headers)):
+            if header.startswith("["):
+                section = header
+            elif (section == "[features]" and l.split("=")[0].strip() == "hooks") or (
+                    section is None and l.split("=")[0].strip().replace(" ", "") ==
+                    "features.hooks"):
+                has_hooks = True
+                out[index] = l.split("=")[0] + "= true"
+        if not has_hooks:
+            if "[features]" in headers:
+                out.insert(headers.index("[features]") + 1, "hooks = true")
+            elif any(h.startswith("features.") for h in headers):
+                out.insert(next(i for i, h in enumerate(headers)
+                                if h.startswith("features.")), "features.hooks = true")
+            else:
+                out += ["", "[features]", "hooks = true"]
+        while out and not out[-1].strip():
+            out.pop()
+        while out and not out[0].strip():
+            out.pop(0)
+        merged = "\n".join(out) + ("\n\n" if out else "") + cls.toml_block(list(serve_args))
+        try:
+            import tomllib   # COMPAT: before 3.11 what is written goes unchecked
+        except ImportError:
+            return merged
+        try:
+            tomllib.loads(merged)
+        except tomllib.TOMLDecodeError as error:
+            raise RoomError("cannot merge into config.toml safely (%s); add the agents-room "
+                            "table by hand (setup codex without --write prints it)" % error)
+        return merged
+
+    def setup(self, job):
+        codex_home = self.home(os.environ, job.home)
+        config_path = os.path.join(codex_home, "config.toml")
+        job.files.append({"path": config_path,
+                          "content": self.merge_toml(_read_text(config_path),
+                                                     job.serve_args)})
+        hooks_path = os.path.join(codex_home, "hooks.json")
+        hooks = self.hook_entries(Placement(None), job.level, job.start_extra)
+        settings = merge_hooks(_read_json(hooks_path), hooks)
+        job.files.append({"path": hooks_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        job.notes.append("Codex runs a new or changed hook only once you trust it: open "
+                         "/hooks in the Codex TUI and trust the agents-room entries (codex "
+                         "exec skips untrusted hooks silently; "
+                         "--dangerously-bypass-hook-trust runs them)")
+        if job.level == 2:
+            job.notes.append("wake: codex queue --thread <thread> starts a turn in an idle "
+                             "Codex session (the thread is the hook's session id); a "
+                             "finished codex exec run is resumed (codex exec resume)")
+
+    def config_files(self, env, root, home):
+        return [os.path.join(self.home(env, home), n) for n in ("config.toml", "hooks.json")]
+
+    def doctor(self, env, root, home):
+        codex_home = self.home(env, home)
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        ok = _configured(os.path.join(codex_home, "config.toml"), "agents-room")
+        checks = [("ok" if ok else "warn", "%s MCP entry: %s" % (
+            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
+        settings = [os.path.join(codex_home, "hooks.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        checks += _doctor_hooks(self.title, settings, probe_env, root, fix)
+        if any(_configured_commands(p) for p in settings):
+            checks.append(("warn", "Codex hook trust cannot be read from outside Codex",
+                           "open /hooks in the Codex TUI and trust the agents-room "
+                           "entries; codex exec skips untrusted hooks silently"))
+        return checks
+
+
+register_harness(Codex())
+
+
+# ---- appendix: harness: Hermes -------------------------------------------
+# Hermes: its adapter and resume lever.
+
+class HermesResume(ResumeLever):
+    """hermes chat --resume ID -q ...: Hermes runs a turn in a session from
+    outside only by resuming it."""
+
+    name = "hermes-resume"
+    resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
+    keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)
+
+
+class Hermes(Harness):
+    name, setup_name, title = "hermes", "hermes", "Hermes"
+    tested, programs = "0.19.0", ("hermes",)
+    where = "$HERMES_HOME/config.yaml"
+    # Hermes injects context only from pre_llm_call (once per user turn), and
+    # its on_session_end fires after every turn: on_session_finalize is the
+    # real end of a session.  pre_verify may block the end of a turn that
+    # edited files (Hermes asks again up to 3 times; extra.attempt > 0 is its
+    # stop_hook_active).
+    events = {"on_session_start": "SessionStart", "pre_llm_call": "UserPromptSubmit",
+              "pre_verify": "Stop", "on_session_finalize": "SessionEnd"}
+    key_vars = ("HERMES_SESSION_ID",)
+    env_prefixes = ("HERMES_",)
+    levers = (HermesResume(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+
+    def detect(self, env):
+        return any(k.startswith("HERMES_") for k in env)
+
+    def is_launcher(self, argv):
+        # Hermes runs each stdio MCP server under `python .../mcp_stdio_watchdog.py
+        # --ppid <hermes> -- <server>`: a launcher, not the harness.
+        return any("mcp_stdio_watchdog" in a for a in argv[:3])
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        facts["stop_hook_active"] = facts["stop_hook_active"] or bool(
+            facts["extra"].get("attempt"))
+        # Hermes shows nothing a SessionStart hook says: its first turn
+        # carries the digest instead.  pre_llm_call is not a turn's start.
+        facts["first_turn"] = bool(facts["extra"].get("is_first_turn"))
+        facts["turn_start"] = False
+        return facts
+
+    def context(self, event, text):
+        return json.dumps({"context": text})
+
+    @staticmethod
+    def home(env, home):
+        return env.get("HERMES_HOME") or os.path.join(home, ".hermes")
+
+    @classmethod
+    def yaml_entries(cls, placement, autonomy, serve_args):
+        """The two top-level mappings setup hermes owns, as YAML lines: the MCP
+        server (with the store passed in env:, since Hermes starts servers with
+        a filtered environment) and one hook per Hermes event."""
+        # Hermes starts servers with a filtered environment but expands
+        # ${VAR} in their env: the store passes through, as Codex's does (a
+        # move to another store needs no setup again).
+        mcp = ["  agents-room:", "    command: %s" % json.dumps(sys.executable),
+               "    args: [%s]" % ", ".join(json.dumps(a) for a in
+                                            ["-I", "-S", this_file()] + list(serve_args)),
+               "    env:", '      AGENTS_ROOM_DB: "${AGENTS_ROOM_DB}"']
+        hooks = {}
+        for event_name, ours in cls.events.items():
+            hooks[event_name] = ["    - command: %s" % json.dumps(placement.command(
+                hook_args(cls.name, ours, autonomy))),
+                "      timeout: %d" % (HOOK_TIMEOUT_S + 2)]
+        return mcp, hooks
+
+    @classmethod
+    def merge_yaml(cls, text, placement, autonomy, serve_args=("serve",)):
+        """Put agents-room's entries under `mcp_servers:` and `hooks:` of a Hermes
+        config.yaml, creating the sections where absent and replacing earlier
+        agents-room entries, leaving every other line as it was.  A small
+        line-based writer for the block-style subset Hermes' own config uses; a
+        flow-style section ({...} on one line) is refused rather than guessed."""
+        mcp, hooks = cls.yaml_entries(placement, autonomy, serve_args)
+        newline = "\r\n" if "\r\n" in text else "\n"
+        lines = text.splitlines()
+
+        def by_hand(why):
+            return RoomError("config.yaml %s; add the agents-room entries by hand (setup "
+                             "hermes without --write prints them)" % why)
+
+        def section(name):
+            for index, line in enumerate(lines):
+                for spelled in (name, '"%s"' % name, "'%s'" % name):
+                    if line.startswith(spelled + ":"):
+                        break
+                else:
+                    continue
+                rest = line[len(spelled) + 1:].strip()
+                if rest and not rest.startswith("#"):
+                    raise by_hand("has %s: in flow style" % name)
+                end = index + 1
+                while end < len(lines) and (not lines[end].strip() or
+                                            lines[end].startswith((" ", "\t"))):
+                    end += 1
+                while end > index + 1 and not lines[end - 1].strip():
+                    end -= 1
+                for child in lines[index + 1:end]:
+                    if child.strip() and not child.strip().startswith("#"):
+                        indent = len(child) - len(child.lstrip(" "))
+                        if "\t" in child[:indent + 1] or indent != 2:
+                            raise by_hand("indents %s: other than by two spaces" % name)
+                        break
+                return index, end
+            lines.extend(["", name + ":"])
+            return len(lines) - 1, len(lines)
+
+        # mcp_servers: drop an earlier agents-room entry, append ours.
+        start, end = section("mcp_servers")
+        body = lines[start + 1:end]
+        kept, skipping = [], False
+        for line in body:
+            if line.startswith("  ") and not line.startswith("   ") and line.strip():
+                skipping = line.strip().rstrip(":").strip("'\"") == "agents-room"
+            if not skipping:
+                kept.append(line)
+        lines[start + 1:end] = kept + mcp
+        # hooks: per event, drop our earlier list items, append ours.
+        start, end = section("hooks")
+        body = lines[start + 1:end]
+        events, order, current = {}, [], None
+        for line in body:
+            if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
+                    not line.strip().startswith(("#", "-")):
+                current = line.strip().rstrip(":").strip("'\"")
+                order.append(current)
+                events[current] = [line]
+            elif current is None:
+                order.append(None)
+                events.setdefault(None, []).append(line)
+            else:
+                events[current].append(line)
+        rebuilt = []
+        for name in order:
+            if name is None:
+                continue
+            block = events[name]
+            items, item = [], []
+            for line in block[1:]:
+                if line.strip().startswith("- ") and item:
+                    items.append(item)
+                    item = []
+                item.append(line)
+            if item:
+                items.append(item)
+            items = [i for i in items if not any(_is_ours({"command": cls.yaml_scalar(
+                l.strip()[2:].split(":", 1)[1] if l.strip().startswith("- ") else
+                l.split(":", 1)[1])}) for l in i if "command:" in l)]
+            if name in hooks:
+                ours = hooks.pop(name)
+                theirs = [l for i in items for l in i if l.strip().startswith("- ")]
+                if theirs:
+                    # Our item at the indentation their items use (YAML requires
+                    # one indentation per sequence).
+                    shift = (len(theirs[0]) - len(theirs[0].lstrip(" "))) - 4
+                    ours = [(" " * (len(l) - len(l.lstrip(" ")) + shift)) + l.lstrip(" ")
+                            for l in ours]
+                items.append(ours)
+            rebuilt.append(block[0])
+            for i in items:
+                rebuilt.extend(i)
+        for name, item in hooks.items():
+            rebuilt.append("  %s:" % name)
+            rebuilt.extend(item)
+        lines[start + 1:end] = events.get(None, []) + rebuilt
+        return newline.join(lines).strip("\r\n") + newline
+
+    @staticmethod
+    def yaml_scalar(text):
+        text = text.strip()
+        if text[:1] == '"':
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        if text[:1] == "'":
+            return text[1:-1].replace("''", "'")
+        return text
+
+    def allowlist(self, home, placement, autonomy):
+        """Hermes' own consent file with agents-room's hooks approved (and
+        only those: hooks_auto_accept would accept every hook of every
+        source): {"approvals": [{event, command, approved_at, ...}]}."""
+        path = os.path.join(home, "shell-hooks-allowlist.json")
+        data = _read_json(path)
+        approvals = data.get("approvals") if isinstance(data.get("approvals"), list) else []
+        kept = [a for a in approvals if not (isinstance(a, dict) and _is_ours(a))]
+        data["approvals"] = kept + [{
+            "event": event, "command": placement.command(hook_args(self.name, mine, autonomy)),
+            "approved_at": iso(time.time()), "script_mtime_at_approval": None}
+            for event, mine in self.events.items()]
+        return path, json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    def setup(self, job):
+        config_path = os.path.join(self.home(os.environ, job.home), "config.yaml")
+        try:
+            content = self.merge_yaml(_read_text(config_path), Placement(None), job.level,
+                                      job.serve_args)
+            job.files.append({"path": config_path, "content": content})
+        except RoomError as error:
+            # A config this writer does not understand is left alone: the
+            # entries are printed for a person to add.
+            job.files.append({"path": config_path, "content": self.merge_yaml(
+                "", Placement(None), job.level, job.serve_args),
+                "action": "merge by hand: " + error.message})
+        path, content = self.allowlist(self.home(os.environ, job.home), Placement(None),
+                                       job.level)
+        job.files.append({"path": path, "content": content, "mode": 0o600})
+        job.notes.append("agents-room's hooks are approved in Hermes' own allowlist (%s), so "
+                         "they run without a terminal; no other hook is" % path)
+        job.notes.append("Hermes shows the model agents-room's context once per user turn "
+                         "(pre_llm_call); at hold, pre_verify holds the end of a turn that "
+                         "edited files; at wake, a session whose Hermes has exited is "
+                         "resumed (hermes chat --resume) when a message arrives")
+
+    def config_files(self, env, root, home):
+        return [os.path.join(self.home(env, home), "config.yaml")]
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        config = os.path.join(self.home(env, home), "config.yaml")
+        text = _read_text(config) if os.path.exists(config) else ""
+        ok = SETUP_MARK in text
+        checks = [("ok" if ok else "warn", "%s: %s" % (
+            self.title, "configured" if ok else "not configured"), "" if ok else fix)]
+        allowlist = os.path.join(self.home(env, home), "shell-hooks-allowlist.json")
+        approved = {a.get("command") for a in (_read_json(allowlist).get("approvals") or [])
+                    if isinstance(a, dict)} if os.path.exists(allowlist) else set()
+        wanted = {self.yaml_scalar(line.split("command:", 1)[1]) for line in text.splitlines()
+                  if "command:" in line and SETUP_MARK in line}
+        accepted = "hooks_auto_accept: true" in text or env.get(
+            "HERMES_ACCEPT_HOOKS", "").lower() in ("1", "true", "yes", "on")
+        if ok and wanted - approved and not accepted:
+            checks.append(("warn", "Hermes has not approved agents-room's hooks: it asks at a "
+                           "terminal and skips them without one (hermes chat -q)",
+                           "run setup hermes --write again (it approves them in %s), or "
+                           "hermes --accept-hooks" % allowlist))
+        elif ok:
+            checks.append(("ok", "Hermes hooks approved", ""))
+        return checks
+
+
+register_harness(Hermes())
+
+
+# ---- appendix: harness: Qwen Code ----------------------------------------
+# Qwen Code: its adapter, socket and resume levers.
+
+class QwenSocket(Lever):
+    """Qwen Code's cross-session inbox (a UNIX socket per interactive session,
+    on by default): the session's own token, inherited by its hooks, is
+    delivered without review; a receipt on a socket of ours confirms it
+    (delivered: accepted; held for review: offered; anything else: failed).
+    qwen -p has no inbox, so no lever there."""
+
+    name = "qwen-socket"
+    inline = True
+    before_waiter = True
+
+    def detect(self, env, key, cwd, argv):
+        socket_path = env.get("QWEN_CODE_MESSAGING_SOCKET")
+        token = env.get("QWEN_CODE_MESSAGING_TOKEN")
+        if socket_path and token and key:
+            return {"socket": socket_path, "token": token, "session": key}
+        return None
+
+    def send(self, data, text):
+        import shutil
+        import socket
+        import tempfile
+        import uuid
+        directory = tempfile.mkdtemp(prefix="ar-qwen-")      # 0700
+        reply_path = os.path.join(directory, "r.sock")
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        reply_token, message_id = os.urandom(32).hex(), uuid.uuid4().hex
+
+        def status_of(frames):
+            if not frames or frames[0].get("token") != reply_token:
+                return None             # not the receiver's answer (yet)
+            return next((f.get("status") for f in frames[1:]
+                         if f.get("origMsgId") == message_id), None)
+        try:
+            with ReceiptSocket(reply_path) as receipts:
+                client.settimeout(SOCKET_TIMEOUT_S)
+                client.connect(data["socket"])
+                client.sendall((json.dumps({"msgV": 1, "type": "auth",
+                                            "token": data["token"]})
+                                + "\n" + json.dumps({
+                                    "msgV": 1, "msgId": message_id, "type": "user",
+                                    "priority": "next", "fromName": "agents-room",
+                                    "toSessionId": data["session"], "from": reply_path,
+                                    "replyToken": reply_token,
+                                    "message": {"role": "user", "content": text}}) + "\n"
+                                ).encode("utf-8"))
+                client.shutdown(socket.SHUT_WR)
+                status = receipts.first(SOCKET_TIMEOUT_S, status_of)
+        except OSError as error:
+            return "failed", "qwen inbox: %s" % error, None
+        finally:
+            client.close()
+            shutil.rmtree(directory, ignore_errors=True)
+        if status == "delivered":
+            return "accepted", "qwen inbox: delivered", None
+        if status == "held":
+            return "offered", "qwen inbox: held for review (/peers)", None
+        if status:
+            return "failed", "qwen inbox: %s" % one_line(status, 40), None
+        return "offered", "qwen inbox: no receipt", None
+
+
+class QwenResume(ResumeLever):
+    name = "qwen-resume"
+    resume = ("--resume", "KEY", "-p", "TEXT")
+    keep = ("QWEN_HOME", "OPENAI_BASE_URL", "OPENAI_MODEL")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if a.endswith(("@qwen-code/qwen-code/cli.js",
+                                                                  "/qwen"))), None)
+
+
+class QwenCode(Harness):
+    name, setup_name, title = "qwen-code", "qwen", "Qwen Code"
+    tested, programs = "0.24.4", ("qwen", "@qwen-code/qwen-code/cli.js")
+    where = (".qwen/settings.json at the project's git top level (or ~/.qwen with\n"
+             "    --scope user), and the server's approval in ~/.qwen/mcpApprovals.json")
+    # Claude Code's hook shape; a failed tool reports as PostToolUseFailure.
+    events = {"SessionStart": "SessionStart", "UserPromptSubmit": "UserPromptSubmit",
+              "PostToolUse": "PostToolUse", "PostToolUseFailure": "PostToolUse",
+              "Stop": "Stop", "SessionEnd": "SessionEnd", "PreToolUse": "PreToolUse"}
+    key_vars = ("QWEN_CODE_SESSION_ID",)
+    env_prefixes = ("QWEN_CODE", "QWEN_HOME")
+    levers = (QwenSocket(), QwenResume())
+    max_autonomy = 2
+    # A Stop's added context does not continue a turn here: a decision does.
+    hold = "decision"
+    project_var = "QWEN_PROJECT_DIR"
+    edit_tools = "^(write_file|edit|notebook_edit)$"
+
+    def detect(self, env):
+        return bool(env.get("QWEN_CODE_SESSION_ID")) or env.get("QWEN_CODE") == "1"
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        if event == "UserPromptSubmit" and "submitted_prompt" not in payload:
+            # UserPromptSubmit fires before every model call of a turn; only a
+            # person's prompt carries submitted_prompt.  Without it (an empty
+            # prompt, or our own text): a continuation after tool results or
+            # our hold, which says nothing, or a turn the inbox started (0.24.4
+            # sends it with an empty prompt and a new prompt_id): the store
+            # tells them apart by whether a turn was running, and accepts the
+            # wake in the turn it started (a receipt later than the socket's
+            # second was the only sign before, and the delivery stayed offered).
+            prompt = payload.get("prompt")
+            if not prompt or (isinstance(prompt, str) and prompt.startswith("agents-room:")):
+                facts["not_a_person"] = True
+        return facts
+
+    @staticmethod
+    def home(env, home):
+        return env.get("QWEN_HOME") or os.path.join(home, ".qwen")
+
+    @staticmethod
+    def approval_hash(server):
+        """Qwen Code approves a project's MCP server by a hash of its entry
+        (sorted keys, no spaces, without scope, extensionName, description)."""
+        import hashlib
+        entry = {k: v for k, v in server.items()
+                 if k not in ("scope", "extensionName", "description")}
+        return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode("utf-8")).hexdigest()
+
+    def server_entry(self, placement, serve_args):
+        script = placement.script if placement.relative is None else \
+            placement.relative_script()          # its cwd is the project
+        return {"command": placement.python, "args": ["-I", "-S", script] + serve_args,
+                # Without it the model finds our tools only through tool_search.
+                "alwaysLoadTools": True}
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup qwen in your project, or use --scope user")
+        qwen_home = self.home(os.environ, job.home)
+        placement = Placement(job.root if job.scope == "project" else None,
+                              self.project_var)
+        settings_path = os.path.join(job.root, ".qwen", "settings.json") if \
+            job.scope == "project" else os.path.join(qwen_home, "settings.json")
+        settings = merge_hooks(_read_json(settings_path), self.hook_entries(
+            placement, job.level, job.start_extra))
+        servers = settings.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in %s is not an object; fix it by hand"
+                            % settings_path)
+        server = servers["agents-room"] = self.server_entry(placement, job.serve_args)
+        allow = settings.setdefault("permissions", {}).setdefault("allow", [])
+        if isinstance(allow, list) and "mcp__agents-room" not in allow:
+            # Else auto mode asks its classifier (a model call) about each of
+            # our calls, and qwen -p declines them.
+            allow.append("mcp__agents-room")
+        job.files.append({"path": settings_path,
+                          "content": json.dumps(settings, indent=2) + "\n"})
+        if job.scope == "project":
+            # A project's server starts only once approved, by a hash of its
+            # entry: setup approves its own (a changed entry needs it again).
+            approvals_path = os.environ.get("QWEN_CODE_MCP_APPROVALS_PATH") or \
+                os.path.join(qwen_home, "mcpApprovals.json")
+            approvals = _read_json(approvals_path)
+            project = approvals.setdefault(os.path.realpath(job.root), {})
+            if not isinstance(project, dict):
+                raise RoomError("%s is not what Qwen Code writes; fix it by hand"
+                                % approvals_path)
+            project["agents-room"] = {"hash": self.approval_hash(server),
+                                      "status": "approved"}
+            job.files.append({"path": approvals_path, "mode": 0o600,
+                              "content": json.dumps(approvals, indent=2) + "\n"})
+            job.notes.append("the agents-room MCP server is approved for this project in "
+                             "%s (as qwen mcp approve agents-room would)" % approvals_path)
+        job.notes.append("allowed without asking: the agents-room MCP tools "
+                         "(permissions.allow mcp__agents-room)")
+        if job.level == 2:
+            job.notes.append("wake: an interactive Qwen Code session is woken through its "
+                             "cross-session inbox; qwen -p has none (a finished one-shot "
+                             "session is resumed: qwen --resume)")
+
+    def config_files(self, env, root, home):
+        return [os.path.join(root, ".qwen", "settings.json"),
+                os.path.join(self.home(env, home), "settings.json")]
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        qwen_home = self.home(env, home)
+        settings = [os.path.join(root, ".qwen", "settings.json"),
+                    os.path.join(qwen_home, "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env[self.project_var] = root
+        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
+        project = settings[0]
+        if _configured(project, SETUP_MARK):
+            server = (_read_json(project).get("mcpServers") or {}).get("agents-room")
+            approvals = _read_json(env.get("QWEN_CODE_MCP_APPROVALS_PATH") or os.path.join(
+                qwen_home, "mcpApprovals.json")) if server else {}
+            record = (approvals.get(os.path.realpath(root)) or {}).get("agents-room") or {}
+            ok = server and record.get("hash") == self.approval_hash(server) and \
+                record.get("status") == "approved"
+            checks.append(("ok" if ok else "warn", "Qwen Code MCP server %s" % (
+                "approved for this project" if ok else "not approved (it will not start)"),
+                "" if ok else "qwen mcp approve agents-room (in the project), or " + fix))
+        if env.get("QWEN_CODE_SESSION_ID") and not env.get("QWEN_CODE_MESSAGING_SOCKET"):
+            checks.append(("ok", "Qwen Code session without an inbox (qwen -p): no wake "
+                           "lever while it runs", ""))
+        return checks
+
+
+register_harness(QwenCode())
+
+
+# ---- appendix: harness: Gemini CLI ---------------------------------------
+# Gemini CLI: its adapter and resume lever.
+
+class GeminiResume(ResumeLever):
+    name = "gemini-resume"
+    resume = ("--resume", "KEY", "-p", "TEXT")
+    keep = ("GEMINI_CLI_HOME", "GOOGLE_GEMINI_BASE_URL")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if a.endswith(("/gemini", "gemini.js"))),
+                    None)
+
+
+class GeminiCli(Harness):
+    name, setup_name, title = "gemini", "gemini", "Gemini CLI"
+    tested, programs = "0.61.0", ("gemini", "gemini.js")
+    where = (".gemini/settings.json at the project's git top level, read when gemini\n"
+             "    starts there (or ~/.gemini with --scope user)")
+    events = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit",
+              "AfterTool": "PostToolUse", "AfterAgent": "Stop", "BeforeTool": "PreToolUse",
+              "SessionEnd": "SessionEnd"}
+    key_vars = ("GEMINI_SESSION_ID",)
+    env_prefixes = ("GEMINI_",)
+    # No way in from outside while its TUI runs: a finished session is resumed.
+    levers = (GeminiResume(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp_agents-room_"
+    edit_tools = "write_file|replace"
+    entry_names = True
+    # Gemini CLI adds this to every tool's schema and passes it on to us.
+    client_arguments = ("wait_for_previous",)
+
+    def detect(self, env):
+        return bool(env.get("GEMINI_SESSION_ID")) or env.get("GEMINI_CLI") == "1"
+
+    def timeout(self, seconds):
+        return int(seconds * 1000)
+
+    def hook_facts(self, event, payload):
+        facts = Harness.hook_facts(self, event, payload)
+        prompt = payload.get("prompt")
+        if event == "UserPromptSubmit" and isinstance(prompt, str):
+            # gemini -p puts SessionStart's context in front of the prompt (a
+            # resumed run's prompt is the signal the lever sent).
+            while prompt.startswith("<hook_context>") and "</hook_context>" in prompt:
+                prompt = prompt.split("</hook_context>", 1)[1].lstrip()
+            if prompt.startswith("agents-room:"):
+                facts["silent"] = True   # our own hold or wake, sent as a prompt
+        return facts
+
+    def ask(self, reason, harness_argv=None):
+        # An ask in gemini -p waits for an answer nobody can give: deny there.
+        if harness_argv and ("-p" in harness_argv or "--prompt" in harness_argv):
+            return json.dumps({"decision": "deny", "reason": reason})
+        return json.dumps({"decision": "ask", "reason": reason, "systemMessage": reason})
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup gemini in your project, or use --scope user")
+        home = os.environ.get("GEMINI_CLI_HOME") or job.home
+        settings_path = os.path.join(job.root if job.scope == "project" else home,
+                                     ".gemini", "settings.json")
+        # Gemini rewrites "$VAR" in a hook's command as text, quotes and all:
+        # a vendored copy is named with ${GEMINI_PROJECT_DIR}, braces kept.
+        placement = Placement(job.root if job.scope == "project" else None,
+                              "GEMINI_PROJECT_DIR", braces=True)
+        text = _read_text(settings_path)
+        try:
+            settings = _read_json(settings_path)
+        except RoomError:
+            if "//" not in text and "/*" not in text:
+                raise
+            # JSONC (comments): Gemini reads it, this writer does not.
+            job.files.append({"path": settings_path, "action": "merge by hand: it has "
+                              "comments", "content": json.dumps(self._entries(
+                                  {}, placement, job), indent=2) + "\n"})
+            return
+        job.files.append({"path": settings_path, "content": json.dumps(
+            self._entries(settings, placement, job), indent=2) + "\n"})
+        job.notes.append("trust the folder once: gemini asks when it starts here (gemini -p "
+                         "needs it too: it exits 55 in an untrusted folder)")
+        if job.scope == "project":
+            job.notes.append("start gemini at the project's top level: it reads "
+                             ".gemini/settings.json only from the directory it starts in")
+        if job.level == 2:
+            job.notes.append("wake: Gemini CLI takes no turn from outside while it runs; a "
+                             "finished session is resumed (gemini --resume) when a message "
+                             "arrives")
+
+    def _entries(self, settings, placement, job):
+        settings = merge_hooks(settings, self.hook_entries(placement, job.level,
+                                                           job.start_extra))
+        servers = settings.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in the settings file is not an object; fix it "
+                            "by hand")
+        script = placement.script if placement.relative is None else \
+            placement.relative_script()
+        # trust: without it gemini -p offers none of the tools.
+        servers["agents-room"] = {"command": placement.python,
+                                  "args": ["-I", "-S", script] + job.serve_args,
+                                  "trust": True}
+        return settings
+
+    def config_files(self, env, root, home):
+        base = env.get("GEMINI_CLI_HOME") or home
+        return [os.path.join(root, ".gemini", "settings.json"),
+                os.path.join(base, ".gemini", "settings.json")]
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        base = env.get("GEMINI_CLI_HOME") or home
+        settings = [os.path.join(root, ".gemini", "settings.json"),
+                    os.path.join(base, ".gemini", "settings.json")]
+        probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+        probe_env["GEMINI_PROJECT_DIR"] = root
+        checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
+        if any(_configured_commands(p) for p in settings):
+            trusted = _read_json(os.path.join(base, ".gemini", "trustedFolders.json")) if \
+                os.path.exists(os.path.join(base, ".gemini", "trustedFolders.json")) else {}
+            real = os.path.realpath(root)
+            ok = any(real == os.path.realpath(p) or (v == "TRUST_PARENT" and real.startswith(
+                os.path.realpath(os.path.dirname(p)) + os.sep)) or (
+                v == "TRUST_FOLDER" and real.startswith(os.path.realpath(p) + os.sep))
+                for p, v in trusted.items() if v in ("TRUST_FOLDER", "TRUST_PARENT"))
+            checks.append(("ok" if ok else "warn", "Gemini CLI folder trust: %s" % (
+                "trusted" if ok else "not trusted yet"), "" if ok else
+                "start gemini here once and trust the folder"))
+        if env.get("GEMINI_CLI") == "1" and not harness_key_from(env):
+            checks += self._shell_session()
+        return checks
+
+    def _shell_session(self):
+        """Gemini CLI gives its shell tool no session id (only its hooks get
+        GEMINI_SESSION_ID): doctor run there finds its session by the Gemini
+        CLI process it runs under, the one the hooks recorded."""
+        pid = harness_pid(os.getppid())
+        path = default_db_path()
+        if not pid or not store_kind(path).exists(path):
+            return []
+        start = process_start(pid)
+        store = open_store(path)
+        try:
+            row = store.connection().execute(
+                "SELECT harness_key, pid_start FROM sessions WHERE pid=? AND harness_key IS "
+                "NOT NULL AND left_at IS NULL ORDER BY last_seen DESC LIMIT 1",
+                (pid,)).fetchone()
+            found = row is not None and (row["pid_start"] is None or start is None or
+                                         abs(row["pid_start"] - start) <= 2)
+            session = found and call_tool(store, Context(via="cli"), "store_info", {
+                "harness_key": row["harness_key"]})["session"]
+        finally:
+            store.close()
+        if not session:
+            return [("warn", "no session recorded for this Gemini CLI process (%d)" % pid,
+                     "its SessionStart hook joins one: restart gemini in the project")]
+        return [("ok", "this session: %s (label %s), autonomy %s, wake lever %s (found by "
+                 "its Gemini CLI process %d: the shell tool gets no session id)" % (
+                     session["session_id"], session["label"] or "-",
+                     autonomy_name(session["autonomy"]), session["lever"] or "none", pid),
+                 "")]
+
+
+register_harness(GeminiCli())
+
+
+# ---- appendix: harness: Pi -----------------------------------------------
+# Pi: its adapter, socket lever and extension source.
+
+class PiSocket(Lever):
+    """The agents-room extension in Pi listens on a socket of its session's
+    (interactive and RPC modes) and starts a turn with what it is sent; its
+    answer confirms it (started, or queued behind the running turn)."""
+
+    name = "pi-socket"
+    inline = True
+    before_waiter = True
+
+    def detect(self, env, key, cwd, argv):
+        path = env.get("AGENTS_ROOM_PI_SOCKET")
+        return {"socket": path} if path else None
+
+    def send(self, data, text):
+        import socket
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(SOCKET_TIMEOUT_S)
+        try:
+            client.connect(data["socket"])
+            client.sendall((json.dumps({"type": "wake", "text": text}) + "\n").encode())
+            answer = b""
+            while not answer.endswith(b"\n"):
+                chunk = client.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            reply = json.loads(answer.decode("utf-8", "replace") or "{}")
+            if reply.get("ok") and reply.get("state") in ("started", "queued"):
+                return "accepted", "pi: %s" % reply["state"], None
+            return "failed", "pi: %s" % one_line(answer.decode("utf-8", "replace"),
+                                                   100), None
+        except (OSError, ValueError) as error:
+            return "failed", "pi socket: %s" % error, None
+        finally:
+            client.close()
+
+
+class Pi(Harness):
+    name, setup_name, title = "pi", "pi", "Pi"
+    tested, programs = "1.6.0", ("pi",)
+    where = (".pi/extensions/agents-room.ts at the project's git top level (or\n"
+             "    ~/.pi/agent/extensions with --scope user): an extension that runs the\n"
+             "    hooks, registers the MCP server and listens for wakes")
+    # The extension maps Pi's events onto ours and calls the hook by our names.
+    events = {e: e for e in HOOK_EVENTS}
+    key_vars = ("PI_SESSION_ID",)
+    env_prefixes = ("PI_CODING_AGENT", "PI_SESSION_ID", "AGENTS_ROOM_PI_SOCKET")
+    levers = (PiSocket(),)
+    max_autonomy = 2
+    mcp_prefix = "mcp__agents_room__"
+    marker = "// agents-room: written by agents_room.py setup pi"
+
+    def detect(self, env):
+        return env.get("PI_CODING_AGENT") == "true"
+
+    @staticmethod
+    def agent_dir(env, home):
+        return env.get("PI_CODING_AGENT_DIR") or os.path.join(home, ".pi", "agent")
+
+    def extension(self, placement, job):
+        """The extension's source with its CONFIG block filled in."""
+        config = {"python": placement.python, "script": placement.script if
+                  placement.relative is None else placement.relative_script(),
+                  "vendored": placement.relative is not None,
+                  "autonomy": str(job.level), "startArgs": job.start_extra,
+                  "serveArgs": job.serve_args}
+        return PI_EXTENSION.replace("%CONFIG%", json.dumps(config, indent=1)).replace(
+            "%MARKER%", self.marker).replace("%LAUNCHER%", json.dumps(_launcher_code(0)))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup pi in your project, or use --scope user")
+        directory = os.path.join(job.root, ".pi", "extensions") if job.scope == "project" \
+            else os.path.join(self.agent_dir(os.environ, job.home), "extensions")
+        path = os.path.join(directory, "agents-room.ts")
+        text = _read_text(path)
+        if text and self.marker not in text:
+            raise RoomError("%s is not the extension setup writes; move it aside" % path,
+                            "nothing was written")
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        job.files.append({"path": path, "content": self.extension(placement, job)})
+        if job.scope == "project":
+            job.notes.append("Pi loads a project's extensions only once you trust it: start "
+                             "pi here and choose Trust (pi -p skips an untrusted project's "
+                             "extensions silently); --scope user needs no trust")
+        job.notes.append("the extension registers the agents-room MCP server for each "
+                         "session itself (no mcp.json entry)")
+        if job.level == 2:
+            job.notes.append("wake: the extension listens on a socket of each interactive "
+                             "session and starts a turn when a message arrives")
+
+    def config_files(self, env, root, home):
+        return [os.path.join(root, ".pi", "extensions", "agents-room.ts"),
+                os.path.join(self.agent_dir(env, home), "extensions", "agents-room.ts")]
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        agent = self.agent_dir(env, home)
+        found = [p for p in (os.path.join(root, ".pi", "extensions", "agents-room.ts"),
+                             os.path.join(agent, "extensions", "agents-room.ts"))
+                 if self.marker in _read_text(p)]
+        checks = [("ok" if found else "warn", "Pi extension: %s" % (
+            ", ".join(found) or "not configured"), "" if found else fix)]
+        if found and found[0].startswith(os.path.join(root, "")):
+            trust = _read_json(os.path.join(agent, "trust.json")) if os.path.exists(
+                os.path.join(agent, "trust.json")) else {}
+            real, decided = os.path.realpath(root), None
+            while decided is None:
+                decided = trust.get(real)
+                if os.path.dirname(real) == real:
+                    break
+                real = os.path.dirname(real)
+            checks.append(("ok" if decided else "warn", "Pi project trust: %s" % (
+                "trusted" if decided else "not trusted"), "" if decided else
+                "start pi here once and choose Trust"))
+        return checks
+
+
+register_harness(Pi())
+
+
+PI_EXTENSION = r"""%MARKER%
+// It maps Pi's extension events onto agents-room's hook front end
+// (agents_room.py hook --harness pi --event=E, hook JSON on stdin, the answer on
+// stdout), registers the agents-room MCP server for the session (with the
+// session id as its harness key) and, in interactive and RPC mode, listens on
+// a socket of the session's: the wake lever that starts a turn when idle.
+//
+//   session_start          -> SessionStart (join; the digest rides the next run)
+//   before_agent_start     -> UserPromptSubmit (the turn starts; digest, signal)
+//   tool_result            -> PostToolUse (the signal, steered in before the next call)
+//   tool_call (edit/write) -> PreToolUse (a file another session holds: confirm)
+//   agent_before_settle    -> Stop (the hold: one continuation with the signal)
+//   session_shutdown       -> SessionEnd (not on reload)
+//
+// Run setup pi again to change it; a vendored agents_room.py (inside the
+// project) is named relative to the project root, two levels above this file.
+import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+
+const CONFIG = %CONFIG%;
+
+const PYTHON = CONFIG.python;
+const SCRIPT = CONFIG.vendored ? path.resolve(__dirname, "..", "..", CONFIG.script)
+	: CONFIG.script;
+const HOOK_TIMEOUT_MS = 10_000;
+// agents-room's launcher: import the module, so Python uses its bytecode cache
+// (a hook in 0.05-0.15 s instead of ~0.4 s for python3 agents_room.py).
+const LAUNCHER = ["-I", "-S", "-c", %LAUNCHER%, path.dirname(SCRIPT)];
+const EDIT_TOOLS = new Set(["edit", "write"]);
+const TYPE = "agents-room";
+
+/** The key agents-room knows this session by: Pi's session id, except for a
+ * fork of a session whose folder is gone.  Since Pi 1.5.2, resuming a session
+ * of a moved checkout offers "Fork into <here> (new session ID)", and pi --fork
+ * does the same: that is the same work, moved, so it keeps the original's
+ * agents-room session (its rooms, mail and leases) under the original's id.  A
+ * fork beside a folder that still exists is new work, with an id of its own. */
+function roomKey(ctx: ExtensionContext): string {
+	let key = ctx.sessionManager.getSessionId();
+	let parent = (ctx.sessionManager as any).getHeader?.()?.parentSession;
+	for (let depth = 0; parent && depth < 8; depth++) {
+		let header: any;
+		try {
+			const fd = fs.openSync(parent, "r");
+			const buffer = Buffer.alloc(65536);
+			const size = fs.readSync(fd, buffer, 0, buffer.length, 0);
+			fs.closeSync(fd);
+			header = JSON.parse(buffer.toString("utf8", 0, size).split("\n", 1)[0]);
+		} catch {
+			break;
+		}
+		if (!header || header.type !== "session" || typeof header.id !== "string" ||
+			typeof header.cwd !== "string" || fs.existsSync(header.cwd)) break;
+		key = header.id;
+		parent = header.parentSession;
+	}
+	return key;
+}
+
+/** Run one agents-room hook; resolve to its stdout ("" on any failure or timeout). */
+function runHook(event: string, payload: object, extraEnv: Record<string, string> = {}): Promise<string> {
+	return new Promise((resolve) => {
+		const args = [...LAUNCHER, "hook", "--harness", "pi", `--event=${event}`];
+		if (event === "SessionStart") args.push("--autonomy", CONFIG.autonomy, ...CONFIG.startArgs);
+		let out = "";
+		let child;
+		try {
+			child = spawn(PYTHON, args, { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...extraEnv } });
+		} catch (error) {
+			return resolve("");
+		}
+		const timer = setTimeout(() => child.kill("SIGKILL"), HOOK_TIMEOUT_MS);
+		child.stdout.on("data", (data: Buffer) => (out += data.toString("utf8")));
+		child.stderr.on("data", () => {});
+		child.on("error", () => {
+			clearTimeout(timer);
+			resolve("");
+		});
+		child.on("close", () => {
+			clearTimeout(timer);
+			resolve(out);
+		});
+		child.stdin.on("error", () => {});
+		child.stdin.end(JSON.stringify(payload));
+	});
+}
+
+/** The text of a hook answer in any of the forms agents-room writes. */
+function answerOf(out: string): { text: string; ask?: string } {
+	if (!out.trim()) return { text: "" };
+	try {
+		const answer = JSON.parse(out);
+		const specific = answer.hookSpecificOutput || {};
+		if (specific.permissionDecision === "ask" || specific.permissionDecision === "deny")
+			return { text: "", ask: specific.permissionDecisionReason || "agents-room: leased" };
+		return { text: specific.additionalContext || answer.reason || answer.context || "" };
+	} catch {
+		return { text: "" };
+	}
+}
+
+export default function (pi: ExtensionAPI) {
+	let sessionId = "";
+	let cwd = "";
+	let digest = "";          // SessionStart's answer, given to the model at the next run
+	let held = false;         // the last run was continued by our Stop: stop_hook_active
+	let settleSeen = false;   // agent_before_settle ran for this run (not aborted)
+	let steered = "";         // the signal already steered into this turn
+	let server: net.Server | undefined;
+	let socketPath = "";
+	let context: ExtensionContext | undefined;
+
+	const base = (event: string) => ({ session_id: sessionId, cwd, hook_event_name: event });
+
+	// The wake socket's directory: ~/.agents-room/pi, 0700, this user's own,
+	// checked with lstat (a link or another user's directory is refused),
+	// never a fixed name in the shared temporary directory, which another user
+	// can create first (issue 34).  Anything wrong there: no wake lever (the
+	// join says nothing can wake the session), never an error thrown in
+	// session_start.  A socket's path must fit sun_path (104 bytes on macOS,
+	// 108 on Linux): under a HOME too deep for that, a directory of its own
+	// that mkdtemp creates under the temporary directory (a fresh random
+	// name, 0700, so nobody can have made it first), removed at shutdown.
+	let socketDir = "";
+	function wakeSocketPath(): string {
+		const uid = process.getuid?.();
+		const room = path.join(os.homedir(), ".agents-room");
+		const dir = path.join(room, "pi");
+		const name = `pi-${sessionId}.sock`;
+		if (Buffer.byteLength(path.join(dir, name)) >= 104) {
+			socketDir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-pi-"));
+			const full = path.join(socketDir, name);
+			return Buffer.byteLength(full) < 104 ? full : "";
+		}
+		for (const d of [room, dir]) {
+			try {
+				fs.mkdirSync(d, { mode: 0o700 });
+			} catch (e: any) {
+				if (e?.code !== "EEXIST") return "";
+			}
+			const st = fs.lstatSync(d);
+			if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) return "";
+		}
+		if ((fs.lstatSync(dir).mode & 0o077) !== 0) fs.chmodSync(dir, 0o700);
+		return path.join(dir, name);
+	}
+
+	function startWakeSocket(): string {
+		try {
+			socketPath = wakeSocketPath();
+		} catch {
+			socketPath = "";
+		}
+		if (!socketPath) return "";
+		try {
+			fs.unlinkSync(socketPath);
+		} catch {}
+		server = net.createServer((conn) => {
+			let buffer = "";
+			conn.setEncoding("utf8");
+			conn.on("data", (chunk: string) => {
+				buffer += chunk;
+				const end = buffer.indexOf("\n");
+				if (end < 0) return;
+				const line = buffer.slice(0, end);
+				buffer = "";
+				let frame: any;
+				try {
+					frame = JSON.parse(line);
+				} catch {
+					conn.end(JSON.stringify({ ok: false, error: "bad json" }) + "\n");
+					return;
+				}
+				if (frame.type === "ping") {
+					conn.end(JSON.stringify({ ok: true, session_id: sessionId, idle: context?.isIdle() ?? null }) + "\n");
+					return;
+				}
+				if (frame.type !== "wake" || typeof frame.text !== "string") {
+					conn.end(JSON.stringify({ ok: false, error: "unknown frame" }) + "\n");
+					return;
+				}
+				const idle = context?.isIdle() ?? true;
+				// Idle: triggerTurn starts a run now.  Busy: the message waits as a
+				// follow-up until the running turn ends (no second turn is started).
+				const deliverAs = frame.deliverAs === "steer" ? "steer" : "followUp";
+				pi.sendMessage({ customType: TYPE, content: frame.text, display: true },
+					{ triggerTurn: true, deliverAs });
+				conn.end(JSON.stringify({ ok: true, session_id: sessionId, state: idle ? "started" : "queued" }) + "\n");
+			});
+			conn.on("error", () => {});
+		});
+		server.listen(socketPath, () => {
+			try {
+				fs.chmodSync(socketPath, 0o600);
+			} catch {}
+		});
+		server.on("error", () => {});
+		return socketPath;
+	}
+
+	pi.on("session_start", async (event, ctx) => {
+		context = ctx;
+		sessionId = roomKey(ctx);
+		// Pi's shell tool takes process.env (PI_SESSION_ID is Pi's own id): an
+		// agents_room.py run there finds this session by the key it joined with.
+		process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;
+		cwd = ctx.cwd;
+		held = false;
+		// The MCP server for this session: its harness key ties room_join to the
+		// session the hooks joined.
+		pi.registerMcpServer(TYPE, {
+			command: PYTHON, args: [...LAUNCHER, ...CONFIG.serveArgs],
+			env: { AGENTS_ROOM_HARNESS_KEY: sessionId }, exposure: "direct",
+		} as any);
+		const hookEnv: Record<string, string> = {};
+		if (ctx.mode === "tui" || ctx.mode === "rpc") {
+			// A lever only where a turn can be started later: print and json modes exit.
+			const wake = startWakeSocket();
+			if (wake) hookEnv.AGENTS_ROOM_PI_SOCKET = wake;
+		}
+		const joined = answerOf(await runHook("SessionStart", { ...base("SessionStart"), source: event.reason }, hookEnv)).text;
+		// A /reload keeps the conversation, which has the digest already.
+		digest = event.reason === "reload" ? "" : joined;
+	});
+
+	pi.on("before_agent_start", async (event, _ctx) => {
+		if (event.messageType === "user") held = false;
+		const signal = answerOf(await runHook("UserPromptSubmit", { ...base("UserPromptSubmit"), prompt: event.prompt ?? "" })).text;
+		const woken = event.messageType === "custom" && (event as any).message?.customType === TYPE;
+		const parts = [digest, woken ? "" : signal].filter(Boolean);
+		digest = "";
+		if (!parts.length) return;
+		return { message: { customType: TYPE, content: parts.join("\n"), display: true } };
+	});
+
+	pi.on("turn_start", async () => {
+		steered = "";
+	});
+
+	// PostToolUse: the signal is steered in: Pi delivers it after this turn's tool
+	// calls, before the next model request (once per turn for parallel calls).
+	pi.on("tool_result", async (event, _ctx) => {
+		const { text } = answerOf(await runHook("PostToolUse", {
+			...base("PostToolUse"), tool_name: event.toolName, tool_input: event.input,
+		}));
+		if (!text || text === steered) return;
+		steered = text;
+		pi.sendMessage({ customType: TYPE, content: text, display: true }, { deliverAs: "steer" });
+	});
+
+	pi.on("tool_call", async (event, ctx) => {
+		if (!EDIT_TOOLS.has(event.toolName)) return;
+		const { ask } = answerOf(await runHook("PreToolUse", {
+			...base("PreToolUse"), tool_name: event.toolName, tool_input: event.input,
+		}));
+		if (!ask) return;
+		if (ctx.hasUI && (await ctx.ui.confirm("agents-room", `${ask}\n\nEdit anyway?`))) return;
+		return { block: true, reason: ask };
+	});
+
+	// Stop: agent_before_settle is the last point where a run can be continued
+	// (agent_end is not final: retries and queued follow-ups come after it).  An
+	// aborted run skips it: agent_settled then only tells agents-room the turn ended.
+	pi.on("agent_before_settle", async (event, _ctx) => {
+		settleSeen = true;
+		const completed = (event as any).outcome === undefined || (event as any).outcome === "completed";
+		const { text } = answerOf(await runHook("Stop", { ...base("Stop"), stop_hook_active: held || !completed }));
+		held = Boolean(text);
+		if (!text) return;
+		return {
+			entries: [...event.entries, { type: "custom_message", customType: TYPE, content: text, display: true }],
+			continue: true,
+		} as any;
+	});
+
+	pi.on("agent_settled", async (_event, _ctx) => {
+		if (!settleSeen) await runHook("Stop", { ...base("Stop"), stop_hook_active: true });
+		settleSeen = false;
+	});
+
+	pi.on("session_shutdown", async (event, _ctx) => {
+		if (server) {
+			server.close();
+			server = undefined;
+			try {
+				fs.unlinkSync(socketPath);
+				if (socketDir) fs.rmdirSync(socketDir);
+			} catch {}
+			socketDir = "";
+		}
+		if (event.reason !== "reload") await runHook("SessionEnd", { ...base("SessionEnd"), reason: event.reason });
+	});
+}
+"""
+
+
+# ---- appendix: harness: OpenCode -----------------------------------------
+# OpenCode: its adapter, resume lever and plugin source.
+
+class OpencodeResume(ResumeLever):
+    name = "opencode-resume"
+    resume = ("run", "--session", "KEY", "TEXT")
+    # Where the resumed run finds its config, plugin and sessions, and what it
+    # may fetch: without OPENCODE_CONFIG_DIR a user-scope setup's plugin and
+    # MCP entry are not loaded; without _DISABLE_MODELS_FETCH an offline setup
+    # calls models.opencode.ai.  Not OPENCODE_CONFIG_CONTENT or
+    # OPENCODE_SERVER_PASSWORD: they can hold secrets, and the store keeps this.
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "OPENCODE_CONFIG", "OPENCODE_CONFIG_DIR", "OPENCODE_DB",
+            "OPENCODE_DISABLE_PROJECT_CONFIG", "OPENCODE_DISABLE_AUTOUPDATE",
+            "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD",
+            "OPENCODE_MODELS_URL", "OPENCODE_MODELS_PATH")
+
+    programs = ("opencode", "opencode.exe")
+    # A resumed `opencode run` reached the model 19.4 s after the send here
+    # (a cold start), and its turn comes after that.
+    timeout_s = 90
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in self.programs),
+                    None)
+
+    def detect(self, env, key, cwd, argv):
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["env"]["PWD"] = cwd          # OpenCode takes its project from $PWD
+        return data
+
+
+class OpenCode(Harness):
+    name, setup_name, title = "opencode", "opencode", "OpenCode"
+    tested, programs = "1.18.33", ("opencode", "opencode.exe")
+    where = ("opencode.json (the MCP entry) and .opencode/plugin/agents-room.js at the\n"
+             "    project's git top level (or ~/.config/opencode with --scope user)")
+    # The plugin calls the hook by our event names.
+    events = {e: e for e in HOOK_EVENTS}
+    # The plugin runs the rewake waiter when a session goes idle and prompts
+    # the session with what it prints; a finished session is resumed.
+    waiter = "opencode-waiter"
+    arms_at_turn_end = True
+    levers = (OpencodeResume(),)
+    max_autonomy = 2
+    mcp_prefix = "agents-room_"
+    marker = "// agents-room: written by agents_room.py setup opencode"
+    env_prefixes = ("OPENCODE",)
+    # Where its forks differ (Kilo Code): the names of its files and folders.
+    config_name, project_dir, config_var = "opencode.json", ".opencode", "OPENCODE_CONFIG_DIR"
+    schema = "https://opencode.ai/config.json"
+    # How the plugin continues a held turn: a noReply message, which
+    # OpenCode's loop takes before it ends the turn.
+    hold_by = "reply"
+
+    def detect(self, env):
+        return env.get("OPENCODE") == "1"
+
+    def config_dir(self, env, home):
+        return env.get(self.config_var) or os.path.join(
+            env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), self.setup_name)
+
+    def plugin(self, placement, job):
+        directory = placement.relative if placement.relative is not None else \
+            os.path.dirname(this_file())
+        return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
+            "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
+        ).replace("%DIR%", json.dumps(directory or ".")).replace(
+            "%HARNESS%", json.dumps(self.name)).replace(
+            "%HOLD%", json.dumps(self.hold_by)).replace(
+            "%AUTONOMY%", json.dumps(str(job.level))).replace(
+            "%START_ARGS%", json.dumps(job.start_extra))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup %s in your project, or use --scope user"
+                            % self.setup_name)
+        base = job.root if job.scope == "project" else self.config_dir(os.environ, job.home)
+        config_path = os.path.join(base, self.config_name)
+        plugin_dir = os.path.join(base, self.project_dir if job.scope == "project" else "",
+                                  "plugin")
+        plugin_path = os.path.join(plugin_dir, "agents-room.js")
+        text = _read_text(plugin_path)
+        if text and self.marker not in text:
+            raise RoomError("%s is not the plugin setup writes; move it aside" % plugin_path,
+                            "nothing was written")
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        server = {"type": "local", "command": [placement.python, "-I", "-S", (
+            placement.relative_script() if placement.relative is not None else
+            this_file())] + job.serve_args, "enabled": True,
+            # OpenCode's 5 s default is shorter than a waiting msg_recv.
+            "timeout": (RECV_WAIT_MAX_S + 30) * 1000}
+        try:
+            config = _read_json(config_path)
+        except RoomError:
+            config = None             # JSONC (comments): OpenCode reads it, we do not
+        if config is None:
+            job.files.append({"path": config_path, "action": "merge by hand: it is not "
+                              "plain JSON", "content": json.dumps(
+                                  {"mcp": {"agents-room": server}, "permission": {
+                                      self.mcp_prefix + "*": "allow"}}, indent=2) + "\n"})
+        else:
+            config.setdefault("$schema", self.schema)
+            mcp = config.setdefault("mcp", {})
+            permission = config.setdefault("permission", {})
+            if not isinstance(mcp, dict) or not isinstance(permission, (dict, str)):
+                raise RoomError("'mcp' or 'permission' in %s is not what %s writes; "
+                                "fix it by hand" % (config_path, self.title))
+            mcp["agents-room"] = server
+            if isinstance(permission, str):
+                config["permission"] = permission = {"*": permission}
+            # Where the default is ask, a woken turn would wait on a dialog.
+            permission[self.mcp_prefix + "*"] = "allow"
+            job.files.append({"path": config_path,
+                              "content": json.dumps(config, indent=2) + "\n"})
+        job.files.append({"path": plugin_path, "content": self.plugin(placement, job)})
+        job.notes.append("%s's first start after this installs its plugin package "
+                         "into %s (about 20 s)" % (self.title, self.project_dir))
+        if job.level == 2:
+            job.notes.append("wake: the plugin waits for mail whenever an interactive session "
+                             "is idle and starts a turn with it; {0} run exits when "
+                             "idle (a finished session is resumed: {0} run --session)".format(
+                                 self.levers[0].programs[0]))
+
+    def config_files(self, env, root, home):
+        base = self.config_dir(env, home)
+        return [os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
+                os.path.join(base, "plugin", "agents-room.js"),
+                os.path.join(root, self.config_name), os.path.join(base, self.config_name)]
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        base = self.config_dir(env, home)
+        found = [p for p in (os.path.join(root, self.project_dir, "plugin", "agents-room.js"),
+                             os.path.join(base, "plugin", "agents-room.js"))
+                 if self.marker in _read_text(p)]
+        checks = [("ok" if found else "warn", "%s plugin: %s" % (
+            self.title, ", ".join(found) or "not configured"), "" if found else fix)]
+        if found:
+            served = [p for p in (os.path.join(root, self.config_name),
+                                  os.path.join(base, self.config_name))
+                      if _configured(p, SETUP_MARK)]
+            checks.append(("ok" if served else "warn", "%s MCP entry: %s" % (
+                self.title, ", ".join(served) or "not configured"), "" if served else fix))
+        return checks
+
+
+register_harness(OpenCode())
+
+
+OPENCODE_PLUGIN = r"""%MARKER%
+// agents-room for OpenCode, in .opencode/plugin/agents-room.js (project) or
+// ~/.config/opencode/plugin/agents-room.js (user); for its fork Kilo Code the
+// same, in .kilo/plugin and ~/.config/kilo/plugin.  Run setup again rather
+// than editing this file.
+//
+// OpenCode has no command hooks; this plugin runs agents_room.py's `hook` verb
+// with a Claude-style hook JSON on stdin ({hook_event_name, session_id, cwd,
+// ...}) and puts the answer where the model reads it:
+//   SessionStart + UserPromptSubmit <- "chat.message": a synthetic text part
+//                                      added to the user's message
+//   PostToolUse                     <- "tool.execute.after": text appended to
+//                                      the tool's output (MCP: a text block)
+//   Stop (hold)                     <- "experimental.text.complete" of a step
+//                                      without tool calls: a noReply user
+//                                      message, so OpenCode's loop goes on
+//                                      (Kilo: a follow-up prompt, see HOLD)
+//   wake (autonomy 2)               <- event session.idle: a `hook --event=Stop
+//                                      --wait` child; exit 2 -> its stderr is
+//                                      prompted (session.promptAsync)
+//   SessionEnd                      <- the plugin's dispose (OpenCode exits)
+// and links the MCP server (one per OpenCode process, shared by its sessions)
+// and the bash tool to the session: room_join gets the harness key, the shell
+// gets AGENTS_ROOM_HARNESS_KEY.
+// Every export of a plugin module must be a function (OpenCode throws
+// "Plugin export is not a function" otherwise): no other exports here.
+import { spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import path from "node:path"
+
+// ---- written by setup (this block only) --------------------------------------
+// python, then launcher() of agents_room.py: -I -S -c <import and run main>
+const PYTHON = %PYTHON%
+// the directory of agents_room.py: absolute, or relative to the worktree
+// (a vendored copy, so the repository can move)
+const ROOM_DIR = %DIR%
+const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
+const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
+const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
+// how a held turn goes on: "reply" (a noReply message OpenCode's loop takes
+// in the same turn) or "follow" (a prompt queued to run right after it: Kilo's
+// loop leaves out messages that arrive during its turn)
+const HOLD = %HOLD%
+// -------------------------------------------------------------------------------
+const HOOK_TIMEOUT_MS = 10000
+
+// OpenCode's part ids: "prt_" + 12 hex of (ms * 4096 + n) + 14 base62
+let lastMs = 0, counter = 0
+function partID() {
+  const now = Date.now()
+  if (now !== lastMs) { lastMs = now; counter = 0 }
+  counter++
+  const hex = (BigInt(now) * 4096n + BigInt(counter)).toString(16).padStart(12, "0").slice(-12)
+  const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+  let tail = ""
+  for (const byte of randomBytes(14)) tail += alphabet[byte % 62]
+  return "prt_" + hex + tail
+}
+
+// Run one hook event: JSON on stdin -> {stdout, stderr, code, child}; never
+// throws, never outlives timeoutMs (0: no bound, for the waiter).
+let HOOK = null                 // set by the plugin function (needs the worktree)
+function runHook(event, payload, extra = [], timeoutMs = HOOK_TIMEOUT_MS, onChild = null) {
+  return new Promise((resolve) => {
+    const argv = [...HOOK, "--event=" + event, ...extra]
+    let child
+    try {
+      child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] })
+    } catch (error) {
+      return resolve({ stdout: "", stderr: String(error), code: -1 })
+    }
+    if (onChild) onChild(child)
+    let stdout = "", stderr = ""
+    const timer = timeoutMs ? setTimeout(() => child.kill("SIGKILL"), timeoutMs) : null
+    child.stdout.on("data", (d) => { stdout += d })
+    child.stderr.on("data", (d) => { stderr += d })
+    child.on("error", (error) => { stderr += String(error) })
+    child.on("close", (code) => {
+      if (timer) clearTimeout(timer)
+      resolve({ stdout, stderr, code, child })
+    })
+    child.stdin.on("error", () => {})
+    child.stdin.end(JSON.stringify({ hook_event_name: event, ...payload }))
+  })
+}
+
+// A Claude-style hook answer -> {context, hold}
+function answer(stdout) {
+  try {
+    const data = JSON.parse(stdout)
+    if (data && data.decision === "block") return { hold: String(data.reason || "") }
+    const out = data && data.hookSpecificOutput
+    return { context: out && out.additionalContext ? String(out.additionalContext) : "" }
+  } catch {
+    return {}
+  }
+}
+
+const quiet = (fn) => async (...args) => {
+  try { return await fn(...args) } catch (error) { /* a hook never breaks OpenCode */ }
+}
+
+export const AgentsRoom = async ({ client, directory, worktree }) => {
+  const dir = path.isAbsolute(ROOM_DIR) ? ROOM_DIR
+    : path.join(worktree || directory, ROOM_DIR)
+  HOOK = [...PYTHON, dir, "hook", "--harness", HARNESS]
+  const kinds = new Map()        // OpenCode session -> "main" | "child" (subagents: skipped)
+  const holding = new Set()      // sessions whose turn a Stop hold continued
+  const ours = new Set()         // texts this plugin prompted (no user turn)
+  const waiters = new Map()      // session -> child process of `hook --event=Stop --wait`
+  const base = (sessionID) => ({ session_id: sessionID, cwd: directory })
+
+  async function kind(sessionID) {
+    if (!kinds.has(sessionID)) {
+      const got = await client.session.get({ path: { id: sessionID } })
+      kinds.set(sessionID, got.data && got.data.parentID ? "child" : "new")
+    }
+    return kinds.get(sessionID)
+  }
+  const main = (sessionID) => kinds.get(sessionID) === "main"
+
+  function stopWaiter(sessionID) {
+    const child = waiters.get(sessionID)
+    waiters.delete(sessionID)
+    if (child) { try { child.kill("SIGTERM") } catch {} }
+  }
+
+  function arm(sessionID) {
+    // agents_room's armed waiter: exit 2 with the signal on stderr when a
+    // message arrives (its deliveries become accepted); one per session.
+    stopWaiter(sessionID)
+    let mine
+    runHook("Stop", base(sessionID), ["--wait"], 0, (child) => { mine = child; waiters.set(sessionID, child) })
+      .then(quiet(async ({ code, stderr, child }) => {
+        if (waiters.get(sessionID) === child) waiters.delete(sessionID)
+        const text = stderr.trim().split("\n").pop()
+        if (code !== 2 || !text) return
+        ours.add(text)
+        await client.session.promptAsync({
+          path: { id: sessionID }, body: { parts: [{ type: "text", text }] } })
+      }))
+  }
+
+  return {
+    "chat.message": quiet(async (input, output) => {
+      const sessionID = input.sessionID
+      const k = await kind(sessionID)
+      if (k === "child") return
+      stopWaiter(sessionID)
+      const said = output.parts.filter((p) => p.type === "text").map((p) => p.text).join("\n")
+      if (ours.delete(said)) return              // our own hold or wake text
+      holding.delete(sessionID)                  // a user's turn
+      const texts = []
+      if (k === "new") {                         // first message in this process
+        kinds.set(sessionID, "main")
+        const start = answer((await runHook("SessionStart",
+          { ...base(sessionID), source: "startup" }, ["--autonomy", AUTONOMY, ...START_ARGS])).stdout)
+        if (start.context) texts.push(start.context)
+      }
+      const submit = answer((await runHook("UserPromptSubmit",
+        { ...base(sessionID), prompt: said })).stdout)
+      if (submit.context) texts.push(submit.context)
+      if (texts.length) {
+        output.parts.push({ id: partID(), sessionID, messageID: output.message.id,
+          type: "text", text: texts.join("\n"), synthetic: true })
+      }
+    }),
+
+    "tool.execute.before": quiet(async (input, output) => {
+      if (input.tool === "agents-room_room_join" && output.args && !output.args.harness_key
+          && main(input.sessionID)) {
+        output.args.harness_key = input.sessionID
+      }
+    }),
+
+    "shell.env": quiet(async (input, output) => {
+      if (input.sessionID && main(input.sessionID)) output.env.AGENTS_ROOM_HARNESS_KEY = input.sessionID
+    }),
+
+    "tool.execute.after": quiet(async (input, output) => {
+      if (!main(input.sessionID)) return
+      const got = answer((await runHook("PostToolUse", {
+        ...base(input.sessionID), tool_name: input.tool, tool_input: input.args })).stdout)
+      if (!got.context) return
+      if (typeof output.output === "string") output.output += "\n\n" + got.context
+      else if (output && Array.isArray(output.content)) output.content.push({ type: "text", text: got.context })
+    }),
+
+    // Stop: the end of a step that called no tool is the end of the turn
+    // unless a newer user message exists when OpenCode's loop looks again.
+    "experimental.text.complete": quiet(async (input) => {
+      const { sessionID, messageID } = input
+      if (!main(sessionID)) return
+      const message = await client.session.message({ path: { id: sessionID, messageID } })
+      const parts = (message.data && message.data.parts) || []
+      if (parts.some((p) => p.type === "tool")) return
+      const active = holding.has(sessionID)
+      holding.delete(sessionID)
+      const got = answer((await runHook("Stop",
+        { ...base(sessionID), stop_hook_active: active })).stdout)
+      const reason = got.hold || got.context
+      if (!reason) return
+      holding.add(sessionID)
+      ours.add(reason)
+      if (HOLD === "follow") {
+        // Kilo scopes a turn to the prompt that started it: a message added
+        // now is a follow-up, queued and run as soon as this turn ends.
+        await client.session.promptAsync({ path: { id: sessionID },
+          body: { parts: [{ type: "text", text: reason, synthetic: true }] } })
+        return
+      }
+      await client.session.prompt({ path: { id: sessionID },
+        body: { noReply: true, parts: [{ type: "text", text: reason, synthetic: true }] } })
+    }),
+
+    event: quiet(async ({ event }) => {
+      if (event.type !== "session.idle") return
+      const sessionID = event.properties && event.properties.sessionID
+      if (main(sessionID) && (AUTONOMY === "2" || AUTONOMY === "wake")) arm(sessionID)
+    }),
+
+    dispose: quiet(async () => {
+      const sessions = [...kinds].filter(([, k]) => k === "main").map(([id]) => id)
+      for (const id of sessions) stopWaiter(id)
+      await Promise.all(sessions.map((id) => runHook("SessionEnd", base(id), [], 3000)))
+    }),
+  }
+}
+"""
+
+
+# ---- appendix: harness: Kilo Code ----------------------------------------
+# Kilo Code: OpenCode's fork: its adapter and resume lever.
+
+class KiloResume(OpencodeResume):
+    name = "kilo-resume"
+    # A resumed `kilo run` starts in 30-55 s on a loaded two-core machine
+    # (127 s to its first model call under the heaviest load seen), then runs
+    # its turn: the 20 s bound killed every one.
+    timeout_s = 300
+    # bin/kilo is a node launcher that runs the native bin/.kilo
+    programs = ("kilo", ".kilo", "kilocode", "kilo.exe")
+    # OpenCode's reasons, under Kilo's names (it reads KILO_*, not OPENCODE_*).
+    keep = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+            "KILO_CONFIG", "KILO_CONFIG_DIR", "KILO_DB", "KILO_DISABLE_PROJECT_CONFIG",
+            "KILO_DISABLE_AUTOUPDATE", "KILO_DISABLE_MODELS_FETCH",
+            "KILO_DISABLE_LSP_DOWNLOAD", "KILO_MODELS_URL", "KILO_MODELS_PATH")
+
+
+class KiloCode(OpenCode):
+    """Kilo Code's CLI (npm @kilocode/cli), a fork of OpenCode with its plugin
+    API: the same plugin and waiter, under Kilo's names (kilo.json, .kilo/,
+    ~/.config/kilo, KILO_*).  Kilo sets OPENCODE=1 as well as KILO=1 in what
+    it runs, so it is detected before OpenCode."""
+
+    name, setup_name, title = "kilo", "kilo", "Kilo Code"
+    tested, programs = "7.7.7", ("kilo", ".kilo", "kilocode")
+    where = ("kilo.json (the MCP entry) and .kilo/plugin/agents-room.js at the\n"
+             "    project's git top level (or ~/.config/kilo with --scope user)")
+    levers = (KiloResume(),)
+    marker = "// agents-room: written by agents_room.py setup kilo"
+    config_name, project_dir, config_var = "kilo.json", ".kilo", "KILO_CONFIG_DIR"
+    schema = "https://app.kilo.ai/config.json"
+    env_prefixes = ("KILO", "OPENCODE")
+    # Kilo 7.7.7's loop sees only the messages of the prompt it runs (a
+    # message added during it is a queued follow-up, run when it ends), so a
+    # noReply message held nothing: the hold is a follow-up prompt.
+    hold_by = "follow"
+
+    def detect(self, env):
+        return env.get("KILO") == "1"
+
+
+register_harness(KiloCode())
+
+
+# ---- appendix: harness: GitHub Copilot CLI -------------------------------
+# GitHub Copilot CLI: its adapter and resume lever.
+
+class CopilotResume(ResumeLever):
+    """A finished copilot -p session, resumed by id with the signal as its
+    prompt.  What the resumed run needs of the first one's environment: where
+    its state is, and its model provider (BYOK); not the provider's key or
+    token, which the store would keep."""
+
+    name = "copilot-resume"
+    resume = ("--resume=KEY", "-p", "TEXT")
+    # A resume is a cold start: 14.9 s to its first model call here.
+    timeout_s = 60
+    provider = ("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE",
+                "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_MODEL_ID",
+                "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_OFFLINE")
+    keep = ("COPILOT_HOME", "COPILOT_MODEL", "COPILOT_AUTO_UPDATE", "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME", "XDG_CACHE_HOME")
+    # the flags of the first run that a resume needs again to run its tools
+    # and hooks unattended (without them -p stops at the first approval)
+    # (not --trust-folder: copilot refuses it beside --resume)
+    carried = ("--allow-all-tools", "--allow-all", "--yolo", "--allow-all-paths")
+
+    def program_end(self, argv):
+        return next((i for i, a in enumerate(argv) if os.path.basename(a) in (
+            "copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")),
+            None)
+
+    def detect(self, env, key, cwd, argv):
+        # Only a prompt-mode run ends by itself; an interactive one is open
+        # until its user quits, and its next turn is told.
+        if not argv or not ("-p" in argv or "--prompt" in argv or any(
+                a.startswith("--prompt=") for a in argv)):
+            return None
+        data = ResumeLever.detect(self, env, key, cwd, argv)
+        if data is not None:
+            data["argv"] += [a for a in argv if a in self.carried]
+            data["env"].update(self.provider_of(env))
+        return data
+
+    def provider_of(self, env):
+        """A BYOK provider (those of its variables that are not credentials):
+        Copilot passes its hooks none of them (1.0.102, and a hook entry's env
+        is not expanded), so they are read from the Copilot process the hook
+        runs under, where /proc shows it; elsewhere a BYOK session is resumed
+        without its provider."""
+        found = {k: env[k] for k in self.provider if env.get(k)}
+        pid = harness_pid(os.getppid())
+        if found or not pid:
+            return found
+        try:
+            with open(os.path.join(proc_root(), str(pid), "environ"), "rb") as handle:
+                items = handle.read().split(b"\0")
+        except OSError:
+            return found
+        for item in items:
+            name, _, value = item.decode("utf-8", "replace").partition("=")
+            if name in self.provider and value:
+                found[name] = value
+        return found
+
+
+class CopilotCli(Harness):
+    """GitHub Copilot CLI (npm @github/copilot): hooks in Claude's format (its
+    PascalCase event names, which give Claude's snake_case payloads) in
+    .github/hooks/, the MCP server in .github/mcp.json.  A command hook's
+    UserPromptSubmit answer is dropped, so the digest rides SessionStart and a
+    signal the next tool result or the end of the turn."""
+
+    name, setup_name, title = "copilot", "copilot", "GitHub Copilot CLI"
+    tested = "1.0.102"
+    programs = ("copilot", "copilot-linux-x64", "copilot-darwin-arm64", "copilot-darwin-x64")
+    where = (".github/hooks/agents-room.json and .github/mcp.json at the project's git\n"
+             "    top level (or ~/.copilot with --scope user)")
+    events = {e: e for e in HOOK_EVENTS}
+    levers = (CopilotResume(),)
+    max_autonomy = 2
+    mcp_prefix = "agents-room-"
+    env_prefixes = ("COPILOT_",)
+    # Claude's tool names: Copilot maps its edit and create onto them.
+    edit_tools = "Edit|Write"
+
+    def detect(self, env):
+        return env.get("COPILOT_CLI") == "1"
+
+    def context(self, event, text):
+        # Copilot reads additionalContext at the top level; Claude's
+        # hookSpecificOutput form is ignored there (2026-12: measured).
+        return json.dumps({"additionalContext": text})
+
+    def ask(self, reason, harness_argv=None):
+        return json.dumps({"permissionDecision": "ask", "permissionDecisionReason": reason})
+
+    @staticmethod
+    def home(env, home):
+        return env.get("COPILOT_HOME") or os.path.join(home, ".copilot")
+
+    def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
+        """Copilot's flat form: each event a list of commands (no groups)."""
+        hooks = {}
+        for name, groups in Harness.hook_entries(self, placement, autonomy,
+                                                 start_extra).items():
+            entry = groups[0]["hooks"][0]
+            flat = {"type": "command", "bash": entry["command"],
+                    "timeoutSec": entry["timeout"]}
+            if "matcher" in groups[0]:
+                flat["matcher"] = groups[0]["matcher"]
+            hooks[name] = [flat]
+        return hooks
+
+    def paths(self, env, root, home, scope):
+        base = root if scope == "project" else self.home(env, home)
+        if scope == "project":
+            return (os.path.join(base, ".github", "hooks", "agents-room.json"),
+                    os.path.join(base, ".github", "mcp.json"))
+        return (os.path.join(base, "hooks", "agents-room.json"),
+                os.path.join(base, "mcp-config.json"))
+
+    def setup(self, job):
+        if job.scope == "project" and job.root is None:
+            raise RoomError("%s is not inside a git repository" % job.cwd,
+                            "run setup copilot in your project, or use --scope user")
+        hooks_path, mcp_path = self.paths(os.environ, job.root, job.home, job.scope)
+        placement = Placement(job.root if job.scope == "project" else None, None)
+        text = _read_text(hooks_path)
+        if text and SETUP_MARK not in text:
+            raise RoomError("%s is not the hooks file setup writes; move it aside"
+                            % hooks_path, "nothing was written")
+        job.files.append({"path": hooks_path, "content": json.dumps(
+            {"version": 1, "hooks": self.hook_entries(placement, job.level, job.start_extra)},
+            indent=2) + "\n"})
+        config = _read_json(mcp_path)
+        servers = config.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise RoomError("'mcpServers' in %s is not an object; fix it by hand" % mcp_path)
+        servers["agents-room"] = {"type": "local", "command": placement.python,
+                                  "args": ["-I", "-S", placement.relative_script() if
+                                           placement.relative is not None else
+                                           this_file()] + job.serve_args, "tools": ["*"]}
+        job.files.append({"path": mcp_path, "content": json.dumps(config, indent=2) + "\n"})
+        job.notes.append("trust the folder once: copilot asks when it starts here (copilot -p "
+                         "loads the project's hooks and MCP server only in a trusted folder, "
+                         "or with --trust-folder)")
+        if job.level == 2:
+            job.notes.append("wake: a finished copilot -p session is resumed (copilot "
+                             "--resume=<id> -p); an interactive one is told at its next turn")
+
+    def config_files(self, env, root, home):
+        return list(self.paths(env, root, home, "project") + self.paths(env, root, home,
+                                                                          "user"))
+
+    def doctor(self, env, root, home):
+        fix = "python3 %s setup %s --write" % (this_file(), self.setup_name)
+        checks = []
+        for scope in ("project", "user"):
+            hooks_path, mcp_path = self.paths(env, root, home, scope)
+            if not _configured(hooks_path, SETUP_MARK):
+                continue
+            served = _configured(mcp_path, SETUP_MARK)
+            checks.append(("ok", "GitHub Copilot CLI hooks: %s" % hooks_path, ""))
+            checks.append(("ok" if served else "warn", "GitHub Copilot CLI MCP entry: %s" % (
+                mcp_path if served else "not configured"), "" if served else fix))
+            try:
+                command = _read_json(hooks_path)["hooks"]["PostToolUse"][0]["bash"]
+            except (RoomError, KeyError, IndexError, TypeError):
+                command = None
+            if command:
+                probe_env = {k: v for k, v in env.items() if k not in harness_key_vars()}
+                ok, detail = _try_command(command, probe_env, root)
+                if ok is None:
+                    checks.append(("warn", "GitHub Copilot CLI hook command not run: %s" %
+                                   one_line(detail, 160), "doctor runs only agents-room's "
+                                   "own launcher; compare the entry with what `%s` would "
+                                   "write" % fix))
+                else:
+                    checks.append(("ok" if ok else "fail", "GitHub Copilot CLI hook command "
+                                   "runs" if ok else "GitHub Copilot CLI hook command fails: "
+                                   "%s" % one_line(detail, 160), "" if ok else fix))
+            break
+        if not checks:
+            checks.append(("warn", "GitHub Copilot CLI hooks: not configured", fix))
+        return checks
+
+
+register_harness(CopilotCli())
+
+
 # ---- appendix: Claude Code plugin ------------------------------------------
 # `plugin DIR` writes a folder that is a Claude Code plugin marketplace: a
 # repository holding it is installed with `claude plugin marketplace add` and
@@ -16743,587 +16917,6 @@ def run_bench(args):
     return (json.dumps(result, indent=2) if args.json else render_bench(result)), 0
 
 
-# ---- appendix: operator page ---------------------------------------------
-# `ui` serves one live page of the store on 127.0.0.1 for as long as it runs.
-# The page is a front end like the CLI: it reads through an internal operation
-# as no one (watching joins no room and changes no broadcast), and acts
-# through the same door (call_tool) as the operator's own human session, which
-# joins a room only to act in it (ui_join) and leaves when `ui` stops.
-# Security, because any web page the operator visits can reach 127.0.0.1, and
-# so can every other local user, whose listener on another port is the same
-# site to a browser (cookies do not isolate by port):
-#  - no ambient credential: the printed URL carries a one-time code in its
-#    fragment (never sent in a request line, never in a log); the script
-#    trades it for a key it keeps in sessionStorage (this origin, this tab)
-#    and sends in a header on every call, the event stream included (read with
-#    fetch: EventSource cannot send headers).  No cookie is set, so a browser
-#    has nothing to hand another port, and a page elsewhere has nothing to send;
-#  - a code works once; `ui --open` opens a 0600 file that redirects, so no
-#    browser's command line (world-readable in /proc) carries even that;
-#  - the Host header must be exactly 127.0.0.1:PORT (DNS rebinding);
-#  - a cross-site Origin or Sec-Fetch-Site is refused (but for the navigation
-#    to the empty page itself), and no CORS headers: the key's custom header
-#    makes any cross-origin call a preflight nobody answers;
-#  - a request's head and body arrive within UI_READ_S or the connection
-#    closes, at most UI_PENDING_MAX connections wait unauthenticated, and a
-#    Content-Length must be plain digits (never negative, never two);
-#  - a strict Content-Security-Policy: script and style only from this server,
-#    and the script renders every stored string with textContent.
-
-UI_POLL_S = 0.3             # change detection: PRAGMA data_version, MAX(events.id)
-UI_KEYS_MAX = 64            # keys issued (a tab each), oldest forgotten first
-UI_CODES_MAX = 8            # one-time codes outstanding, oldest forgotten first
-UI_TAB_CODE_S = 120         # a code asked for by a tab (another tab) lasts this long
-UI_READ_S = 5.0             # a request's head and body arrive within this
-UI_WRITE_S = 30.0           # an answer is taken within this
-UI_PENDING_MAX = 32         # connections not yet authenticated, at once
-UI_CONNECTIONS_MAX = 128    # every connection, at once (a tab holds a stream and a few)
-UI_BODY_MAX = 2 * BODY_MAX_BYTES
-
-
-def _ui_same(given, secret):
-    """A constant-time comparison that takes whatever a client sent (str
-    compare_digest refuses non-ASCII with TypeError)."""
-    import hmac
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
-                               secret.encode("utf-8"))
-
-
-class OperatorPage:
-    """The state of one `ui` run: its one-time codes and the keys they became,
-    the store connection requests share (one at a time), the operator's
-    session once it acted, and the change counter the event stream waits on."""
-
-    def __init__(self, port, label):
-        import threading
-        self.port, self.label = port, label
-        self.harness_key = "agents-room-ui:%s@%s" % (label, host_name())
-        self.codes = []             # (code, expires at or None), each good once
-        self.keys = []
-        self.host = "127.0.0.1:%d" % port
-        self.origin = "http://" + self.host
-        self.store = open_store()
-        self.lock = threading.Lock()          # the store connection
-        self.auth = threading.Lock()          # codes and keys
-        self.changed = threading.Condition()
-        self.version = 0
-        self.stopping = False
-        self.operator = None
-        self.rooms = set()
-        self.opener = None                    # --open's redirecting file
-
-    def new_code(self, ttl_s=None):
-        import secrets
-        code = secrets.token_urlsafe(24)
-        with self.auth:
-            self.codes = (self.codes + [(code, None if ttl_s is None else
-                                         time.monotonic() + ttl_s)])[-UI_CODES_MAX:]
-        return code
-
-    def redeem(self, code):
-        """The code's key, once: the code is spent whether or not the answer
-        reaches the browser.  None for a code that is unknown, spent or old."""
-        import secrets
-        with self.auth:
-            found = [c for c in self.codes if _ui_same(code, c[0])]
-            if not found or (found[0][1] is not None and found[0][1] < time.monotonic()):
-                return None
-            self.codes.remove(found[0])
-            key = secrets.token_urlsafe(32)
-            self.keys = (self.keys + [key])[-UI_KEYS_MAX:]
-        self.remove_opener()
-        return key
-
-    def key_ok(self, key):
-        with self.auth:
-            keys = list(self.keys)
-        return bool(key) and any(_ui_same(key, k) for k in keys)
-
-    def write_opener(self, url):
-        """A 0600 file in a fresh 0700 directory that sends a browser to url:
-        what `--open` hands the browser instead of the URL, so the code is on
-        no command line.  Removed once a code is redeemed, and at exit."""
-        import tempfile
-        folder = tempfile.mkdtemp(prefix="agents-room-ui-")
-        path = os.path.join(folder, "open.html")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(
-            os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write('<!doctype html><meta charset="utf-8">'
-                         '<meta name="referrer" content="no-referrer">'
-                         '<meta http-equiv="refresh" content="0; url=%s">'
-                         '<title>agents-room</title><p><a href="%s">open the operator '
-                         'page</a></p>\n' % (url, url))
-        self.opener = path
-        return path
-
-    def remove_opener(self):
-        path, self.opener = self.opener, None
-        if path:
-            for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
-                try:
-                    remove(target)
-                except OSError:
-                    pass
-
-    def call(self, name, args):
-        # The terminal's own harness variables (a `ui` started inside an
-        # agent's shell) are not the operator's: no key, lever or token of
-        # theirs may be recorded for the human session.
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "USER", "LOGNAME")
-               if k in os.environ}
-        ctx = Context(via="ui", env=env, pid=os.getpid(),
-                      pid_start=process_start(os.getpid()))
-        with self.lock:
-            return call_tool(self.store, ctx, name, args)
-
-    def join(self, room):
-        """The operator's session, in `room` (and whatever rooms it is in
-        already): joined only to act there."""
-        if not isinstance(room, str) or not room.strip():
-            raise UsageError("name the room to act in")
-        if self.operator and room in self.rooms:
-            return self.operator            # no rejoin event per act
-        result = self.call("ui_join", {"harness_key": self.harness_key, "room": room,
-                                       "label": self.label})
-        self.operator, self.rooms = result["session_id"], set(result["rooms"])
-        return self.operator
-
-    def leave(self):
-        """As `ui` stops: out of every room (nobody watches to hear there)."""
-        result = self.call("ui_leave", {"harness_key": self.harness_key})
-        self.operator, self.rooms = None, set()
-        return result.get("left_rooms") or []
-
-    def watch(self):
-        """Poll for changes (another connection's commit moves data_version;
-        events.id covers a reset connection) and wake the event streams."""
-        store = open_store()
-        last = None
-        try:
-            while not self.stopping:
-                try:
-                    seen = (store.change_mark(),
-                            store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
-                except (RoomError,) + store.errors:
-                    seen = last       # a server restarting: the next look connects
-                if seen != last:
-                    last = seen
-                    with self.changed:
-                        self.version += 1
-                        self.changed.notify_all()
-                store.wait_change(UI_POLL_S)
-        finally:
-            store.close()
-
-
-def _ui_server():
-    """ThreadingHTTPServer with a cap on connections: at most UI_PENDING_MAX
-    not yet authenticated (a request with a valid key moves its connection
-    out of that count) and UI_CONNECTIONS_MAX in all; past a cap a
-    connection gets a one-line 503 and is closed at once."""
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def __init__(self, address):
-            self.counts = threading.Lock()
-            self.pending, self.open, self.authenticated = 0, 0, set()
-            ThreadingHTTPServer.__init__(self, address, None)
-
-        def process_request(self, request, client_address):
-            with self.counts:
-                full = self.pending >= UI_PENDING_MAX or self.open >= UI_CONNECTIONS_MAX
-                if not full:
-                    self.pending += 1
-                    self.open += 1
-            if full:
-                try:
-                    request.setblocking(False)
-                    request.send(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close"
-                                 b"\r\nContent-Length: 0\r\n\r\n")
-                except OSError:
-                    pass
-                self.shutdown_request(request)
-                return
-            ThreadingHTTPServer.process_request(self, request, client_address)
-
-        def process_request_thread(self, request, client_address):
-            try:
-                ThreadingHTTPServer.process_request_thread(self, request, client_address)
-            finally:
-                with self.counts:
-                    self.open -= 1
-                    if request in self.authenticated:
-                        self.authenticated.discard(request)
-                    else:
-                        self.pending -= 1
-
-        def handle_error(self, request, client_address):
-            # A browser that went away mid-answer is no error of ours.
-            if not isinstance(sys.exc_info()[1], OSError):
-                ThreadingHTTPServer.handle_error(self, request, client_address)
-
-        def vouch(self, request):
-            """A request on this connection carried a valid key."""
-            with self.counts:
-                if request not in self.authenticated:
-                    self.authenticated.add(request)
-                    self.pending -= 1
-    return Server
-
-
-def _ui_handler(page):
-    import io
-    import socket
-    from http.server import BaseHTTPRequestHandler
-    from urllib.parse import urlsplit, parse_qs
-
-    class DeadlineReader(io.RawIOBase):
-        """The connection, read against the request's deadline: each recv
-        waits only for what is left of it, so a client that sends a byte now
-        and then cannot hold a thread (a socket timeout alone is per recv)."""
-
-        def __init__(self, handler):
-            self.handler = handler
-
-        def readable(self):
-            return True
-
-        def readinto(self, buffer):
-            left = self.handler.deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout("the request did not arrive in time")
-            self.handler.connection.settimeout(left)
-            return self.handler.connection.recv_into(buffer)
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "agents-room-ui"
-        sys_version = ""
-        protocol_version = "HTTP/1.1"
-
-        def setup(self):
-            BaseHTTPRequestHandler.setup(self)
-            self.deadline = time.monotonic() + UI_READ_S
-            self.rfile.close()                  # the plain reader, replaced
-            self.rfile = io.BufferedReader(DeadlineReader(self))
-
-        def handle_one_request(self):
-            # Each request on a kept-alive connection gets its own deadline,
-            # counted from when the last answer went out: an idle
-            # connection closes after UI_READ_S.
-            self.deadline = time.monotonic() + UI_READ_S
-            BaseHTTPRequestHandler.handle_one_request(self)
-
-        def log_message(self, form, *args):
-            pass                        # requests are not news; errors are answered
-
-        def send(self, code, body=b"", kind="text/plain; charset=utf-8", headers=()):
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-            self.connection.settimeout(UI_WRITE_S)
-            self.send_response(code)
-            if code >= 400:
-                # A refused request's body may be unread: never reuse the
-                # connection (its rest would parse as the next request).
-                self.close_connection = True
-                self.send_header("Connection", "close")
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Referrer-Policy", "no-referrer")
-            self.send_header("X-Frame-Options", "DENY")
-            self.send_header("Content-Security-Policy", UI_CSP)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def refuse(self, why, code=403):
-            self.send(code, "refused: %s\n" % why)
-            return False
-
-        def allowed(self, key=True, navigation=False):
-            """The checks a request passes, in order; False once refused.
-            key: it must carry a valid X-Room-Key.  navigation: the empty
-            page itself, which a link or a file may open from anywhere."""
-            if self.headers.get("Host", "") != page.host:
-                return self.refuse("wrong Host header")
-            if not navigation:
-                origin = self.headers.get("Origin")
-                if origin is not None and origin != page.origin:
-                    return self.refuse("cross-origin request")
-                if self.headers.get("Sec-Fetch-Site", "same-origin") not in (
-                        "same-origin", "none"):
-                    return self.refuse("cross-site request")
-            if key:
-                if not page.key_ok(self.headers.get("X-Room-Key", "")):
-                    return self.refuse("no valid key: open the URL `ui` printed (its "
-                                       "code works once), or reload this tab")
-                self.server.vouch(self.request)
-            return True
-
-        def do_GET(self):
-            url = urlsplit(self.path)
-            if url.path == "/":
-                if self.allowed(key=False, navigation=True):
-                    self.send(200, UI_HTML, "text/html; charset=utf-8")
-            elif url.path in ("/app.js", "/app.css"):
-                if self.allowed(key=False):
-                    self.send(200, UI_JS if url.path == "/app.js" else UI_CSS,
-                              "text/%s; charset=utf-8" % (
-                                  "javascript" if url.path == "/app.js" else "css"))
-            elif url.path == "/api/state":
-                if not self.allowed():
-                    return
-                query = parse_qs(url.query)
-                args = {"operator_key": page.harness_key}
-                try:
-                    if query.get("before"):
-                        args["before"] = int(query["before"][0])
-                except ValueError:
-                    return self.answer_error(UsageError("before must be a message id"))
-                self.answer(lambda: dict(page.call("ui_state", args), you=page.label))
-            elif url.path == "/api/stream":
-                if self.allowed():
-                    self.stream()
-            elif self.allowed(key=False):
-                self.send(404, "not found\n")
-
-        def body_length(self):
-            """The announced body length: plain digits, one header, within
-            UI_BODY_MAX; None once refused (the body is never read then)."""
-            if self.headers.get("Transfer-Encoding") is not None:
-                self.refuse("send a Content-Length, not a Transfer-Encoding", 411)
-                return None
-            lengths = self.headers.get_all("Content-Length") or ["0"]
-            text = lengths[0].strip()
-            if len(lengths) != 1 or not (text.isascii() and text.isdigit()) or \
-                    len(text) > 12:
-                self.refuse("a bad Content-Length", 400)
-                return None
-            if int(text) > UI_BODY_MAX:
-                self.refuse("too large", 413)
-                return None
-            return int(text)
-
-        def do_POST(self):
-            path = urlsplit(self.path).path
-            length = self.body_length()
-            if length is None:
-                return
-            if path == "/api/login":
-                # The one request without a key: it trades a code for one.
-                if not self.allowed(key=False):
-                    return
-                key = page.redeem(self.headers.get("X-Room-Code", ""))
-                if key is None:
-                    return self.refuse("that code was used already or is unknown: "
-                                       "open a tab that works and ask it for another, "
-                                       "or restart `ui`")
-                return self.send(200, json.dumps({"key": key}),
-                                 "application/json; charset=utf-8")
-            if not self.allowed():
-                return
-            if path == "/api/code":
-                return self.send(200, json.dumps({"code": page.new_code(UI_TAB_CODE_S)}),
-                                 "application/json; charset=utf-8")
-            if not self.headers.get("Content-Type", "").startswith("application/json"):
-                return self.send(415, "send JSON\n")
-            try:
-                values = json.loads(self.rfile.read(length) or b"{}")
-                if not isinstance(values, dict):
-                    raise ValueError
-            except (ValueError, RecursionError):
-                return self.send(400, "not a JSON object\n")
-            except OSError:
-                self.close_connection = True
-                return                         # the body did not arrive in time
-            action = UI_ACTIONS.get(path)
-            if action is None:
-                return self.send(404, "not found\n")
-            self.answer(lambda: _ui_act(page, action, values))
-
-        def answer(self, work):
-            try:
-                result = work()
-            except RoomError as error:
-                return self.answer_error(error)
-            self.send(200, json.dumps(result, ensure_ascii=False),
-                      "application/json; charset=utf-8")
-
-        def answer_error(self, error):
-            self.send(400, json.dumps(error.as_dict(), ensure_ascii=False),
-                      "application/json; charset=utf-8")
-
-        def stream(self):
-            """Server-Sent Events, read by the page with fetch: one `change`
-            event whenever the store changed (and once at the start); a
-            comment every 15 s keeps proxies and the browser from giving up."""
-            self.connection.settimeout(UI_WRITE_S)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Security-Policy", UI_CSP)
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            seen = -1
-            try:
-                while not page.stopping:
-                    with page.changed:
-                        if page.version == seen:
-                            page.changed.wait(15)
-                        version = page.version
-                    if version != seen:
-                        seen = version
-                        self.wfile.write(b"event: change\ndata: %d\n\n" % version)
-                    else:
-                        self.wfile.write(b": still here\n\n")
-                    self.wfile.flush()
-            except (OSError, ValueError):
-                pass
-    return Handler
-
-
-# What the page may ask the door to do, as the operator: path -> (tool, the
-# fields it takes from the request, fixed arguments, whether the operator
-# joins the request's `room` first).  An act in a room joins that room only;
-# an ack or a leave is of a room the operator is in already.
-UI_ACTIONS = {
-    "/api/send": ("ui_send", ("room", "to", "subject", "body", "reply_to", "importance"),
-                  {}, True),
-    "/api/cap": ("room_set_autonomy_cap", ("room", "autonomy"), {}, True),
-    "/api/task-add": ("task", ("room", "title", "body"), {"action": "add"}, True),
-    "/api/task-release": ("ui_task_release", ("task_id",), {}, True),
-    "/api/window-cancel": ("ui_window_cancel", ("window_id",), {}, True),
-    "/api/lease-release": ("ui_lease_release", ("holder", "resource"), {}, True),
-    "/api/ack": ("msg_ack", ("message_id",), {}, False),
-    "/api/window-ack": ("window_ack", ("window_id",), {}, False),
-    "/api/leave-room": ("room_leave_room", ("room",), {}, False),
-}
-
-
-def _ui_act(page, action, values):
-    """One of UI_ACTIONS as the operator's session."""
-    name, fields, fixed, joins = action
-    args = {k: values.get(k) for k in fields if values.get(k) not in (None, "")}
-    args.update(fixed)
-    room = values.get("room")
-    if joins and not (page.operator and room in page.rooms):
-        # Not in that room yet: join and act in one transaction, so a
-        # refused act joins nothing.
-        if not isinstance(room, str) or not room.strip():
-            raise UsageError("name the room to act in")
-        done = page.call("ui_act", {"harness_key": page.harness_key, "room": room,
-                                    "label": page.label, "act": name, "args": args})
-        page.operator = done["joined"]["session_id"]
-        page.rooms = set(done["joined"]["rooms"])
-        return done["result"]
-    for attempt in (1, 2):
-        if joins:
-            page.join(room)
-        elif page.operator is None:
-            raise RoomError("you are in no room yet",
-                            "send, reply or act in a room first: the page joins it then")
-        args["session_id"] = page.operator
-        try:
-            result = page.call(name, args)
-            break
-        except UnknownSession:
-            page.operator, page.rooms = None, set()   # pruned meanwhile: join again
-            if attempt == 2 or not joins:
-                raise
-    if name == "room_leave_room":
-        page.rooms = set(result["rooms"])
-    return result
-
-
-UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-          "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-
-
-def _ui_arguments(sub):
-    sub.add_argument("--port", type=parse_int, default=0,
-                     help="the port on 127.0.0.1 (default: a free one)")
-    sub.add_argument("--open", action="store_true",
-                     help="open the page in a browser (through a private file, so the "
-                          "browser's command line carries no code)")
-    sub.add_argument("--label", help="the operator's label (default: your user name)")
-
-
-@command("ui", "Serve a live page of the rooms on 127.0.0.1.",
-         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: one row per agent\n"
-         "(what it does, holds and waits for; who needs you first), the last hour as a\n"
-         "timeline, the task board, the conversation in threads with delivery states,\n"
-         "the rooms and the event log in sentences, updated as they change.  Prints one\n"
-         "URL whose code works once.  Watching joins no room; an act (send, reply, ack,\n"
-         "add a task, set a room's cap, cancel a quiet window, release a gone holder's\n"
-         "lease or task) joins the room it is in as your human session, which leaves\n"
-         "every room when `ui` stops.",
-         "ui --open --label alice", _ui_arguments)
-def run_ui(args):
-    """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
-    import getpass
-    import threading
-    stop_on_signals()
-    if not 0 <= args.port <= 65535:
-        raise UsageError("--port must be 0..65535")
-    label = args.label
-    if not label:
-        try:
-            label = getpass.getuser()
-        except Exception:
-            label = "operator"
-    try:
-        server = _ui_server()(("127.0.0.1", args.port))
-    except OSError as error:
-        raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
-            args.port, error.strerror or error), "pick another --port, or none")
-    page = OperatorPage(server.server_address[1], label)
-    server.RequestHandlerClass = _ui_handler(page)
-    watcher = threading.Thread(target=page.watch, daemon=True)
-    watcher.start()
-    listen_for_wakes(None, "cli")
-    url = "%s/#k=%s" % (page.origin, page.new_code())
-    sys.stdout.write(url + "\n")
-    sys.stdout.flush()
-    sys.stderr.write("agents-room ui: serving %s on 127.0.0.1:%d as %s (watching: in no "
-                     "room); the code in the URL works once; Ctrl-C stops\n"
-                     % (page.store.shown, page.port, label))
-    sys.stderr.flush()
-    if args.open:
-        import webbrowser
-        from urllib.parse import quote
-        target = "file://" + quote(page.write_opener(url))
-        # A browser that stays in the foreground (BROWSER=lynx) must not
-        # keep the server from serving it.
-        threading.Thread(target=webbrowser.open, args=(target,), daemon=True).start()
-    try:
-        server.serve_forever(poll_interval=0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        page.stopping = True
-        with page.changed:
-            page.changed.notify_all()
-        server.server_close()
-        page.remove_opener()
-        try:
-            left = page.leave()
-        except RoomError as error:
-            left = []
-            sys.stderr.write("agents-room ui: could not leave: %s\n"
-                             % one_line(error.message, 200))
-        if left:
-            sys.stderr.write("agents-room ui: %s left %s\n" % (label, ", ".join(left)))
-    return "", 0
-
-
 # ---- appendix: the operator page's HTML, CSS and JavaScript --------------
 # The page itself, as data (bottle keeps its templates the same way): served
 # by _ui_handler from this process, never from anywhere else (UI_CSP).  No
@@ -18510,538 +18103,979 @@ UI_JS = r"""
 """
 
 
-# ---- appendix: the harness extensions' sources ---------------------------
-# What setup writes for a harness whose hooks are code (an extension), kept
-# here as data, as the page's HTML is: its adapter fills in the marked places.
+# ---- appendix: operator page ---------------------------------------------
+# `ui` serves one live page of the store on 127.0.0.1 for as long as it runs.
+# The page is a front end like the CLI: it reads through an internal operation
+# as no one (watching joins no room and changes no broadcast), and acts
+# through the same door (call_tool) as the operator's own human session, which
+# joins a room only to act in it (ui_join) and leaves when `ui` stops.
+# Security, because any web page the operator visits can reach 127.0.0.1, and
+# so can every other local user, whose listener on another port is the same
+# site to a browser (cookies do not isolate by port):
+#  - no ambient credential: the printed URL carries a one-time code in its
+#    fragment (never sent in a request line, never in a log); the script
+#    trades it for a key it keeps in sessionStorage (this origin, this tab)
+#    and sends in a header on every call, the event stream included (read with
+#    fetch: EventSource cannot send headers).  No cookie is set, so a browser
+#    has nothing to hand another port, and a page elsewhere has nothing to send;
+#  - a code works once; `ui --open` opens a 0600 file that redirects, so no
+#    browser's command line (world-readable in /proc) carries even that;
+#  - the Host header must be exactly 127.0.0.1:PORT (DNS rebinding);
+#  - a cross-site Origin or Sec-Fetch-Site is refused (but for the navigation
+#    to the empty page itself), and no CORS headers: the key's custom header
+#    makes any cross-origin call a preflight nobody answers;
+#  - a request's head and body arrive within UI_READ_S or the connection
+#    closes, at most UI_PENDING_MAX connections wait unauthenticated, and a
+#    Content-Length must be plain digits (never negative, never two);
+#  - a strict Content-Security-Policy: script and style only from this server,
+#    and the script renders every stored string with textContent.
 
-PI_EXTENSION = r"""%MARKER%
-// It maps Pi's extension events onto agents-room's hook front end
-// (agents_room.py hook --harness pi --event=E, hook JSON on stdin, the answer on
-// stdout), registers the agents-room MCP server for the session (with the
-// session id as its harness key) and, in interactive and RPC mode, listens on
-// a socket of the session's: the wake lever that starts a turn when idle.
-//
-//   session_start          -> SessionStart (join; the digest rides the next run)
-//   before_agent_start     -> UserPromptSubmit (the turn starts; digest, signal)
-//   tool_result            -> PostToolUse (the signal, steered in before the next call)
-//   tool_call (edit/write) -> PreToolUse (a file another session holds: confirm)
-//   agent_before_settle    -> Stop (the hold: one continuation with the signal)
-//   session_shutdown       -> SessionEnd (not on reload)
-//
-// Run setup pi again to change it; a vendored agents_room.py (inside the
-// project) is named relative to the project root, two levels above this file.
-import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
-import { spawn } from "node:child_process";
-import * as fs from "node:fs";
-import * as net from "node:net";
-import * as os from "node:os";
-import * as path from "node:path";
+UI_POLL_S = 0.3             # change detection: PRAGMA data_version, MAX(events.id)
+UI_KEYS_MAX = 64            # keys issued (a tab each), oldest forgotten first
+UI_CODES_MAX = 8            # one-time codes outstanding, oldest forgotten first
+UI_TAB_CODE_S = 120         # a code asked for by a tab (another tab) lasts this long
+UI_READ_S = 5.0             # a request's head and body arrive within this
+UI_WRITE_S = 30.0           # an answer is taken within this
+UI_PENDING_MAX = 32         # connections not yet authenticated, at once
+UI_CONNECTIONS_MAX = 128    # every connection, at once (a tab holds a stream and a few)
+UI_BODY_MAX = 2 * BODY_MAX_BYTES
 
-const CONFIG = %CONFIG%;
 
-const PYTHON = CONFIG.python;
-const SCRIPT = CONFIG.vendored ? path.resolve(__dirname, "..", "..", CONFIG.script)
-	: CONFIG.script;
-const HOOK_TIMEOUT_MS = 10_000;
-// agents-room's launcher: import the module, so Python uses its bytecode cache
-// (a hook in 0.05-0.15 s instead of ~0.4 s for python3 agents_room.py).
-const LAUNCHER = ["-I", "-S", "-c", %LAUNCHER%, path.dirname(SCRIPT)];
-const EDIT_TOOLS = new Set(["edit", "write"]);
-const TYPE = "agents-room";
+UI_MESSAGES = 200           # the newest messages a page shows; "older" pages back
+UI_EVENTS = 300             # the newest events the event list holds
+UI_TASKS = 200              # tasks on the board: open and claimed first, then the newest
+UI_TIMELINE_S = 3600        # the timeline's reach
+UI_TIMELINE_SCAN = 5000     # the newest events it looks through, at most (an id range)
+# What the timeline draws: what a person follows, not the bookkeeping.
+UI_TIMELINE_KINDS = ("msg.send", "msg.ack", "lease.claim", "lease.release", "lease.expire",
+                     "lease.takeover", "signal.stop", "wake.accepted", "wake.try",
+                     "session.join", "session.end", "session.leave")
+UI_TIMELINE_PREFIXES = ("work.", "task.", "window.")
+# How much a person is needed, per reason (lower first): the overview sorts by it.
+UI_RANKS = {"gone": 0, "blocked": 1, "overdue": 1, "window": 2, "window_ack": 2,
+            "urgent": 2, "waiting": 3, "acks_awaited": 3, "ack": 4, "urgent_sent": 5}
+UI_RANK_ATTENTION = 1       # this rank or lower: the row says "needs you"
 
-/** The key agents-room knows this session by: Pi's session id, except for a
- * fork of a session whose folder is gone.  Since Pi 1.5.2, resuming a session
- * of a moved checkout offers "Fork into <here> (new session ID)", and pi --fork
- * does the same: that is the same work, moved, so it keeps the original's
- * agents-room session (its rooms, mail and leases) under the original's id.  A
- * fork beside a folder that still exists is new work, with an id of its own. */
-function roomKey(ctx: ExtensionContext): string {
-	let key = ctx.sessionManager.getSessionId();
-	let parent = (ctx.sessionManager as any).getHeader?.()?.parentSession;
-	for (let depth = 0; parent && depth < 8; depth++) {
-		let header: any;
-		try {
-			const fd = fs.openSync(parent, "r");
-			const buffer = Buffer.alloc(65536);
-			const size = fs.readSync(fd, buffer, 0, buffer.length, 0);
-			fs.closeSync(fd);
-			header = JSON.parse(buffer.toString("utf8", 0, size).split("\n", 1)[0]);
-		} catch {
-			break;
-		}
-		if (!header || header.type !== "session" || typeof header.id !== "string" ||
-			typeof header.cwd !== "string" || fs.existsSync(header.cwd)) break;
-		key = header.id;
-		parent = header.parentSession;
-	}
-	return key;
+
+def _ui_deliveries(conn, message_ids):
+    found = {}
+    if not message_ids:
+        return found
+    marks = ",".join("?" * len(message_ids))
+    for d in conn.execute(
+            "SELECT d.message_id, d.session_id, s.label, d.state FROM deliveries d "
+            "JOIN sessions s ON s.id = d.session_id WHERE d.message_id IN (%s) "
+            "ORDER BY s.label, d.session_id" % marks, message_ids):
+        found.setdefault(d["message_id"], []).append(
+            {"session_id": d["session_id"], "label": d["label"], "state": d["state"]})
+    return found
+
+
+def _ui_short(lease, holder_cwd):
+    """A lease's resource as its holder would write it: under its repository's
+    top level, else relative to the holder's directory, else as stored (kinds
+    other than path are short already)."""
+    if lease["kind"] != "path":
+        return lease["path"]
+    if lease["key"].startswith("@") and "/" in lease["key"]:
+        return lease["key"].split("/", 1)[1]
+    if holder_cwd:
+        try:
+            relative = os.path.relpath(lease["path"], holder_cwd)
+        except ValueError:
+            relative = None
+        if relative and relative != ".." and not relative.startswith(".." + os.sep):
+            return relative
+    return lease["path"]
+
+
+def _ui_who(op, session_id):
+    row = op.session(session_id) if session_id else None
+    return (row["label"] if row is not None and row["label"] else None) or \
+        (session_id or "?")[:8]
+
+
+def _ui_waits(op, item, leases, windows, tasks):
+    """What one session waits for and what it owes, each a sentence with a
+    rank (UI_RANKS), so the overview can say who a person must look at and
+    why: a gone holder, a blocked work state (and whom it told), acks owed or
+    awaited, quiet windows missing acks, urgent messages unread."""
+    conn, at, sid = op.conn, op.at, item["session_id"]
+    found = []
+
+    def add(kind, text, **extra):
+        found.append(dict(extra, kind=kind, rank=UI_RANKS[kind], text=text))
+    held = [l["short"] for l in leases if l["session_id"] == sid]
+    claimed = ["#%d" % t["task_id"] for t in tasks
+               if t["claimed_by"] == sid and t["state"] == "claimed"]
+    if item["liveness"] == "gone" and (held or claimed):
+        add("gone", "gone, still " + "; ".join(filter(None, [
+            "holds " + ", ".join(held) if held else "",
+            "claims task " + ", ".join(claimed) if claimed else ""])))
+    for work in item["work"]:
+        if work["state"] not in ("blocked", "waiting"):
+            continue
+        text = "%s on %s%s" % (work["state"], work["scope"],
+                               ": " + work["summary"] if work["summary"] else "")
+        told = conn.execute(
+            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
+            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
+                                         work["scope"])).fetchone()
+        message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
+            "message_id")
+        if message_id:
+            states = conn.execute("SELECT session_id, state FROM deliveries WHERE "
+                                  "message_id=? ORDER BY session_id",
+                                  (message_id,)).fetchall()
+            unread = [_ui_who(op, d["session_id"]) for d in states
+                      if d["state"] in UNREAD_STATES]
+            text += "; told %s (#%d%s)" % (
+                ", ".join(_ui_who(op, d["session_id"]) for d in states) or "nobody",
+                message_id, ", unread by " + ", ".join(unread) if unread else "")
+        add("blocked" if work["state"] == "blocked" else "waiting", text,
+            message_id=message_id)
+    for m in conn.execute(
+            "SELECT m.id, m.sender, m.ack_by FROM deliveries d JOIN messages m ON "
+            "m.id = d.message_id WHERE d.session_id=? AND m.ack_required=1 AND "
+            "d.state NOT IN ('acked', 'expired') AND m.expires_at > ? ORDER BY m.id",
+            (sid, at)).fetchall():
+        overdue = m["ack_by"] is not None and m["ack_by"] < at
+        add("overdue" if overdue else "ack", "owes an ack on #%d from %s" % (
+            m["id"], _ui_who(op, m["sender"])), message_id=m["id"], due=iso(m["ack_by"]))
+    for m in conn.execute(
+            "SELECT m.id, m.sender FROM deliveries d JOIN messages m ON m.id = "
+            "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
+            "m.importance='urgent' ORDER BY m.id" % UNREAD_SQL, (sid,)).fetchall():
+        add("urgent", "urgent #%d from %s unread" % (m["id"], _ui_who(op, m["sender"])),
+            message_id=m["id"])
+    awaited = {}
+    for d in conn.execute(
+            "SELECT m.id, m.ack_required, m.ack_by, m.importance, d.session_id, d.state "
+            "FROM messages m JOIN deliveries d ON d.message_id = m.id WHERE m.sender=? "
+            "AND m.expires_at > ? AND (m.ack_required=1 OR m.importance='urgent') "
+            "ORDER BY m.id, d.session_id", (sid, at)).fetchall():
+        waiting = d["state"] in UNREAD_STATES if not d["ack_required"] else \
+            d["state"] not in ("acked", "expired")
+        if waiting:
+            awaited.setdefault((d["id"], d["ack_required"], d["ack_by"]), []).append(
+                _ui_who(op, d["session_id"]))
+    for (message_id, ack_required, ack_by), whom in awaited.items():
+        if ack_required:
+            add("acks_awaited", "waits for acks on #%d from %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id, due=iso(ack_by))
+        else:
+            add("urgent_sent", "its urgent #%d is unread by %s" % (message_id,
+                                                                  ", ".join(whom)),
+                message_id=message_id)
+    for window in windows:
+        if window["state"] != "pending":
+            continue
+        if window["session_id"] == sid:
+            holders = sorted({l["label"] or l["session_id"][:8] for l in leases
+                              if l["session_id"] != sid and l["liveness"] != "gone" and
+                              l["resource"] in window["resources"]})
+            missing = window["missing_labels"]
+            if missing or holders:
+                add("window", "quiet window #%d on %s waits for %s" % (
+                    window["window_id"], ", ".join(window["resources"]), "; ".join(
+                        filter(None, ["acks from " + ", ".join(missing) if missing else "",
+                                      "releases from " + ", ".join(holders)
+                                      if holders else ""]))),
+                    window_id=window["window_id"], due=window["ack_deadline"])
+        elif sid in window["missing_acks"]:
+            add("window_ack", "asked to ack %s's quiet window #%d" % (
+                window["label"] or window["session_id"][:8], window["window_id"]),
+                window_id=window["window_id"], due=window["ack_deadline"])
+    found.sort(key=lambda w: w["rank"])
+    return found
+
+
+def _ui_tasks(op):
+    rows = op.conn.execute(
+        "SELECT * FROM tasks ORDER BY state NOT IN ('open', 'claimed'), id DESC "
+        "LIMIT ?", (UI_TASKS,)).fetchall()
+    tasks = []
+    for row in rows:
+        item = task_dict(op, row)
+        item["claimed_at"] = iso(row["claimed_at"]) if row["state"] == "claimed" else None
+        item["creator_label"] = _ui_who(op, row["created_by"])
+        tasks.append(item)
+    return tasks
+
+
+def _ui_timeline(op):
+    """The last hour's events a person follows (UI_TIMELINE_KINDS), oldest
+    first, looked for among the newest UI_TIMELINE_SCAN ids: a primary-key
+    range, never a scan of the whole log."""
+    conn = op.conn
+    newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+    marks = ",".join("?" * len(UI_TIMELINE_KINDS))
+    rows = conn.execute(
+        "SELECT * FROM events WHERE id > ? AND at >= ? AND (kind IN (%s)%s) ORDER BY id"
+        % (marks, "".join(" OR kind LIKE ?" for _ in UI_TIMELINE_PREFIXES)),
+        [newest - UI_TIMELINE_SCAN, op.at - UI_TIMELINE_S] + list(UI_TIMELINE_KINDS) +
+        [p + "%" for p in UI_TIMELINE_PREFIXES]).fetchall()
+    labels = {}
+    items = [_event_item(conn, row, None, labels) for row in rows]
+    for item in items:
+        item.pop("ts", None)
+    return items
+
+
+@tool("ui_state", "The operator page's snapshot", {
+    "before": S_MESSAGE_ID,
+    "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX},
+    "operator_key": {"type": "string", "maxLength": 200}},
+    read_only=True, public=False, after=False)
+def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
+    """Everything the page shows: room_status for the whole store; an
+    overview row per agent (every session in a room but the page's own
+    operator, operator_key's), what it holds and what it waits for, sorted so
+    what needs a person comes first; the task board; the newest messages
+    (older ones with before=) with each recipient's delivery state; the last
+    hour's timeline and the newest events.  Read as no one: the operator
+    watching is no session's call."""
+    conn, at = op.conn, op.at
+    status = room_status(op)
+    found = conn.execute("SELECT id FROM sessions WHERE harness_key=? AND left_at IS NULL",
+                         (operator_key,)).fetchone() if operator_key else None
+    operator = found[0] if found else None
+    cwds = {}
+    for s in status["sessions"]:
+        cwds[s["session_id"]] = s["cwd"]
+        s["home"] = next((r for r in s["rooms"] if r.startswith("repo:")), None) or \
+            (s["rooms"][0] if s["rooms"] else None)
+    homes = {s["session_id"]: s["home"] for s in status["sessions"]}
+    leases = []
+    for row in conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path",
+                            (at,)).fetchall():
+        item = lease_dict(conn, row, op.liveness)
+        item["short"] = _ui_short(row, cwds.get(row["session_id"]) or (
+            op.session(row["session_id"]) or {"cwd": None})["cwd"])
+        item["home"] = homes.get(row["session_id"])
+        leases.append(item)
+    for window in status["windows"]:
+        window["home"] = homes.get(window["session_id"])
+    tasks = _ui_tasks(op)
+    agents = []
+    for s in status["sessions"]:
+        if s["session_id"] == operator:
+            continue
+        item = dict(s)
+        item["holds"] = [l for l in leases if l["session_id"] == s["session_id"]]
+        item["urgent_unread"] = conn.execute(
+            "SELECT COUNT(*) FROM deliveries d JOIN messages m ON m.id = d.message_id "
+            "WHERE d.session_id=? AND d.state IN %s AND m.importance='urgent'"
+            % UNREAD_SQL, (s["session_id"],)).fetchone()[0]
+        item["quiet_s"] = max(0, int(at - parse_iso(s["last_seen"])))
+        item["waits"] = _ui_waits(op, item, leases, status["windows"], tasks)
+        item["rank"] = min([w["rank"] for w in item["waits"]] + [9])
+        item["needs_you"] = item["rank"] <= UI_RANK_ATTENTION
+        agents.append(item)
+    agents.sort(key=lambda a: (a["rank"], a["label"] or "~", a["session_id"]))
+    rows = conn.execute("SELECT * FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?",
+                        (before or ID_MAX, limit + 1)).fetchall()
+    shown = rows[:limit]
+    deliveries = _ui_deliveries(conn, [m["id"] for m in shown])
+    messages = []
+    for row in reversed(shown):
+        item = message_dict(op, row)
+        item["to"] = json.loads(row["selector"]) if row["selector"] else None
+        item["deliveries"] = deliveries.get(row["id"], [])
+        messages.append(item)
+    events = events_tail(op, limit=UI_EVENTS)["events"]
+    for item in events:
+        item.pop("ts", None)
+    return dict(status, leases=leases, operator=operator, agents=agents, tasks=tasks,
+                messages=messages, more=len(rows) > limit, events=events,
+                timeline=_ui_timeline(op), timeline_s=UI_TIMELINE_S)
+
+
+# The operator's acts (the page's appendix calls them through the door).  The
+# operator joins a room only to act in it -- never to watch -- and only that
+# room: a broadcast reaches the rooms' members, and a watcher who became one
+# would change who every agent's `*` reaches.
+S_UI_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+@tool("ui_join", "The operator joins the room it acts in", {
+    "harness_key": S_UI_KEY, "room": S_ROOM,
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS}},
+    ["harness_key", "room"], caller="key", public=False)
+def ui_join(op, harness_key, room, label=None):
+    """Join an existing room (never create one) as the operator: a human
+    session at autonomy 0, keyed by the page's harness key, so every run of
+    `ui` with that label on this host is the same session."""
+    full = resolve_room(op.conn, room)
+    return room_join(op, room=full, label=label, harness="human", autonomy=0,
+                     harness_key=harness_key)
+
+
+@tool("ui_act", "The operator joins a room and acts there, or neither", {
+    "harness_key": S_UI_KEY, "room": S_ROOM,
+    "label": {"type": "string", "maxLength": LABEL_MAX_CHARS},
+    "act": {"type": "string", "maxLength": 100}, "args": {"type": "object"}},
+    ["harness_key", "room", "act", "args"], caller="key", public=False)
+def ui_act(op, harness_key, room, act, args, label=None):
+    """ui_join and then the act (a tool of the operator's session) in one
+    transaction: an act refused (bad arguments, a holder not gone) leaves the
+    operator out of the room, as if it had not asked (issue 34)."""
+    inner = TOOLS.get(act)
+    if inner is None or inner.prepare is not None or inner.caller not in (
+            "present", "required", "optional"):
+        raise UsageError("the page cannot act with %r" % (act,))
+    joined = ui_join(op, harness_key, room, label)
+    op.caller, op._rows = session_row(op.conn, joined["session_id"]), {}
+    args = dict(args, session_id=joined["session_id"])
+    check_args(inner, args)
+    args = {k: v for k, v in args.items() if v is not None and k != "session_id"}
+    return {"joined": joined, "result": inner.fn(op, **args)}
+
+
+@tool("ui_leave", "The operator leaves as the page stops", {"harness_key": S_UI_KEY},
+      ["harness_key"], caller="key", public=False, destructive=True)
+def ui_leave(op, harness_key):
+    """Leave every room the operator joined: a person who closed the page is
+    no longer there to hear a broadcast or ack a quiet window."""
+    if op.caller is None or (op.caller["left_at"] is not None and
+                             not rooms_of(op.conn, op.me)):
+        return {"ok": True, "left_rooms": []}
+    return room_leave(op)
+
+
+@tool("ui_send", "The operator speaks in one room", {
+    "session_id": S_SESSION, "room": S_ROOM,
+    "to": {"type": ["string", "array"], "items": {"type": "string", "maxLength": 5000},
+           "minItems": 1, "maxItems": SELECTORS_MAX},
+    "subject": {"type": "string", "maxLength": SUBJECT_MAX_CHARS},
+    "body": {"type": "string"}, "reply_to": S_MESSAGE_ID,
+    "importance": {"type": "string", "enum": list(IMPORTANCE)}},
+    ["session_id", "room", "to"], caller="present", public=False)
+def ui_send(op, room, to, subject=None, body=None, reply_to=None, importance="normal"):
+    """msg_send from a room the operator is in, where '*' means everyone in
+    that room (not in every room the operator happens to be in)."""
+    full = resolve_room(op.conn, room)
+    if full not in rooms_of(op.conn, op.me):
+        raise RoomError("you are not in %s" % full, "the page joins it when you send there")
+    if to == "*" and rooms_of(op.conn, op.me) != [full]:
+        to = [r[0] for r in op.conn.execute(
+            "SELECT m.session_id FROM memberships m JOIN sessions s ON s.id = m.session_id "
+            "WHERE m.room=? AND m.session_id != ? AND s.left_at IS NULL ORDER BY "
+            "m.session_id", (full, op.me))]
+        if not to:
+            raise RoomError("nobody else is in %s" % full)
+        if len(to) > SELECTORS_MAX:
+            raise RoomError("%s has more than %d members besides you" % (
+                full, SELECTORS_MAX), "leave your other rooms, then send to * again")
+    return msg_send(op, to=to, subject=subject, body=body, reply_to=reply_to,
+                    importance=importance)
+
+
+@tool("ui_task_release", "The operator reopens a gone claimant's task", {
+    "session_id": S_SESSION, "task_id": S_MESSAGE_ID}, ["session_id", "task_id"],
+    caller="present", public=False, destructive=True)
+def ui_task_release(op, task_id):
+    """Put a claimed task back to open when its claimant is gone (never one
+    that may be alive, never unknown: the rule a claim's takeover uses); the
+    event is the operator's and names the claimant."""
+    row = op.conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+    if row is None:
+        raise RoomError("no task #%d" % task_id)
+    if row["state"] != "claimed":
+        raise RoomError("task #%d is %s, not claimed" % (task_id, row["state"]))
+    claimant = op.session(row["claimed_by"])
+    liveness = op.liveness(claimant) if claimant is not None else "gone"
+    if liveness != "gone":
+        raise RoomError("the claimant of task #%d is %s, not gone; ask it to release" % (
+            task_id, liveness))
+    op.conn.execute("UPDATE tasks SET state='open', claimed_by=NULL, updated_at=? "
+                    "WHERE id=?", (op.at, task_id))
+    op.event("task.release", op.me, room=row["room"], subject=task_id,
+             data={"why": "operator", "claimant": row["claimed_by"]})
+    return {"ok": True, "task": task_dict(op, op.conn.execute(
+        "SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone())}
+
+
+@tool("ui_lease_release", "The operator releases a stale lease", {
+    "session_id": S_SESSION, "holder": {"type": "string", "maxLength": 200},
+    "resource": {"type": "string", "maxLength": PATH_MAX_CHARS}},
+    ["session_id", "holder", "resource"], caller="present", public=False,
+    destructive=True)
+def ui_lease_release(op, holder, resource):
+    """The operator removes a lease whose holder is gone (never one of a
+    session that may be alive); the event is the operator's and names the
+    holder."""
+    lease = op.conn.execute("SELECT * FROM leases WHERE session_id=? AND path=?",
+                            (holder, resource)).fetchone()
+    if lease is None:
+        raise RoomError("no lease of %s on %s" % (holder, resource))
+    liveness = holder_liveness(op, lease)
+    if liveness != "gone":
+        raise RoomError("the holder of %s is %s, not gone; ask it to release" % (
+            resource, liveness))
+    op.conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
+    op.freed = True               # a lease row went: free watches look
+    op.event("lease.release", op.me, subject=lease["key"], data={
+        "mode": lease["mode"], "why": "operator", "holder": holder,
+        "shown": lease["path"], "kind": lease["kind"]})
+    return {"ok": True, "released": lease["path"]}
+
+
+@tool("ui_window_cancel", "The operator cancels a quiet window", {
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID}, ["session_id", "window_id"],
+    caller="present", public=False, destructive=True)
+def ui_window_cancel(op, window_id):
+    """The operator ends someone's pending or active quiet window; the event
+    is the operator's and names the window's owner."""
+    window = _load_window(op.conn, window_id)
+    if not move_window(op.conn, window_id, "cancelled", op.at, op.me, {
+            "was": window["state"], "why": "operator", "owner": window["session_id"]}):
+        raise RoomError("quiet window #%d is %s already" % (window_id, window["state"]))
+    return window_dict(op.conn, _load_window(op.conn, window_id))
+
+
+def _ui_same(given, secret):
+    """A constant-time comparison that takes whatever a client sent (str
+    compare_digest refuses non-ASCII with TypeError)."""
+    import hmac
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               secret.encode("utf-8"))
+
+
+class OperatorPage:
+    """The state of one `ui` run: its one-time codes and the keys they became,
+    the store connection requests share (one at a time), the operator's
+    session once it acted, and the change counter the event stream waits on."""
+
+    def __init__(self, port, label):
+        import threading
+        self.port, self.label = port, label
+        self.harness_key = "agents-room-ui:%s@%s" % (label, host_name())
+        self.codes = []             # (code, expires at or None), each good once
+        self.keys = []
+        self.host = "127.0.0.1:%d" % port
+        self.origin = "http://" + self.host
+        self.store = open_store()
+        self.lock = threading.Lock()          # the store connection
+        self.auth = threading.Lock()          # codes and keys
+        self.changed = threading.Condition()
+        self.version = 0
+        self.stopping = False
+        self.operator = None
+        self.rooms = set()
+        self.opener = None                    # --open's redirecting file
+
+    def new_code(self, ttl_s=None):
+        import secrets
+        code = secrets.token_urlsafe(24)
+        with self.auth:
+            self.codes = (self.codes + [(code, None if ttl_s is None else
+                                         time.monotonic() + ttl_s)])[-UI_CODES_MAX:]
+        return code
+
+    def redeem(self, code):
+        """The code's key, once: the code is spent whether or not the answer
+        reaches the browser.  None for a code that is unknown, spent or old."""
+        import secrets
+        with self.auth:
+            found = [c for c in self.codes if _ui_same(code, c[0])]
+            if not found or (found[0][1] is not None and found[0][1] < time.monotonic()):
+                return None
+            self.codes.remove(found[0])
+            key = secrets.token_urlsafe(32)
+            self.keys = (self.keys + [key])[-UI_KEYS_MAX:]
+        self.remove_opener()
+        return key
+
+    def key_ok(self, key):
+        with self.auth:
+            keys = list(self.keys)
+        return bool(key) and any(_ui_same(key, k) for k in keys)
+
+    def write_opener(self, url):
+        """A 0600 file in a fresh 0700 directory that sends a browser to url:
+        what `--open` hands the browser instead of the URL, so the code is on
+        no command line.  Removed once a code is redeemed, and at exit."""
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="agents-room-ui-")
+        path = os.path.join(folder, "open.html")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(
+            os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write('<!doctype html><meta charset="utf-8">'
+                         '<meta name="referrer" content="no-referrer">'
+                         '<meta http-equiv="refresh" content="0; url=%s">'
+                         '<title>agents-room</title><p><a href="%s">open the operator '
+                         'page</a></p>\n' % (url, url))
+        self.opener = path
+        return path
+
+    def remove_opener(self):
+        path, self.opener = self.opener, None
+        if path:
+            for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+                try:
+                    remove(target)
+                except OSError:
+                    pass
+
+    def call(self, name, args):
+        # The terminal's own harness variables (a `ui` started inside an
+        # agent's shell) are not the operator's: no key, lever or token of
+        # theirs may be recorded for the human session.
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "USER", "LOGNAME")
+               if k in os.environ}
+        ctx = Context(via="ui", env=env, pid=os.getpid(),
+                      pid_start=process_start(os.getpid()))
+        with self.lock:
+            return call_tool(self.store, ctx, name, args)
+
+    def join(self, room):
+        """The operator's session, in `room` (and whatever rooms it is in
+        already): joined only to act there."""
+        if not isinstance(room, str) or not room.strip():
+            raise UsageError("name the room to act in")
+        if self.operator and room in self.rooms:
+            return self.operator            # no rejoin event per act
+        result = self.call("ui_join", {"harness_key": self.harness_key, "room": room,
+                                       "label": self.label})
+        self.operator, self.rooms = result["session_id"], set(result["rooms"])
+        return self.operator
+
+    def leave(self):
+        """As `ui` stops: out of every room (nobody watches to hear there)."""
+        result = self.call("ui_leave", {"harness_key": self.harness_key})
+        self.operator, self.rooms = None, set()
+        return result.get("left_rooms") or []
+
+    def watch(self):
+        """Poll for changes (another connection's commit moves data_version;
+        events.id covers a reset connection) and wake the event streams."""
+        store = open_store()
+        last = None
+        try:
+            while not self.stopping:
+                try:
+                    seen = (store.change_mark(),
+                            store.conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
+                except (RoomError,) + store.errors:
+                    seen = last       # a server restarting: the next look connects
+                if seen != last:
+                    last = seen
+                    with self.changed:
+                        self.version += 1
+                        self.changed.notify_all()
+                store.wait_change(UI_POLL_S)
+        finally:
+            store.close()
+
+
+def _ui_server():
+    """ThreadingHTTPServer with a cap on connections: at most UI_PENDING_MAX
+    not yet authenticated (a request with a valid key moves its connection
+    out of that count) and UI_CONNECTIONS_MAX in all; past a cap a
+    connection gets a one-line 503 and is closed at once."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def __init__(self, address):
+            self.counts = threading.Lock()
+            self.pending, self.open, self.authenticated = 0, 0, set()
+            ThreadingHTTPServer.__init__(self, address, None)
+
+        def process_request(self, request, client_address):
+            with self.counts:
+                full = self.pending >= UI_PENDING_MAX or self.open >= UI_CONNECTIONS_MAX
+                if not full:
+                    self.pending += 1
+                    self.open += 1
+            if full:
+                try:
+                    request.setblocking(False)
+                    request.send(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close"
+                                 b"\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+                self.shutdown_request(request)
+                return
+            ThreadingHTTPServer.process_request(self, request, client_address)
+
+        def process_request_thread(self, request, client_address):
+            try:
+                ThreadingHTTPServer.process_request_thread(self, request, client_address)
+            finally:
+                with self.counts:
+                    self.open -= 1
+                    if request in self.authenticated:
+                        self.authenticated.discard(request)
+                    else:
+                        self.pending -= 1
+
+        def handle_error(self, request, client_address):
+            # A browser that went away mid-answer is no error of ours.
+            if not isinstance(sys.exc_info()[1], OSError):
+                ThreadingHTTPServer.handle_error(self, request, client_address)
+
+        def vouch(self, request):
+            """A request on this connection carried a valid key."""
+            with self.counts:
+                if request not in self.authenticated:
+                    self.authenticated.add(request)
+                    self.pending -= 1
+    return Server
+
+
+def _ui_handler(page):
+    import io
+    import socket
+    from http.server import BaseHTTPRequestHandler
+    from urllib.parse import urlsplit, parse_qs
+
+    class DeadlineReader(io.RawIOBase):
+        """The connection, read against the request's deadline: each recv
+        waits only for what is left of it, so a client that sends a byte now
+        and then cannot hold a thread (a socket timeout alone is per recv)."""
+
+        def __init__(self, handler):
+            self.handler = handler
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            left = self.handler.deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("the request did not arrive in time")
+            self.handler.connection.settimeout(left)
+            return self.handler.connection.recv_into(buffer)
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "agents-room-ui"
+        sys_version = ""
+        protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            BaseHTTPRequestHandler.setup(self)
+            self.deadline = time.monotonic() + UI_READ_S
+            self.rfile.close()                  # the plain reader, replaced
+            self.rfile = io.BufferedReader(DeadlineReader(self))
+
+        def handle_one_request(self):
+            # Each request on a kept-alive connection gets its own deadline,
+            # counted from when the last answer went out: an idle
+            # connection closes after UI_READ_S.
+            self.deadline = time.monotonic() + UI_READ_S
+            BaseHTTPRequestHandler.handle_one_request(self)
+
+        def log_message(self, form, *args):
+            pass                        # requests are not news; errors are answered
+
+        def send(self, code, body=b"", kind="text/plain; charset=utf-8", headers=()):
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            self.connection.settimeout(UI_WRITE_S)
+            self.send_response(code)
+            if code >= 400:
+                # A refused request's body may be unread: never reuse the
+                # connection (its rest would parse as the next request).
+                self.close_connection = True
+                self.send_header("Connection", "close")
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Content-Security-Policy", UI_CSP)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def refuse(self, why, code=403):
+            self.send(code, "refused: %s\n" % why)
+            return False
+
+        def allowed(self, key=True, navigation=False):
+            """The checks a request passes, in order; False once refused.
+            key: it must carry a valid X-Room-Key.  navigation: the empty
+            page itself, which a link or a file may open from anywhere."""
+            if self.headers.get("Host", "") != page.host:
+                return self.refuse("wrong Host header")
+            if not navigation:
+                origin = self.headers.get("Origin")
+                if origin is not None and origin != page.origin:
+                    return self.refuse("cross-origin request")
+                if self.headers.get("Sec-Fetch-Site", "same-origin") not in (
+                        "same-origin", "none"):
+                    return self.refuse("cross-site request")
+            if key:
+                if not page.key_ok(self.headers.get("X-Room-Key", "")):
+                    return self.refuse("no valid key: open the URL `ui` printed (its "
+                                       "code works once), or reload this tab")
+                self.server.vouch(self.request)
+            return True
+
+        def do_GET(self):
+            url = urlsplit(self.path)
+            if url.path == "/":
+                if self.allowed(key=False, navigation=True):
+                    self.send(200, UI_HTML, "text/html; charset=utf-8")
+            elif url.path in ("/app.js", "/app.css"):
+                if self.allowed(key=False):
+                    self.send(200, UI_JS if url.path == "/app.js" else UI_CSS,
+                              "text/%s; charset=utf-8" % (
+                                  "javascript" if url.path == "/app.js" else "css"))
+            elif url.path == "/api/state":
+                if not self.allowed():
+                    return
+                query = parse_qs(url.query)
+                args = {"operator_key": page.harness_key}
+                try:
+                    if query.get("before"):
+                        args["before"] = int(query["before"][0])
+                except ValueError:
+                    return self.answer_error(UsageError("before must be a message id"))
+                self.answer(lambda: dict(page.call("ui_state", args), you=page.label))
+            elif url.path == "/api/stream":
+                if self.allowed():
+                    self.stream()
+            elif self.allowed(key=False):
+                self.send(404, "not found\n")
+
+        def body_length(self):
+            """The announced body length: plain digits, one header, within
+            UI_BODY_MAX; None once refused (the body is never read then)."""
+            if self.headers.get("Transfer-Encoding") is not None:
+                self.refuse("send a Content-Length, not a Transfer-Encoding", 411)
+                return None
+            lengths = self.headers.get_all("Content-Length") or ["0"]
+            text = lengths[0].strip()
+            if len(lengths) != 1 or not (text.isascii() and text.isdigit()) or \
+                    len(text) > 12:
+                self.refuse("a bad Content-Length", 400)
+                return None
+            if int(text) > UI_BODY_MAX:
+                self.refuse("too large", 413)
+                return None
+            return int(text)
+
+        def do_POST(self):
+            path = urlsplit(self.path).path
+            length = self.body_length()
+            if length is None:
+                return
+            if path == "/api/login":
+                # The one request without a key: it trades a code for one.
+                if not self.allowed(key=False):
+                    return
+                key = page.redeem(self.headers.get("X-Room-Code", ""))
+                if key is None:
+                    return self.refuse("that code was used already or is unknown: "
+                                       "open a tab that works and ask it for another, "
+                                       "or restart `ui`")
+                return self.send(200, json.dumps({"key": key}),
+                                 "application/json; charset=utf-8")
+            if not self.allowed():
+                return
+            if path == "/api/code":
+                return self.send(200, json.dumps({"code": page.new_code(UI_TAB_CODE_S)}),
+                                 "application/json; charset=utf-8")
+            if not self.headers.get("Content-Type", "").startswith("application/json"):
+                return self.send(415, "send JSON\n")
+            try:
+                values = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(values, dict):
+                    raise ValueError
+            except (ValueError, RecursionError):
+                return self.send(400, "not a JSON object\n")
+            except OSError:
+                self.close_connection = True
+                return                         # the body did not arrive in time
+            action = UI_ACTIONS.get(path)
+            if action is None:
+                return self.send(404, "not found\n")
+            self.answer(lambda: _ui_act(page, action, values))
+
+        def answer(self, work):
+            try:
+                result = work()
+            except RoomError as error:
+                return self.answer_error(error)
+            self.send(200, json.dumps(result, ensure_ascii=False),
+                      "application/json; charset=utf-8")
+
+        def answer_error(self, error):
+            self.send(400, json.dumps(error.as_dict(), ensure_ascii=False),
+                      "application/json; charset=utf-8")
+
+        def stream(self):
+            """Server-Sent Events, read by the page with fetch: one `change`
+            event whenever the store changed (and once at the start); a
+            comment every 15 s keeps proxies and the browser from giving up."""
+            self.connection.settimeout(UI_WRITE_S)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", UI_CSP)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            seen = -1
+            try:
+                while not page.stopping:
+                    with page.changed:
+                        if page.version == seen:
+                            page.changed.wait(15)
+                        version = page.version
+                    if version != seen:
+                        seen = version
+                        self.wfile.write(b"event: change\ndata: %d\n\n" % version)
+                    else:
+                        self.wfile.write(b": still here\n\n")
+                    self.wfile.flush()
+            except (OSError, ValueError):
+                pass
+    return Handler
+
+
+# What the page may ask the door to do, as the operator: path -> (tool, the
+# fields it takes from the request, fixed arguments, whether the operator
+# joins the request's `room` first).  An act in a room joins that room only;
+# an ack or a leave is of a room the operator is in already.
+UI_ACTIONS = {
+    "/api/send": ("ui_send", ("room", "to", "subject", "body", "reply_to", "importance"),
+                  {}, True),
+    "/api/cap": ("room_set_autonomy_cap", ("room", "autonomy"), {}, True),
+    "/api/task-add": ("task", ("room", "title", "body"), {"action": "add"}, True),
+    "/api/task-release": ("ui_task_release", ("task_id",), {}, True),
+    "/api/window-cancel": ("ui_window_cancel", ("window_id",), {}, True),
+    "/api/lease-release": ("ui_lease_release", ("holder", "resource"), {}, True),
+    "/api/ack": ("msg_ack", ("message_id",), {}, False),
+    "/api/window-ack": ("window_ack", ("window_id",), {}, False),
+    "/api/leave-room": ("room_leave_room", ("room",), {}, False),
 }
 
-/** Run one agents-room hook; resolve to its stdout ("" on any failure or timeout). */
-function runHook(event: string, payload: object, extraEnv: Record<string, string> = {}): Promise<string> {
-	return new Promise((resolve) => {
-		const args = [...LAUNCHER, "hook", "--harness", "pi", `--event=${event}`];
-		if (event === "SessionStart") args.push("--autonomy", CONFIG.autonomy, ...CONFIG.startArgs);
-		let out = "";
-		let child;
-		try {
-			child = spawn(PYTHON, args, { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...extraEnv } });
-		} catch (error) {
-			return resolve("");
-		}
-		const timer = setTimeout(() => child.kill("SIGKILL"), HOOK_TIMEOUT_MS);
-		child.stdout.on("data", (data: Buffer) => (out += data.toString("utf8")));
-		child.stderr.on("data", () => {});
-		child.on("error", () => {
-			clearTimeout(timer);
-			resolve("");
-		});
-		child.on("close", () => {
-			clearTimeout(timer);
-			resolve(out);
-		});
-		child.stdin.on("error", () => {});
-		child.stdin.end(JSON.stringify(payload));
-	});
-}
 
-/** The text of a hook answer in any of the forms agents-room writes. */
-function answerOf(out: string): { text: string; ask?: string } {
-	if (!out.trim()) return { text: "" };
-	try {
-		const answer = JSON.parse(out);
-		const specific = answer.hookSpecificOutput || {};
-		if (specific.permissionDecision === "ask" || specific.permissionDecision === "deny")
-			return { text: "", ask: specific.permissionDecisionReason || "agents-room: leased" };
-		return { text: specific.additionalContext || answer.reason || answer.context || "" };
-	} catch {
-		return { text: "" };
-	}
-}
+def _ui_act(page, action, values):
+    """One of UI_ACTIONS as the operator's session."""
+    name, fields, fixed, joins = action
+    args = {k: values.get(k) for k in fields if values.get(k) not in (None, "")}
+    args.update(fixed)
+    room = values.get("room")
+    if joins and not (page.operator and room in page.rooms):
+        # Not in that room yet: join and act in one transaction, so a
+        # refused act joins nothing.
+        if not isinstance(room, str) or not room.strip():
+            raise UsageError("name the room to act in")
+        done = page.call("ui_act", {"harness_key": page.harness_key, "room": room,
+                                    "label": page.label, "act": name, "args": args})
+        page.operator = done["joined"]["session_id"]
+        page.rooms = set(done["joined"]["rooms"])
+        return done["result"]
+    for attempt in (1, 2):
+        if joins:
+            page.join(room)
+        elif page.operator is None:
+            raise RoomError("you are in no room yet",
+                            "send, reply or act in a room first: the page joins it then")
+        args["session_id"] = page.operator
+        try:
+            result = page.call(name, args)
+            break
+        except UnknownSession:
+            page.operator, page.rooms = None, set()   # pruned meanwhile: join again
+            if attempt == 2 or not joins:
+                raise
+    if name == "room_leave_room":
+        page.rooms = set(result["rooms"])
+    return result
 
-export default function (pi: ExtensionAPI) {
-	let sessionId = "";
-	let cwd = "";
-	let digest = "";          // SessionStart's answer, given to the model at the next run
-	let held = false;         // the last run was continued by our Stop: stop_hook_active
-	let settleSeen = false;   // agent_before_settle ran for this run (not aborted)
-	let steered = "";         // the signal already steered into this turn
-	let server: net.Server | undefined;
-	let socketPath = "";
-	let context: ExtensionContext | undefined;
 
-	const base = (event: string) => ({ session_id: sessionId, cwd, hook_event_name: event });
+UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+          "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
-	// The wake socket's directory: ~/.agents-room/pi, 0700, this user's own,
-	// checked with lstat (a link or another user's directory is refused),
-	// never a fixed name in the shared temporary directory, which another user
-	// can create first (issue 34).  Anything wrong there: no wake lever (the
-	// join says nothing can wake the session), never an error thrown in
-	// session_start.  A socket's path must fit sun_path (104 bytes on macOS,
-	// 108 on Linux): under a HOME too deep for that, a directory of its own
-	// that mkdtemp creates under the temporary directory (a fresh random
-	// name, 0700, so nobody can have made it first), removed at shutdown.
-	let socketDir = "";
-	function wakeSocketPath(): string {
-		const uid = process.getuid?.();
-		const room = path.join(os.homedir(), ".agents-room");
-		const dir = path.join(room, "pi");
-		const name = `pi-${sessionId}.sock`;
-		if (Buffer.byteLength(path.join(dir, name)) >= 104) {
-			socketDir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-pi-"));
-			const full = path.join(socketDir, name);
-			return Buffer.byteLength(full) < 104 ? full : "";
-		}
-		for (const d of [room, dir]) {
-			try {
-				fs.mkdirSync(d, { mode: 0o700 });
-			} catch (e: any) {
-				if (e?.code !== "EEXIST") return "";
-			}
-			const st = fs.lstatSync(d);
-			if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) return "";
-		}
-		if ((fs.lstatSync(dir).mode & 0o077) !== 0) fs.chmodSync(dir, 0o700);
-		return path.join(dir, name);
-	}
 
-	function startWakeSocket(): string {
-		try {
-			socketPath = wakeSocketPath();
-		} catch {
-			socketPath = "";
-		}
-		if (!socketPath) return "";
-		try {
-			fs.unlinkSync(socketPath);
-		} catch {}
-		server = net.createServer((conn) => {
-			let buffer = "";
-			conn.setEncoding("utf8");
-			conn.on("data", (chunk: string) => {
-				buffer += chunk;
-				const end = buffer.indexOf("\n");
-				if (end < 0) return;
-				const line = buffer.slice(0, end);
-				buffer = "";
-				let frame: any;
-				try {
-					frame = JSON.parse(line);
-				} catch {
-					conn.end(JSON.stringify({ ok: false, error: "bad json" }) + "\n");
-					return;
-				}
-				if (frame.type === "ping") {
-					conn.end(JSON.stringify({ ok: true, session_id: sessionId, idle: context?.isIdle() ?? null }) + "\n");
-					return;
-				}
-				if (frame.type !== "wake" || typeof frame.text !== "string") {
-					conn.end(JSON.stringify({ ok: false, error: "unknown frame" }) + "\n");
-					return;
-				}
-				const idle = context?.isIdle() ?? true;
-				// Idle: triggerTurn starts a run now.  Busy: the message waits as a
-				// follow-up until the running turn ends (no second turn is started).
-				const deliverAs = frame.deliverAs === "steer" ? "steer" : "followUp";
-				pi.sendMessage({ customType: TYPE, content: frame.text, display: true },
-					{ triggerTurn: true, deliverAs });
-				conn.end(JSON.stringify({ ok: true, session_id: sessionId, state: idle ? "started" : "queued" }) + "\n");
-			});
-			conn.on("error", () => {});
-		});
-		server.listen(socketPath, () => {
-			try {
-				fs.chmodSync(socketPath, 0o600);
-			} catch {}
-		});
-		server.on("error", () => {});
-		return socketPath;
-	}
+def _ui_arguments(sub):
+    sub.add_argument("--port", type=parse_int, default=0,
+                     help="the port on 127.0.0.1 (default: a free one)")
+    sub.add_argument("--open", action="store_true",
+                     help="open the page in a browser (through a private file, so the "
+                          "browser's command line carries no code)")
+    sub.add_argument("--label", help="the operator's label (default: your user name)")
 
-	pi.on("session_start", async (event, ctx) => {
-		context = ctx;
-		sessionId = roomKey(ctx);
-		// Pi's shell tool takes process.env (PI_SESSION_ID is Pi's own id): an
-		// agents_room.py run there finds this session by the key it joined with.
-		process.env.AGENTS_ROOM_HARNESS_KEY = sessionId;
-		cwd = ctx.cwd;
-		held = false;
-		// The MCP server for this session: its harness key ties room_join to the
-		// session the hooks joined.
-		pi.registerMcpServer(TYPE, {
-			command: PYTHON, args: [...LAUNCHER, ...CONFIG.serveArgs],
-			env: { AGENTS_ROOM_HARNESS_KEY: sessionId }, exposure: "direct",
-		} as any);
-		const hookEnv: Record<string, string> = {};
-		if (ctx.mode === "tui" || ctx.mode === "rpc") {
-			// A lever only where a turn can be started later: print and json modes exit.
-			const wake = startWakeSocket();
-			if (wake) hookEnv.AGENTS_ROOM_PI_SOCKET = wake;
-		}
-		const joined = answerOf(await runHook("SessionStart", { ...base("SessionStart"), source: event.reason }, hookEnv)).text;
-		// A /reload keeps the conversation, which has the digest already.
-		digest = event.reason === "reload" ? "" : joined;
-	});
 
-	pi.on("before_agent_start", async (event, _ctx) => {
-		if (event.messageType === "user") held = false;
-		const signal = answerOf(await runHook("UserPromptSubmit", { ...base("UserPromptSubmit"), prompt: event.prompt ?? "" })).text;
-		const woken = event.messageType === "custom" && (event as any).message?.customType === TYPE;
-		const parts = [digest, woken ? "" : signal].filter(Boolean);
-		digest = "";
-		if (!parts.length) return;
-		return { message: { customType: TYPE, content: parts.join("\n"), display: true } };
-	});
-
-	pi.on("turn_start", async () => {
-		steered = "";
-	});
-
-	// PostToolUse: the signal is steered in: Pi delivers it after this turn's tool
-	// calls, before the next model request (once per turn for parallel calls).
-	pi.on("tool_result", async (event, _ctx) => {
-		const { text } = answerOf(await runHook("PostToolUse", {
-			...base("PostToolUse"), tool_name: event.toolName, tool_input: event.input,
-		}));
-		if (!text || text === steered) return;
-		steered = text;
-		pi.sendMessage({ customType: TYPE, content: text, display: true }, { deliverAs: "steer" });
-	});
-
-	pi.on("tool_call", async (event, ctx) => {
-		if (!EDIT_TOOLS.has(event.toolName)) return;
-		const { ask } = answerOf(await runHook("PreToolUse", {
-			...base("PreToolUse"), tool_name: event.toolName, tool_input: event.input,
-		}));
-		if (!ask) return;
-		if (ctx.hasUI && (await ctx.ui.confirm("agents-room", `${ask}\n\nEdit anyway?`))) return;
-		return { block: true, reason: ask };
-	});
-
-	// Stop: agent_before_settle is the last point where a run can be continued
-	// (agent_end is not final: retries and queued follow-ups come after it).  An
-	// aborted run skips it: agent_settled then only tells agents-room the turn ended.
-	pi.on("agent_before_settle", async (event, _ctx) => {
-		settleSeen = true;
-		const completed = (event as any).outcome === undefined || (event as any).outcome === "completed";
-		const { text } = answerOf(await runHook("Stop", { ...base("Stop"), stop_hook_active: held || !completed }));
-		held = Boolean(text);
-		if (!text) return;
-		return {
-			entries: [...event.entries, { type: "custom_message", customType: TYPE, content: text, display: true }],
-			continue: true,
-		} as any;
-	});
-
-	pi.on("agent_settled", async (_event, _ctx) => {
-		if (!settleSeen) await runHook("Stop", { ...base("Stop"), stop_hook_active: true });
-		settleSeen = false;
-	});
-
-	pi.on("session_shutdown", async (event, _ctx) => {
-		if (server) {
-			server.close();
-			server = undefined;
-			try {
-				fs.unlinkSync(socketPath);
-				if (socketDir) fs.rmdirSync(socketDir);
-			} catch {}
-			socketDir = "";
-		}
-		if (event.reason !== "reload") await runHook("SessionEnd", { ...base("SessionEnd"), reason: event.reason });
-	});
-}
-"""
-
-OPENCODE_PLUGIN = r"""%MARKER%
-// agents-room for OpenCode, in .opencode/plugin/agents-room.js (project) or
-// ~/.config/opencode/plugin/agents-room.js (user); for its fork Kilo Code the
-// same, in .kilo/plugin and ~/.config/kilo/plugin.  Run setup again rather
-// than editing this file.
-//
-// OpenCode has no command hooks; this plugin runs agents_room.py's `hook` verb
-// with a Claude-style hook JSON on stdin ({hook_event_name, session_id, cwd,
-// ...}) and puts the answer where the model reads it:
-//   SessionStart + UserPromptSubmit <- "chat.message": a synthetic text part
-//                                      added to the user's message
-//   PostToolUse                     <- "tool.execute.after": text appended to
-//                                      the tool's output (MCP: a text block)
-//   Stop (hold)                     <- "experimental.text.complete" of a step
-//                                      without tool calls: a noReply user
-//                                      message, so OpenCode's loop goes on
-//                                      (Kilo: a follow-up prompt, see HOLD)
-//   wake (autonomy 2)               <- event session.idle: a `hook --event=Stop
-//                                      --wait` child; exit 2 -> its stderr is
-//                                      prompted (session.promptAsync)
-//   SessionEnd                      <- the plugin's dispose (OpenCode exits)
-// and links the MCP server (one per OpenCode process, shared by its sessions)
-// and the bash tool to the session: room_join gets the harness key, the shell
-// gets AGENTS_ROOM_HARNESS_KEY.
-// Every export of a plugin module must be a function (OpenCode throws
-// "Plugin export is not a function" otherwise): no other exports here.
-import { spawn } from "node:child_process"
-import { randomBytes } from "node:crypto"
-import path from "node:path"
-
-// ---- written by setup (this block only) --------------------------------------
-// python, then launcher() of agents_room.py: -I -S -c <import and run main>
-const PYTHON = %PYTHON%
-// the directory of agents_room.py: absolute, or relative to the worktree
-// (a vendored copy, so the repository can move)
-const ROOM_DIR = %DIR%
-const AUTONOMY = %AUTONOMY%                    // 0 notify, 1 hold, 2 wake
-const START_ARGS = %START_ARGS%                 // --also R / --label L from setup
-const HARNESS = %HARNESS%                       // opencode, or a fork's name (kilo)
-// how a held turn goes on: "reply" (a noReply message OpenCode's loop takes
-// in the same turn) or "follow" (a prompt queued to run right after it: Kilo's
-// loop leaves out messages that arrive during its turn)
-const HOLD = %HOLD%
-// -------------------------------------------------------------------------------
-const HOOK_TIMEOUT_MS = 10000
-
-// OpenCode's part ids: "prt_" + 12 hex of (ms * 4096 + n) + 14 base62
-let lastMs = 0, counter = 0
-function partID() {
-  const now = Date.now()
-  if (now !== lastMs) { lastMs = now; counter = 0 }
-  counter++
-  const hex = (BigInt(now) * 4096n + BigInt(counter)).toString(16).padStart(12, "0").slice(-12)
-  const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-  let tail = ""
-  for (const byte of randomBytes(14)) tail += alphabet[byte % 62]
-  return "prt_" + hex + tail
-}
-
-// Run one hook event: JSON on stdin -> {stdout, stderr, code, child}; never
-// throws, never outlives timeoutMs (0: no bound, for the waiter).
-let HOOK = null                 // set by the plugin function (needs the worktree)
-function runHook(event, payload, extra = [], timeoutMs = HOOK_TIMEOUT_MS, onChild = null) {
-  return new Promise((resolve) => {
-    const argv = [...HOOK, "--event=" + event, ...extra]
-    let child
-    try {
-      child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] })
-    } catch (error) {
-      return resolve({ stdout: "", stderr: String(error), code: -1 })
-    }
-    if (onChild) onChild(child)
-    let stdout = "", stderr = ""
-    const timer = timeoutMs ? setTimeout(() => child.kill("SIGKILL"), timeoutMs) : null
-    child.stdout.on("data", (d) => { stdout += d })
-    child.stderr.on("data", (d) => { stderr += d })
-    child.on("error", (error) => { stderr += String(error) })
-    child.on("close", (code) => {
-      if (timer) clearTimeout(timer)
-      resolve({ stdout, stderr, code, child })
-    })
-    child.stdin.on("error", () => {})
-    child.stdin.end(JSON.stringify({ hook_event_name: event, ...payload }))
-  })
-}
-
-// A Claude-style hook answer -> {context, hold}
-function answer(stdout) {
-  try {
-    const data = JSON.parse(stdout)
-    if (data && data.decision === "block") return { hold: String(data.reason || "") }
-    const out = data && data.hookSpecificOutput
-    return { context: out && out.additionalContext ? String(out.additionalContext) : "" }
-  } catch {
-    return {}
-  }
-}
-
-const quiet = (fn) => async (...args) => {
-  try { return await fn(...args) } catch (error) { /* a hook never breaks OpenCode */ }
-}
-
-export const AgentsRoom = async ({ client, directory, worktree }) => {
-  const dir = path.isAbsolute(ROOM_DIR) ? ROOM_DIR
-    : path.join(worktree || directory, ROOM_DIR)
-  HOOK = [...PYTHON, dir, "hook", "--harness", HARNESS]
-  const kinds = new Map()        // OpenCode session -> "main" | "child" (subagents: skipped)
-  const holding = new Set()      // sessions whose turn a Stop hold continued
-  const ours = new Set()         // texts this plugin prompted (no user turn)
-  const waiters = new Map()      // session -> child process of `hook --event=Stop --wait`
-  const base = (sessionID) => ({ session_id: sessionID, cwd: directory })
-
-  async function kind(sessionID) {
-    if (!kinds.has(sessionID)) {
-      const got = await client.session.get({ path: { id: sessionID } })
-      kinds.set(sessionID, got.data && got.data.parentID ? "child" : "new")
-    }
-    return kinds.get(sessionID)
-  }
-  const main = (sessionID) => kinds.get(sessionID) === "main"
-
-  function stopWaiter(sessionID) {
-    const child = waiters.get(sessionID)
-    waiters.delete(sessionID)
-    if (child) { try { child.kill("SIGTERM") } catch {} }
-  }
-
-  function arm(sessionID) {
-    // agents_room's armed waiter: exit 2 with the signal on stderr when a
-    // message arrives (its deliveries become accepted); one per session.
-    stopWaiter(sessionID)
-    let mine
-    runHook("Stop", base(sessionID), ["--wait"], 0, (child) => { mine = child; waiters.set(sessionID, child) })
-      .then(quiet(async ({ code, stderr, child }) => {
-        if (waiters.get(sessionID) === child) waiters.delete(sessionID)
-        const text = stderr.trim().split("\n").pop()
-        if (code !== 2 || !text) return
-        ours.add(text)
-        await client.session.promptAsync({
-          path: { id: sessionID }, body: { parts: [{ type: "text", text }] } })
-      }))
-  }
-
-  return {
-    "chat.message": quiet(async (input, output) => {
-      const sessionID = input.sessionID
-      const k = await kind(sessionID)
-      if (k === "child") return
-      stopWaiter(sessionID)
-      const said = output.parts.filter((p) => p.type === "text").map((p) => p.text).join("\n")
-      if (ours.delete(said)) return              // our own hold or wake text
-      holding.delete(sessionID)                  // a user's turn
-      const texts = []
-      if (k === "new") {                         // first message in this process
-        kinds.set(sessionID, "main")
-        const start = answer((await runHook("SessionStart",
-          { ...base(sessionID), source: "startup" }, ["--autonomy", AUTONOMY, ...START_ARGS])).stdout)
-        if (start.context) texts.push(start.context)
-      }
-      const submit = answer((await runHook("UserPromptSubmit",
-        { ...base(sessionID), prompt: said })).stdout)
-      if (submit.context) texts.push(submit.context)
-      if (texts.length) {
-        output.parts.push({ id: partID(), sessionID, messageID: output.message.id,
-          type: "text", text: texts.join("\n"), synthetic: true })
-      }
-    }),
-
-    "tool.execute.before": quiet(async (input, output) => {
-      if (input.tool === "agents-room_room_join" && output.args && !output.args.harness_key
-          && main(input.sessionID)) {
-        output.args.harness_key = input.sessionID
-      }
-    }),
-
-    "shell.env": quiet(async (input, output) => {
-      if (input.sessionID && main(input.sessionID)) output.env.AGENTS_ROOM_HARNESS_KEY = input.sessionID
-    }),
-
-    "tool.execute.after": quiet(async (input, output) => {
-      if (!main(input.sessionID)) return
-      const got = answer((await runHook("PostToolUse", {
-        ...base(input.sessionID), tool_name: input.tool, tool_input: input.args })).stdout)
-      if (!got.context) return
-      if (typeof output.output === "string") output.output += "\n\n" + got.context
-      else if (output && Array.isArray(output.content)) output.content.push({ type: "text", text: got.context })
-    }),
-
-    // Stop: the end of a step that called no tool is the end of the turn
-    // unless a newer user message exists when OpenCode's loop looks again.
-    "experimental.text.complete": quiet(async (input) => {
-      const { sessionID, messageID } = input
-      if (!main(sessionID)) return
-      const message = await client.session.message({ path: { id: sessionID, messageID } })
-      const parts = (message.data && message.data.parts) || []
-      if (parts.some((p) => p.type === "tool")) return
-      const active = holding.has(sessionID)
-      holding.delete(sessionID)
-      const got = answer((await runHook("Stop",
-        { ...base(sessionID), stop_hook_active: active })).stdout)
-      const reason = got.hold || got.context
-      if (!reason) return
-      holding.add(sessionID)
-      ours.add(reason)
-      if (HOLD === "follow") {
-        // Kilo scopes a turn to the prompt that started it: a message added
-        // now is a follow-up, queued and run as soon as this turn ends.
-        await client.session.promptAsync({ path: { id: sessionID },
-          body: { parts: [{ type: "text", text: reason, synthetic: true }] } })
-        return
-      }
-      await client.session.prompt({ path: { id: sessionID },
-        body: { noReply: true, parts: [{ type: "text", text: reason, synthetic: true }] } })
-    }),
-
-    event: quiet(async ({ event }) => {
-      if (event.type !== "session.idle") return
-      const sessionID = event.properties && event.properties.sessionID
-      if (main(sessionID) && (AUTONOMY === "2" || AUTONOMY === "wake")) arm(sessionID)
-    }),
-
-    dispose: quiet(async () => {
-      const sessions = [...kinds].filter(([, k]) => k === "main").map(([id]) => id)
-      for (const id of sessions) stopWaiter(id)
-      await Promise.all(sessions.map((id) => runHook("SessionEnd", base(id), [], 3000)))
-    }),
-  }
-}
-"""
+@command("ui", "Serve a live page of the rooms on 127.0.0.1.",
+         "Serve a live page of the store on 127.0.0.1 until Ctrl-C: one row per agent\n"
+         "(what it does, holds and waits for; who needs you first), the last hour as a\n"
+         "timeline, the task board, the conversation in threads with delivery states,\n"
+         "the rooms and the event log in sentences, updated as they change.  Prints one\n"
+         "URL whose code works once.  Watching joins no room; an act (send, reply, ack,\n"
+         "add a task, set a room's cap, cancel a quiet window, release a gone holder's\n"
+         "lease or task) joins the room it is in as your human session, which leaves\n"
+         "every room when `ui` stops.",
+         "ui --open --label alice", _ui_arguments)
+def run_ui(args):
+    """ui: serve the operator page until Ctrl-C or SIGTERM (exit 0)."""
+    import getpass
+    import threading
+    stop_on_signals()
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be 0..65535")
+    label = args.label
+    if not label:
+        try:
+            label = getpass.getuser()
+        except Exception:
+            label = "operator"
+    try:
+        server = _ui_server()(("127.0.0.1", args.port))
+    except OSError as error:
+        raise RoomError("cannot listen on 127.0.0.1:%d: %s" % (
+            args.port, error.strerror or error), "pick another --port, or none")
+    page = OperatorPage(server.server_address[1], label)
+    server.RequestHandlerClass = _ui_handler(page)
+    watcher = threading.Thread(target=page.watch, daemon=True)
+    watcher.start()
+    listen_for_wakes(None, "cli")
+    url = "%s/#k=%s" % (page.origin, page.new_code())
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+    sys.stderr.write("agents-room ui: serving %s on 127.0.0.1:%d as %s (watching: in no "
+                     "room); the code in the URL works once; Ctrl-C stops\n"
+                     % (page.store.shown, page.port, label))
+    sys.stderr.flush()
+    if args.open:
+        import webbrowser
+        from urllib.parse import quote
+        target = "file://" + quote(page.write_opener(url))
+        # A browser that stays in the foreground (BROWSER=lynx) must not
+        # keep the server from serving it.
+        threading.Thread(target=webbrowser.open, args=(target,), daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        page.stopping = True
+        with page.changed:
+            page.changed.notify_all()
+        server.server_close()
+        page.remove_opener()
+        try:
+            left = page.leave()
+        except RoomError as error:
+            left = []
+            sys.stderr.write("agents-room ui: could not leave: %s\n"
+                             % one_line(error.message, 200))
+        if left:
+            sys.stderr.write("agents-room ui: %s left %s\n" % (label, ", ".join(left)))
+    return "", 0
 
 
 # Run as a program only once every appendix has registered itself.
