@@ -25,16 +25,15 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   plugin                                          a Claude Code plugin marketplace (appendix)
   ui                                              the operator's live page (appendix)
 
-Contents: Part I, the core, in dependency order (a section calls only itself
-and earlier ones: MapTest checks it, listing the debts left), ends with main; Part II, the appendices, register
-themselves in tables the core reads (STORE_KINDS, COMMANDS).
+Contents: Part I, the core, in dependency order (a section uses only itself
+and earlier ones: MapTest checks it), names no harness and ends with main;
+Part II, the appendices, register themselves in tables the core reads
+(STORE_KINDS, HARNESS_ADAPTERS, LEVERS, TOOLS, COMMANDS).
   constants                            limits, defaults, states as data
   errors                               RoomError and its kinds: exit and RPC codes
   small utilities                      time, text, ids, hosts, paths, resources
   store                                schema, migrations, SQLite, the store kinds
-  harness adapters                     all that is particular to each harness:
-                                       Claude Code, Codex, Hermes, Qwen Code,
-                                       Gemini CLI, Pi, OpenCode
+  harness adapters                     what they share, the table, the lookups
   liveness (process scan)              alive, gone or unknown, from the processes
   tool registry and the door           @tool, call_tool: every operation's way in
   results as text                      how commands show answers to a person
@@ -71,6 +70,47 @@ themselves in tables the core reads (STORE_KINDS, COMMANDS).
   appendix: the operator page's HTML, CSS and JavaScript
                                        the page itself, as data
   appendix: operator page              ui: a live page on 127.0.0.1
+
+Map (each section's first line and length in lines; generated: MapTest
+prints it when it differs; Part I is at most 10,000 lines):
+     196   115  constants
+     311    56  errors
+     367   602  small utilities
+     969  1194  store
+    2163   872  harness adapters
+    3035   379  liveness (process scan)
+    3414   575  tool registry and the door
+    3989   222  results as text
+    4211   507  operations: sessions and rooms
+    4718   704  operations: messages
+    5422   608  operations: leases
+    6030   237  operations: work states and quiet windows
+    6267   130  operations: task board
+    6397   230  operations: watches
+    6627    91  operations: status
+    6718   120  operations: reads and drift
+    6838   399  operations: signals and wakes
+    7237   158  operations: housekeeping
+    7395   156  signals: wake levers
+    7551   545  MCP server
+    8096   347  harnesses: setup and doctor
+    8443   282  hook front end
+    8725  1001  CLI
+    9726    78  main
+    9814  2883  appendix: PostgreSQL store
+   12697   350  appendix: harness: Claude Code
+   13047   183  appendix: harness: Codex
+   13230   254  appendix: harness: Hermes
+   13484   205  appendix: harness: Qwen Code
+   13689   166  appendix: harness: Gemini CLI
+   13855   393  appendix: harness: Pi
+   14248   363  appendix: harness: OpenCode
+   14611    36  appendix: harness: Kilo Code
+   14647   183  appendix: harness: GitHub Copilot CLI
+   14830   100  appendix: Claude Code plugin
+   14930  1047  appendix: benchmark
+   15977  1156  appendix: the operator page's HTML, CSS and JavaScript
+   17133   979  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -149,9 +189,10 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ==== Part I: the core ==========================================================
 # Everything the room is, in dependency order: a section calls only itself and
-# earlier sections.  Part II (the appendices after main) adds a store kind and
-# two commands; the core reaches them only through the registries it already
-# has (STORE_KINDS, COMMANDS).
+# earlier sections.  Part II (the appendices after main) adds a store kind, the
+# harnesses, the page's operations and three commands; the core reaches them
+# only through the registries it already has (STORE_KINDS, HARNESS_ADAPTERS
+# and LEVERS, TOOLS, COMMANDS).
 
 
 # ---- constants -----------------------------------------------------------
@@ -2166,10 +2207,13 @@ def copy_store(source_path, target_path, progress=None):
 # how setup merges them, its hook events and the form of each answer (context,
 # hold, ask), its timeout unit, its wake levers and how each is fired and
 # confirmed, and what doctor checks.  setup, doctor, the hook front end,
-# liveness and the wake levers read adapters and nothing else; no other
-# section names a harness.  A new harness is one adapter here plus its e2e
-# scenario (.ci/e2e.py).  The configuration helpers come first: they are the
-# adapters' tools, and know no harness.
+# liveness and the wake levers read adapters and nothing else.  This section
+# holds what adapters share and names no harness: the configuration helpers
+# (the adapters' tools), Lever and its generic kinds, Harness (itself the
+# generic adapter), Human (the operator page's), the table every harness
+# registers in, and the lookups.  Each harness is an appendix of its own in
+# Part II (its adapter, levers and extension source), registering with
+# register_harness; a new harness is one such appendix plus its e2e scenario.
 
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd",
                "PreToolUse")
@@ -2747,7 +2791,7 @@ class WakeCmd(Lever):
 
 class ResumeLever(Lever):
     """A harness that runs one more turn of a finished session when asked to
-    resume it by id (hermes chat --resume, qwen --resume, gemini --resume):
+    resume it by id (each adapter's appendix says its command):
     the lever for a session whose process is gone (a resume of a running
     session would fork its history).  program: how the harness's command
     line is cut (the argument that is the harness, by a test of its text);
@@ -2865,9 +2909,9 @@ class Harness:
         return seconds
 
     def hook_entries(self, placement, autonomy, start_extra=(), wake=False):
-        """Hook entries in the Claude Code settings shape, which Codex, Qwen
-        Code and Gemini CLI read too: one group per event, a command each,
-        timeouts in the harness's unit."""
+        """Hook entries in the Claude-style settings shape, which most
+        harnesses read: one group per event, a command each, timeouts in the
+        harness's unit."""
         hooks = {}
         for name, ours in self.events.items():
             # Codex clamps SessionEnd hooks to 3 s; a leave takes milliseconds.
@@ -2898,8 +2942,8 @@ class Harness:
     def wake_answer(self, text):
         """What the rewake waiter prints, and its exit code, to wake the turn:
         the signal on stderr and exit 2 (the waiter's caller wakes the model
-        with it); the decision on stdout keeps Claude Code from prefixing the
-        hook's command line to it."""
+        with it); the decision on stdout keeps the harness whose format the
+        others copy from prefixing the hook's command line to it."""
         sys.stderr.write(text + "\n")
         return json.dumps({"decision": "block", "reason": text}), 2
 
@@ -10033,10 +10077,12 @@ def main(argv=None):
 
 # ==== Part II: appendices =======================================================
 # Add-ons the core does not need to be read: the PostgreSQL store, the
-# benchmark, the operator page (its HTML, CSS and JavaScript last, as data).
-# Each registers itself in a table the core reads at run time (STORE_KINDS,
-# COMMANDS); this is the one place the file's order bends, and why: main()
-# runs only after the whole module is loaded.
+# harnesses (one appendix each), the Claude Code plugin, the benchmark, the
+# operator page (its HTML, CSS and JavaScript as data, then its operations
+# and server).  Each registers itself in a table the core reads at run time
+# (STORE_KINDS, HARNESS_ADAPTERS and LEVERS, TOOLS, COMMANDS); this is the one
+# place the file's order bends, and why: main() runs only after the whole
+# module is loaded.
 
 
 # ---- appendix: PostgreSQL store ------------------------------------------
