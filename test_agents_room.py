@@ -4354,6 +4354,49 @@ class HarnessAdapterTest(SignalBase):
         with open(path) as handle:
             return json.load(handle)
 
+    def test_the_embedded_sources_parse_in_node(self):
+        """Issue 37: the JavaScript the file carries as data parses: the
+        plugin setup writes for OpenCode and Kilo Code, as written (its
+        places filled), the operator page's script, and Pi's TypeScript
+        extension where node strips types (22.6 and later).  Skipped without
+        node."""
+        import shutil as _shutil
+        node = _shutil.which("node")
+        if node is None:
+            self.skipTest("no node on PATH")
+        version = subprocess.run([node, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout.strip().lstrip("v")
+        strips = tuple(int(x) for x in version.split(".")[:2]) >= (22, 6)
+        tmp = tempfile.mkdtemp(prefix="agents-room-node-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        subprocess.run(["git", "init", "-q", tmp], check=True, timeout=60)
+        sources = []
+        for harness in ("opencode", "kilo", "pi"):
+            shown = subprocess.run(
+                [sys.executable, SCRIPT, "setup", harness, "--json"], cwd=tmp,
+                env=dict(hermetic_env(os.environ), HOME=tmp), capture_output=True,
+                text=True, timeout=60)
+            self.assertEqual(shown.returncode, 0, shown.stderr)
+            for written in json.loads(shown.stdout)["files"]:
+                if written["path"].endswith((".js", ".ts")):
+                    sources.append((harness, written["path"], written["content"]))
+        self.assertEqual(sorted({h for h, _, _ in sources}), ["kilo", "opencode", "pi"])
+        sources.append(("page", "page.js", agents_room.UI_JS))
+        for harness, path, content in sources:
+            typescript = path.endswith(".ts")
+            if typescript and not strips:
+                continue                # node %s cannot read TypeScript
+            # Modules as modules (the plugins export), the page as a script.
+            name = os.path.join(tmp, harness + (".mts" if typescript else
+                                                ".js" if harness == "page" else ".mjs"))
+            with open(name, "w", encoding="utf-8") as handle:
+                handle.write(content)
+            argv = [node] + (["--experimental-strip-types"] if typescript else []) + [
+                "--check", name]
+            checked = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            self.assertEqual(checked.returncode, 0, "%s (%s): %s" % (
+                harness, path, checked.stderr))
+
     def test_codex_exec_is_resumed_and_its_server_required(self):
         # codex exec reads its queue only as it exits: a finished run is woken
         # by resuming its thread, with the hook-trust bypass it ran with.
