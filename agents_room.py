@@ -75,42 +75,42 @@ Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
      196   115  constants
      311    56  errors
-     367   602  small utilities
-     969  1194  store
-    2163   872  harness adapters
-    3035   379  liveness (process scan)
-    3414   575  tool registry and the door
-    3989   222  results as text
-    4211   507  operations: sessions and rooms
-    4718   704  operations: messages
-    5422   608  operations: leases
-    6030   237  operations: work states and quiet windows
-    6267   130  operations: task board
-    6397   230  operations: watches
-    6627    91  operations: status
-    6718   120  operations: reads and drift
-    6838   399  operations: signals and wakes
-    7237   158  operations: housekeeping
-    7395   156  signals: wake levers
-    7551   545  MCP server
-    8096   347  harnesses: setup and doctor
-    8443   282  hook front end
-    8725  1001  CLI
-    9726    78  main
-    9814  2883  appendix: PostgreSQL store
-   12697   350  appendix: harness: Claude Code
-   13047   183  appendix: harness: Codex
-   13230   254  appendix: harness: Hermes
-   13484   205  appendix: harness: Qwen Code
-   13689   166  appendix: harness: Gemini CLI
-   13855   393  appendix: harness: Pi
-   14248   363  appendix: harness: OpenCode
-   14611    36  appendix: harness: Kilo Code
-   14647   183  appendix: harness: GitHub Copilot CLI
-   14830   100  appendix: Claude Code plugin
-   14930  1047  appendix: benchmark
-   15977  1156  appendix: the operator page's HTML, CSS and JavaScript
-   17133   979  appendix: operator page
+     367   597  small utilities
+     964  1203  store
+    2167   872  harness adapters
+    3039   379  liveness (process scan)
+    3418   573  tool registry and the door
+    3991   222  results as text
+    4213   507  operations: sessions and rooms
+    4720   704  operations: messages
+    5424   608  operations: leases
+    6032   237  operations: work states and quiet windows
+    6269   130  operations: task board
+    6399   230  operations: watches
+    6629    91  operations: status
+    6720   120  operations: reads and drift
+    6840   399  operations: signals and wakes
+    7239   158  operations: housekeeping
+    7397   156  signals: wake levers
+    7553   545  MCP server
+    8098   347  harnesses: setup and doctor
+    8445   282  hook front end
+    8727  1001  CLI
+    9728    78  main
+    9816  2883  appendix: PostgreSQL store
+   12699   350  appendix: harness: Claude Code
+   13049   183  appendix: harness: Codex
+   13232   254  appendix: harness: Hermes
+   13486   205  appendix: harness: Qwen Code
+   13691   166  appendix: harness: Gemini CLI
+   13857   393  appendix: harness: Pi
+   14250   363  appendix: harness: OpenCode
+   14613    36  appendix: harness: Kilo Code
+   14649   183  appendix: harness: GitHub Copilot CLI
+   14832   100  appendix: Claude Code plugin
+   14932  1047  appendix: benchmark
+   15979  1156  appendix: the operator page's HTML, CSS and JavaScript
+   17135   979  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -900,11 +900,6 @@ class Resource:
             return False
         return os.path.dirname(self.real) == self.real or "/" not in self.key.lstrip("@")
 
-    def repo_relative(self):
-        """The path under its repository's top level, for a key in repo form."""
-        return self.key.split("/", 1)[1] if self.key.startswith("@") and \
-            "/" in self.key else None
-
 
 def room_name(name, default_prefix):
     """A room's full name: bare names get default_prefix ('repo:' or 'shared:')."""
@@ -1468,6 +1463,15 @@ class SqliteStore:
         self._open()
 
     def _open(self):
+        # The one place MIN_SQLITE is enforced: an older library (a Python
+        # built against one) says so before the file is made, not as a
+        # query that fails obscurely later.
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise StoreError(
+                "SQLite %s is older than %s, which agents-room needs" % (
+                    sqlite3.sqlite_version, ".".join(map(str, MIN_SQLITE))),
+                "run it with a python3 built against a newer SQLite, or set "
+                "AGENTS_ROOM_DB to a postgresql:// URL")
         directory = os.path.dirname(self.path)
         try:
             if directory and not os.path.lexists(directory):
@@ -4082,7 +4086,6 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key, call):
 # session_id is described once, in the server's instructions: a description
 # on each of thirty tools would cost every model's context thirty times.
 S_SESSION = {"type": "string", "maxLength": 200}
-S_SESSION_OPT = S_SESSION
 S_PATH = {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS,
           "description": "a file path; relative paths resolve against your session's cwd"}
 S_ROOM = {"type": "string", "minLength": 1, "maxLength": ROOM_NAME_MAX_CHARS,
@@ -4124,7 +4127,6 @@ S_SESSION_ROW = {"type": "object", "properties": {
     "liveness": S_LIVENESS, "last_seen": S_TIME, "host": {"type": ["string", "null"]}},
     "required": ["session_id", "label", "harness", "cwd", "tags", "rooms", "autonomy",
                  "liveness", "last_seen"]}
-S_OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
 def out_schema(required, **props):
@@ -4801,7 +4803,7 @@ def room_leave_room(op, room):
     return {"ok": True, "room": matches[0], "rooms": rooms_of(op.conn, op.me)}
 
 
-@tool("room_who", "Who is here", {"session_id": S_SESSION_OPT, "room": S_ROOM},
+@tool("room_who", "Who is here", {"session_id": S_SESSION, "room": S_ROOM},
       output=out_schema(["sessions"], sessions={"type": "array", "items": S_SESSION_ROW},
                         room={"type": ["string", "null"]}),
       cli="who", example="who --room shared:storefront", read_only=True, idempotent=True,
@@ -4835,7 +4837,7 @@ def room_who(op, room=None):
 
 
 @tool("room_set_autonomy_cap", "Cap a room's autonomy", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM, "autonomy": S_AUTONOMY}, ["autonomy"],
+    "session_id": S_SESSION, "room": S_ROOM, "autonomy": S_AUTONOMY}, ["autonomy"],
     output=out_schema(["room", "autonomy"], room={"type": "string"},
                       autonomy={"type": "integer"},
                       lowered={"type": "array", "items": {"type": "string"}},
@@ -5520,7 +5522,7 @@ def search_messages(op, rooms, query, before, limit):
 
 
 @tool("room_history", "A room's history", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM, "limit": S_LIMIT,
+    "session_id": S_SESSION, "room": S_ROOM, "limit": S_LIMIT,
     "before": S_MESSAGE_ID, "query": {"type": "string", "maxLength": 1000},
     "thread": S_MESSAGE_ID},
     output=out_schema(["room", "messages"], room={"type": "string"},
@@ -6077,7 +6079,7 @@ def lease_list(op):
 
 
 @tool("lease_guard", "May I touch these", dict(S_LEASE_ARGS, **{
-    "session_id": S_SESSION_OPT,
+    "session_id": S_SESSION,
     "require_held": {"type": "boolean",
                      "description": "also require that you hold a covering lease"},
     "mode": {"type": "string", "enum": ["exclusive", "shared"],
@@ -6408,7 +6410,7 @@ def window_cancel(op, window_id):
 
 
 @tool("window_status", "Quiet windows", {
-    "session_id": S_SESSION_OPT, "window_id": S_WINDOW_ID},
+    "session_id": S_SESSION, "window_id": S_WINDOW_ID},
     output=out_schema(["windows"], windows={"type": "array", "items": S_WINDOW}),
     cli="window status", example="window status", read_only=True, idempotent=True,
     render=lambda r: "\n".join(_render_window(w) for w in r["windows"])
@@ -6787,7 +6789,7 @@ STATUS_SCHEMA_VERSION = 1
 
 
 @tool("room_status", "The room at a glance", {
-    "session_id": S_SESSION_OPT, "room": S_ROOM},
+    "session_id": S_SESSION, "room": S_ROOM},
     output=out_schema(["schema_version", "rooms", "sessions", "leases", "windows"],
                       schema_version={"type": "integer"},
                       generated_at=S_TIME,

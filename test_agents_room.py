@@ -1011,6 +1011,24 @@ class StoreTest(RoomTest):
                          agents_room.SCHEMA_VERSION)
         conn.close()
 
+    def test_an_older_sqlite_is_refused_by_name(self):
+        """Issue 37: MIN_SQLITE is enforced: a Python whose SQLite is older
+        (its library version set back in the process, as a Python built
+        against an older one reports it) gets the reason and the fix, exit 1,
+        no traceback, and no file made."""
+        db = os.path.join(tempfile.mkdtemp(prefix="agents-room-oldsqlite-"), "room.db")
+        self.addCleanup(shutil.rmtree, os.path.dirname(db), True)
+        code = ("import runpy, sqlite3, sys; sqlite3.sqlite_version_info = (3, 30, 1); "
+                "sqlite3.sqlite_version = '3.30.1'; sys.argv = [sys.argv[1], 'who']; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+        done = subprocess.run([sys.executable, "-c", code, SCRIPT], capture_output=True,
+                              text=True, timeout=60,
+                              env=dict(hermetic_env(os.environ), AGENTS_ROOM_DB=db))
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("SQLite 3.30.1 is older than 3.31.0", done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(os.path.exists(db))
+
     def test_every_change_writes_an_event(self):
         me = self.join("--label", "a")["session_id"]
         self.run_cli("claim", "--session", me, "f.txt", check=0)
