@@ -9,7 +9,7 @@ smoke and exit codes, `serve` over pipes, hooks as `setup` writes them, wake
 levers, liveness of real pids, several processes on one store, the README
 walk-throughs in bash, broken stores (chattr, rlimits).  Those subprocess CLI
 calls use PROGRAM, a launcher that imports the module from its cached bytecode
-instead of recompiling the 234 KB script on every call; a few tests still run
+instead of recompiling the whole script (some 800 KB) on every call; a few tests still run
 `python3 agents_room.py` literally, as users type it.
 
 Nothing here can hang: every wait on a process, pipe or in-process call has a
@@ -49,8 +49,8 @@ Contents (this file's banners, each with its test classes):
   the operator page                              OperatorPageTest
   signal scenarios                               SignalScenarioTest
   trust: the security review's findings          TrustTest LeverTrustTest
-                                                 DoctorTrustTest TrustThirdRoundTest
-                                                 TrustFourthRoundTest ThreatModelTest
+                                                 DoctorTrustTest HostileConditionsTest
+                                                 PeerWordsFramedTest ThreatModelTest
   PostgreSQL's own seams                         PgStoreTest PgTrustTest
   what no peer has: fences, watches, retract     FenceWatchRetractTest
 
@@ -8139,7 +8139,6 @@ class DoctorTrustTest(RoomTest):
                 self.assertRegex(done.stdout, r"ok +\S.* hook command runs", done.stdout)
                 self.assertNotIn("not run", done.stdout)
 
-
     def test_an_entry_an_older_setup_wrote_says_run_setup_again(self):
         # Before, doctor called it "not the command setup writes", as if a
         # stranger had written it; its code is still never run.
@@ -8163,9 +8162,14 @@ class DoctorTrustTest(RoomTest):
                       done.stdout)
         self.assertFalse(os.path.exists(marker))
 
-class TrustThirdRoundTest(RoomTest):
-    """The third trust review's findings in the core (issue 26): each test
-    failed on the code before its fix.  Real processes for liveness."""
+
+class HostileConditionsTest(RoomTest):
+    """Hostile conditions the third trust review found (issue 26): a clock
+    stepped back, a full disk, control characters in a search, another
+    program's database, a killed unreaped harness, a token that must stay out
+    of the store, a claim offered as a window's answer, peer text framed.
+    Each test failed on the code before its fix.  Real processes for
+    liveness."""
 
     def test_a_clock_stepped_back_still_expires_what_comes_due(self):
         # A watermark written by a clock that was ahead (an NTP step back, a
@@ -8344,9 +8348,9 @@ def _peer_text_fields(schema):
     return found
 
 
-class TrustFourthRoundTest(SignalBase):
-    """The fourth trust review's findings on words (issue 34): other agents'
-    words reach a model only framed, and a woken turn's prompt carries counts
+class PeerWordsFramedTest(SignalBase):
+    """Other agents' words, as the fourth trust review found (issue 34):
+    they reach a model only framed, and a woken turn's prompt carries counts
     and ids alone.  Each test failed on the code before its fix; real
     processes throughout (serve over pipes, hooks with harness JSON, the CLI)."""
 
@@ -8608,21 +8612,21 @@ class TrustFourthRoundTest(SignalBase):
 # Each promise of the README's "What another member can and cannot do" (its
 # tag) and the tests that hold it; ThreatModelTest keeps the two in step.
 THREAT_MODEL = {
-    "handle": ["TrustFourthRoundTest.test_a_session_id_is_a_handle_not_a_credential"],
+    "handle": ["PeerWordsFramedTest.test_a_session_id_is_a_handle_not_a_credential"],
     "mcp-framed": [
-        "TrustFourthRoundTest.test_every_answer_whose_schema_can_hold_peer_text_is_framed"],
-    "counts-only": ["TrustFourthRoundTest.test_signals_and_wake_prompts_carry_counts_and_ids_only",
+        "PeerWordsFramedTest.test_every_answer_whose_schema_can_hold_peer_text_is_framed"],
+    "counts-only": ["PeerWordsFramedTest.test_signals_and_wake_prompts_carry_counts_and_ids_only",
                     "WakeTest.test_wake_command_gets_signal_as_argument",
                     "SignalScenarioTest.test_rewake_waiter_wakes_on_new_message",
                     "WakeTest.test_socket_lever_offers_until_the_turn_is_seen",
                     "HookTest.test_post_tool_use_signal_without_subject_or_body"],
-    "digest-framed": ["TrustFourthRoundTest.test_the_digest_quotes_peer_words_under_the_frame"],
-    "reason-framed": ["TrustFourthRoundTest.test_a_pretooluse_reason_frames_the_holders_words"],
+    "digest-framed": ["PeerWordsFramedTest.test_the_digest_quotes_peer_words_under_the_frame"],
+    "reason-framed": ["PeerWordsFramedTest.test_a_pretooluse_reason_frames_the_holders_words"],
     "fence-covers": [
-        "TrustFourthRoundTest.test_a_fence_is_held_only_by_a_lease_on_the_resource_or_above_it"],
-    "free-watch": ["TrustFourthRoundTest.test_a_free_watch_fires_when_the_holder_dies"],
-    "limits": ["TrustFourthRoundTest.test_tasks_count_against_the_stored_text_limit",
-               "TrustFourthRoundTest.test_the_watch_limit_counts_what_a_selector_adds"],
+        "PeerWordsFramedTest.test_a_fence_is_held_only_by_a_lease_on_the_resource_or_above_it"],
+    "free-watch": ["PeerWordsFramedTest.test_a_free_watch_fires_when_the_holder_dies"],
+    "limits": ["PeerWordsFramedTest.test_tasks_count_against_the_stored_text_limit",
+               "PeerWordsFramedTest.test_the_watch_limit_counts_what_a_selector_adds"],
 }
 
 
@@ -10273,7 +10277,7 @@ class FenceWatchRetractTest(SignalBase):
 PG_CLASSES = (SessionTest, MessageTest, LeaseTest, ResourceLeaseTest, WorkAndWindowTest,
               DoorTest, MailboxTest, ConcurrencyTest, McpTest, HookTest, WakeTest,
               SignalScenarioTest, RetentionTest, ReadmeTest, FenceWatchRetractTest,
-              LeverTrustTest, TrustFourthRoundTest)
+              LeverTrustTest, PeerWordsFramedTest)
 for _base in PG_CLASSES:
     globals()["Pg" + _base.__name__] = type("Pg" + _base.__name__, (_base,), {
         "store": "postgresql", "__doc__": "%s on PostgreSQL." % _base.__name__})
