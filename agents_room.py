@@ -85,32 +85,32 @@ prints it when it differs; Part I is at most 10,000 lines):
     4720   704  operations: messages
     5424   608  operations: leases
     6032   237  operations: work states and quiet windows
-    6269   130  operations: task board
-    6399   230  operations: watches
-    6629    91  operations: status
-    6720   120  operations: reads and drift
-    6840   399  operations: signals and wakes
-    7239   158  operations: housekeeping
-    7397   156  signals: wake levers
-    7553   545  MCP server
-    8098   347  harnesses: setup and doctor
-    8445   282  hook front end
-    8727  1001  CLI
-    9728    78  main
-    9816  2883  appendix: PostgreSQL store
-   12699   350  appendix: harness: Claude Code
-   13049   183  appendix: harness: Codex
-   13232   254  appendix: harness: Hermes
-   13486   205  appendix: harness: Qwen Code
-   13691   166  appendix: harness: Gemini CLI
-   13857   393  appendix: harness: Pi
-   14250   363  appendix: harness: OpenCode
-   14613    36  appendix: harness: Kilo Code
-   14649   183  appendix: harness: GitHub Copilot CLI
-   14832   100  appendix: Claude Code plugin
-   14932  1047  appendix: benchmark
-   15979  1156  appendix: the operator page's HTML, CSS and JavaScript
-   17135   979  appendix: operator page
+    6269   168  operations: task board
+    6437   230  operations: watches
+    6667    91  operations: status
+    6758   120  operations: reads and drift
+    6878   399  operations: signals and wakes
+    7277   158  operations: housekeeping
+    7435   156  signals: wake levers
+    7591   545  MCP server
+    8136   347  harnesses: setup and doctor
+    8483   282  hook front end
+    8765  1001  CLI
+    9766    78  main
+    9854  2883  appendix: PostgreSQL store
+   12737   350  appendix: harness: Claude Code
+   13087   183  appendix: harness: Codex
+   13270   254  appendix: harness: Hermes
+   13524   205  appendix: harness: Qwen Code
+   13729   166  appendix: harness: Gemini CLI
+   13895   393  appendix: harness: Pi
+   14288   363  appendix: harness: OpenCode
+   14651    36  appendix: harness: Kilo Code
+   14687   183  appendix: harness: GitHub Copilot CLI
+   14870   100  appendix: Claude Code plugin
+   14970  1047  appendix: benchmark
+   16017  1156  appendix: the operator page's HTML, CSS and JavaScript
+   17173   979  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -6469,88 +6469,126 @@ def task(op, action, task_id=None, title=None, body=None, room=None, note=None,
     room); list (your rooms, or room; open and claimed first); claim (task_id,
     or the oldest open one; a task whose claimant is gone may be claimed);
     done / fail (note?) and release: yours only."""
-    conn, me = op.conn, op.me
     if action == "add":
-        if not title:
-            raise UsageError("task add needs a title")
-        full = room_for(op, room, "task")
-        if full not in rooms_of(conn, me):
-            raise RoomError("you are not in %s" % full, "join it first")
-        pending = conn.execute("SELECT COUNT(*) FROM tasks WHERE created_by=? AND state "
-                               "IN ('open', 'claimed')", (me,)).fetchone()[0]
-        if pending >= TASKS_PER_SESSION_MAX:
-            raise RoomError("you added %d tasks still open or claimed; at most %d" % (
-                pending, TASKS_PER_SESSION_MAX), "finish or release some first")
-        charge_stored(conn, op.caller, len(title) + len(body or ""))
-        new = conn.execute(
-            "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
-            "updated_at) VALUES (?,?,?,'open',?,?,?)",
-            (full, title, body, me, op.at, op.at)).lastrowid
-        op.event("task.add", me, room=full, subject=new, data={"title": title})
-        return {"ok": True, "task": task_dict(op, conn.execute(
-            "SELECT * FROM tasks WHERE id=?", (new,)).fetchone())}
-    rooms = [room_for(op, room, "task")] if room else rooms_of(conn, me)
-    marks = ",".join("?" * len(rooms)) or "''"
+        return _task_add(op, title, body, room)
+    rooms = [room_for(op, room, "task")] if room else rooms_of(op.conn, op.me)
     if action == "list":
-        rows = conn.execute(
-            "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
-            "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
-        return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
-    if task_id is None:
-        if action != "claim":
-            raise UsageError("task %s needs task_id" % action)
-        row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
-                           "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
-        if row is None:
-            return {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
-    else:
-        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
-        if row is None or row["room"] not in rooms_of(conn, me):
-            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
-    mine = row["claimed_by"] == me and row["state"] == "claimed"
+        return _task_list(op, rooms, limit)
+    row, refused = _task_row(op, action, task_id, rooms)
+    if refused:
+        return refused                      # no open task to claim
     if action == "claim":
-        if row["state"] in ("done", "failed"):
-            return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
-                    "task": task_dict(op, row)}
-        taken_from = None
-        if row["state"] == "claimed" and not mine:
-            holder = op.session(row["claimed_by"])
-            if holder is not None and op.liveness(holder) != "gone":
-                return {"ok": False, "task": task_dict(op, row), "reason":
-                        "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
-                                                         40), op.liveness(holder))}
-            taken_from = row["claimed_by"]
-        conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
-                     "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
-        op.event("task.claim", me, room=row["room"], subject=row["id"],
-                 data={"taken_from": taken_from} if taken_from else None)
-        # Who works on what: the claimant's work state says so too (who,
-        # status and the page show it), until the task is done or released.
-        conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
-                     "updated_at) VALUES (?,?,?,?,?)", (me, "task #%d" % row["id"], "started",
-                                                        row["title"][:SUBJECT_MAX_CHARS],
-                                                        op.at))
-        if taken_from:
-            conn.execute("DELETE FROM work WHERE session_id=? AND scope=?",
-                         (taken_from, "task #%d" % row["id"]))
-        reason = "taken over from a gone claimant" if taken_from else (
-            "renewed" if mine else "claimed")
-    else:
-        if not mine:
-            raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
-                            "claim it first")
-        state = {"done": "done", "fail": "failed", "release": "open"}[action]
-        if note:
-            charge_stored(conn, op.caller, len(note))
-        conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
-                     "updated_at=? WHERE id=?", (state, None if state == "open" else me,
-                                                 note, op.at, row["id"]))
-        op.event("task." + action, me, room=row["room"], subject=row["id"])
+        return _task_claim(op, row)
+    return _task_finish(op, row, action, note)
+
+
+# One function per action of task; the table of actions is TASK_ACTIONS.
+
+def _task_add(op, title, body, room):
+    conn, me = op.conn, op.me
+    if not title:
+        raise UsageError("task add needs a title")
+    full = room_for(op, room, "task")
+    if full not in rooms_of(conn, me):
+        raise RoomError("you are not in %s" % full, "join it first")
+    pending = conn.execute("SELECT COUNT(*) FROM tasks WHERE created_by=? AND state "
+                           "IN ('open', 'claimed')", (me,)).fetchone()[0]
+    if pending >= TASKS_PER_SESSION_MAX:
+        raise RoomError("you added %d tasks still open or claimed; at most %d" % (
+            pending, TASKS_PER_SESSION_MAX), "finish or release some first")
+    charge_stored(conn, op.caller, len(title) + len(body or ""))
+    new = conn.execute(
+        "INSERT INTO tasks (room, title, body, state, created_by, created_at, "
+        "updated_at) VALUES (?,?,?,'open',?,?,?)",
+        (full, title, body, me, op.at, op.at)).lastrowid
+    op.event("task.add", me, room=full, subject=new, data={"title": title})
+    return {"ok": True, "task": _task_now(op, new)}
+
+
+def _task_now(op, task_id):
+    return task_dict(op, op.conn.execute("SELECT * FROM tasks WHERE id=?",
+                                         (task_id,)).fetchone())
+
+
+def _task_list(op, rooms, limit):
+    marks = ",".join("?" * len(rooms)) or "''"
+    rows = op.conn.execute(
+        "SELECT * FROM tasks WHERE room IN (%s) ORDER BY state NOT IN ('open', "
+        "'claimed'), id DESC LIMIT ?" % marks, rooms + [limit]).fetchall()
+    return {"ok": True, "tasks": [task_dict(op, r) for r in rows]}
+
+
+def _task_row(op, action, task_id, rooms):
+    """(row, None): the task an action is about, task_id's (in the caller's
+    rooms) or for a claim without one the oldest open task; (None, the
+    refusal) when there is none open."""
+    conn = op.conn
+    if task_id is not None:
+        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if row is None or row["room"] not in rooms_of(conn, op.me):
+            raise RoomError("no task %d in your rooms" % task_id, "task list shows them")
+        return row, None
+    if action != "claim":
+        raise UsageError("task %s needs task_id" % action)
+    marks = ",".join("?" * len(rooms)) or "''"
+    row = conn.execute("SELECT * FROM tasks WHERE room IN (%s) AND state='open' "
+                       "ORDER BY id LIMIT 1" % marks, rooms).fetchone()
+    if row is None:
+        return None, {"ok": False, "reason": "no open task in %s" % ", ".join(rooms)}
+    return row, None
+
+
+def _task_mine(op, row):
+    return row["claimed_by"] == op.me and row["state"] == "claimed"
+
+
+def _task_claim(op, row):
+    conn, me, mine = op.conn, op.me, _task_mine(op, row)
+    if row["state"] in ("done", "failed"):
+        return {"ok": False, "reason": "task %d is %s" % (row["id"], row["state"]),
+                "task": task_dict(op, row)}
+    taken_from = None
+    if row["state"] == "claimed" and not mine:
+        holder = op.session(row["claimed_by"])
+        if holder is not None and op.liveness(holder) != "gone":
+            return {"ok": False, "task": task_dict(op, row), "reason":
+                    "claimed by %s (%s)" % (one_line(holder["label"] or holder["id"],
+                                                     40), op.liveness(holder))}
+        taken_from = row["claimed_by"]
+    conn.execute("UPDATE tasks SET state='claimed', claimed_by=?, claimed_at=?, "
+                 "updated_at=? WHERE id=?", (me, op.at, op.at, row["id"]))
+    op.event("task.claim", me, room=row["room"], subject=row["id"],
+             data={"taken_from": taken_from} if taken_from else None)
+    # Who works on what: the claimant's work state says so too (who,
+    # status and the page show it), until the task is done or released.
+    conn.execute("INSERT OR REPLACE INTO work (session_id, scope, state, summary, "
+                 "updated_at) VALUES (?,?,?,?,?)", (me, "task #%d" % row["id"], "started",
+                                                    row["title"][:SUBJECT_MAX_CHARS],
+                                                    op.at))
+    if taken_from:
         conn.execute("DELETE FROM work WHERE session_id=? AND scope=?",
-                     (me, "task #%d" % row["id"]))
-        reason = state
-    return {"ok": True, "reason": reason, "task": task_dict(op, conn.execute(
-        "SELECT * FROM tasks WHERE id=?", (row["id"],)).fetchone())}
+                     (taken_from, "task #%d" % row["id"]))
+    reason = "taken over from a gone claimant" if taken_from else (
+        "renewed" if mine else "claimed")
+    return {"ok": True, "reason": reason, "task": _task_now(op, row["id"])}
+
+
+def _task_finish(op, row, action, note):
+    """done, fail or release: the claimant's own."""
+    conn, me = op.conn, op.me
+    if not _task_mine(op, row):
+        raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
+                        "claim it first")
+    state = {"done": "done", "fail": "failed", "release": "open"}[action]
+    if note:
+        charge_stored(conn, op.caller, len(note))
+    conn.execute("UPDATE tasks SET state=?, claimed_by=?, note=COALESCE(?, note), "
+                 "updated_at=? WHERE id=?", (state, None if state == "open" else me,
+                                             note, op.at, row["id"]))
+    op.event("task." + action, me, room=row["room"], subject=row["id"])
+    conn.execute("DELETE FROM work WHERE session_id=? AND scope=?",
+                 (me, "task #%d" % row["id"]))
+    return {"ok": True, "reason": state, "task": _task_now(op, row["id"])}
 
 
 # ---- operations: watches ------------------------------------------------
