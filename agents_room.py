@@ -79,38 +79,38 @@ prints it when it differs; Part I is at most 10,000 lines):
      964  1203  store
     2167   872  harness adapters
     3039   379  liveness (process scan)
-    3418   573  tool registry and the door
-    3991   222  results as text
-    4213   507  operations: sessions and rooms
-    4720   704  operations: messages
-    5424   608  operations: leases
-    6032   237  operations: work states and quiet windows
-    6269   168  operations: task board
-    6437   230  operations: watches
-    6667    91  operations: status
-    6758   120  operations: reads and drift
-    6878   399  operations: signals and wakes
-    7277   158  operations: housekeeping
-    7435   156  signals: wake levers
-    7591   545  MCP server
-    8136   347  harnesses: setup and doctor
-    8483   282  hook front end
-    8765  1001  CLI
-    9766    78  main
-    9854  2883  appendix: PostgreSQL store
-   12737   350  appendix: harness: Claude Code
-   13087   183  appendix: harness: Codex
-   13270   254  appendix: harness: Hermes
-   13524   205  appendix: harness: Qwen Code
-   13729   166  appendix: harness: Gemini CLI
-   13895   393  appendix: harness: Pi
-   14288   363  appendix: harness: OpenCode
-   14651    36  appendix: harness: Kilo Code
-   14687   183  appendix: harness: GitHub Copilot CLI
-   14870   100  appendix: Claude Code plugin
-   14970  1047  appendix: benchmark
-   16017  1156  appendix: the operator page's HTML, CSS and JavaScript
-   17173   979  appendix: operator page
+    3418   576  tool registry and the door
+    3994   222  results as text
+    4216   507  operations: sessions and rooms
+    4723   704  operations: messages
+    5427   608  operations: leases
+    6035   237  operations: work states and quiet windows
+    6272   168  operations: task board
+    6440   230  operations: watches
+    6670    91  operations: status
+    6761   120  operations: reads and drift
+    6881   399  operations: signals and wakes
+    7280   158  operations: housekeeping
+    7438   156  signals: wake levers
+    7594   545  MCP server
+    8139   347  harnesses: setup and doctor
+    8486   282  hook front end
+    8768  1001  CLI
+    9769    78  main
+    9857  2883  appendix: PostgreSQL store
+   12740   350  appendix: harness: Claude Code
+   13090   183  appendix: harness: Codex
+   13273   254  appendix: harness: Hermes
+   13527   205  appendix: harness: Qwen Code
+   13732   166  appendix: harness: Gemini CLI
+   13898   393  appendix: harness: Pi
+   14291   363  appendix: harness: OpenCode
+   14654    36  appendix: harness: Kilo Code
+   14690   183  appendix: harness: GitHub Copilot CLI
+   14873   100  appendix: Claude Code plugin
+   14973  1047  appendix: benchmark
+   16020  1156  appendix: the operator page's HTML, CSS and JavaScript
+   17176   979  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -3561,7 +3561,8 @@ class Tool:
     argument that makes a call wait (the MCP server parks it, the CLI polls);
     tells_mail: the answer is about the caller's mail, so no signal rides it."""
 
-    def __init__(self, fn, name, title, params, required, output, cli, positional,
+    # Keywords only: 25 fields in a row are read by name, never by place.
+    def __init__(self, fn, *, name, title, params, required, output, cli, positional,
                  flags, example, read_only, destructive, idempotent, caller, prepare,
                  public, after, degrades, render, refusal, parks, tells_mail,
                  cli_extra, core, peer_text):
@@ -3656,11 +3657,13 @@ def tool(name, title, params, required=(), output=None, cli=None, positional=(),
             required=["framing"] + list(output.get("required", ())))
 
     def register(fn):
-        TOOLS[name] = Tool(fn, name, title, params, required, output,
-                           cli, positional, flags or {}, example, read_only,
-                           destructive, idempotent, caller, prepare, public, after,
-                           degrades, render, refusal, parks, tells_mail,
-                           cli_extra or CliExtra(), core, peer_text)
+        TOOLS[name] = Tool(
+            fn, name=name, title=title, params=params, required=required, output=output,
+            cli=cli, positional=positional, flags=flags or {}, example=example,
+            read_only=read_only, destructive=destructive, idempotent=idempotent,
+            caller=caller, prepare=prepare, public=public, after=after, degrades=degrades,
+            render=render, refusal=refusal, parks=parks, tells_mail=tells_mail,
+            cli_extra=cli_extra or CliExtra(), core=core, peer_text=peer_text)
         return fn
     return register
 
