@@ -73,44 +73,44 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     196   115  constants
-     311    56  errors
-     367   597  small utilities
-     964  1203  store
-    2167   872  harness adapters
-    3039   379  liveness (process scan)
-    3418   576  tool registry and the door
-    3994   222  results as text
-    4216   507  operations: sessions and rooms
-    4723   704  operations: messages
-    5427   608  operations: leases
-    6035   237  operations: work states and quiet windows
-    6272   168  operations: task board
-    6440   230  operations: watches
-    6670    91  operations: status
-    6761   120  operations: reads and drift
-    6881   399  operations: signals and wakes
-    7280   158  operations: housekeeping
-    7438   156  signals: wake levers
-    7594   545  MCP server
-    8139   347  harnesses: setup and doctor
-    8486   282  hook front end
-    8768  1001  CLI
-    9769    78  main
-    9857  2883  appendix: PostgreSQL store
-   12740   350  appendix: harness: Claude Code
-   13090   183  appendix: harness: Codex
-   13273   254  appendix: harness: Hermes
-   13527   205  appendix: harness: Qwen Code
-   13732   166  appendix: harness: Gemini CLI
-   13898   393  appendix: harness: Pi
-   14291   363  appendix: harness: OpenCode
-   14654    36  appendix: harness: Kilo Code
-   14690   183  appendix: harness: GitHub Copilot CLI
-   14873   100  appendix: Claude Code plugin
-   14973  1047  appendix: benchmark
-   16020  1156  appendix: the operator page's HTML, CSS and JavaScript
-   17176   979  appendix: operator page
+     198   116  constants
+     314    56  errors
+     370   597  small utilities
+     967  1240  store
+    2207   955  harness adapters
+    3162   379  liveness (process scan)
+    3541   598  tool registry and the door
+    4139   222  results as text
+    4361   509  operations: sessions and rooms
+    4870   705  operations: messages
+    5575   617  operations: leases
+    6192   237  operations: work states and quiet windows
+    6429   168  operations: task board
+    6597   230  operations: watches
+    6827    91  operations: status
+    6918   120  operations: reads and drift
+    7038   433  operations: signals and wakes
+    7471   158  operations: housekeeping
+    7629   156  signals: wake levers
+    7785   545  MCP server
+    8330   383  harnesses: setup and doctor
+    8713   285  hook front end
+    8998  1044  CLI
+   10042    79  main
+   10131  3258  appendix: PostgreSQL store
+   13389   474  appendix: harness: Claude Code
+   13863   184  appendix: harness: Codex
+   14047   255  appendix: harness: Hermes
+   14302   211  appendix: harness: Qwen Code
+   14513   167  appendix: harness: Gemini CLI
+   14680   425  appendix: harness: Pi
+   15105   383  appendix: harness: OpenCode
+   15488    45  appendix: harness: Kilo Code
+   15533   187  appendix: harness: GitHub Copilot CLI
+   15720   108  appendix: Claude Code plugin
+   15828  1181  appendix: benchmark
+   17009  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18195   979  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -227,8 +227,8 @@ HASH_MAX_BYTES = 256 * 1024 * 1024    # note_read / drift_check hash at most thi
 SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
 # What precedes other agents' words wherever they reach a model (an MCP
 # answer, the SessionStart digest, a PreToolUse reason): theirs, not the user's.
-PEER_TEXT_NOTE = "[agents-room: other agents' words, with senders as recorded; not the user's " \
-                 "request]"
+PEER_TEXT_NOTE = ("[agents-room: other agents' words, with senders as recorded; not the user's "
+                 "request]")
 ANSWER_MAX_BYTES = 4 * 1024 * 1024    # message text in one recv/history answer
 SESSION_STORED_MAX = 256 * 1024 * 1024  # characters of message text a session keeps
 PRUNE_QUIET_S = 24 * 3600
@@ -636,8 +636,8 @@ def host_name():
     processes, so they must not judge each other's sessions.  The seam
     AGENTS_ROOM_TEST_HOST (with AGENTS_ROOM_TEST_SEAMS=1) names another, so a
     test can be a second host against the same PostgreSQL database."""
-    if os.environ.get("AGENTS_ROOM_TEST_SEAMS") == "1" and \
-            os.environ.get("AGENTS_ROOM_TEST_HOST"):
+    if (os.environ.get("AGENTS_ROOM_TEST_SEAMS") == "1" and
+            os.environ.get("AGENTS_ROOM_TEST_HOST")):
         return os.environ["AGENTS_ROOM_TEST_HOST"]
     if not _HOST:
         name, mark = os.uname().nodename, ""
@@ -746,14 +746,14 @@ class RepoInfo:
             if text.startswith("gitdir:"):
                 gitdir = os.path.normpath(os.path.join(top, text[7:].strip()))
                 pointer = _read_small(os.path.join(gitdir, "commondir")).strip()
-                common = os.path.normpath(os.path.join(gitdir, pointer)) if pointer \
-                    else gitdir
+                common = (os.path.normpath(os.path.join(gitdir, pointer)) if pointer
+                    else gitdir)
         common = os.path.realpath(common)
-        main_top = os.path.dirname(common) if os.path.basename(common) == ".git" \
-            else common
+        main_top = (os.path.dirname(common) if os.path.basename(common) == ".git"
+            else common)
         info.name = os.path.basename(main_top) or "root"
-        info.worktree = None if os.path.realpath(main_top) == top else \
-            os.path.basename(top)
+        info.worktree = (None if os.path.realpath(main_top) == top else
+            os.path.basename(top))
         head = _read_small(os.path.join(gitdir, "HEAD")).strip()
         info.branch = head[16:] if head.startswith("ref: refs/heads/") else (
             head[:12] or None)
@@ -864,9 +864,9 @@ class Resource:
             raise UsageError("a resource must be a non-empty string (a path or kind:name)")
         text = text.strip() if kind is None else text
         head, sep, rest = text.partition(":")
-        if kind is None and sep and head and "/" not in head and head == head.lower() and \
-                all(c.isalnum() or c in "-_" for c in head) and head[0].isalpha() and \
-                len(head) > 1:
+        if (kind is None and sep and head and "/" not in head and head == head.lower() and
+                all(c.isalnum() or c in "-_" for c in head) and head[0].isalpha() and
+                len(head) > 1):
             kind, name = head, rest
         else:
             kind, name = "path", text
@@ -916,8 +916,8 @@ def room_name(name, default_prefix):
             raise UsageError("room %r has no name after its prefix" % name)
     else:
         name = default_prefix + name
-    if len(name) > ROOM_NAME_MAX_CHARS or any(c.isspace() for c in name) or \
-            clean(name) != name:
+    if (len(name) > ROOM_NAME_MAX_CHARS or any(c.isspace() for c in name) or
+            clean(name) != name):
         raise UsageError("room names have no spaces or control characters and at most "
                          "%d characters: %r" % (ROOM_NAME_MAX_CHARS, name[:80]))
     return name
@@ -1847,10 +1847,10 @@ def signal_marker(store_path, harness_key):
     memo = (store_path, harness_key, os.environ.get("HOME"))
     path = _MARKERS.get(memo)
     if path is None:
-        safe = harness_key if 0 < len(harness_key) <= 128 and all(
-            c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "." \
+        safe = (harness_key if 0 < len(harness_key) <= 128 and all(
+            c.isalnum() or c in "-_." for c in harness_key) and harness_key[0] != "."
             else "h-" + __import__("hashlib").sha256(harness_key.encode(
-                "utf-8", "surrogatepass")).hexdigest()[:40]
+                "utf-8", "surrogatepass")).hexdigest()[:40])
         path = os.path.join(marker_path(store_path), safe)
         if len(_MARKERS) >= MARKERS_KEPT:
             _MARKERS.clear()
@@ -2293,8 +2293,8 @@ def _launcher_code(missing_exit):
     traceback (a hook then exits 0, never blocking the harness; a git hook
     exits 1)."""
     say = '"agents-room: no agents_room.py in "+d+"; run its setup again"'
-    stop = "sys.exit(%s)" % say if missing_exit else \
-        "sys.exit(print(%s,file=sys.stderr))" % say
+    stop = ("sys.exit(%s)" % say if missing_exit else
+        "sys.exit(print(%s,file=sys.stderr))" % say)
     quiet = ("if sys.argv[1:2]==[\"hook\"]and sys.stdin and not sys.stdin.isatty():\n"
              " t=sys.stdin.read()\n"
              " try:\n"
@@ -2553,16 +2553,16 @@ def _probe_argv(command, env, root):
         return None, "it is not a command line setup writes"
     if any(w and not w.strip("();<>|&") for w in words):
         return None, "it holds shell operators, which setup never writes"
-    if len(words) >= 7 and words[1:4] == ["-I", "-S", "-c"] and words[6] == "hook" and \
-            words[5].endswith("agents_room.py") and words[4] != _launcher_code(0):
+    if (len(words) >= 7 and words[1:4] == ["-I", "-S", "-c"] and words[6] == "hook" and
+            words[5].endswith("agents_room.py") and words[4] != _launcher_code(0)):
         # Setup's shape with another launcher: an older (or newer) setup
         # wrote it.  Its code is still not run: this version cannot vouch for it.
         return None, ("its launcher is not the one this version writes (an older or "
                       "newer setup wrote it): run setup with --write again")
-    if len(words) < 7 or words[1:5] != ["-I", "-S", "-c", _launcher_code(0)] or \
-            words[6] != "hook":
-        return None, "it is not the command setup writes (python -I -S -c LAUNCHER " \
-            "agents_room.py hook ...)"
+    if (len(words) < 7 or words[1:5] != ["-I", "-S", "-c", _launcher_code(0)] or
+            words[6] != "hook"):
+        return None, ("it is not the command setup writes (python -I -S -c LAUNCHER "
+            "agents_room.py hook ...)")
     if any(c in w for w in words[6:] for c in "$`"):
         return None, "its arguments hold shell expansions, which setup never writes"
     script = words[5]
@@ -2724,8 +2724,8 @@ class Lever:
                                "this session's (%s)" % os.path.basename(path))
         try:
             info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
-                    info.st_mode & 0o077:
+            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
+                    info.st_mode & 0o077):
                 raise RefusedLever("%s is not a private file of this user's" % path)
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
                          getattr(os, "O_NONBLOCK", 0))
@@ -3169,8 +3169,8 @@ def scanner_kind():
     forced = os.environ.get("AGENTS_ROOM_PROCSCAN")
     if forced in ("proc", "ps"):
         return forced
-    return "proc" if os.path.isdir(os.path.join(proc_root(), "self")) or \
-        os.environ.get("AGENTS_ROOM_PROC_ROOT") else "ps"
+    return "proc" if (os.path.isdir(os.path.join(proc_root(), "self")) or
+        os.environ.get("AGENTS_ROOM_PROC_ROOT")) else "ps"
 
 
 def _proc_boot_time(root):
@@ -3644,8 +3644,8 @@ def tool(name, title, params, required=(), output=None, cli=None, positional=(),
         caller = "none" if "session_id" not in params else (
             "required" if "session_id" in required else "optional")
     assert caller in CALLER_FORMS, caller
-    assert cli is None or render is not None or (cli_extra and cli_extra.own), \
-        "%s: a command renders its answer" % name
+    assert cli is None or render is not None or (cli_extra and cli_extra.own), (
+        "%s: a command renders its answer" % name)
     assert parks is None or parks in params, name
 
     output = output or {"type": "object"}
@@ -3691,8 +3691,8 @@ def check_value(schema, value, where):
                 ok = True
             elif kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
                 ok = True
-            elif kind == "number" and isinstance(value, (int, float)) \
-                    and not isinstance(value, bool):
+            elif (kind == "number" and isinstance(value, (int, float))
+                    and not isinstance(value, bool)):
                 ok = True
             elif kind == "boolean" and isinstance(value, bool):
                 ok = True
@@ -4020,8 +4020,8 @@ def _run_op(op, tool_, args, session_id, harness_key):
     if beat:
         changed(op, "beat")
     op.liveness.record(op.later or op.conn)
-    if op.ctx.via == "mcp" and op.caller is not None and tool_.public and \
-            not tool_.tells_mail:
+    if (op.ctx.via == "mcp" and op.caller is not None and tool_.public and
+            not tool_.tells_mail):
         op.ctx.signal = untold_signal(op)
     return result
 
@@ -4717,8 +4717,8 @@ def room_join(op, room=None, extra_rooms=None, label=None, tags=None,
     if fresh and repo is None and not room and row["harness"] == "generic":
         notes.append("%s is not in a git repository: the room is named after the "
                      "directory (%s); --room names another" % (cwd, home))
-    if effective_autonomy(conn, row) == 2 and not lever and \
-            not harness_named(row["harness"]).waiter:
+    if (effective_autonomy(conn, row) == 2 and not lever and
+            not harness_named(row["harness"]).waiter):
         # Wake asks for a lever this session does not have: mail waits for its
         # next turn (sent shows it undeliverable), which is no fault.
         notes.append("nothing can wake this session from outside (%s has no wake lever "
@@ -4893,8 +4893,8 @@ def lease_forms(lease, holder_cwd):
                 relative = os.path.relpath(path, cwd)
             except ValueError:
                 relative = None
-            if relative and not relative.startswith(".." + os.sep) and relative != ".." \
-                    and relative not in forms:
+            if (relative and not relative.startswith(".." + os.sep) and relative != ".."
+                    and relative not in forms):
                 forms.append(relative)
     if lease["key"].startswith("@") and "/" in lease["key"]:
         relative = lease["key"].split("/", 1)[1]     # under its repository's top level
@@ -5507,8 +5507,8 @@ def search_messages(op, rooms, query, before, limit):
         fts = None                      # a full disk: no catching up, LIKE instead
     if fts:
         match = " ".join('"%s"' % w.replace('"', '""') for w in words)
-        where, params = "m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts " \
-            "MATCH ?)", [match]
+        where, params = ("m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts "
+            "MATCH ?)"), [match]
     else:
         where = " AND ".join(
             "(m.subject LIKE ? ESCAPE '\\' OR m.body LIKE ? ESCAPE '\\')" for _ in words)
@@ -5652,9 +5652,9 @@ def _only_by_inode(lease, resource, ancestors, outer):
     """A lease found only through its file's inode, whose file no longer has
     that inode (deleted, or replaced by an atomic save): the number now names
     another file, which is not this lease's."""
-    if lease["key"] in ancestors or lease["real"] in outer or \
-            lease["key"].startswith(resource.key.rstrip(os.sep) + os.sep) or \
-            (lease["real"] or "").startswith(resource.real.rstrip(os.sep) + os.sep):
+    if (lease["key"] in ancestors or lease["real"] in outer or
+            lease["key"].startswith(resource.key.rstrip(os.sep) + os.sep) or
+            (lease["real"] or "").startswith(resource.real.rstrip(os.sep) + os.sep)):
         return False
     try:
         info = os.stat(lease["real"])
@@ -5819,8 +5819,8 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode=None,
         held = [conn.execute("SELECT mode FROM leases WHERE kind=? AND key=? AND "
                              "session_id=?", (r.kind, r.key, me)).fetchone()
                 for r in targets]
-        mode = "shared" if held and all(h is not None and h[0] == "shared" for h in held) \
-            else "exclusive"
+        mode = ("shared" if held and all(h is not None and h[0] == "shared" for h in held)
+            else "exclusive")
     if mode == "exclusive":
         _refuse_broad(targets, broad, "an exclusive lease")
     held = conn.execute("SELECT COUNT(*) FROM leases WHERE session_id=?", (me,)).fetchone()[0]
@@ -5878,8 +5878,8 @@ def lease_claim(op, path=None, resources=None, ttl_s=LEASE_TTL_S, mode=None,
             # A renewal of a live lease: the same grant, the same fence.
             conn.execute("UPDATE leases SET mode=?, expires_at=?, purpose=COALESCE(?, "
                          "purpose) WHERE id=?", (mode, at + ttl_s, purpose, mine["id"]))
-            reason = "renewed" if mine["mode"] == mode else \
-                "renewed (was %s)" % mine["mode"]
+            reason = ("renewed" if mine["mode"] == mode else
+                "renewed (was %s)" % mine["mode"])
             lease.update(path=mine["path"], acquired_at=mine["acquired_at"],
                          fence=mine["fence"], purpose=mine["purpose"] if purpose is None
                          else purpose)
@@ -6716,8 +6716,8 @@ def _watch_holds(op, on, target, state):
     """Why a session already is as a watch of it waits for, or None."""
     who = target["label"] or target["id"]
     if on == "gone" or on == "idle":
-        if target["left_at"] is not None or target["ended_at"] is not None or \
-                op.liveness(target) == "gone":
+        if (target["left_at"] is not None or target["ended_at"] is not None or
+                op.liveness(target) == "gone"):
             return "%s is gone already" % who
     if on == "idle" and (target["turn_started"] is None or
                          op.at - target["turn_started"] >= TURN_MAX_S):
@@ -7028,8 +7028,8 @@ def drift_check(op, path):
         "mode": data.get("mode", "exclusive"), "acquired_at": iso(claim["at"]),
         "expires_at": iso(until),
         "liveness": op.liveness(holder_row) if holder_row else "gone"}
-    result["message"] = "%s since you read it, while %s (label %s) held a lease on " \
-        "it from %s: re-read before writing" % (
+    result["message"] = ("%s since you read it, while %s (label %s) held a lease on "
+        "it from %s: re-read before writing") % (
             what, claim["session_id"], one_line(result["holder"]["label"] or "-", 40),
             result["since"])
     return result
@@ -7062,8 +7062,8 @@ def note_lever_facts(op, row, facts):
 def is_wake_prompt(prompt, session_id):
     """Whether a turn's prompt is our signal (a lever started the turn with it,
     or a waiter's wake quotes it)."""
-    return isinstance(prompt, str) and "agents-room: " in prompt and \
-        " unread message" in prompt and session_id in prompt
+    return (isinstance(prompt, str) and "agents-room: " in prompt and
+        " unread message" in prompt and session_id in prompt)
 
 
 def mark_offered(op, session_id, stop=False):
@@ -7295,8 +7295,8 @@ def waiter_poll(op, pid, after_id, check_alive=False):
     unread and no other lever took it (its deliveries become accepted: the
     wake is under way)."""
     row = op.caller
-    if row["left_at"] is not None or row["ended_at"] is not None or \
-            row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2:
+    if (row["left_at"] is not None or row["ended_at"] is not None or
+            row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2):
         return {"stop": True}
     if check_alive and row["pid"] and op.liveness(row) == "gone":
         return {"stop": True}
@@ -7425,8 +7425,8 @@ def wake_plan(op, limit=20):
         data, mismatch = resolve_lever(row)
         adapter = harness_named(row["harness"])
         lever = current_lever(row, at, (data, mismatch))
-        refused = mismatch or (data is not None and LEVERS[row["lever"]].refuses(data)) \
-            or None
+        refused = (mismatch or (data is not None and LEVERS[row["lever"]].refuses(data))
+            or None)
         if mismatch:
             # Whoever can write the store can write this row: nothing of it
             # runs, the delivery says why, and doctor says so too.
@@ -8469,8 +8469,8 @@ def _exclude_from_git(root, paths, write):
     except (OSError, subprocess.SubprocessError):
         done = None
     if done is None or done.returncode != 0 or not done.stdout.strip():
-        return "git cannot say where this clone's exclude file is: keep %s out of git" \
-            % ", ".join(paths)
+        return ("git cannot say where this clone's exclude file is: keep %s out of git"
+            % ", ".join(paths))
     exclude = os.path.join(root, done.stdout.strip())
     have = (_read_text(exclude) or "")
     lines = {line.strip() for line in have.splitlines()}
@@ -8480,8 +8480,8 @@ def _exclude_from_git(root, paths, write):
     if not missing:
         return "%s already keeps %s out of git" % (shown, ", ".join(paths))
     if not write:
-        return "--write adds %s to %s (this clone's ignore list; .gitignore is " \
-            "left alone)" % (", ".join(missing), shown)
+        return ("--write adds %s to %s (this clone's ignore list; .gitignore is "
+            "left alone)") % (", ".join(missing), shown)
     try:
         os.makedirs(os.path.dirname(exclude), exist_ok=True)
         with open(exclude, "a") as handle:
@@ -8874,8 +8874,8 @@ def pre_tool_use(store, ctx, key, payload, adapter):
     if not reasons:
         return ""
     # The holder's label and purpose are its words: under the frame.
-    reason = "agents-room: %s is leased; %s %s. Ask the holder (msg_send) or the user " \
-             "before editing." % (target, PEER_TEXT_NOTE, "; ".join(reasons))
+    reason = ("agents-room: %s is leased; %s %s. Ask the holder (msg_send) or the user "
+             "before editing.") % (target, PEER_TEXT_NOTE, "; ".join(reasons))
     harness = harness_pid(os.getppid())
     return adapter.ask(one_line(reason, SIGNAL_MAX_CHARS * 2),
                        process_argv(harness) if harness else None)
@@ -9079,8 +9079,8 @@ def _tool_arguments(tool_, sub):
         kinds = kinds if isinstance(kinds, list) else [kinds]
         help_text = schema.get("description") or CLI_HELP.get(name)
         if schema.get("enum") and name not in ("harness",):
-            help_text = "%s: %s" % (help_text or "one of", ", ".join(schema["enum"])) \
-                if help_text else "one of: " + ", ".join(schema["enum"])
+            help_text = ("%s: %s" % (help_text or "one of", ", ".join(schema["enum"]))
+                if help_text else "one of: " + ", ".join(schema["enum"]))
         convert = str
         if name.endswith("_s"):
             convert = parse_duration
@@ -9235,9 +9235,9 @@ def build_parser(only=None):
                 import difflib
                 flags = sorted(o for o in self._option_string_actions if o.startswith("--"))
                 for word in message.split(":", 1)[1].split():
-                    close = difflib.get_close_matches(word.split("=")[0], flags, n=2,
-                                                      cutoff=0.6) \
-                        if word.startswith("--") else []
+                    close = (difflib.get_close_matches(word.split("=")[0], flags, n=2,
+                                                      cutoff=0.6)
+                        if word.startswith("--") else [])
                     if close:
                         message += "; did you mean %s?" % " or ".join(close)
                         break
@@ -9369,8 +9369,8 @@ def _result_field(result, path):
     number bare, anything else as JSON); a missing one names what there is."""
     value = result
     for part in path.split("."):
-        if isinstance(value, list) and part.isascii() and part.isdigit() and \
-                int(part) < len(value):
+        if (isinstance(value, list) and part.isascii() and part.isdigit() and
+                int(part) < len(value)):
             value = value[int(part)]
         elif isinstance(value, dict) and part in value:
             value = value[part]
@@ -9546,8 +9546,8 @@ def _watch_arguments(sub):
 def _event_value(key, value):
     """An event's field as a person reads it: times as times, a selector as
     what it names, a path under a repository as written there."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            key.endswith("_at") and value > 1e8:
+    if (isinstance(value, (int, float)) and not isinstance(value, bool) and
+            key.endswith("_at") and value > 1e8):
         return iso(value)
     if isinstance(value, str):
         if value.startswith("@") and "/" in value:
@@ -10003,8 +10003,8 @@ def _group_overview(group, as_json):
     status = next((t for t in verbs if t.read_only), None)
     store = open_store()
     try:
-        result = call_tool(store, Context(via="cli"), status.name, {}, public_only=True) \
-            if status else {}
+        result = (call_tool(store, Context(via="cli"), status.name, {}, public_only=True)
+            if status else {})
     finally:
         store.close()
     if as_json:
@@ -10056,13 +10056,13 @@ def main(argv=None):
     except (AttributeError, ValueError):
         pass
     want_json = "--json" in argv
-    COLOR["on"] = not want_json and not os.environ.get("NO_COLOR") and \
-        os.environ.get("TERM") != "dumb" and sys.stdout.isatty()
+    COLOR["on"] = (not want_json and not os.environ.get("NO_COLOR") and
+        os.environ.get("TERM") != "dumb" and sys.stdout.isatty())
     try:
         groups = {t.cli.split()[0] for t in TOOLS.values() if t.public and t.cli and
                   " " in t.cli}
-        known = {t.cli for t in TOOLS.values() if t.public and t.cli} | set(COMMANDS) | \
-            groups
+        known = ({t.cli for t in TOOLS.values() if t.public and t.cli} | set(COMMANDS) |
+            groups)
         if name and not name.startswith("-") and name not in known:
             import difflib
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
@@ -10202,8 +10202,8 @@ PG_CHANNEL = "agents_room"           # LISTEN/NOTIFY: a commit that changed rows
 # The room's write lock: one advisory lock per schema, held to the transaction's end.
 PG_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema()))"
 # A lock on one id of a table (the two-key form: apart from the room's lock).
-PG_ID_LOCK = "pg_advisory_xact_lock(hashtext(current_schema() || '.%s'), " \
-    "((%s) %% 2147483647)::int)"
+PG_ID_LOCK = ("pg_advisory_xact_lock(hashtext(current_schema() || '.%s'), "
+    "((%s) %% 2147483647)::int)")
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
 PG_CONNECT_TIMEOUT_S = 10            # the whole startup: connect, TLS, authentication
@@ -10271,8 +10271,8 @@ def url_password(url):
     if not is_postgres_url(url):
         return None
     parts = parse_postgres_url(url)
-    return parts["password"] if parts["password"] is not None else \
-        parts["query"].get("password")
+    return (parts["password"] if parts["password"] is not None else
+        parts["query"].get("password"))
 
 
 def _hidden(text, secrets):
@@ -10408,8 +10408,8 @@ class PgCursor:
     @property
     def lastrowid(self):
         statement = self._done()
-        return statement.rows[-1][0] if statement.shape.returning and statement.rows \
-            else None
+        return (statement.rows[-1][0] if statement.shape.returning and statement.rows
+            else None)
 
 
 class _PgShape:
@@ -10596,8 +10596,8 @@ class PgConnection:
             "PGUSER") or __import__("getpass").getuser()
         database = url["database"] or query.get("dbname") or env.get(
             "PGDATABASE") or user
-        password = url["password"] if url["password"] is not None else \
-            query.get("password") or env.get("PGPASSWORD") or None
+        password = (url["password"] if url["password"] is not None else
+            query.get("password") or env.get("PGPASSWORD") or None)
         if password is None:
             password = _pgpass("localhost" if host in ("/var/run/postgresql", "/tmp")
                                else host, port, database, user)
@@ -10654,8 +10654,8 @@ class PgConnection:
                           % (where, error.strerror or error), "08001")
         self.sock = sock
         try:
-            if settings["sslmode"] not in ("disable", "allow") and \
-                    not host.startswith("/"):
+            if (settings["sslmode"] not in ("disable", "allow") and
+                    not host.startswith("/")):
                 self._start_tls(settings, host)
             startup = {"user": settings["user"], "database": settings["database"],
                        "application_name": "agents-room", "client_encoding": "UTF8"}
@@ -11141,8 +11141,8 @@ class PgConnection:
         it sat idle past idle_in_transaction_session_timeout while a link was
         down, or an administrator's terminate).  Then that error, before
         anything more is sent: nothing of the transaction was written."""
-        if not self.in_transaction or self._flight or self._at < len(self._buffer) or \
-                self.sock is None:
+        if (not self.in_transaction or self._flight or self._at < len(self._buffer) or
+                self.sock is None):
             return
         import select
         try:
@@ -11154,8 +11154,8 @@ class PgConnection:
             return                         # the send says what is wrong, if anything
         self._buffer += chunk
         head = self._buffer[self._at:self._at + 5]
-        if len(head) == 5 and head[:1] == b"E" and len(self._buffer) - self._at >= \
-                1 + int.from_bytes(head[1:5], "big"):
+        if len(head) == 5 and head[:1] == b"E" and (len(self._buffer) - self._at >=
+                1 + int.from_bytes(head[1:5], "big")):
             error = self._error(self._message()[1])
             self.close()
             raise error
@@ -12074,8 +12074,8 @@ class PgStore:
             "server_encoding") == "UTF8"
         if check.error is not None and check.error.sqlstate != "42P01":
             raise check.error
-        return check.error is None and bool(check.rows) and \
-            str(check.rows[0][0]) == str(SCHEMA_VERSION)
+        return (check.error is None and bool(check.rows) and
+            str(check.rows[0][0]) == str(SCHEMA_VERSION))
 
     def schema_version(self):
         """The schema version, or None where there is no store yet (one round
@@ -12091,8 +12091,8 @@ class PgStore:
 
     def close(self):
         self._keep_ahead()
-        if getattr(self, "_schema_check", None) is not None and self.conn is not None \
-                and self.conn.sock is not None:
+        if (getattr(self, "_schema_check", None) is not None and self.conn is not None
+                and self.conn.sock is not None):
             # Opened and closed with no transaction between: the store is
             # made (or migrated) as opening always did.
             try:
@@ -12508,8 +12508,8 @@ def _pg_analyse(text):
                 keyed = None
                 one = re.match(r"\s*SELECT\s.+?\sFROM\s+(\w+)(?:\s+(?!WHERE\b)\w+)?"
                                r"\s+WHERE\s+(.*)$", bare, re.S)
-                if one and one.group(1) in tables and bare.count("SELECT") == 1 and \
-                        not re.search(r"\bJOIN\b|,\s*\w+\s+WHERE", bare[one.start(1):]):
+                if (one and one.group(1) in tables and bare.count("SELECT") == 1 and
+                        not re.search(r"\bJOIN\b|,\s*\w+\s+WHERE", bare[one.start(1):])):
                     table = one.group(1)
                     n = _pg_conjunct(one.group(2), PG_ROW_KEYS.get(table, "session_id"))
                     keyed = (table, n) if n else None
@@ -12713,8 +12713,8 @@ def _pg_ahead_load(path):
     try:
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
-                    info.st_mode & 0o077:
+            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or
+                    info.st_mode & 0o077):
                 return empty
             data = json.loads(handle.read(PG_AHEAD_FILE_MAX).decode("utf-8"))
         tools = {}
@@ -12896,9 +12896,9 @@ class _PgCall:
         steps = conn.take()
         if self.mode == "open":
             writes = [s for s in steps if s.write]
-            apart = want is not None and not want.write and want.shape is not None and \
+            apart = (want is not None and not want.write and want.shape is not None and
                 _pg_analyse(want.text) != "volatile" and not any(
-                    w.simple or _pg_changes(want, w) for w in writes)
+                    w.simple or _pg_changes(want, w) for w in writes))
             if apart:
                 # A read none of the waiting writes can change: it goes on
                 # without the lock, and the writes keep waiting.
@@ -12911,8 +12911,8 @@ class _PgCall:
         ahead = self._ahead(conn, "tx") if self.mode is not None and not (
             self.mode == "open" and conn.pending_writes()) else []
         self._exchange(conn, steps + ahead)
-        if want is not None and not want.write and want.key is not None and \
-                want.error is None:
+        if (want is not None and not want.write and want.key is not None and
+                want.error is None):
             self._answered(want)
 
     # -- the transaction --
@@ -13023,8 +13023,8 @@ class _PgCall:
         conn.receive()
         first = next((s for s in steps if s.error is not None and not s.quiet), None)
         for step in steps:
-            if step.role in ("ahead", "sequence", "after") and step.error is None \
-                    and step.done:
+            if (step.role in ("ahead", "sequence", "after") and step.error is None
+                    and step.done):
                 self.cache[step.key] = step
                 if self.mode == "open" and step.role != "after":
                     self.unlocked.add(step.key)
@@ -13108,8 +13108,8 @@ class _PgCall:
                                           self.mode != "locked"):
                     continue
                 statement.key = key
-                statement.role = "after" if phase == "after" else "sequence" if \
-                    kind == "sequence" else "ahead"
+                statement.role = "after" if phase == "after" else ("sequence" if
+                    kind == "sequence" else "ahead")
                 self._keep(statement, phase)
                 out.append(statement)
                 keys.add(key)
@@ -13354,8 +13354,8 @@ def _pg_bindable(params, types):
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 return False
-        elif isinstance(value, int) and not isinstance(value, bool) and \
-                not -(1 << 63) <= value < (1 << 63):
+        elif (isinstance(value, int) and not isinstance(value, bool) and
+                not -(1 << 63) <= value < (1 << 63)):
             return False
     return True
 
@@ -13412,8 +13412,8 @@ class ClaudeSocket(Lever):
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
         token = env.get("CLAUDE_CODE_MESSAGING_TOKEN")
-        if not socket_path or not token or env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli" \
-                or env.get("CLAUDE_CODE_SESSION_ATTENDED") == "0":
+        if (not socket_path or not token or env.get("CLAUDE_CODE_ENTRYPOINT") == "sdk-cli"
+                or env.get("CLAUDE_CODE_SESSION_ATTENDED") == "0"):
             return None
         data = {"socket": socket_path, "token": token, "home": env.get("HOME")}
         words = list(argv or [])
@@ -13566,8 +13566,8 @@ class ClaudeCode(Harness):
             # Without it, every agents-room call waits for a person to approve
             # it: a woken, unattended session could not even read its mail.
             allow.append(self.mcp_prefix + "*")
-        if settings_path.endswith(os.path.join(".claude", "settings.json")) and \
-                job.scope == "project":
+        if (settings_path.endswith(os.path.join(".claude", "settings.json")) and
+                job.scope == "project"):
             # The project's .mcp.json server approved where the folder's
             # trust applies: no "New MCP server found" dialog, whose default
             # (Enter) rejects the server for good in 2.1.332.
@@ -13599,8 +13599,8 @@ class ClaudeCode(Harness):
         if job.scope == "project" and job.root is None:
             raise RoomError("%s is not inside a git repository" % job.cwd,
                             "run it in your project, or use --scope user")
-        settings_path = os.path.join(job.root, ".claude", "settings.json") \
-            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json")
+        settings_path = (os.path.join(job.root, ".claude", "settings.json")
+            if job.scope == "project" else os.path.join(job.home, ".claude", "settings.json"))
         settings = _read_json(settings_path)
         permissions = settings.setdefault("permissions", {})
         allow = permissions.setdefault("allow", []) if isinstance(permissions, dict) else None
@@ -13762,8 +13762,8 @@ class ClaudeCode(Harness):
                 checks.append(("fail", "%s was told to reject the agents-room server here "
                                "(disabledMcpjsonServers)" % self.title,
                                "claude mcp reset-project-choices"))
-        if found or _configured_commands(os.path.join(root, ".claude", "settings.local.json")) \
-                or _configured_commands(os.path.join(root, ".claude", "settings.json")):
+        if (found or _configured_commands(os.path.join(root, ".claude", "settings.local.json"))
+                or _configured_commands(os.path.join(root, ".claude", "settings.json"))):
             trusted = _claude_trusted(state, root)
             checks.append(("ok" if trusted else "warn", "%s folder %s" % (
                 self.title, "trusted" if trusted else "not trusted yet: the terminal UI "
@@ -14176,8 +14176,8 @@ class Hermes(Harness):
         body = lines[start + 1:end]
         events, order, current = {}, [], None
         for line in body:
-            if line.startswith("  ") and not line.startswith("   ") and line.strip() and \
-                    not line.strip().startswith(("#", "-")):
+            if (line.startswith("  ") and not line.startswith("   ") and line.strip() and
+                    not line.strip().startswith(("#", "-"))):
                 current = line.strip().rstrip(":").strip("'\"")
                 order.append(current)
                 events[current] = [line]
@@ -14426,8 +14426,8 @@ class QwenCode(Harness):
                                          ensure_ascii=False).encode("utf-8")).hexdigest()
 
     def server_entry(self, placement, serve_args):
-        script = placement.script if placement.relative is None else \
-            placement.relative_script()          # its cwd is the project
+        script = (placement.script if placement.relative is None else
+            placement.relative_script())          # its cwd is the project
         return {"command": placement.python, "args": ["-I", "-S", script] + serve_args,
                 # Without it the model finds our tools only through tool_search.
                 "alwaysLoadTools": True}
@@ -14439,8 +14439,8 @@ class QwenCode(Harness):
         qwen_home = self.home(os.environ, job.home)
         placement = Placement(job.root if job.scope == "project" else None,
                               self.project_var)
-        settings_path = os.path.join(job.root, ".qwen", "settings.json") if \
-            job.scope == "project" else os.path.join(qwen_home, "settings.json")
+        settings_path = (os.path.join(job.root, ".qwen", "settings.json") if
+            job.scope == "project" else os.path.join(qwen_home, "settings.json"))
         settings = merge_hooks(_read_json(settings_path), self.hook_entries(
             placement, job.level, job.start_extra))
         servers = settings.setdefault("mcpServers", {})
@@ -14458,8 +14458,8 @@ class QwenCode(Harness):
         if job.scope == "project":
             # A project's server starts only once approved, by a hash of its
             # entry: setup approves its own (a changed entry needs it again).
-            approvals_path = os.environ.get("QWEN_CODE_MCP_APPROVALS_PATH") or \
-                os.path.join(qwen_home, "mcpApprovals.json")
+            approvals_path = (os.environ.get("QWEN_CODE_MCP_APPROVALS_PATH") or
+                os.path.join(qwen_home, "mcpApprovals.json"))
             approvals = _read_json(approvals_path)
             project = approvals.setdefault(os.path.realpath(job.root), {})
             if not isinstance(project, dict):
@@ -14496,8 +14496,8 @@ class QwenCode(Harness):
             approvals = _read_json(env.get("QWEN_CODE_MCP_APPROVALS_PATH") or os.path.join(
                 qwen_home, "mcpApprovals.json")) if server else {}
             record = (approvals.get(os.path.realpath(root)) or {}).get("agents-room") or {}
-            ok = server and record.get("hash") == self.approval_hash(server) and \
-                record.get("status") == "approved"
+            ok = (server and record.get("hash") == self.approval_hash(server) and
+                record.get("status") == "approved")
             checks.append(("ok" if ok else "warn", "Qwen Code MCP server %s" % (
                 "approved for this project" if ok else "not approved (it will not start)"),
                 "" if ok else "qwen mcp approve agents-room (in the project), or " + fix))
@@ -14607,8 +14607,8 @@ class GeminiCli(Harness):
         if not isinstance(servers, dict):
             raise RoomError("'mcpServers' in the settings file is not an object; fix it "
                             "by hand")
-        script = placement.script if placement.relative is None else \
-            placement.relative_script()
+        script = (placement.script if placement.relative is None else
+            placement.relative_script())
         # trust: without it gemini -p offers none of the tools.
         servers["agents-room"] = {"command": placement.python,
                                   "args": ["-I", "-S", script] + job.serve_args,
@@ -14629,8 +14629,8 @@ class GeminiCli(Harness):
         probe_env["GEMINI_PROJECT_DIR"] = root
         checks = _doctor_hooks(self.title, settings, probe_env, root, fix)
         if any(_configured_commands(p) for p in settings):
-            trusted = _read_json(os.path.join(base, ".gemini", "trustedFolders.json")) if \
-                os.path.exists(os.path.join(base, ".gemini", "trustedFolders.json")) else {}
+            trusted = (_read_json(os.path.join(base, ".gemini", "trustedFolders.json")) if
+                os.path.exists(os.path.join(base, ".gemini", "trustedFolders.json")) else {})
             real = os.path.realpath(root)
             ok = any(real == os.path.realpath(p) or (v == "TRUST_PARENT" and real.startswith(
                 os.path.realpath(os.path.dirname(p)) + os.sep)) or (
@@ -14753,8 +14753,8 @@ class Pi(Harness):
         if job.scope == "project" and job.root is None:
             raise RoomError("%s is not inside a git repository" % job.cwd,
                             "run setup pi in your project, or use --scope user")
-        directory = os.path.join(job.root, ".pi", "extensions") if job.scope == "project" \
-            else os.path.join(self.agent_dir(os.environ, job.home), "extensions")
+        directory = (os.path.join(job.root, ".pi", "extensions") if job.scope == "project"
+            else os.path.join(self.agent_dir(os.environ, job.home), "extensions"))
         path = os.path.join(directory, "agents-room.ts")
         text = _read_text(path)
         if text and self.marker not in text:
@@ -15166,8 +15166,8 @@ class OpenCode(Harness):
             env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), self.setup_name)
 
     def plugin(self, placement, job):
-        directory = placement.relative if placement.relative is not None else \
-            os.path.dirname(this_file())
+        directory = (placement.relative if placement.relative is not None else
+            os.path.dirname(this_file()))
         return OPENCODE_PLUGIN.replace("%MARKER%", self.marker).replace(
             "%PYTHON%", json.dumps([placement.python, "-I", "-S", "-c", _launcher_code(0)])
         ).replace("%DIR%", json.dumps(directory or ".")).replace(
@@ -16124,8 +16124,8 @@ def _site_importtime_ms(python, env, runs=5):
                              text=True).stderr
         for line in err.splitlines():
             parts = line.split("|")
-            if len(parts) == 3 and parts[2].strip() == "site" and \
-                    parts[2].startswith(" site"):
+            if (len(parts) == 3 and parts[2].strip() == "site" and
+                    parts[2].startswith(" site")):
                 try:
                     found.append(int(parts[1].strip()) / 1000.0)
                 except ValueError:
@@ -16188,8 +16188,8 @@ def _bench_processes(b, store, ctx, env, workdir):
         elif b.site_abnormal:
             against = "bare -S"
             p50 = _percentile(times, 0.5) * 1000
-            note = "site start-up abnormal: %.1f ms; ratio vs -S: %.2fx (the goal is " \
-                   "judged against -S)%s" % (b.site_ms, p50 / floor,
+            note = ("site start-up abnormal: %.1f ms; ratio vs -S: %.2fx (the goal is "
+                   "judged against -S)%s") % (b.site_ms, p50 / floor,
                                             "; " + note if note else "")
         else:
             against = "bare"
@@ -16807,8 +16807,8 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
                         if answer.get("result", {}).get("isError") or "error" in answer:
                             raise RoomError("bench: %s failed: %s" % (name, answer))
                 sent = sum(turns) / float(len(turns))
-                trips = (_percentile(times, 0.5) - _percentile(near, 0.5)) * 1000 / rtt_ms \
-                    if rtt_ms else sent
+                trips = ((_percentile(times, 0.5) - _percentile(near, 0.5)) * 1000 / rtt_ms
+                    if rtt_ms else sent)
                 row = b.add("at %sMCP %s (%d calls)" % (tag, name, calls), times,
                             goal="<= %d round trips" % goal,
                             note="%.1f round trips per call ((p50 - p50 at 0 ms) / round "
@@ -16845,8 +16845,8 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
             # Counted at the proxy: a process's start varies by more than
             # a round trip on a loaded machine, so the times only estimate.
             sent = sum(turns) / float(len(turns))
-            trips = (_percentile(times, 0.5) - _percentile(near, 0.5)) * 1000 / rtt_ms \
-                if rtt_ms else sent
+            trips = ((_percentile(times, 0.5) - _percentile(near, 0.5)) * 1000 / rtt_ms
+                if rtt_ms else sent)
             beyond = sent - direct[tool][1]
             row = b.add("at %sone-shot CLI %s (%d processes)" % (tag, name, len(times)),
                         times, goal="<= 6 round trips beyond the direct call",
@@ -18280,8 +18280,8 @@ def _ui_short(lease, holder_cwd):
 
 def _ui_who(op, session_id):
     row = op.session(session_id) if session_id else None
-    return (row["label"] if row is not None and row["label"] else None) or \
-        (session_id or "?")[:8]
+    return ((row["label"] if row is not None and row["label"] else None) or
+        (session_id or "?")[:8])
 
 
 def _ui_waits(op, item, leases, windows, tasks):
@@ -18343,8 +18343,8 @@ def _ui_waits(op, item, leases, windows, tasks):
             "FROM messages m JOIN deliveries d ON d.message_id = m.id WHERE m.sender=? "
             "AND m.expires_at > ? AND (m.ack_required=1 OR m.importance='urgent') "
             "ORDER BY m.id, d.session_id", (sid, at)).fetchall():
-        waiting = d["state"] in UNREAD_STATES if not d["ack_required"] else \
-            d["state"] not in ("acked", "expired")
+        waiting = (d["state"] in UNREAD_STATES if not d["ack_required"] else
+            d["state"] not in ("acked", "expired"))
         if waiting:
             awaited.setdefault((d["id"], d["ack_required"], d["ack_by"]), []).append(
                 _ui_who(op, d["session_id"]))
@@ -18433,8 +18433,8 @@ def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
     cwds = {}
     for s in status["sessions"]:
         cwds[s["session_id"]] = s["cwd"]
-        s["home"] = next((r for r in s["rooms"] if r.startswith("repo:")), None) or \
-            (s["rooms"][0] if s["rooms"] else None)
+        s["home"] = (next((r for r in s["rooms"] if r.startswith("repo:")), None) or
+            (s["rooms"][0] if s["rooms"] else None))
     homes = {s["session_id"]: s["home"] for s in status["sessions"]}
     leases = []
     for row in conn.execute("SELECT * FROM leases WHERE expires_at > ? ORDER BY path",
@@ -18944,8 +18944,8 @@ def _ui_handler(page):
                 return None
             lengths = self.headers.get_all("Content-Length") or ["0"]
             text = lengths[0].strip()
-            if len(lengths) != 1 or not (text.isascii() and text.isdigit()) or \
-                    len(text) > 12:
+            if (len(lengths) != 1 or not (text.isascii() and text.isdigit()) or
+                    len(text) > 12):
                 self.refuse("a bad Content-Length", 400)
                 return None
             if int(text) > UI_BODY_MAX:

@@ -1223,6 +1223,21 @@ class MapTest(unittest.TestCase):
         self.assertEqual(found, set(), "used before the section that defines them: move "
                          "the definition up, pass it, or register")
 
+    def test_no_backslash_continues_a_line_of_code(self):
+        """Issue 37: parentheses continue a line, never a backslash (they read
+        better, and a structure-drawing tool's reader trips on them); a
+        backslash inside a string is the string's."""
+        import io as _io
+        import tokenize
+        with open(SCRIPT, encoding="utf-8") as handle:
+            source = handle.read()
+        in_string = set()
+        for tok in tokenize.generate_tokens(_io.StringIO(source).readline):
+            if tok.type == tokenize.STRING:
+                in_string.update(range(tok.start[0], tok.end[0]))
+        self.assertEqual([n for n, line in enumerate(source.split("\n"), 1)
+                          if line.rstrip().endswith("\\") and n not in in_string], [])
+
     def test_part_one_ends_with_main_and_appendices_follow(self):
         banners = _source_banners(SCRIPT)
         first = next(i for i, b in enumerate(banners) if b.startswith("appendix:"))
