@@ -77,25 +77,25 @@ prints it when it differs; Part I is at most 10,000 lines):
      314    56  errors
      370   597  small utilities
      967  1240  store
-    2207   955  harness adapters
-    3162   379  liveness (process scan)
-    3541   598  tool registry and the door
-    4139   222  results as text
-    4361   509  operations: sessions and rooms
-    4870   705  operations: messages
-    5575   617  operations: leases
-    6192   237  operations: work states and quiet windows
-    6429   168  operations: task board
-    6597   230  operations: watches
-    6827    91  operations: status
-    6918   120  operations: reads and drift
-    7038   433  operations: signals and wakes
-    7471   158  operations: housekeeping
-    7629   156  signals: wake levers
-    7785   545  MCP server
-    8330   383  harnesses: setup and doctor
-    8713   285  hook front end
-    8998  1044  CLI
+    2207   954  harness adapters
+    3161   379  liveness (process scan)
+    3540   598  tool registry and the door
+    4138   222  results as text
+    4360   509  operations: sessions and rooms
+    4869   705  operations: messages
+    5574   617  operations: leases
+    6191   237  operations: work states and quiet windows
+    6428   168  operations: task board
+    6596   230  operations: watches
+    6826    91  operations: status
+    6917   120  operations: reads and drift
+    7037   433  operations: signals and wakes
+    7470   158  operations: housekeeping
+    7628   156  signals: wake levers
+    7784   545  MCP server
+    8329   383  harnesses: setup and doctor
+    8712   285  hook front end
+    8997  1045  CLI
    10042    79  main
    10131  3258  appendix: PostgreSQL store
    13389   474  appendix: harness: Claude Code
@@ -110,7 +110,7 @@ prints it when it differs; Part I is at most 10,000 lines):
    15720   108  appendix: Claude Code plugin
    15828  1181  appendix: benchmark
    17009  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18195   979  appendix: operator page
+   18195   981  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2226,7 +2226,6 @@ HOOK_BUSY_MS = 3000        # below the hook's own bound: a locked store gives up
 SETUP_MARK = "agents_room"
 WAITER_LIFETIME_S = 12 * 3600
 SOCKET_TIMEOUT_S = 1.0
-CLAUDE_INBOX_KEEP_S = 5 * 60  # an inbox message no turn took expires in about this
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
@@ -7087,7 +7086,7 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
     start (UserPromptSubmit) marks the session busy until its Stop; a turn
     whose prompt is our signal is a wake seen: what it announced is accepted
     and counts as held once (its Stop does not hold it again).  not_a_person:
-    the harness says no person submitted this prompt (Qwen): within a turn a
+    the harness says no person submitted this prompt (an inbox's wake): within a turn a
     continuation, which says nothing; starting one, the turn a wake's inbox
     message started, which accepts what a wake offered."""
     row = op.caller
@@ -9460,8 +9459,9 @@ def _setup_arguments(sub):
     sub.add_argument("--write", action="store_true",
                      help="merge into the files (default: print what would be written)")
     sub.add_argument("--plugin", action="store_true",
-                     help="claude: agents-room is installed as a Claude Code plugin; "
-                          "write only what a plugin cannot (its tools' allow rule)")
+                     help="agents-room is installed as the harness's plugin (where it "
+                          "has them): write only what a plugin cannot (its tools' allow "
+                          "rule)")
     sub.add_argument("--show", action="store_true",
                      help="in a dry run, print generated extension sources whole too")
 
@@ -13407,7 +13407,7 @@ class ClaudeSocket(Lever):
     inline = True
     # A message the inbox took without a receipt and no turn took yet may be
     # held behind a dialog or still queued; it expires in about 5 minutes.
-    offered_for_s = CLAUDE_INBOX_KEEP_S
+    offered_for_s = 5 * 60
 
     def detect(self, env, key, cwd, argv):
         socket_path = env.get("CLAUDE_CODE_MESSAGING_SOCKET")
@@ -18511,8 +18511,10 @@ def ui_act(op, harness_key, room, act, args, label=None):
     transaction: an act refused (bad arguments, a holder not gone) leaves the
     operator out of the room, as if it had not asked (issue 34)."""
     inner = TOOLS.get(act)
-    if inner is None or inner.prepare is not None or inner.caller not in (
-            "present", "required", "optional"):
+    # Only what the page's own buttons do (UI_ACTIONS that join first): the
+    # page's key must not make the operator's session call any tool at all.
+    if inner is None or not any(name == act and joins
+                                for name, _, _, joins in UI_ACTIONS.values()):
         raise UsageError("the page cannot act with %r" % (act,))
     joined = ui_join(op, harness_key, room, label)
     op.caller, op._rows = session_row(op.conn, joined["session_id"]), {}

@@ -53,6 +53,7 @@ Contents (this file's banners, each with its test classes):
                                                  PeerWordsFramedTest ThreatModelTest
   PostgreSQL's own seams                         PgStoreTest PgTrustTest
   what no peer has: fences, watches, retract     FenceWatchRetractTest
+  the suite's own progress lines                 ProgressTest
 
 The store and operation classes run again on PostgreSQL as Pg<Class> (see
 PG_CLASSES at the end).
@@ -6425,6 +6426,27 @@ class OperatorPageTest(RoomTest):
         self.assertNotIn("Traceback", err)
         return err
 
+    def test_the_page_acts_only_with_its_own_buttons(self):
+        # ui_act took any tool that takes a session: whoever held the page's
+        # key could make the operator's session send, claim or leave.
+        peer = self.join("--room", "ops", "--label", "peer", key="k-peer")["session_id"]
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="ui")
+        for act, args in (("msg_send", {"to": peer, "subject": "as the operator"}),
+                          ("lease_claim", {"path": "db:prod"}),
+                          ("room_leave", {})):
+            with self.subTest(act=act):
+                with self.assertRaisesRegex(agents_room.UsageError, "cannot act with"):
+                    agents_room.call_tool(store, ctx, "ui_act", {
+                        "harness_key": "ui-k", "room": "ops", "act": act, "args": args})
+        self.assertEqual(self.cli_json("recv", "--session", peer)["messages"], [])
+        # What the page's buttons do still goes through.
+        done = agents_room.call_tool(store, ctx, "ui_act", {
+            "harness_key": "ui-k", "room": "ops", "act": "ui_send",
+            "args": {"room": "ops", "to": peer, "subject": "from the page"}})
+        self.assertTrue(done["result"]["message_id"])
+
     def test_state_shows_rooms_sessions_leases_and_threads(self):
         response, page = self.request("GET", "/")
         self.assertEqual(response.status, 200)
@@ -9071,9 +9093,11 @@ class PgStoreTest(RoomTest):
         beta too, from the store (beta cannot see alpha's processes), and
         the table says where it runs."""
         alpha = self.host("alpha", AGENTS_ROOM_WAITER_POLL_S="0.05")
-        done = self.run_cli("hook", "--event=SessionStart", env=alpha, input=json.dumps(
-            {"session_id": "k-r", "cwd": self.tmp, "hook_event_name": "SessionStart",
-             "source": "startup"}), check=0)
+        # At wake: a waiter below it ends at once (issue 38).
+        done = self.run_cli("hook", "--event=SessionStart", "--autonomy", "wake", env=alpha,
+                            input=json.dumps({"session_id": "k-r", "cwd": self.tmp,
+                                              "hook_event_name": "SessionStart",
+                                              "source": "startup"}), check=0)
         waiter = self.start_program("hook", "--event=Stop", "--wait", stdin=subprocess.PIPE,
                                     text=False, env=alpha)
         waiter.stdin.write(json.dumps({"session_id": "k-r", "cwd": self.tmp}).encode())
@@ -10213,9 +10237,11 @@ class FenceWatchRetractTest(SignalBase):
         self.cli_json("claim", "--session", api, path)
         self.cli_json("notify-when", "--session", web, "free", path)
         self.cli_json("release", "--session", api, path)
-        self.cli_json("claim", "--session", api, path, "--ttl", "1")
+        # A TTL no loaded machine outruns between the claim and the watch (at
+        # 1 s, a slow notify-when found the file already free: one message).
+        self.cli_json("claim", "--session", api, path, "--ttl", "300")
         self.cli_json("notify-when", "--session", web, "free", path)
-        self.cli_json("who", env={"AGENTS_ROOM_TIME_OFFSET": "30"})     # past the TTL
+        self.cli_json("who", env={"AGENTS_ROOM_TIME_OFFSET": "600"})    # past the TTL
         told = [m["subject"] for m in self.cli_json("recv", "--session", web)["messages"]]
         self.assertEqual(len(told), 2, told)
         self.assertTrue(all(t.endswith("f.go is free") for t in told), told)
@@ -10402,6 +10428,8 @@ class ClassProgress(unittest.TextTestResult):
                 self.write("all classes: %.1f s\n" % (time.time() - self.began))
         super().stopTestRun()
 
+
+# ---- the suite's own progress lines --------------------------------------
 
 class ProgressTest(unittest.TestCase):
     """The run's own progress lines, as a person (and a worker's parent)
