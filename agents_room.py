@@ -79,38 +79,38 @@ prints it when it differs; Part I is at most 10,000 lines):
      967  1240  store
     2207   954  harness adapters
     3161   379  liveness (process scan)
-    3540   598  tool registry and the door
-    4138   222  results as text
-    4360   509  operations: sessions and rooms
-    4869   705  operations: messages
-    5574   617  operations: leases
-    6191   237  operations: work states and quiet windows
-    6428   168  operations: task board
-    6596   230  operations: watches
-    6826    91  operations: status
-    6917   120  operations: reads and drift
-    7037   433  operations: signals and wakes
-    7470   158  operations: housekeeping
-    7628   156  signals: wake levers
-    7784   545  MCP server
-    8329   383  harnesses: setup and doctor
-    8712   285  hook front end
-    8997  1045  CLI
-   10042    79  main
-   10131  3258  appendix: PostgreSQL store
-   13389   474  appendix: harness: Claude Code
-   13863   184  appendix: harness: Codex
-   14047   255  appendix: harness: Hermes
-   14302   211  appendix: harness: Qwen Code
-   14513   167  appendix: harness: Gemini CLI
-   14680   425  appendix: harness: Pi
-   15105   383  appendix: harness: OpenCode
-   15488    45  appendix: harness: Kilo Code
-   15533   187  appendix: harness: GitHub Copilot CLI
-   15720   108  appendix: Claude Code plugin
-   15828  1181  appendix: benchmark
-   17009  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18195   981  appendix: operator page
+    3540   600  tool registry and the door
+    4140   222  results as text
+    4362   509  operations: sessions and rooms
+    4871   705  operations: messages
+    5576   617  operations: leases
+    6193   237  operations: work states and quiet windows
+    6430   168  operations: task board
+    6598   230  operations: watches
+    6828    91  operations: status
+    6919   120  operations: reads and drift
+    7039   433  operations: signals and wakes
+    7472   158  operations: housekeeping
+    7630   156  signals: wake levers
+    7786   545  MCP server
+    8331   404  harnesses: setup and doctor
+    8735   285  hook front end
+    9020  1045  CLI
+   10065    79  main
+   10154  3258  appendix: PostgreSQL store
+   13412   476  appendix: harness: Claude Code
+   13888   184  appendix: harness: Codex
+   14072   255  appendix: harness: Hermes
+   14327   211  appendix: harness: Qwen Code
+   14538   167  appendix: harness: Gemini CLI
+   14705   425  appendix: harness: Pi
+   15130   383  appendix: harness: OpenCode
+   15513    45  appendix: harness: Kilo Code
+   15558   187  appendix: harness: GitHub Copilot CLI
+   15745   108  appendix: Claude Code plugin
+   15853  1181  appendix: benchmark
+   17034  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18220   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -3984,8 +3984,10 @@ def call_tool(store, ctx, name, args, public_only=False):
     # read last time, and keeps one clock for the whole tool event.  What an
     # operation does outside the store while it holds the lock (a hook
     # removing a signal marker: the hook front end's operations) needs the
-    # lock from its first read.
-    with store.calling(name, args, session_id, lock_first=not tool_.public) as call:
+    # lock from its first read; so does a join, which writes the session's
+    # lever file and removes the ones no committed row names (Lever.stored).
+    with store.calling(name, args, session_id,
+                       lock_first=not tool_.public or name == "room_join") as call:
         for attempt in (1, 2):
             try:
                 result = _through_door(store, ctx, tool_, name, args, session_id,
@@ -8586,6 +8588,26 @@ def quiet_hook_check(runs=5):
             "a busy machine reads high; bench times it against its limit")
 
 
+def _as_the_harness_ran_it(pid, argv):
+    """argv (the harness's own command line, cut after its program) with
+    every path made absolute as the harness process resolved it: its
+    program from /proc/PID/exe, relative paths against its working
+    directory, which the command then runs in, so nothing is looked up from
+    doctor's directory (a clone's ./claude is not the harness: issue 34's
+    doctor rule).  (None, None) when that cannot be known."""
+    if not argv or not pid:
+        return None, None
+    try:
+        exe = os.readlink(os.path.join(proc_root(), str(pid), "exe"))
+        cwd = os.readlink(os.path.join(proc_root(), str(pid), "cwd"))
+    except OSError:
+        return None, None
+    if not (os.path.isabs(exe) and os.path.isabs(cwd)):
+        return None, None
+    return [exe] + [a if a.startswith("-") or os.path.isabs(a) else os.path.join(cwd, a)
+                    for a in argv[1:]], cwd
+
+
 def tested_check(adapter):
     """doctor: the running harness's version (its program's --version: one
     process, no network) against the newest version agents-room's
@@ -8593,15 +8615,16 @@ def tested_check(adapter):
     import re
     import subprocess
     pid = harness_pid(os.getppid())
-    argv = adapter.version_argv(process_argv(pid) if pid else None)
+    argv, where = _as_the_harness_ran_it(pid, adapter.version_argv(
+        process_argv(pid) if pid else None))
     what = "%s version" % adapter.title
     if argv is None:
         return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
             what, adapter.tested), "")
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30)
-        found = re.search(r"\d+(?:\.\d+)+", done.stdout + " " + done.stderr)
+                              text=True, timeout=30, cwd=where)
+        found = re.search(r"\d+(?:\.\d+)+", done.stdout)
     except (OSError, subprocess.SubprocessError) as error:
         found, done = None, error
     if found is None:
@@ -9767,7 +9790,7 @@ def run_prune(args):
     finally:
         store.close()
     if args.json:
-        return json.dumps(result, indent=2, ensure_ascii=False), 0
+        return _cli_json(TOOLS["prune"], result), 0
     lines = ["%s %s (label %s, %s, last seen %s)" % (
         "would remove" if args.dry_run else "removed", r["session_id"],
         one_line(r["label"] or "-", 40), r["liveness"], ago(r["last_seen"]))
@@ -9816,7 +9839,7 @@ def _send_from_cli(args):
 def run_reply(args):
     store, ctx, values, result = _send_from_cli(args)
     store.close()
-    return (json.dumps(result, indent=2, ensure_ascii=False) if args.json
+    return (_cli_json(TOOLS["msg_send"], result) if args.json
             else _render_send(result)), 0
 
 
@@ -9839,7 +9862,7 @@ def run_ask(args):
             sys.stderr.flush()
         return receive_waiting(
             store, ctx, {"session_id": values["session_id"], "thread": sent["message_id"]},
-            args.timeout, lambda r: json.dumps(r, indent=2, ensure_ascii=False)
+            args.timeout, lambda r: _cli_json(TOOLS["msg_recv"], r)
             if args.json else _render_messages(r["messages"], ""), as_json=args.json)
     finally:
         store.close()
@@ -13642,10 +13665,12 @@ class ClaudeCode(Harness):
                                                "does not count"))
 
     def _settings_paths(self, home, root):
-        return [os.path.join(root, ".claude", "settings.json"),
-                os.path.join(root, ".claude", "settings.local.json"),
-                os.path.join(home, ".claude", "settings.json")] if root else [
-                    os.path.join(home, ".claude", "settings.json")]
+        paths = [os.path.join(root, ".claude", "settings.json"),
+                 os.path.join(root, ".claude", "settings.local.json")] if root else []
+        paths.append(os.path.join(home, ".claude", "settings.json"))
+        # A project that is also HOME names one file once.
+        return [p for i, p in enumerate(paths) if os.path.realpath(p) not in
+                {os.path.realpath(q) for q in paths[:i]}]
 
     def _plugins_enabled(self, home, root):
         """[(settings file, plugin@marketplace)]: where our plugin is enabled."""
@@ -13662,12 +13687,12 @@ class ClaudeCode(Harness):
         state = _read_json_quiet(os.path.join(home, ".claude.json"))
         project = (state.get("projects") or {}).get(root) if isinstance(
             state.get("projects"), dict) else None
-        places = (("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
-                                                  "mcpServers", self.server_name)),
-                  ("this machine's ~/.claude.json for %s" % root, _dig(
-                      project, "mcpServers", self.server_name)),
+        places = ((("project .mcp.json", _json_at(os.path.join(root, ".mcp.json"),
+                                                   "mcpServers", self.server_name)),
+                   ("this machine's ~/.claude.json for %s" % root, _dig(
+                       project, "mcpServers", self.server_name))) if root else ()) + (
                   ("~/.claude.json for every project", _dig(
-                      state, "mcpServers", self.server_name)))
+                      state, "mcpServers", self.server_name)),)
         return [(where, entry) for where, entry in places if isinstance(entry, dict)]
 
     def _state_server(self, job, state_path, project, server):
@@ -18513,9 +18538,12 @@ def ui_act(op, harness_key, room, act, args, label=None):
     inner = TOOLS.get(act)
     # Only what the page's own buttons do (UI_ACTIONS that join first): the
     # page's key must not make the operator's session call any tool at all.
-    if inner is None or not any(name == act and joins
-                                for name, _, _, joins in UI_ACTIONS.values()):
+    button = next(((fields, fixed) for name, fields, fixed, joins in UI_ACTIONS.values()
+                   if name == act and joins), None)
+    if inner is None or button is None:
         raise UsageError("the page cannot act with %r" % (act,))
+    # A button's own fields, and its fixed arguments over them (task: add).
+    args = dict({k: v for k, v in args.items() if k in button[0]}, **button[1])
     joined = ui_join(op, harness_key, room, label)
     op.caller, op._rows = session_row(op.conn, joined["session_id"]), {}
     args = dict(args, session_id=joined["session_id"])

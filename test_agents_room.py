@@ -6147,6 +6147,25 @@ class SetupTest(RoomTest):
         self.assertEqual([h.get("asyncRewake", False) for h in stop], [False, True])
         self.assertIn("--wait", stop[1]["command"])
 
+    def test_setup_claude_plugin_works_outside_a_repository(self):
+        # The review: outside a git work tree (no project) it was a TypeError
+        # traceback, on the command the README and doctor give for the plugin.
+        # And a folder that is also HOME names its settings file once.
+        plain = os.path.join(self.tmp, "plain")
+        os.makedirs(plain)
+        done = self.run_cli("setup", "claude", "--plugin", "--write", cwd=plain, check=0)
+        self.assertNotIn("Traceback", done.stderr)
+        user = os.path.join(self.home, ".claude", "settings.json")
+        with open(user) as handle:
+            settings = json.load(handle)
+        self.assertIn("mcp__plugin_agents-room_agents-room__*",
+                      settings["permissions"]["allow"])
+        settings["enabledPlugins"] = {"agents-room@agents-room": True}
+        with open(user, "w") as handle:
+            json.dump(settings, handle)
+        done = self.run_cli("doctor", cwd=self.home, env={"CLAUDECODE": "1"})
+        self.assertIn("enabled in %s, not installed" % user, done.stdout)
+
     def test_setup_claude_plugin_writes_only_the_allow_rule_and_doctor_knows_it(self):
         # Issue 38: a plugin cannot allow its own tools.  setup --plugin writes
         # that rule (the user's settings by default: a plugin installs for the
@@ -6219,6 +6238,27 @@ class SetupTest(RoomTest):
                                       capture_output=True, text=True, timeout=120,
                                       cwd=self.tmp)
                 self.assertRegex(done.stdout, said)
+
+    def test_doctor_asks_the_harness_it_runs_under_not_a_clones_program(self):
+        # The review of issue 38's version check: a harness started as
+        # ./claude, whose agent's shell cds into a clone and runs doctor, had
+        # the clone's ./claude run (doctor resolved the path from its own cwd).
+        mine, clone = os.path.join(self.tmp, "mine"), os.path.join(self.tmp, "clone")
+        marker = os.path.join(self.tmp, "PWNED")
+        for folder in (mine, clone):
+            os.makedirs(folder)
+        with open(os.path.join(clone, "claude"), "w") as handle:
+            handle.write("#!/bin/sh\ntouch %s\necho 9.9.9\n" % marker)
+        with open(os.path.join(mine, "claude"), "w") as handle:
+            handle.write('#!/bin/sh\nif [ "$1" = --version ]; then echo "2.1.332 (Claude '
+                         'Code)"; exit 0; fi\nsh -c \'cd ../clone && "%s" "%s" doctor\'\n' % (
+                             sys.executable, SCRIPT))
+        for folder in (mine, clone):
+            os.chmod(os.path.join(folder, "claude"), 0o755)
+        done = subprocess.run(["./claude"], env=dict(self.env, CLAUDECODE="1"),
+                              capture_output=True, text=True, timeout=120, cwd=mine)
+        self.assertFalse(os.path.exists(marker), done.stdout)
+        self.assertRegex(done.stdout, r"ok +Claude Code version 2\.1\.332 ")
 
     def test_the_adapters_tested_versions_are_the_e2e_pins(self):
         # One table: the versions doctor compares with are the ones CI runs.
@@ -6441,6 +6481,11 @@ class OperatorPageTest(RoomTest):
                     agents_room.call_tool(store, ctx, "ui_act", {
                         "harness_key": "ui-k", "room": "ops", "act": act, "args": args})
         self.assertEqual(self.cli_json("recv", "--session", peer)["messages"], [])
+        # The task button adds, whatever action the request names.
+        added = agents_room.call_tool(store, ctx, "ui_act", {
+            "harness_key": "ui-k", "room": "ops", "act": "task",
+            "args": {"action": "claim", "room": "ops", "title": "a task"}})
+        self.assertEqual(added["result"]["task"]["title"], "a task")
         # What the page's buttons do still goes through.
         done = agents_room.call_tool(store, ctx, "ui_act", {
             "harness_key": "ui-k", "room": "ops", "act": "ui_send",
@@ -8456,6 +8501,19 @@ class PeerWordsFramedTest(SignalBase):
                 result = json.loads(done.stdout)
                 self.assertEqual(list(result)[0], "framing", done.stdout)
                 self.assertEqual(result["framing"], agents_room.PEER_TEXT_NOTE)
+        # reply and ask, as an agent waits for a peer's answer (the review:
+        # both printed peers' words unframed).
+        asked = self.start_program("ask", "--session", me, "--to", peer, "--subject", "q",
+                                   "--timeout", "60", "--json")
+        question = self.wait_for(lambda: [m for m in self.cli_json(
+            "recv", "--session", peer)["messages"] if m["subject"] == "q"], 60, "asked")[0]
+        done = self.run_cli("reply", "--session", peer, str(question["message_id"]),
+                            "--body", HOSTILE, "--json")
+        self.assertEqual(list(json.loads(done.stdout))[0], "framing", done.stdout)
+        out, _ = asked.communicate(timeout=60)
+        answer = json.loads(out)
+        self.assertEqual(list(answer)[0], "framing", out)
+        self.assertEqual(answer["messages"][0]["body"], HOSTILE)
 
     def hostile_room(self):
         """A peer labelled like the user's voice, holding a file of this
