@@ -8593,8 +8593,8 @@ def _as_the_harness_ran_it(pid, argv):
     every path made absolute as the harness process resolved it: its
     program from /proc/PID/exe, relative paths against its working
     directory, which the command then runs in, so nothing is looked up from
-    doctor's directory (a clone's ./claude is not the harness: issue 34's
-    doctor rule).  (None, None) when that cannot be known."""
+    doctor's directory (a clone's file of the harness's name is not it:
+    issue 34's doctor rule).  (None, None) when that cannot be known."""
     if not argv or not pid:
         return None, None
     try:
