@@ -75,9 +75,9 @@ Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
      198   116  constants
      314    56  errors
-     370   597  small utilities
-     967  1240  store
-    2207   954  harness adapters
+     370   602  small utilities
+     972  1240  store
+    2212   949  harness adapters
     3161   379  liveness (process scan)
     3540   600  tool registry and the door
     4140   222  results as text
@@ -617,9 +617,14 @@ def quoted(text, width=80):
     return json.dumps(one_line(text, width), ensure_ascii=False)
 
 
+def is_hex(text, length):
+    """Whether text is exactly length lowercase hex digits (ids, digests)."""
+    return (isinstance(text, str) and len(text) == length and
+            all(c in "0123456789abcdef" for c in text))
+
+
 def is_session_id(value):
-    return (isinstance(value, str) and len(value) == 16
-            and all(c in "0123456789abcdef" for c in value))
+    return is_hex(value, 16)
 
 
 def new_session_id():
@@ -2260,12 +2265,7 @@ def lever_files_of(session_id, lever):
     prefix = "%s.%s." % (session_id.replace(os.sep, "_"), lever)
     found = glob.glob(os.path.join(glob.escape(lever_dir()), glob.escape(prefix) + "*json"))
     return [path for path in found if os.path.basename(path) == prefix + "json" or
-            _is_hex(os.path.basename(path)[len(prefix):-len(".json")], LEVER_NAME_DIGEST)]
-
-
-def _is_hex(text, length):
-    return (isinstance(text, str) and len(text) == length and
-            all(c in "0123456789abcdef" for c in text))
+            is_hex(os.path.basename(path)[len(prefix):-len(".json")], LEVER_NAME_DIGEST)]
 
 
 def _unlink_quiet(path):
@@ -2710,7 +2710,7 @@ class Lever:
         if not is_session_id(session_id):
             raise RefusedLever("its session id in the store is not one agents-room makes")
         digest = stored.get("digest")
-        if not _is_hex(digest, 64):
+        if not is_hex(digest, 64):
             raise RefusedLever("its lever row in the store names no lever file of "
                                "this session's")
         path = lever_file(session_id, self.name, digest)
