@@ -24,6 +24,7 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   bench                                           measure (appendix)
   plugin                                          a Claude Code plugin marketplace (appendix)
   ui                                              the operator's live page (appendix)
+  assets                                          the embedded sources, out and back (appendix)
 
 Contents: Part I, the core, in dependency order (a section uses only itself
 and earlier ones: MapTest checks it), names no harness and ends with main;
@@ -70,47 +71,49 @@ Part II, the appendices, register themselves in tables the core reads
   appendix: the operator page's HTML, CSS and JavaScript
                                        the page itself, as data
   appendix: operator page              ui: a live page on 127.0.0.1
+  appendix: embedded sources           assets: export and import them
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     198   116  constants
-     314    56  errors
-     370   602  small utilities
-     972  1240  store
-    2212   949  harness adapters
-    3161   379  liveness (process scan)
-    3540   600  tool registry and the door
-    4140   222  results as text
-    4362   509  operations: sessions and rooms
-    4871   705  operations: messages
-    5576   617  operations: leases
-    6193   237  operations: work states and quiet windows
-    6430   168  operations: task board
-    6598   230  operations: watches
-    6828    91  operations: status
-    6919   120  operations: reads and drift
-    7039   433  operations: signals and wakes
-    7472   158  operations: housekeeping
-    7630   156  signals: wake levers
-    7786   545  MCP server
-    8331   404  harnesses: setup and doctor
-    8735   285  hook front end
-    9020  1045  CLI
-   10065    79  main
-   10154  3258  appendix: PostgreSQL store
-   13412   476  appendix: harness: Claude Code
-   13888   184  appendix: harness: Codex
-   14072   255  appendix: harness: Hermes
-   14327   211  appendix: harness: Qwen Code
-   14538   167  appendix: harness: Gemini CLI
-   14705   425  appendix: harness: Pi
-   15130   383  appendix: harness: OpenCode
-   15513    45  appendix: harness: Kilo Code
-   15558   187  appendix: harness: GitHub Copilot CLI
-   15745   108  appendix: Claude Code plugin
-   15853  1181  appendix: benchmark
-   17034  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18220   984  appendix: operator page
+     201   116  constants
+     317    56  errors
+     373   602  small utilities
+     975  1240  store
+    2215   949  harness adapters
+    3164   379  liveness (process scan)
+    3543   600  tool registry and the door
+    4143   222  results as text
+    4365   509  operations: sessions and rooms
+    4874   705  operations: messages
+    5579   617  operations: leases
+    6196   237  operations: work states and quiet windows
+    6433   168  operations: task board
+    6601   230  operations: watches
+    6831    91  operations: status
+    6922   120  operations: reads and drift
+    7042   433  operations: signals and wakes
+    7475   158  operations: housekeeping
+    7633   156  signals: wake levers
+    7789   545  MCP server
+    8334   404  harnesses: setup and doctor
+    8738   285  hook front end
+    9023  1045  CLI
+   10068    79  main
+   10157  3258  appendix: PostgreSQL store
+   13415   476  appendix: harness: Claude Code
+   13891   184  appendix: harness: Codex
+   14075   255  appendix: harness: Hermes
+   14330   211  appendix: harness: Qwen Code
+   14541   167  appendix: harness: Gemini CLI
+   14708   425  appendix: harness: Pi
+   15133   383  appendix: harness: OpenCode
+   15516    45  appendix: harness: Kilo Code
+   15561   187  appendix: harness: GitHub Copilot CLI
+   15748   108  appendix: Claude Code plugin
+   15856  1181  appendix: benchmark
+   17037  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18223   981  appendix: operator page
+   19204   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -19195,6 +19198,115 @@ def run_ui(args):
         if left:
             sys.stderr.write("agents-room ui: %s left %s\n" % (label, ", ".join(left)))
     return "", 0
+
+
+
+# ---- appendix: embedded sources ---------------------------------------------
+# The sources this file carries as data (Pi's extension, the plugin OpenCode
+# and Kilo Code load, the operator page) go out to files a maintainer's editor
+# reads with its own help, and back into this file: `assets export DIR`, edit,
+# `assets import DIR`.  Each file holds the literal's text as it is here (its
+# places such as %MARKER% unfilled); import rewrites only the literals whose
+# file changed, and checks that the file still parses to the same text.
+
+ASSETS = (("pi-extension.ts", "PI_EXTENSION"), ("opencode-plugin.js", "OPENCODE_PLUGIN"),
+          ("page.html", "UI_HTML"), ("page.css", "UI_CSS"), ("page.js", "UI_JS"))
+
+
+def _assets_arguments(sub):
+    sub.add_argument("action", choices=("export", "import"),
+                     help="export: write the sources to DIR; import: read them back")
+    sub.add_argument("dir", metavar="DIR", help="the folder of the sources")
+
+
+def _literal_spans(source):
+    """{name: (start, end)} of each asset's string literal in source, as
+    character offsets of the whole literal (prefix and quotes included)."""
+    import ast
+    lines = source.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(lineno, col):       # ast's columns count UTF-8 bytes
+        line = lines[lineno - 1]
+        return starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8"))
+    wanted = {name for _, name in ASSETS}
+    spans = {}
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in wanted):
+            value = node.value
+            spans[node.targets[0].id] = (offset(value.lineno, value.col_offset),
+                                         offset(value.end_lineno, value.end_col_offset))
+    return spans
+
+
+def assets_import(source, texts):
+    """source with each named literal's text replaced by texts[name]; a text
+    the literal's quoting cannot carry is a clear error (nothing written)."""
+    import ast
+    spans = _literal_spans(source)
+    for name, text in sorted(texts.items(), key=lambda item: -spans[item[0]][0]):
+        start, end = spans[name]
+        raw = source[start:end].startswith(("r", "R"))
+        body = text if raw else text.replace("\\", "\\\\")
+        if '"""' in body or body.endswith("\\"):
+            raise UsageError("%s: the text holds \"\"\" or ends with a backslash, which this "
+                             "file's literal cannot carry" % dict((v, k) for k, v in ASSETS)[name])
+        source = source[:start] + ('r"""' if raw else '"""') + body + '"""' + source[end:]
+    spans = _literal_spans(source)
+    for name, text in texts.items():
+        start, end = spans[name]
+        if ast.literal_eval(source[start:end]) != text:
+            raise UsageError("%s did not survive the round trip: nothing written" % name)
+    return source
+
+
+@command("assets", "Export the embedded sources to files, or import them back.",
+         "export DIR writes the sources this file carries as data (Pi's extension,\n"
+         "OpenCode's and Kilo Code's plugin, the operator page's HTML, CSS and script)\n"
+         "to DIR, one file each, their places (%MARKER%) unfilled; import DIR reads\n"
+         "the files DIR has back into this file, rewriting only the literals that\n"
+         "changed.  For maintainers: edit the sources with an editor's help.",
+         "assets export /tmp/sources", _assets_arguments)
+def run_assets(args):
+    folder = os.path.abspath(args.dir)
+    texts = dict((name, globals()[name]) for _, name in ASSETS)
+    done = []
+    if args.action == "export":
+        for filename, name in ASSETS:
+            path = os.path.join(folder, filename)
+            try:
+                write_private(path, texts[name], 0o644)
+            except OSError as error:
+                raise RoomError("cannot write %s: %s" % (path, error.strerror or error),
+                                "name a directory you can write (it is created)") from None
+            done.append(path)
+        lines = ["wrote %s" % path for path in done]
+    else:
+        changed = {}
+        for filename, name in ASSETS:
+            path = os.path.join(folder, filename)
+            try:
+                with open(path, encoding="utf-8", newline="") as handle:
+                    text = handle.read()
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError) as error:
+                raise RoomError("cannot read %s: %s" % (path, error), "") from None
+            if text != texts[name]:
+                changed[name] = text
+                done.append(filename)
+        if changed:
+            with open(this_file(), encoding="utf-8", newline="") as handle:
+                source = handle.read()
+            write_private(this_file(), assets_import(source, changed))
+        lines = (["imported %s into %s" % (", ".join(done), this_file())] if done
+                 else ["nothing changed: %s holds what %s has" % (this_file(), folder)])
+    if args.json:
+        return json.dumps({"action": args.action, "files": done}, indent=2), 0
+    return "\n".join(lines), 0
 
 
 # Run as a program only once every appendix has registered itself.

@@ -4431,6 +4431,53 @@ class HarnessAdapterTest(SignalBase):
             self.assertEqual(checked.returncode, 0, "%s (%s): %s" % (
                 harness, path, checked.stderr))
 
+    def test_the_embedded_sources_go_out_to_files_and_back(self):
+        """Issue 37: `assets export DIR` writes each source the file carries
+        as data to a file; `assets import DIR` puts an edited one back (and
+        only it), the copy then serving the edit; unchanged files change
+        nothing; a text the literal cannot carry is refused, nothing
+        written.  Real processes on a copy of the script."""
+        tmp = tempfile.mkdtemp(prefix="agents-room-assets-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        copy = os.path.join(tmp, "agents_room.py")
+        shutil.copyfile(SCRIPT, copy)
+        env = dict(hermetic_env(os.environ), HOME=tmp)
+
+        def assets(*argv):
+            return subprocess.run([sys.executable, copy, "assets"] + list(argv), env=env,
+                                  capture_output=True, text=True, timeout=120)
+        out = os.path.join(tmp, "out")
+        exported = assets("export", out, "--json")
+        self.assertEqual(exported.returncode, 0, exported.stderr)
+        names = sorted(os.path.basename(p) for p in json.loads(exported.stdout)["files"])
+        self.assertEqual(names, ["opencode-plugin.js", "page.css", "page.html", "page.js",
+                                 "pi-extension.ts"])
+        with open(os.path.join(out, "page.js"), encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), agents_room.UI_JS)
+        self.assertIn("nothing changed", assets("import", out).stdout)
+        with open(SCRIPT, "rb") as a, open(copy, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(out, "page.css"), "a", encoding="utf-8") as handle:
+            handle.write("/* edited \\ with a backslash */\n")
+        imported = assets("import", out)
+        self.assertEqual(imported.returncode, 0, imported.stderr)
+        self.assertIn("page.css", imported.stdout)
+        self.assertNotIn("page.js", imported.stdout)
+        shown = subprocess.run(
+            [sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); "
+             "import agents_room as a; print(json.dumps([a.UI_CSS, a.UI_JS]))", tmp],
+            env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(json.loads(shown.stdout), [
+            agents_room.UI_CSS + "/* edited \\ with a backslash */\n", agents_room.UI_JS],
+            shown.stderr)
+        before = open(copy, encoding="utf-8").read()
+        with open(os.path.join(out, "page.html"), "a", encoding="utf-8") as handle:
+            handle.write('<!-- """ -->')
+        refused = assets("import", out)
+        self.assertEqual(refused.returncode, 2, refused.stdout)
+        self.assertIn("page.html", refused.stderr)
+        self.assertEqual(open(copy, encoding="utf-8").read(), before)
+
     def test_codex_exec_is_resumed_and_its_server_required(self):
         # codex exec reads its queue only as it exits: a finished run is woken
         # by resuming its thread, with the hook-trust bypass it ran with.
