@@ -79,41 +79,41 @@ prints it when it differs; Part I is at most 10,000 lines):
      317    56  errors
      373   602  small utilities
      975  1240  store
-    2215   949  harness adapters
-    3164   379  liveness (process scan)
-    3543   600  tool registry and the door
-    4143   222  results as text
-    4365   509  operations: sessions and rooms
-    4874   705  operations: messages
-    5579   617  operations: leases
-    6196   237  operations: work states and quiet windows
-    6433   168  operations: task board
-    6601   230  operations: watches
-    6831    91  operations: status
-    6922   120  operations: reads and drift
-    7042   433  operations: signals and wakes
-    7475   158  operations: housekeeping
-    7633   156  signals: wake levers
-    7789   545  MCP server
-    8334   404  harnesses: setup and doctor
-    8738   285  hook front end
-    9023  1045  CLI
-   10068    79  main
-   10157  3258  appendix: PostgreSQL store
-   13415   476  appendix: harness: Claude Code
-   13891   184  appendix: harness: Codex
-   14075   255  appendix: harness: Hermes
-   14330   211  appendix: harness: Qwen Code
-   14541   167  appendix: harness: Gemini CLI
-   14708   425  appendix: harness: Pi
-   15133   383  appendix: harness: OpenCode
-   15516    45  appendix: harness: Kilo Code
-   15561   187  appendix: harness: GitHub Copilot CLI
-   15748   108  appendix: Claude Code plugin
-   15856  1181  appendix: benchmark
-   17037  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18223   981  appendix: operator page
-   19204   112  appendix: embedded sources
+    2215   996  harness adapters
+    3211   379  liveness (process scan)
+    3590   600  tool registry and the door
+    4190   222  results as text
+    4412   509  operations: sessions and rooms
+    4921   705  operations: messages
+    5626   617  operations: leases
+    6243   237  operations: work states and quiet windows
+    6480   168  operations: task board
+    6648   230  operations: watches
+    6878    91  operations: status
+    6969   120  operations: reads and drift
+    7089   442  operations: signals and wakes
+    7531   158  operations: housekeeping
+    7689   156  signals: wake levers
+    7845   545  MCP server
+    8390   404  harnesses: setup and doctor
+    8794   285  hook front end
+    9079  1045  CLI
+   10124    79  main
+   10213  3258  appendix: PostgreSQL store
+   13471   476  appendix: harness: Claude Code
+   13947   184  appendix: harness: Codex
+   14131   255  appendix: harness: Hermes
+   14386   211  appendix: harness: Qwen Code
+   14597   167  appendix: harness: Gemini CLI
+   14764   425  appendix: harness: Pi
+   15189   383  appendix: harness: OpenCode
+   15572    45  appendix: harness: Kilo Code
+   15617   187  appendix: harness: GitHub Copilot CLI
+   15804   108  appendix: Claude Code plugin
+   15912  1181  appendix: benchmark
+   17093  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18279   981  appendix: operator page
+   19260   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2237,9 +2237,10 @@ SOCKET_TIMEOUT_S = 1.0
 # What a process lever may take with it of the recipient's environment, besides
 # what its adapter names: never the caller's.
 LEVER_ENV = ("PATH", "HOME", "LANG", "USER", "LOGNAME")
-# What the store may carry of a lever beside its file's name and digest: what
-# the harness's hooks report about the session (its permission mode), which
-# can only hold a wake back, never say what runs.
+# What the harness's hooks and the lever report about the session (its
+# permission mode): kept in the recipient's own facts file, which the lever
+# reads, and copied to the store for other hosts to show; the store's copy
+# never decides a wake (a second user could write it).
 LEVER_FACTS = ("mode",)
 
 
@@ -2256,6 +2257,47 @@ def lever_file(session_id, lever, digest):
 
 def lever_dir():
     return os.path.join(os.path.expanduser("~"), ".agents-room", "levers")
+
+
+def lever_facts_file(session_id, lever):
+    """The recipient's own file of what its hooks last reported (LEVER_FACTS)."""
+    return os.path.join(lever_dir(), "%s.%s.facts.json" % (
+        session_id.replace(os.sep, "_"), lever))
+
+
+def read_lever_facts(session_id, lever):
+    """The facts from the recipient's own facts file: {} when it is missing or
+    not a private regular file of this user's (nothing then holds a wake back
+    but the lever's own data)."""
+    import stat
+    path = lever_facts_file(session_id, lever)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
+                info.st_mode & 0o077):
+            return {}
+        try:
+            facts = json.loads(handle.read(1 << 16).decode("utf-8"))
+        except ValueError:
+            return {}
+    return ({k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
+            if isinstance(facts, dict) else {})
+
+
+def write_lever_facts(session_id, lever, facts):
+    os.makedirs(lever_dir(), mode=0o700, exist_ok=True)
+    path = lever_facts_file(session_id, lever)
+    temporary = "%s.%s.tmp" % (path, os.getpid())
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                 getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(facts, sort_keys=True))
+    os.replace(temporary, path)
 
 
 # How much of a lever file's digest its name carries (the store keeps it all).
@@ -2691,6 +2733,9 @@ class Lever:
         with os.fdopen(fd, "wb") as handle:
             handle.write(body)
         os.replace(temporary, path)
+        # A join's detection is the newest word on the session's mode: what its
+        # hooks reported before it is gone with the old launch.
+        _unlink_quiet(lever_facts_file(session_id, self.name))
         keep = {path, os.path.join(lever_dir(), str((previous or {}).get("file")))}
         for older in lever_files_of(session_id, self.name):
             # Under the write lock, the row still names the previous file: it
@@ -2703,8 +2748,9 @@ class Lever:
 
     def resolved(self, session_id, stored):
         """The lever's data from the recipient's own file, with the facts its
-        hooks reported (kept in the store: they can only hold a wake back),
-        or RefusedLever saying why: no such file of this user's on this host,
+        hooks reported from its own facts file (never the store's copy of
+        them: a second user could write that to let a wake through that the
+        session's mode holds back), or RefusedLever saying why: no such file of this user's on this host,
         a file another user could have written, or a store row whose digest
         is not the file's (a row written by someone else, or an older
         agents-room's)."""
@@ -2748,8 +2794,7 @@ class Lever:
             data = None
         if not isinstance(data, dict):
             raise RefusedLever("%s is not a lever file" % path)
-        return dict(data, **{k: v for k, v in stored.items()
-                             if k in LEVER_FACTS and isinstance(v, str)})
+        return dict(data, **read_lever_facts(session_id, self.name))
 
     def refuses(self, data):
         """Why the lever must not be fired now (what its harness last
@@ -3081,6 +3126,8 @@ def forget_levers(row, inline_only=False):
             continue
         for path in lever_files_of(row["id"], lever.name):
             _unlink_quiet(path)
+        if not inline_only:
+            _unlink_quiet(lever_facts_file(row["id"], lever.name))
 
 
 def hook_format():
@@ -7051,11 +7098,20 @@ S_KEY = {"type": "string", "maxLength": 200}
 
 def note_lever_facts(op, row, facts):
     """What a hook or a lever reports about the session that its lever reads
-    (the harness's permission mode): kept in its lever data when it changed."""
+    (the harness's permission mode): kept in the recipient's own facts file
+    (its hooks and its levers run as it, on its host), which decides, and in
+    its lever data in the store, which other hosts show."""
     if not facts or row is None or not row["lever"]:
         return
-    data = _stored_lever(row) or {}
     facts = {k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
+    if facts and row["uid"] == os.getuid() and row["host"] == host_name():
+        kept = read_lever_facts(row["id"], row["lever"])
+        if any(kept.get(k) != v for k, v in facts.items()):
+            try:
+                write_lever_facts(row["id"], row["lever"], dict(kept, **facts))
+            except OSError:
+                pass            # the file's absence holds nothing back: the store still shows it
+    data = _stored_lever(row) or {}
     if all(data.get(k) == v for k, v in facts.items()):
         return
     data.update(facts)

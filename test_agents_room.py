@@ -4211,6 +4211,32 @@ class WakeTest(SignalBase):
                   "--harness", "claude-code")
         self.wait_for(lambda: len(lines) >= 4, 10, "the inbox tried again")
 
+    def test_a_mode_written_into_the_store_lets_no_held_wake_through(self):
+        """Issue 34's leftover: the session's hooks report that it bypasses
+        permissions (its inbox would hold a wake behind a dialog).  A second
+        user who can write the store rewrites the row's copy of that mode;
+        the wake is still held back, because the lever reads the mode from
+        the recipient's own facts file (0600) and never from the store."""
+        sid, sender, lines, env = self.claude_inbox_session("k-sock-forged")
+        self.hook("Stop", {"session_id": "k-sock-forged", "cwd": self.tmp,
+                           "stop_hook_active": True, "permission_mode": "bypassPermissions"},
+                  "--harness", "claude-code")
+        conn = self.connect()
+        row = conn.execute("SELECT lever_data FROM sessions WHERE id=?", (sid,)).fetchone()
+        forged = dict(json.loads(row[0]), mode="default")
+        conn.execute("UPDATE sessions SET lever_data=? WHERE id=?", (json.dumps(forged), sid))
+        conn.commit()
+        conn.close()
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.assertEqual(self.state_of(sender), "stored")
+        self.assertEqual(lines, [])
+        # The session's own hook saying so is what lets the next one through.
+        self.hook("Stop", {"session_id": "k-sock-forged", "cwd": self.tmp,
+                           "stop_hook_active": True, "permission_mode": "default"},
+                  "--harness", "claude-code")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "y")
+        self.wait_for(lambda: len(lines) >= 2, 10, "the socket used")
+
     def test_socket_lever_is_not_used_where_it_would_be_held(self):
         # A session that bypasses permissions (its hooks say so): the inbox
         # would hold a message whose sender attests no mode, behind a dialog.
