@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_box  # noqa: E402
-from e2e_opencode_box import OpenCode  # noqa: E402
+from e2e_opencode import OpenCode  # noqa: E402
 
 
 class Kilo(OpenCode):
