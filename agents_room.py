@@ -100,17 +100,17 @@ prints it when it differs; Part I is at most 10,000 lines):
    10154  3258  appendix: PostgreSQL store
    13412   476  appendix: harness: Claude Code
    13888   184  appendix: harness: Codex
-   14072   255  appendix: harness: Hermes
-   14327   211  appendix: harness: Qwen Code
-   14538   167  appendix: harness: Gemini CLI
-   14705   425  appendix: harness: Pi
-   15130   383  appendix: harness: OpenCode
-   15513    45  appendix: harness: Kilo Code
-   15558   187  appendix: harness: GitHub Copilot CLI
-   15745   108  appendix: Claude Code plugin
-   15853  1181  appendix: benchmark
-   17034  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18220   984  appendix: operator page
+   14072   259  appendix: harness: Hermes
+   14331   211  appendix: harness: Qwen Code
+   14542   167  appendix: harness: Gemini CLI
+   14709   425  appendix: harness: Pi
+   15134   383  appendix: harness: OpenCode
+   15517    45  appendix: harness: Kilo Code
+   15562   187  appendix: harness: GitHub Copilot CLI
+   15749   108  appendix: Claude Code plugin
+   15857  1181  appendix: benchmark
+   17038  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18224   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -14079,6 +14079,10 @@ class HermesResume(ResumeLever):
     name = "hermes-resume"
     resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
     keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
+    # A resume is a cold start of a Python program and its MCP servers: its
+    # first model call came 10-20 s after the send on a loaded two-core
+    # machine, and the 20 s bound killed one before it made any.
+    timeout_s = 60
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)

@@ -95,6 +95,14 @@ class Plan:
         return (step(req) if step else None) or Reply(text="ok")
 
 
+def answer(seen, key, text):
+    """A step that keeps its request as seen[key] and answers text."""
+    def step(req):
+        seen[key] = req
+        return Reply(text=text)
+    return step
+
+
 def member(box, sid):
     """sid's row in `who --room repo:proj` (None: not a member)."""
     found = box.ar("who", "--room", "repo:proj", "--json", check_rc=False)
@@ -168,16 +176,11 @@ def run_session(box, step):
         seen["send2"] = send(box, sid, secrets[2], secrets[3])
         return Reply(text="REPLY-TWO-" + tag)
 
-    def t2_held(req):
-        seen["t2_held"] = req
-        return Reply(text="REPLY-HELD-" + tag)
-
-    def t2_held_again(req):
-        seen["t2_held_again"] = req
-        return Reply(text="REPLY-AGAIN-" + tag)
     seen["send1"] = send(box, sid, secrets[0], secrets[1])
     before = main_count(box)
-    plan.set(t2_first, t2_join, t2_edit, t2_final, t2_held, t2_held_again)
+    plan.set(t2_first, t2_join, t2_edit, t2_final,
+             answer(seen, "t2_held", "REPLY-HELD-" + tag),
+             answer(seen, "t2_held_again", "REPLY-AGAIN-" + tag))
     box.tui_send("turn two " + tag)
     check(wait_main(box, before + 4, 60 + box.harness.cold),
           "turn two did not reach its final answer: %s" % box.screen()[-400:])
@@ -280,15 +283,7 @@ def run_wake(box, step):
     tag = uuid.uuid4().hex[:6]
     seen, plan = {}, Plan(box)
     box.peer()
-
-    def w_first(req):
-        seen["w1"] = req
-        return Reply(text="REPLY-WAKE-ONE-" + tag)
-
-    def w_woken(req):
-        seen["woken"] = req
-        return Reply(text="REPLY-WOKEN-" + tag)
-    plan.set(w_first)
+    plan.set(answer(seen, "w1", "REPLY-WAKE-ONE-" + tag))
     run = box.oneshot("wake session " + tag)
 
     def wake():
@@ -299,7 +294,7 @@ def run_wake(box, step):
         check(sid, "no session")
         check(box.wait_unmarked(15) == {}, "the first run left processes")
         before = main_count(box)
-        plan.set(w_woken)
+        plan.set(answer(seen, "woken", "REPLY-WOKEN-" + tag))
         sent_at = time.time()
         sent = send(box, sid, "wake-subject-" + tag, "wake-body-" + tag)
         bound = 60 + box.harness.cold
@@ -420,8 +415,8 @@ class Hermes(e2e_box.Harness):
     request_class = e2e_box.mock_model.Request
     modes = {"chat": "tui", "chat-q": "oneshot"}
     labels = {"chat": "hermes chat (REPL)", "chat-q": "hermes chat -q"}
-    notes = {"chat": "digest and signals once per user turn (pre_llm_call); a hold only "
-                     "in turns that edited files (pre_verify)",
+    notes = {"chat": "digest and signal at the next user turn (pre_llm_call), never "
+                     "inside a turn; a hold only in turns that edited files (pre_verify)",
              "chat-q": "an exited session is resumed (hermes chat --resume ID -q <signal>)"}
     levers = {"chat": "hermes-resume", "chat-q": "hermes-resume"}
     # The table's cells from Hermes' own rows: its signal reaches the next turn.
