@@ -83,11 +83,12 @@ NPM_INSTALL = npm install --silent --no-audit --no-fund --prefix
 
 # Kilo Code (.ci/e2e_kilo.py): OpenCode's declaration under Kilo's names.  A
 # Kilo start takes 30-55 s on a loaded two-core machine; its whole run (19 rows)
-# took 316 s at a load of 7-10, each lane's runs 311 s.  CI's budget leaves it
-# about 5 minutes, so by default (and in CI) one run per table cell, two per
-# lane: the digest (room/tui: its MCP session, room_call and exit too) and the
-# plugin waiter's wake in the TUI, the signal and the hold in kilo run, about
-# 130 s a lane; E2E_KILO_ARGS= runs all of them (make e2e-all, e2e-latest do).
+# took 316 s at a load of 7-10 and 155 s at 2-4 (2026-12-02).  CI's budget
+# leaves it about 5 minutes, so by default (and in CI) one run per table cell,
+# two per lane: the digest (room/tui: its MCP session, room_call and exit too)
+# and the plugin waiter's wake in the TUI, the signal and the hold in kilo run
+# (9 rows, 47 s at a load of 2-3, about 140 s at 7-10); E2E_KILO_ARGS= runs all
+# of them (make e2e-all and e2e-latest do).
 E2E_KILO_ARGS ?= --only room/tui,wake/tui,signal/run,hold/run
 
 # GitHub Copilot CLI in prompt mode, its BYOK provider pointed at the mock.

@@ -5,7 +5,7 @@ kilo.json, .kilo/, ~/.config/kilo, KILO_* variables, @kilocode/plugin); every
 case is the same.  The framework, its options and the common runs: .ci/e2e_box.py.
 
     make e2e-kilo         # installs the pinned @kilocode/cli, runs CI's subset, cleans up
-    make e2e-kilo E2E_KILO_ARGS=                    # every run (19 rows, ~5.5 min)
+    make e2e-kilo E2E_KILO_ARGS=                    # every run (19 rows, 3-5.5 min)
     python3 .ci/e2e_kilo.py --bin DIR [--only NAME[,NAME...]] [--list] [--keep] [-v]
 
 A Kilo start took 30-55 s at a load of 12 on two cores, so its bounds grow by
