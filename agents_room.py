@@ -102,18 +102,18 @@ prints it when it differs; Part I is at most 10,000 lines):
    10213  3258  appendix: PostgreSQL store
    13471   476  appendix: harness: Claude Code
    13947   184  appendix: harness: Codex
-   14131   255  appendix: harness: Hermes
-   14386   211  appendix: harness: Qwen Code
-   14597   167  appendix: harness: Gemini CLI
-   14764   425  appendix: harness: Pi
-   15189   383  appendix: harness: OpenCode
-   15572    45  appendix: harness: Kilo Code
-   15617   187  appendix: harness: GitHub Copilot CLI
-   15804   108  appendix: Claude Code plugin
-   15912  1181  appendix: benchmark
-   17093  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18279   981  appendix: operator page
-   19260   112  appendix: embedded sources
+   14131   259  appendix: harness: Hermes
+   14390   211  appendix: harness: Qwen Code
+   14601   167  appendix: harness: Gemini CLI
+   14768   425  appendix: harness: Pi
+   15193   383  appendix: harness: OpenCode
+   15576    45  appendix: harness: Kilo Code
+   15621   187  appendix: harness: GitHub Copilot CLI
+   15808   108  appendix: Claude Code plugin
+   15916  1181  appendix: benchmark
+   17097  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18283   981  appendix: operator page
+   19264   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -14138,6 +14138,10 @@ class HermesResume(ResumeLever):
     name = "hermes-resume"
     resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
     keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
+    # A resume is a cold start of a Python program and its MCP servers: its
+    # first model call came 10-20 s after the send on a loaded two-core
+    # machine, and the 20 s bound killed one before it made any.
+    timeout_s = 60
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)

@@ -4745,6 +4745,43 @@ class HarnessAdapterTest(SignalBase):
                                                     "agents-room.js")), done.stdout)
         self.assertTrue(os.path.exists(os.path.join(home, ".config", "kilo", "kilo.json")))
 
+    def test_a_hermes_resume_gets_as_long_as_a_hermes_start_takes(self):
+        # A fake hermes joins through its hook, exits, and is resumed by a
+        # send; resumed, it reads the bound from the wake-run that started it
+        # (its parent's argv).  e2e-hermes measured 10-20 s to the resumed
+        # turn's first model call; the 20 s default killed one.
+        bindir = os.path.join(self.tmp, "hbin")
+        os.makedirs(bindir)
+        log = os.path.join(self.tmp, "hermes.log")
+        hermes = os.path.join(bindir, "hermes")
+        with open(hermes, "w") as handle:
+            handle.write(
+                "#!%s\nimport json, os, subprocess, sys\n"
+                "if '--resume' in sys.argv:\n"
+                "    with open('/proc/%%d/cmdline' %% os.getppid(), 'rb') as h:\n"
+                "        args = [a.decode() for a in h.read().split(b'\\0') if a]\n"
+                "    job = json.loads(next(a for a in args if a.startswith('{')))\n"
+                "    open(%r, 'w').write(json.dumps([sys.argv[1:], job['timeout']]))\n"
+                "else:\n"
+                "    subprocess.run([sys.executable, %r, 'hook', '--harness', 'hermes',\n"
+                "                    '--event=SessionStart', '--autonomy', '2'], check=True,\n"
+                "                   input=json.dumps({'session_id': 'h-1', 'cwd': os.getcwd(),\n"
+                "                                     'hook_event_name': 'on_session_start'}),\n"
+                "                   text=True)\n" % (sys.executable, log, SCRIPT))
+        os.chmod(hermes, 0o755)
+        env = dict(self.env, HERMES_HOME=os.path.join(self.tmp, "hh"))
+        done = subprocess.run([hermes, "chat"], env=env, cwd=self.tmp, capture_output=True,
+                              text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        sid = done.stdout.split("your session_id is ")[1].split()[0]
+        sender = self.join()["session_id"]          # the same folder's room
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+        self.wait_for(lambda: os.path.exists(log) and read_bytes(log), 60,
+                      "the resumed hermes ran")
+        argv, timeout = json.loads(read_bytes(log))
+        self.assertEqual(argv[:4], ["chat", "--resume", "h-1", "-Q"])
+        self.assertEqual(timeout, 60)
+
     def test_kilo_is_told_from_opencode_and_resumed_with_its_own_config(self):
         # Kilo sets OPENCODE=1 too, in every process it starts.
         self.assertEqual(agents_room.detect_harness({"KILO": "1", "OPENCODE": "1"}), "kilo")

@@ -147,8 +147,10 @@ class Harness:
     doctor_skip = None      # why doctor cannot name the session from its shell tool
     late_tools = {}         # mode -> why its first request may lack our tools
     wake_na = {}            # mode -> rows whose pass makes its wake cell "n/a"
+    cells = {}              # mode -> {column: rows}: a table cell from a harness's own rows
     cold = 0                # seconds a start takes beyond the others' (its bounds grow)
     settle = 12.0           # s without a request before a TUI turn that fell short is over
+    clean_hold_screen = False   # d-hold-once checks the TUI shows no "error" after the hold
     yolo_args = ()          # TUI arguments that let its shell tool run unasked
     requires = ("git",)
     version_env = {}
@@ -216,6 +218,12 @@ class Harness:
     def checks_after_mcp(self, box):
         """A harness's own check on the room run (e.g. no classifier call)."""
 
+    def wake_files(self, box, sid):
+        """The files a running session's wake lever keeps (a socket) and its
+        exit must remove, found where they are (h-exit checks both); None: no
+        such files to check."""
+        return None
+
     def version(self, suite):
         try:
             out = subprocess.run(self.version_argv(suite), capture_output=True, text=True,
@@ -263,6 +271,7 @@ class Box:
         self.run = tempfile.mkdtemp(prefix="e2e-")
         self.tmux = None
         self.peer_sid = None
+        self.last_stderr = self.sent_stderr = ""
         self.ignored = set()    # sessions of the box's own making (a trust step's)
         self.errors = []
         self.latency = None
@@ -337,6 +346,7 @@ class Box:
         if check_rc and done.returncode != 0:
             raise Failure("agents_room.py %s failed: %s" % (" ".join(args[:2]),
                                                             done.stderr.strip()[-300:]))
+        self.last_stderr = done.stderr
         try:
             return json.loads(done.stdout)
         except ValueError:
@@ -349,8 +359,10 @@ class Box:
         return self.peer_sid
 
     def send(self, to):
-        return self.ar("send", "--session", self.peer(), "--to", to, "--subject",
+        sent = self.ar("send", "--session", self.peer(), "--to", to, "--subject",
                        SECRET_SUBJECT, "--body", SECRET_BODY, "--json")
+        self.sent_stderr = self.last_stderr     # what the send's wake plan printed
+        return sent
 
     def states(self, message_id=None):
         """The peer's view: the state of each delivery it sent (of one message)."""
@@ -728,6 +740,8 @@ def run_room(box, step):
                 run["rc"], one_line(run["err"][-300:])))
             how = "exit 0"
         else:
+            files = harness.wake_files(box, sid)
+            check(files is None or files, "no wake file of the running session %s" % sid)
             screen = box.end()
             how = "%s%s" % ("/".join(harness.quit_keys),
                             ", '--resume' offered" if "--resume" in screen else "")
@@ -747,7 +761,10 @@ def run_room(box, step):
         left = box.wait_unmarked(10)
         check(not left, "processes left after the exit: %s" % "; ".join(
             "%d %s" % (p, one_line(c, 80)) for p, c in sorted(left.items())))
-        return "%s; who: %s, %s; no process left" % (how, found.get("liveness"), ended)
+        files = harness.wake_files(box, sid)
+        check(not files, "the wake files are left after the exit: %s" % files)
+        return "%s; who: %s, %s; no process%s left" % (
+            how, found.get("liveness"), ended, "" if files is None else " or wake file")
     step("h-exit", exit_)
 
 
@@ -813,6 +830,10 @@ def run_hold(box, step):
         check(not secrets_shown(first), "subject/body shown to the model")
         check("--event=Stop" not in held and "agents_room" not in held,
               "the model sees the hook command line: %r" % held[-300:])
+        if box.tmux and harness.clean_hold_screen:
+            screen = box.screen()
+            check("error" not in screen.lower(), "the TUI shows an error after the hold:\n%s"
+                  % screen[-1200:])
         # the next turn, the delivery still unread: no second hold
         state["turn"] = 2
         if box.tmux:
@@ -1009,7 +1030,7 @@ def resume_wake(box, state, row="e3-wake-finished"):
     before = len(box.mock.model_calls())
     sent_at = time.time()
     sent = box.send(sid)
-    at_send = box.states(sent["message_id"])    # the lever runs detached: offered
+    at_send = state["at_send"] = box.states(sent["message_id"])    # the lever runs detached
     bound = 60 + harness.cold          # the lever's run is a cold start
     woke = box.mock.wait_for(lambda calls: len(calls) > before and calls[before], bound)
     check(woke is not None, "no resumed turn within %d s of the send (delivery %s)"
@@ -1180,10 +1201,16 @@ class Suite:
             if mode in self.harness.wake_na:    # it cannot be woken: shown so, measured
                 wake = cell(*self.harness.wake_na[mode])
                 wake = "n/a" if wake is True else wake
+            own = self.harness.cells.get(mode, {})
+            if "wake" in own:
+                wake = cell(*own["wake"])
+                latency = next((self.latency[n + "/" + mode] for n in own["wake"]
+                                if n + "/" + mode in self.latency), None)
             report_row(self.harness.title, version, self.harness.labels.get(mode, mode),
-                       digest=cell("a-digest"), signal=cell("c-midturn-signal"),
-                       hold=cell("d-hold-once"), wake=wake, latency=latency,
-                       note=self.harness.notes.get(mode, ""))
+                       digest=cell(*own.get("digest", ("a-digest",))),
+                       signal=cell(*own.get("signal", ("c-midturn-signal",))),
+                       hold=cell(*own.get("hold", ("d-hold-once",))), wake=wake,
+                       latency=latency, note=self.harness.notes.get(mode, ""))
 
 
 def selected_cases(harness, only):

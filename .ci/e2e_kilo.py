@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""NOT WIRED YET (make e2e-kilo still runs .ci/e2e_opencode.py --harness kilo), never run.
-
-End-to-end: agents-room under a real Kilo Code (npm @kilocode/cli), OpenCode's
+"""End-to-end: agents-room under a real Kilo Code (npm @kilocode/cli), OpenCode's
 fork: .ci/e2e_opencode.py's declaration under Kilo's names (the program kilo,
 kilo.json, .kilo/, ~/.config/kilo, KILO_* variables, @kilocode/plugin); every
 case is the same.  The framework, its options and the common runs: .ci/e2e_box.py.
 
-    make e2e-kilo         # installs the pinned @kilocode/cli, runs this, cleans up
+    make e2e-kilo         # installs the pinned @kilocode/cli, runs CI's subset, cleans up
+    make e2e-kilo E2E_KILO_ARGS=                    # every run (19 rows, 3-5.5 min)
     python3 .ci/e2e_kilo.py --bin DIR [--only NAME[,NAME...]] [--list] [--keep] [-v]
 
 A Kilo start took 30-55 s at a load of 12 on two cores, so its bounds grow by
@@ -21,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_box  # noqa: E402
-from e2e_opencode_box import OpenCode  # noqa: E402
+from e2e_opencode import OpenCode  # noqa: E402
 
 
 class Kilo(OpenCode):

@@ -17,9 +17,10 @@ the folder is trusted, so each box starts `pi` in tmux and picks Trust in its
 dialog, as a user does once (a pi-p box with a throwaway store, so that start's
 session is not the box's); nothing is written into Pi's trust.json by hand.
 Modes: pi-p (`pi -p PROMPT`) and pi-tui (interactive `pi`, left with Ctrl+D).
-Its own: the TUI is woken through the extension's socket (lever pi-socket); a
-finished pi -p run has no lever: a send is undeliverable and the next run (pi
---session KEY -p) is told (e-wake-finished-run).
+Its own: the TUI is woken through the extension's socket (lever pi-socket),
+which h-exit sees while the TUI runs and gone after its exit; a finished pi -p
+run has no lever: a send is undeliverable and the next run (pi --session KEY
+-p) is told (e-wake-finished-run).
 """
 
 import json
@@ -81,6 +82,7 @@ class Pi(e2e_box.Harness):
     who_harness = "pi"
     oneshot_session_end = True
     resumes = False
+    clean_hold_screen = True      # the hold is a plain [agents-room] block
     requires = ("git", "tmux")
     version_env = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
 
@@ -147,6 +149,13 @@ class Pi(e2e_box.Harness):
 
     def quit(self, box):
         box.suite.tmux("send-keys", "-t", box.tmux, "C-d")
+
+    def wake_files(self, box, sid):
+        """The extension's wake socket: ~/.agents-room/pi/pi-KEY.sock, or in a
+        mkdtemp directory under TMPDIR where HOME is too deep for its name."""
+        name = "pi-%s.sock" % box.harness_key(sid)
+        return [os.path.join(d, n) for top in (box.home, box.run)
+                for d, _, names in os.walk(top) for n in names if n == name]
 
     def read_call(self, box):
         return Call("bash", {"command": "true"})
