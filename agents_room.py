@@ -79,41 +79,41 @@ prints it when it differs; Part I is at most 10,000 lines):
      317    56  errors
      373   602  small utilities
      975  1240  store
-    2215   996  harness adapters
-    3211   379  liveness (process scan)
-    3590   600  tool registry and the door
-    4190   222  results as text
-    4412   509  operations: sessions and rooms
-    4921   705  operations: messages
-    5626   617  operations: leases
-    6243   237  operations: work states and quiet windows
-    6480   168  operations: task board
-    6648   230  operations: watches
-    6878    91  operations: status
-    6969   120  operations: reads and drift
-    7089   442  operations: signals and wakes
-    7531   158  operations: housekeeping
-    7689   156  signals: wake levers
-    7845   545  MCP server
-    8390   404  harnesses: setup and doctor
-    8794   285  hook front end
-    9079  1045  CLI
-   10124    79  main
-   10213  3258  appendix: PostgreSQL store
-   13471   476  appendix: harness: Claude Code
-   13947   184  appendix: harness: Codex
-   14131   259  appendix: harness: Hermes
-   14390   211  appendix: harness: Qwen Code
-   14601   167  appendix: harness: Gemini CLI
-   14768   425  appendix: harness: Pi
-   15193   383  appendix: harness: OpenCode
-   15576    45  appendix: harness: Kilo Code
-   15621   187  appendix: harness: GitHub Copilot CLI
-   15808   108  appendix: Claude Code plugin
-   15916  1181  appendix: benchmark
-   17097  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18283   981  appendix: operator page
-   19264   112  appendix: embedded sources
+    2215   985  harness adapters
+    3200   379  liveness (process scan)
+    3579   600  tool registry and the door
+    4179   222  results as text
+    4401   509  operations: sessions and rooms
+    4910   705  operations: messages
+    5615   617  operations: leases
+    6232   237  operations: work states and quiet windows
+    6469   168  operations: task board
+    6637   230  operations: watches
+    6867    91  operations: status
+    6958   120  operations: reads and drift
+    7078   443  operations: signals and wakes
+    7521   158  operations: housekeeping
+    7679   156  signals: wake levers
+    7835   545  MCP server
+    8380   404  harnesses: setup and doctor
+    8784   285  hook front end
+    9069  1045  CLI
+   10114    79  main
+   10203  3258  appendix: PostgreSQL store
+   13461   476  appendix: harness: Claude Code
+   13937   184  appendix: harness: Codex
+   14121   259  appendix: harness: Hermes
+   14380   211  appendix: harness: Qwen Code
+   14591   167  appendix: harness: Gemini CLI
+   14758   425  appendix: harness: Pi
+   15183   383  appendix: harness: OpenCode
+   15566    45  appendix: harness: Kilo Code
+   15611   187  appendix: harness: GitHub Copilot CLI
+   15798   108  appendix: Claude Code plugin
+   15906  1181  appendix: benchmark
+   17087  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18273   981  appendix: operator page
+   19254   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2269,35 +2269,46 @@ def read_lever_facts(session_id, lever):
     """The facts from the recipient's own facts file: {} when it is missing or
     not a private regular file of this user's (nothing then holds a wake back
     but the lever's own data)."""
-    import stat
-    path = lever_facts_file(session_id, lever)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
-                     getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        facts = json.loads(read_own_file(lever_facts_file(session_id, lever)).decode("utf-8"))
+    except (RefusedLever, ValueError):
         return {}
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
-                info.st_mode & 0o077):
-            return {}
-        try:
-            facts = json.loads(handle.read(1 << 16).decode("utf-8"))
-        except ValueError:
-            return {}
     return ({k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
             if isinstance(facts, dict) else {})
 
 
-def write_lever_facts(session_id, lever, facts):
-    os.makedirs(lever_dir(), mode=0o700, exist_ok=True)
-    path = lever_facts_file(session_id, lever)
+def write_own_file(path, body):
+    """Write bytes to a 0600 file in a 0700 directory, atomically, through a
+    temporary that never follows a link."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     temporary = "%s.%s.tmp" % (path, os.getpid())
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
                  getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(facts, sort_keys=True))
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(body)
     os.replace(temporary, path)
+
+
+def read_own_file(path):
+    """A file's bytes when it is a regular file of this user's that no one
+    else can write or read, or RefusedLever saying why not."""
+    import stat
+    try:
+        info = os.lstat(path)
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
+                info.st_mode & 0o077):
+            raise RefusedLever("%s is not a private file of this user's" % path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                     getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            opened = os.fstat(handle.fileno())   # the file read, not the name
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                raise RefusedLever("%s changed while it was read" % path)
+            return handle.read(1 << 20)
+    except FileNotFoundError:
+        raise RefusedLever("no lever file %s on this host" % path) from None
+    except OSError as error:
+        raise RefusedLever("cannot read %s: %s" % (path, error.strerror)) from None
 
 
 # How much of a lever file's digest its name carries (the store keeps it all).
@@ -2726,13 +2737,7 @@ class Lever:
         body = json.dumps(data, sort_keys=True).encode("utf-8")
         digest = hashlib.sha256(body).hexdigest()
         path = lever_file(session_id, self.name, digest)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        temporary = "%s.%s.tmp" % (path, os.getpid())
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
-                     getattr(os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(body)
-        os.replace(temporary, path)
+        write_own_file(path, body)
         # A join's detection is the newest word on the session's mode: what its
         # hooks reported before it is gone with the old launch.
         _unlink_quiet(lever_facts_file(session_id, self.name))
@@ -2755,7 +2760,6 @@ class Lever:
         is not the file's (a row written by someone else, or an older
         agents-room's)."""
         import hashlib
-        import stat
         if not is_session_id(session_id):
             raise RefusedLever("its session id in the store is not one agents-room makes")
         digest = stored.get("digest")
@@ -2770,22 +2774,7 @@ class Lever:
         if stored.get("file") != os.path.basename(path):
             raise RefusedLever("its lever row in the store names no lever file of "
                                "this session's (%s)" % os.path.basename(path))
-        try:
-            info = os.lstat(path)
-            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
-                    info.st_mode & 0o077):
-                raise RefusedLever("%s is not a private file of this user's" % path)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
-                         getattr(os, "O_NONBLOCK", 0))
-            with os.fdopen(fd, "rb") as handle:
-                opened = os.fstat(handle.fileno())   # the file read, not the name
-                if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-                    raise RefusedLever("%s changed while it was read" % path)
-                body = handle.read(1 << 20)
-        except FileNotFoundError:
-            raise RefusedLever("no lever file %s on this host" % path) from None
-        except OSError as error:
-            raise RefusedLever("cannot read %s: %s" % (path, error.strerror)) from None
+        body = read_own_file(path)
         if hashlib.sha256(body).hexdigest() != stored["digest"]:
             raise RefusedLever("its lever row in the store does not match %s" % path)
         try:
@@ -7108,7 +7097,8 @@ def note_lever_facts(op, row, facts):
         kept = read_lever_facts(row["id"], row["lever"])
         if any(kept.get(k) != v for k, v in facts.items()):
             try:
-                write_lever_facts(row["id"], row["lever"], dict(kept, **facts))
+                write_own_file(lever_facts_file(row["id"], row["lever"]), json.dumps(
+                    dict(kept, **facts), sort_keys=True).encode("utf-8"))
             except OSError:
                 pass            # the file's absence holds nothing back: the store still shows it
     data = _stored_lever(row) or {}
