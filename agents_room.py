@@ -97,20 +97,20 @@ prints it when it differs; Part I is at most 10,000 lines):
     8735   285  hook front end
     9020  1045  CLI
    10065    79  main
-   10154  3258  appendix: PostgreSQL store
-   13412   476  appendix: harness: Claude Code
-   13888   184  appendix: harness: Codex
-   14072   255  appendix: harness: Hermes
-   14327   211  appendix: harness: Qwen Code
-   14538   167  appendix: harness: Gemini CLI
-   14705   425  appendix: harness: Pi
-   15130   383  appendix: harness: OpenCode
-   15513    45  appendix: harness: Kilo Code
-   15558   187  appendix: harness: GitHub Copilot CLI
-   15745   108  appendix: Claude Code plugin
-   15853  1181  appendix: benchmark
-   17034  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18220   984  appendix: operator page
+   10154  3328  appendix: PostgreSQL store
+   13482   476  appendix: harness: Claude Code
+   13958   184  appendix: harness: Codex
+   14142   255  appendix: harness: Hermes
+   14397   211  appendix: harness: Qwen Code
+   14608   167  appendix: harness: Gemini CLI
+   14775   425  appendix: harness: Pi
+   15200   383  appendix: harness: OpenCode
+   15583    45  appendix: harness: Kilo Code
+   15628   187  appendix: harness: GitHub Copilot CLI
+   15815   108  appendix: Claude Code plugin
+   15923  1181  appendix: benchmark
+   17104  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18290   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12669,6 +12669,84 @@ def _pg_sequence_check(conn, read):
     return check
 
 
+class _PgCache(dict):
+    """A call's answered reads, (sql, params) -> the read, indexed by text and
+    by the row key the text reads (its $n, see _pg_analyse): a write keyed on
+    a table's row key can change only the reads of that key, so it looks at
+    those (and the texts no key narrows), not at every read cached.  A send
+    to every session of a room reads each recipient's rows and writes each
+    recipient's; checked read by read, the writes cost the room's size
+    squared (280k checks in one killed-writers run of 40 operations)."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.texts = {}           # text -> {its row key's value (None: any) -> keys}
+        for key, read in dict(items).items():
+            self[key] = read
+
+    @staticmethod
+    def _row(read):
+        seen = _pg_analyse(read.text)
+        if not isinstance(seen, tuple) or not seen[2]:
+            return None
+        value = read.params[seen[2][1] - 1]
+        try:
+            hash(value)
+        except TypeError:
+            return None           # (kept with the texts no key narrows: checked always)
+        return value
+
+    def __setitem__(self, key, read):
+        if key in self:
+            del self[key]
+        dict.__setitem__(self, key, read)
+        self.texts.setdefault(read.text, {}).setdefault(self._row(read), set()).add(key)
+
+    def __delitem__(self, key):
+        read = dict.__getitem__(self, key)
+        dict.__delitem__(self, key)
+        rows = self.texts[read.text]
+        row = self._row(read)
+        rows[row].discard(key)
+        if not rows[row]:
+            del rows[row]
+            if not rows:
+                del self.texts[read.text]
+
+    def pop(self, key, *default):
+        if key not in self:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        read = dict.__getitem__(self, key)
+        del self[key]
+        return read
+
+    def changed_by(self, write):
+        """The keys of the reads the write statement may change (_pg_changes
+        of each, decided once per text and, where both are keyed on one
+        table's row key, by that key's value)."""
+        found = []
+        for text, rows in self.texts.items():
+            verdict = _pg_text_changes(text, write.text)
+            if verdict is False:
+                continue
+            theirs = write.params[_pg_analyse(write.text)[2][1] - 1] if (
+                verdict is None) else None
+            if verdict or theirs is None:
+                for keys in rows.values():
+                    found += keys
+                continue
+            try:
+                found += rows.get(theirs, ())
+            except TypeError:                  # unhashable: it may be any row
+                for keys in rows.values():
+                    found += keys
+                continue
+            found += rows.get(None, ())
+        return found
+
+
 class _PgLearned:
     """The templates of one tool's reads: (sql, sources, phase) -> [uses (the
     most times one instance was asked in a call), the call it was last seen
@@ -12825,7 +12903,7 @@ class _PgCall:
         self.ahead = True                 # read ahead (not after it failed once)
         self.mode = None
         self.ended = False                # the transaction ended: what follows is after
-        self.cache = {}                   # (sql, params) -> an answered read
+        self.cache = _PgCache()          # (sql, params) -> an answered read
         self.unlocked = set()             # keys in cache read before the lock
         self.consumed = {}                # key -> a read answered before the lock
         self.sequences = []               # sequence values taken before the lock
@@ -12900,20 +12978,12 @@ class _PgCall:
             return
         if self.mode == "read":
             raise WritesNeeded()
-        # What the texts tell, once per read text: a send's writes against a
-        # cache of a read per recipient cost each write the cache's size in
-        # dict look-ups, not in analyses (that grew with the room squared).
-        texts = {}
-        for key, read in list(self.cache.items()):
-            verdict = texts.get(read.text, "?")
-            if verdict == "?":
-                verdict = texts[read.text] = _pg_text_changes(read.text, statement.text)
-            if verdict is False:
-                continue
-            if verdict or _pg_changes(read, statement):
-                del self.cache[key]
-                self.unlocked.discard(key)
-                self.once.discard(key)
+        # Only the reads it may change, found through the cache's index (by
+        # text, then by row key): not every read cached (see _PgCache).
+        for key in self.cache.changed_by(statement):
+            del self.cache[key]
+            self.unlocked.discard(key)
+            self.once.discard(key)
 
     def flush(self, conn, want):
         steps = conn.take()
@@ -12940,7 +13010,7 @@ class _PgCall:
 
     # -- the transaction --
     def begin(self, conn, write):
-        self.cache, self.unlocked, self.consumed, self.once = {}, set(), {}, set()
+        self.cache, self.unlocked, self.consumed, self.once = _PgCache(), set(), {}, set()
         self.sequences = []
         # An attempt again (after a Conflict, or a read that found it must
         # write) asks its reads again: they are read ahead again, not one by
@@ -12977,7 +13047,7 @@ class _PgCall:
             steps = self._lock(conn) + steps
         steps += [conn.notify(), conn.control("COMMIT")]
         self.mode, self.ended = None, True
-        self.cache, self.once = {}, set()
+        self.cache, self.once = _PgCache(), set()
         ahead = self._ahead(conn, "after")
         for step in ahead:
             # Sent behind the COMMIT: the call is done whatever they answer
@@ -12991,7 +13061,7 @@ class _PgCall:
         the next exchange.  What it read ahead for after stays answerable."""
         after = {k: v for k, v in self.cache.items() if getattr(v, "role", None) == "after"}
         self.mode, self.ended = None, True
-        self.cache, self.once = after, set()
+        self.cache, self.once = _PgCache(after), set()
         end = conn.control("COMMIT")
         end.quiet = True
         end.write = False              # a snapshot's end: nothing to see arrive
@@ -13008,7 +13078,7 @@ class _PgCall:
             steps = self._lock(conn)
         end = conn.control("ROLLBACK")
         mode, self.mode, self.ended = self.mode, None, True
-        self.cache, self.once = {}, set()
+        self.cache, self.once = _PgCache(), set()
         if mode == "read" and not steps:
             end.quiet = True
             end.write = False
