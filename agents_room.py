@@ -76,41 +76,41 @@ prints it when it differs; Part I is at most 10,000 lines):
      198   116  constants
      314    56  errors
      370   602  small utilities
-     972  1240  store
-    2212   949  harness adapters
-    3161   379  liveness (process scan)
-    3540   600  tool registry and the door
-    4140   222  results as text
-    4362   509  operations: sessions and rooms
-    4871   705  operations: messages
-    5576   617  operations: leases
-    6193   237  operations: work states and quiet windows
-    6430   168  operations: task board
-    6598   230  operations: watches
-    6828    91  operations: status
-    6919   120  operations: reads and drift
-    7039   433  operations: signals and wakes
-    7472   158  operations: housekeeping
-    7630   156  signals: wake levers
-    7786   545  MCP server
-    8331   404  harnesses: setup and doctor
-    8735   285  hook front end
-    9020  1045  CLI
-   10065    79  main
-   10154  3328  appendix: PostgreSQL store
-   13482   476  appendix: harness: Claude Code
-   13958   184  appendix: harness: Codex
-   14142   255  appendix: harness: Hermes
-   14397   211  appendix: harness: Qwen Code
-   14608   167  appendix: harness: Gemini CLI
-   14775   425  appendix: harness: Pi
-   15200   383  appendix: harness: OpenCode
-   15583    45  appendix: harness: Kilo Code
-   15628   187  appendix: harness: GitHub Copilot CLI
-   15815   108  appendix: Claude Code plugin
-   15923  1181  appendix: benchmark
-   17104  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18290   984  appendix: operator page
+     972  1254  store
+    2226   949  harness adapters
+    3175   379  liveness (process scan)
+    3554   602  tool registry and the door
+    4156   222  results as text
+    4378   509  operations: sessions and rooms
+    4887   722  operations: messages
+    5609   618  operations: leases
+    6227   237  operations: work states and quiet windows
+    6464   168  operations: task board
+    6632   230  operations: watches
+    6862    91  operations: status
+    6953   121  operations: reads and drift
+    7074   433  operations: signals and wakes
+    7507   158  operations: housekeeping
+    7665   156  signals: wake levers
+    7821   552  MCP server
+    8373   404  harnesses: setup and doctor
+    8777   285  hook front end
+    9062  1045  CLI
+   10107    79  main
+   10196  3334  appendix: PostgreSQL store
+   13530   476  appendix: harness: Claude Code
+   14006   184  appendix: harness: Codex
+   14190   255  appendix: harness: Hermes
+   14445   211  appendix: harness: Qwen Code
+   14656   167  appendix: harness: Gemini CLI
+   14823   425  appendix: harness: Pi
+   15248   383  appendix: harness: OpenCode
+   15631    45  appendix: harness: Kilo Code
+   15676   187  appendix: harness: GitHub Copilot CLI
+   15863   108  appendix: Claude Code plugin
+   15971  1174  appendix: benchmark
+   17145  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18331   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -197,7 +197,7 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants -----------------------------------------------------------
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 MIN_SQLITE = (3, 31, 0)
 
 
@@ -1298,8 +1298,22 @@ def _migrate_v7(conn):
                  "WHERE state IN %s" % UNREAD_SQL)
 
 
+# Schema 8: two index pages fewer in every send (issue 39: of the 14 pages a
+# one-recipient send's COMMIT wrote, each cost it about 8 us).  The inbox is
+# read through deliveries_state (session, state: the few unread, then sorted),
+# which every other unread count and move reads already, so the unread index
+# beside it goes; the events' subject index holds no message event (no query
+# looks a message's events up by subject: the lease history and the page's
+# work notes do, and say the same condition).  One text for both stores.
+EVENTS_SUBJECT_WHERE = "substr(kind, 1, 4) <> 'msg.'"    # (LIKE is ILIKE on PostgreSQL)
+SCHEMA_V8 = """
+DROP INDEX deliveries_unread;
+DROP INDEX events_subject;
+CREATE INDEX events_subject ON events(subject, at) WHERE %s
+""" % EVENTS_SUBJECT_WHERE
+
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migrate_v6,
-              _migrate_v7]
+              _migrate_v7, SCHEMA_V8]
 
 
 def _grant(conn, session_id, kind, key, real, shown, mode, at):
@@ -3908,9 +3922,11 @@ def untold_signal(op):
     unread deliveries it was never told about (then they count as offered), so
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
-    if not op.conn.execute("SELECT 1 FROM deliveries WHERE session_id=? AND state IN "
-                           "('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
-                           (me,)).fetchone():
+    # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
+    # caller ever had by its primary key (PostgreSQL drops the hint).
+    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
+                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
+                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
@@ -4879,6 +4895,16 @@ def _roommates(conn, session_id):
         (session_id, session_id))]
 
 
+def _shares_a_room(conn, session_id, other):
+    """Whether other shares a room with session_id (its presence is the
+    caller's to check, from its row): one look-up, where _roommates reads
+    every member of every room of the sender."""
+    return conn.execute(
+        "SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = m1.room "
+        "WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
+        (session_id, other)).fetchone() is not None
+
+
 def lease_forms(lease, holder_cwd):
     """The forms a file: selector is matched against, for one lease: the
     absolute path (as typed and resolved), relative to the holder's cwd (the
@@ -4915,10 +4941,14 @@ def resolve_selectors(op, sender, to):
                          "file:<glob>, tag:<tag> or label:<label>")
     if len(selectors) > SELECTORS_MAX:
         raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
-    mates = set(_roommates(conn, sender["id"]))
+    # The roommates are read only for a selector that picks among them: a
+    # send to one session id (most sends) asks for that one alone.
+    mates = None
     found = []
     for selector in selectors:
         selector = selector.strip()
+        if mates is None and not is_session_id(selector):
+            mates = set(_roommates(conn, sender["id"]))
         if selector == "*":
             found.extend(sorted(mates))
         elif selector.startswith("file:"):
@@ -4962,7 +4992,9 @@ def resolve_selectors(op, sender, to):
                 raise error
             if row["id"] == sender["id"]:
                 continue
-            if row["id"] not in mates:
+            if (row["id"] not in mates if mates is not None else
+                    row["left_at"] is not None or
+                    not _shares_a_room(conn, sender["id"], row["id"])):
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
                         row["id"], one_line(row["label"] or "-", 40)),
@@ -5191,9 +5223,10 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
     # both (PostgreSQL prepares each statement) cannot use the inbox index.
     # INDEXED BY: without statistics SQLite walks the primary key in order,
-    # every delivery the session ever had, to find the few unread.
+    # every delivery the session ever had, to find the few unread (schema 8:
+    # the session's unread states, then those few sorted).
     messages = within_budget(conn.execute(
-        "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+        "SELECT m.* FROM deliveries d INDEXED BY deliveries_state JOIN messages m ON "
         "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s%s ORDER BY "
         "d.message_id LIMIT ?" % (
             UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
@@ -5963,7 +5996,8 @@ def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
                     resource.shown, _holder_text(lease_dict(conn, other[0], op.liveness))))
             expired = conn.execute(
                 "SELECT at, data FROM events WHERE subject=? AND session_id=? AND kind="
-                "'lease.expire' ORDER BY at DESC LIMIT 1", (resource.key, me)).fetchone()
+                "'lease.expire' AND %s ORDER BY at DESC LIMIT 1" % EVENTS_SUBJECT_WHERE,
+                (resource.key, me)).fetchone()
             if expired:
                 # When the lease ran out, not when a sweep noticed it.
                 ended = json.loads(expired[1] or "{}").get("expires_at", expired[0])
@@ -6963,13 +6997,14 @@ def lease_holders_between(conn, key, session_id, start, end, real=None):
     marks = ",".join("?" * len(covering))
     for claim in conn.execute(
             "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
-            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at" % marks,
+            "('lease.claim', 'lease.renew') AND session_id != ? AND %s ORDER BY at" % (
+                marks, EVENTS_SUBJECT_WHERE),
             covering + [horizon, end, session_id]).fetchall():
         data = json.loads(claim["data"] or "{}")
         until = data.get("expires_at", claim["at"])
         released = conn.execute(
             "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
-            "kind IN ('lease.release', 'lease.takeover')",
+            "kind IN ('lease.release', 'lease.takeover') AND " + EVENTS_SUBJECT_WHERE,
             (claim["subject"], claim["session_id"], claim["at"])).fetchone()[0]
         if released is not None:
             until = min(until, released)
@@ -7818,13 +7853,20 @@ def _rpc_result(id_, result):
     return {"jsonrpc": "2.0", "id": id_, "result": result}
 
 
-def _too_deep(value, depth=0):
-    if depth > JSON_DEPTH_MAX:
-        return True
-    if isinstance(value, dict):
-        return any(_too_deep(v, depth + 1) for v in value.values())
-    if isinstance(value, list):
-        return any(_too_deep(v, depth + 1) for v in value)
+def _too_deep(value):
+    """Whether a value nests deeper than JSON_DEPTH_MAX: level by level, in a
+    loop (every request is looked at: no generator per container)."""
+    level, depth = [value], 0
+    while level:
+        if depth > JSON_DEPTH_MAX:
+            return True
+        inner = []
+        for item in level:
+            if isinstance(item, dict):
+                inner.extend(item.values())
+            elif isinstance(item, list):
+                inner.extend(item)
+        level, depth = inner, depth + 1
     return False
 
 
@@ -11692,14 +11734,15 @@ PG_DIALECT = {
     # Full-text search: no FTS5 table; the search reads with ILIKE.  PERF: no
     # index serves it (a tsvector column would).
     "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
-    # The inbox in order: said so that PostgreSQL reads its unread index
-    # (deliveries_unread) in order, instead of every delivery by message id
-    # hoping to find the session's (measured: 5 ms at 40,000 deliveries).
-    "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+    # The inbox in order: said so that PostgreSQL reads the session's unread
+    # through its state index and sorts those few, instead of walking every
+    # delivery of the session in message order hoping to find the unread
+    # (measured: 5 ms at 40,000 deliveries); "+ 0": no index gives that order.
+    "SELECT m.* FROM deliveries d INDEXED BY deliveries_state JOIN messages m ON "
     "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s ORDER BY "
     "d.message_id LIMIT ?" % UNREAD_SQL:
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.session_id, d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id + 0 "
         "LIMIT ?" % UNREAD_SQL,
 }
 PG_UPSERT_KEYS = {"meta": "key", "work": "session_id, scope", "reads": "session_id, path",
@@ -13476,7 +13519,12 @@ def _pg_migrate_v7(conn):
     conn.simple(SCHEMA_V7.replace(" INTEGER", " BIGINT"))
 
 
-PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
+def _pg_migrate_v8(conn):
+    """Schema 8 on PostgreSQL: the same two indexes (SCHEMA_V8)."""
+    conn.simple(SCHEMA_V8)
+
+
+PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7, 7: _pg_migrate_v8}
 
 
 # ---- appendix: harness: Claude Code --------------------------------------
@@ -15934,8 +15982,15 @@ def run_plugin(args):
 BENCH_SITE_ABNORMAL_MS = 20.0     # an ordinary site start-up is 2-5 ms
 
 # The floor under an MCP call: a stdlib JSON-RPC echo answering the same
-# request lines over the same kind of pipes, in the MCP result's shape.
-BENCH_ECHO = """
+# request lines over the same kind of pipes, in the MCP result's shape.  One
+# program, two answers: the bench's echo sends the request's arguments back
+# (as text and as structuredContent, as a tool's result is sent), the plain
+# echo a small result, the floor as the issue's bar measures it (json.loads
+# of the request, json.dumps of a small MCP-shaped result); the plain echo is
+# timed in blocks of calls against blocks of msg_send (not call by call:
+# switching between two processes at every call costs both of them, the echo
+# most).
+BENCH_ECHO_PROGRAM = """
 import json, sys
 read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
 while True:
@@ -15944,30 +15999,16 @@ while True:
         break
     message = json.loads(line)
     params = message.get("params")
-    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
-        "content": [{"type": "text", "text": json.dumps(params, ensure_ascii=False)}],
-        "structuredContent": params, "isError": False}},
-        ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\\n")
+    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": %s},
+                     ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\\n")
     flush()
 """
-
-# The plain echo, the floor as the issue's bar measures it: json.loads of the
-# request, json.dumps of a small MCP-shaped result, nothing echoed back; timed
-# in blocks of calls against blocks of msg_send (not call by call: switching
-# between two processes at every call costs both of them, the echo most).
-BENCH_PLAIN_ECHO = """
-import json, sys
-read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
-while True:
-    line = read()
-    if not line:
-        break
-    message = json.loads(line)
-    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
-        "content": [{"type": "text", "text": "{}"}], "structuredContent": {},
-        "isError": False}}).encode() + b"\\n")
-    flush()
-"""
+BENCH_ECHO = BENCH_ECHO_PROGRAM % (
+    '{"content": [{"type": "text", "text": json.dumps(params, ensure_ascii=False)}], '
+    '"structuredContent": params, "isError": False}')
+BENCH_PLAIN_ECHO = BENCH_ECHO_PROGRAM % (
+    '{"content": [{"type": "text", "text": "{}"}], "structuredContent": {}, '
+    '"isError": False}')
 BENCH_BLOCK = 50                  # calls in one block of the plain echo's comparison
 
 BENCH_WORKER = """
@@ -18402,9 +18443,9 @@ def _ui_waits(op, item, leases, windows, tasks):
         text = "%s on %s%s" % (work["state"], work["scope"],
                                ": " + work["summary"] if work["summary"] else "")
         told = conn.execute(
-            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
-            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
-                                         work["scope"])).fetchone()
+            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? AND %s "
+            "ORDER BY id DESC LIMIT 1" % EVENTS_SUBJECT_WHERE,
+            (sid, "work." + work["state"], work["scope"])).fetchone()
         message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
             "message_id")
         if message_id:
