@@ -76,41 +76,41 @@ prints it when it differs; Part I is at most 10,000 lines):
      198   116  constants
      314    56  errors
      370   602  small utilities
-     972  1254  store
-    2226   949  harness adapters
-    3175   379  liveness (process scan)
-    3554   602  tool registry and the door
-    4156   222  results as text
-    4378   509  operations: sessions and rooms
-    4887   722  operations: messages
-    5609   618  operations: leases
-    6227   237  operations: work states and quiet windows
-    6464   168  operations: task board
-    6632   230  operations: watches
-    6862    91  operations: status
-    6953   121  operations: reads and drift
-    7074   433  operations: signals and wakes
-    7507   158  operations: housekeeping
-    7665   156  signals: wake levers
-    7821   552  MCP server
-    8373   404  harnesses: setup and doctor
-    8777   285  hook front end
-    9062  1045  CLI
-   10107    79  main
-   10196  3334  appendix: PostgreSQL store
-   13530   476  appendix: harness: Claude Code
-   14006   184  appendix: harness: Codex
-   14190   255  appendix: harness: Hermes
-   14445   211  appendix: harness: Qwen Code
-   14656   167  appendix: harness: Gemini CLI
-   14823   425  appendix: harness: Pi
-   15248   383  appendix: harness: OpenCode
-   15631    45  appendix: harness: Kilo Code
-   15676   187  appendix: harness: GitHub Copilot CLI
-   15863   108  appendix: Claude Code plugin
-   15971  1174  appendix: benchmark
-   17145  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18331   984  appendix: operator page
+     972  1263  store
+    2235   949  harness adapters
+    3184   379  liveness (process scan)
+    3563   602  tool registry and the door
+    4165   222  results as text
+    4387   509  operations: sessions and rooms
+    4896   722  operations: messages
+    5618   618  operations: leases
+    6236   237  operations: work states and quiet windows
+    6473   168  operations: task board
+    6641   230  operations: watches
+    6871    91  operations: status
+    6962   121  operations: reads and drift
+    7083   433  operations: signals and wakes
+    7516   158  operations: housekeeping
+    7674   156  signals: wake levers
+    7830   552  MCP server
+    8382   404  harnesses: setup and doctor
+    8786   285  hook front end
+    9071  1045  CLI
+   10116    79  main
+   10205  3334  appendix: PostgreSQL store
+   13539   476  appendix: harness: Claude Code
+   14015   184  appendix: harness: Codex
+   14199   255  appendix: harness: Hermes
+   14454   211  appendix: harness: Qwen Code
+   14665   167  appendix: harness: Gemini CLI
+   14832   425  appendix: harness: Pi
+   15257   383  appendix: harness: OpenCode
+   15640    45  appendix: harness: Kilo Code
+   15685   187  appendix: harness: GitHub Copilot CLI
+   15872   108  appendix: Claude Code plugin
+   15980  1174  appendix: benchmark
+   17154  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18340   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1526,9 +1526,18 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version < len(MIGRATIONS):
                 # Before touching (migrating) a store, make sure it is one: a
-                # file with tables of its own belongs to another program.
-                tables = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table'")}
+                # file with tables of its own belongs to another program.  The
+                # version and the tables are read in one snapshot: read apart,
+                # a process creating the store could commit between the two,
+                # and its new store looked like another program's (version 0,
+                # tables).
+                conn.execute("BEGIN")
+                try:
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    tables = {r[0] for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type='table'")}
+                finally:
+                    conn.execute("COMMIT")
                 # A store at version 0 is new and empty: any table at all is
                 # another program's (one may well be called sessions).
                 if tables - OUR_TABLES - {"sqlite_sequence"} or (version == 0 and tables):
