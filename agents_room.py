@@ -76,41 +76,41 @@ prints it when it differs; Part I is at most 10,000 lines):
      198   116  constants
      314    56  errors
      370   602  small utilities
-     972  1263  store
-    2235   949  harness adapters
-    3184   379  liveness (process scan)
-    3563   602  tool registry and the door
-    4165   222  results as text
-    4387   509  operations: sessions and rooms
-    4896   722  operations: messages
-    5618   618  operations: leases
-    6236   237  operations: work states and quiet windows
-    6473   168  operations: task board
-    6641   230  operations: watches
-    6871    91  operations: status
-    6962   121  operations: reads and drift
-    7083   433  operations: signals and wakes
-    7516   158  operations: housekeeping
-    7674   156  signals: wake levers
-    7830   552  MCP server
-    8382   404  harnesses: setup and doctor
-    8786   285  hook front end
-    9071  1045  CLI
-   10116    79  main
-   10205  3334  appendix: PostgreSQL store
-   13539   476  appendix: harness: Claude Code
-   14015   184  appendix: harness: Codex
-   14199   255  appendix: harness: Hermes
-   14454   211  appendix: harness: Qwen Code
-   14665   167  appendix: harness: Gemini CLI
-   14832   425  appendix: harness: Pi
-   15257   383  appendix: harness: OpenCode
-   15640    45  appendix: harness: Kilo Code
-   15685   187  appendix: harness: GitHub Copilot CLI
-   15872   108  appendix: Claude Code plugin
-   15980  1174  appendix: benchmark
-   17154  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18340   984  appendix: operator page
+     972  1256  store
+    2228   949  harness adapters
+    3177   379  liveness (process scan)
+    3556   602  tool registry and the door
+    4158   222  results as text
+    4380   509  operations: sessions and rooms
+    4889   719  operations: messages
+    5608   618  operations: leases
+    6226   237  operations: work states and quiet windows
+    6463   168  operations: task board
+    6631   230  operations: watches
+    6861    91  operations: status
+    6952   121  operations: reads and drift
+    7073   433  operations: signals and wakes
+    7506   158  operations: housekeeping
+    7664   156  signals: wake levers
+    7820   551  MCP server
+    8371   404  harnesses: setup and doctor
+    8775   285  hook front end
+    9060  1045  CLI
+   10105    79  main
+   10194  3334  appendix: PostgreSQL store
+   13528   476  appendix: harness: Claude Code
+   14004   184  appendix: harness: Codex
+   14188   255  appendix: harness: Hermes
+   14443   211  appendix: harness: Qwen Code
+   14654   167  appendix: harness: Gemini CLI
+   14821   425  appendix: harness: Pi
+   15246   383  appendix: harness: OpenCode
+   15629    45  appendix: harness: Kilo Code
+   15674   187  appendix: harness: GitHub Copilot CLI
+   15861   108  appendix: Claude Code plugin
+   15969  1174  appendix: benchmark
+   17143  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18329   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1298,13 +1298,9 @@ def _migrate_v7(conn):
                  "WHERE state IN %s" % UNREAD_SQL)
 
 
-# Schema 8: two index pages fewer in every send (issue 39: of the 14 pages a
-# one-recipient send's COMMIT wrote, each cost it about 8 us).  The inbox is
-# read through deliveries_state (session, state: the few unread, then sorted),
-# which every other unread count and move reads already, so the unread index
-# beside it goes; the events' subject index holds no message event (no query
-# looks a message's events up by subject: the lease history and the page's
-# work notes do, and say the same condition).  One text for both stores.
+# Schema 8: two of the 14 pages a send's COMMIT wrote (~8 us each).  The inbox
+# reads deliveries_state, as every unread count does; the events' subject index
+# keeps no message event (its readers say the same condition).  Both stores.
 EVENTS_SUBJECT_WHERE = "substr(kind, 1, 4) <> 'msg.'"    # (LIKE is ILIKE on PostgreSQL)
 SCHEMA_V8 = """
 DROP INDEX deliveries_unread;
@@ -1526,11 +1522,8 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version < len(MIGRATIONS):
                 # Before touching (migrating) a store, make sure it is one: a
-                # file with tables of its own belongs to another program.  The
-                # version and the tables are read in one snapshot: read apart,
-                # a process creating the store could commit between the two,
-                # and its new store looked like another program's (version 0,
-                # tables).
+                # file with tables of its own belongs to another program.  (In
+                # one snapshot: a store created between two reads looked so.)
                 conn.execute("BEGIN")
                 try:
                     version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -4905,9 +4898,8 @@ def _roommates(conn, session_id):
 
 
 def _shares_a_room(conn, session_id, other):
-    """Whether other shares a room with session_id (its presence is the
-    caller's to check, from its row): one look-up, where _roommates reads
-    every member of every room of the sender."""
+    """Whether other shares a room with session_id: one look-up (_roommates
+    reads every member of every room); other's presence is the caller's."""
     return conn.execute(
         "SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = m1.room "
         "WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
@@ -4950,9 +4942,7 @@ def resolve_selectors(op, sender, to):
                          "file:<glob>, tag:<tag> or label:<label>")
     if len(selectors) > SELECTORS_MAX:
         raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
-    # The roommates are read only for a selector that picks among them: a
-    # send to one session id (most sends) asks for that one alone.
-    mates = None
+    mates = None      # read for a selector that picks among them, not for an id
     found = []
     for selector in selectors:
         selector = selector.strip()
@@ -7863,8 +7853,7 @@ def _rpc_result(id_, result):
 
 
 def _too_deep(value):
-    """Whether a value nests deeper than JSON_DEPTH_MAX: level by level, in a
-    loop (every request is looked at: no generator per container)."""
+    """Nested deeper than JSON_DEPTH_MAX?  Level by level: no generator each."""
     level, depth = [value], 0
     while level:
         if depth > JSON_DEPTH_MAX:
