@@ -78,42 +78,42 @@ prints it when it differs; Part I is at most 10,000 lines):
      201   116  constants
      317    56  errors
      373   602  small utilities
-     975  1240  store
-    2215   985  harness adapters
-    3200   379  liveness (process scan)
-    3579   600  tool registry and the door
-    4179   222  results as text
-    4401   509  operations: sessions and rooms
-    4910   705  operations: messages
-    5615   617  operations: leases
-    6232   237  operations: work states and quiet windows
-    6469   168  operations: task board
-    6637   230  operations: watches
-    6867    91  operations: status
-    6958   120  operations: reads and drift
-    7078   443  operations: signals and wakes
-    7521   158  operations: housekeeping
-    7679   156  signals: wake levers
-    7835   545  MCP server
-    8380   404  harnesses: setup and doctor
-    8784   285  hook front end
-    9069  1045  CLI
-   10114    79  main
-   10203  3258  appendix: PostgreSQL store
-   13461   476  appendix: harness: Claude Code
-   13937   184  appendix: harness: Codex
-   14121   259  appendix: harness: Hermes
-   14380   211  appendix: harness: Qwen Code
-   14591   167  appendix: harness: Gemini CLI
-   14758   425  appendix: harness: Pi
-   15183   383  appendix: harness: OpenCode
-   15566    45  appendix: harness: Kilo Code
-   15611   187  appendix: harness: GitHub Copilot CLI
-   15798   108  appendix: Claude Code plugin
-   15906  1181  appendix: benchmark
-   17087  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18273   981  appendix: operator page
-   19254   112  appendix: embedded sources
+     975  1256  store
+    2231   985  harness adapters
+    3216   379  liveness (process scan)
+    3595   602  tool registry and the door
+    4197   222  results as text
+    4419   509  operations: sessions and rooms
+    4928   719  operations: messages
+    5647   618  operations: leases
+    6265   237  operations: work states and quiet windows
+    6502   168  operations: task board
+    6670   230  operations: watches
+    6900    91  operations: status
+    6991   121  operations: reads and drift
+    7112   443  operations: signals and wakes
+    7555   158  operations: housekeeping
+    7713   156  signals: wake levers
+    7869   551  MCP server
+    8420   404  harnesses: setup and doctor
+    8824   285  hook front end
+    9109  1045  CLI
+   10154    79  main
+   10243  3334  appendix: PostgreSQL store
+   13577   476  appendix: harness: Claude Code
+   14053   184  appendix: harness: Codex
+   14237   259  appendix: harness: Hermes
+   14496   211  appendix: harness: Qwen Code
+   14707   167  appendix: harness: Gemini CLI
+   14874   425  appendix: harness: Pi
+   15299   383  appendix: harness: OpenCode
+   15682    45  appendix: harness: Kilo Code
+   15727   187  appendix: harness: GitHub Copilot CLI
+   15914   108  appendix: Claude Code plugin
+   16022  1174  appendix: benchmark
+   17196  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18382   981  appendix: operator page
+   19363   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -200,7 +200,7 @@ sqlite3 = _LazyModule("sqlite3")
 
 # ---- constants -----------------------------------------------------------
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 MIN_SQLITE = (3, 31, 0)
 
 
@@ -1301,8 +1301,18 @@ def _migrate_v7(conn):
                  "WHERE state IN %s" % UNREAD_SQL)
 
 
+# Schema 8: two of the 14 pages a send's COMMIT wrote (~8 us each).  The inbox
+# reads deliveries_state, as every unread count does; the events' subject index
+# keeps no message event (its readers say the same condition).  Both stores.
+EVENTS_SUBJECT_WHERE = "substr(kind, 1, 4) <> 'msg.'"    # (LIKE is ILIKE on PostgreSQL)
+SCHEMA_V8 = """
+DROP INDEX deliveries_unread;
+DROP INDEX events_subject;
+CREATE INDEX events_subject ON events(subject, at) WHERE %s
+""" % EVENTS_SUBJECT_WHERE
+
 MIGRATIONS = [SCHEMA_V1, _migrate_v2, SCHEMA_V3, _migrate_v4, _migrate_v5, _migrate_v6,
-              _migrate_v7]
+              _migrate_v7, SCHEMA_V8]
 
 
 def _grant(conn, session_id, kind, key, real, shown, mode, at):
@@ -1515,9 +1525,15 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version < len(MIGRATIONS):
                 # Before touching (migrating) a store, make sure it is one: a
-                # file with tables of its own belongs to another program.
-                tables = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table'")}
+                # file with tables of its own belongs to another program.  (In
+                # one snapshot: a store created between two reads looked so.)
+                conn.execute("BEGIN")
+                try:
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    tables = {r[0] for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type='table'")}
+                finally:
+                    conn.execute("COMMIT")
                 # A store at version 0 is new and empty: any table at all is
                 # another program's (one may well be called sessions).
                 if tables - OUR_TABLES - {"sqlite_sequence"} or (version == 0 and tables):
@@ -3947,9 +3963,11 @@ def untold_signal(op):
     unread deliveries it was never told about (then they count as offered), so
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
-    if not op.conn.execute("SELECT 1 FROM deliveries WHERE session_id=? AND state IN "
-                           "('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
-                           (me,)).fetchone():
+    # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
+    # caller ever had by its primary key (PostgreSQL drops the hint).
+    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
+                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
+                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
@@ -4918,6 +4936,15 @@ def _roommates(conn, session_id):
         (session_id, session_id))]
 
 
+def _shares_a_room(conn, session_id, other):
+    """Whether other shares a room with session_id: one look-up (_roommates
+    reads every member of every room); other's presence is the caller's."""
+    return conn.execute(
+        "SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = m1.room "
+        "WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
+        (session_id, other)).fetchone() is not None
+
+
 def lease_forms(lease, holder_cwd):
     """The forms a file: selector is matched against, for one lease: the
     absolute path (as typed and resolved), relative to the holder's cwd (the
@@ -4954,10 +4981,12 @@ def resolve_selectors(op, sender, to):
                          "file:<glob>, tag:<tag> or label:<label>")
     if len(selectors) > SELECTORS_MAX:
         raise UsageError("at most %d selectors in one send" % SELECTORS_MAX)
-    mates = set(_roommates(conn, sender["id"]))
+    mates = None      # read for a selector that picks among them, not for an id
     found = []
     for selector in selectors:
         selector = selector.strip()
+        if mates is None and not is_session_id(selector):
+            mates = set(_roommates(conn, sender["id"]))
         if selector == "*":
             found.extend(sorted(mates))
         elif selector.startswith("file:"):
@@ -5001,7 +5030,9 @@ def resolve_selectors(op, sender, to):
                 raise error
             if row["id"] == sender["id"]:
                 continue
-            if row["id"] not in mates:
+            if (row["id"] not in mates if mates is not None else
+                    row["left_at"] is not None or
+                    not _shares_a_room(conn, sender["id"], row["id"])):
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
                         row["id"], one_line(row["label"] or "-", 40)),
@@ -5230,9 +5261,10 @@ def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
     # Two statements, not "(? IS NULL OR thread_id=?)": a plan made once for
     # both (PostgreSQL prepares each statement) cannot use the inbox index.
     # INDEXED BY: without statistics SQLite walks the primary key in order,
-    # every delivery the session ever had, to find the few unread.
+    # every delivery the session ever had, to find the few unread (schema 8:
+    # the session's unread states, then those few sorted).
     messages = within_budget(conn.execute(
-        "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+        "SELECT m.* FROM deliveries d INDEXED BY deliveries_state JOIN messages m ON "
         "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s%s ORDER BY "
         "d.message_id LIMIT ?" % (
             UNREAD_SQL, "" if thread is None else " AND m.thread_id=?"),
@@ -6002,7 +6034,8 @@ def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
                     resource.shown, _holder_text(lease_dict(conn, other[0], op.liveness))))
             expired = conn.execute(
                 "SELECT at, data FROM events WHERE subject=? AND session_id=? AND kind="
-                "'lease.expire' ORDER BY at DESC LIMIT 1", (resource.key, me)).fetchone()
+                "'lease.expire' AND %s ORDER BY at DESC LIMIT 1" % EVENTS_SUBJECT_WHERE,
+                (resource.key, me)).fetchone()
             if expired:
                 # When the lease ran out, not when a sweep noticed it.
                 ended = json.loads(expired[1] or "{}").get("expires_at", expired[0])
@@ -7002,13 +7035,14 @@ def lease_holders_between(conn, key, session_id, start, end, real=None):
     marks = ",".join("?" * len(covering))
     for claim in conn.execute(
             "SELECT * FROM events WHERE subject IN (%s) AND at >= ? AND at <= ? AND kind IN "
-            "('lease.claim', 'lease.renew') AND session_id != ? ORDER BY at" % marks,
+            "('lease.claim', 'lease.renew') AND session_id != ? AND %s ORDER BY at" % (
+                marks, EVENTS_SUBJECT_WHERE),
             covering + [horizon, end, session_id]).fetchall():
         data = json.loads(claim["data"] or "{}")
         until = data.get("expires_at", claim["at"])
         released = conn.execute(
             "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
-            "kind IN ('lease.release', 'lease.takeover')",
+            "kind IN ('lease.release', 'lease.takeover') AND " + EVENTS_SUBJECT_WHERE,
             (claim["subject"], claim["session_id"], claim["at"])).fetchone()[0]
         if released is not None:
             until = min(until, released)
@@ -7867,13 +7901,19 @@ def _rpc_result(id_, result):
     return {"jsonrpc": "2.0", "id": id_, "result": result}
 
 
-def _too_deep(value, depth=0):
-    if depth > JSON_DEPTH_MAX:
-        return True
-    if isinstance(value, dict):
-        return any(_too_deep(v, depth + 1) for v in value.values())
-    if isinstance(value, list):
-        return any(_too_deep(v, depth + 1) for v in value)
+def _too_deep(value):
+    """Nested deeper than JSON_DEPTH_MAX?  Level by level: no generator each."""
+    level, depth = [value], 0
+    while level:
+        if depth > JSON_DEPTH_MAX:
+            return True
+        inner = []
+        for item in level:
+            if isinstance(item, dict):
+                inner.extend(item.values())
+            elif isinstance(item, list):
+                inner.extend(item)
+        level, depth = inner, depth + 1
     return False
 
 
@@ -11741,14 +11781,15 @@ PG_DIALECT = {
     # Full-text search: no FTS5 table; the search reads with ILIKE.  PERF: no
     # index serves it (a tsvector column would).
     "SELECT 1 FROM sqlite_master WHERE name='messages_fts'": "SELECT 1 WHERE false",
-    # The inbox in order: said so that PostgreSQL reads its unread index
-    # (deliveries_unread) in order, instead of every delivery by message id
-    # hoping to find the session's (measured: 5 ms at 40,000 deliveries).
-    "SELECT m.* FROM deliveries d INDEXED BY deliveries_unread JOIN messages m ON "
+    # The inbox in order: said so that PostgreSQL reads the session's unread
+    # through its state index and sorts those few, instead of walking every
+    # delivery of the session in message order hoping to find the unread
+    # (measured: 5 ms at 40,000 deliveries); "+ 0": no index gives that order.
+    "SELECT m.* FROM deliveries d INDEXED BY deliveries_state JOIN messages m ON "
     "m.id = d.message_id WHERE d.session_id=? AND d.state IN %s ORDER BY "
     "d.message_id LIMIT ?" % UNREAD_SQL:
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
-        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.session_id, d.message_id "
+        "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id + 0 "
         "LIMIT ?" % UNREAD_SQL,
 }
 PG_UPSERT_KEYS = {"meta": "key", "work": "session_id, scope", "reads": "session_id, path",
@@ -12718,6 +12759,84 @@ def _pg_sequence_check(conn, read):
     return check
 
 
+class _PgCache(dict):
+    """A call's answered reads, (sql, params) -> the read, indexed by text and
+    by the row key the text reads (its $n, see _pg_analyse): a write keyed on
+    a table's row key can change only the reads of that key, so it looks at
+    those (and the texts no key narrows), not at every read cached.  A send
+    to every session of a room reads each recipient's rows and writes each
+    recipient's; checked read by read, the writes cost the room's size
+    squared (280k checks in one killed-writers run of 40 operations)."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.texts = {}           # text -> {its row key's value (None: any) -> keys}
+        for key, read in dict(items).items():
+            self[key] = read
+
+    @staticmethod
+    def _row(read):
+        seen = _pg_analyse(read.text)
+        if not isinstance(seen, tuple) or not seen[2]:
+            return None
+        value = read.params[seen[2][1] - 1]
+        try:
+            hash(value)
+        except TypeError:
+            return None           # (kept with the texts no key narrows: checked always)
+        return value
+
+    def __setitem__(self, key, read):
+        if key in self:
+            del self[key]
+        dict.__setitem__(self, key, read)
+        self.texts.setdefault(read.text, {}).setdefault(self._row(read), set()).add(key)
+
+    def __delitem__(self, key):
+        read = dict.__getitem__(self, key)
+        dict.__delitem__(self, key)
+        rows = self.texts[read.text]
+        row = self._row(read)
+        rows[row].discard(key)
+        if not rows[row]:
+            del rows[row]
+            if not rows:
+                del self.texts[read.text]
+
+    def pop(self, key, *default):
+        if key not in self:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        read = dict.__getitem__(self, key)
+        del self[key]
+        return read
+
+    def changed_by(self, write):
+        """The keys of the reads the write statement may change (_pg_changes
+        of each, decided once per text and, where both are keyed on one
+        table's row key, by that key's value)."""
+        found = []
+        for text, rows in self.texts.items():
+            verdict = _pg_text_changes(text, write.text)
+            if verdict is False:
+                continue
+            theirs = write.params[_pg_analyse(write.text)[2][1] - 1] if (
+                verdict is None) else None
+            if verdict or theirs is None:
+                for keys in rows.values():
+                    found += keys
+                continue
+            try:
+                found += rows.get(theirs, ())
+            except TypeError:                  # unhashable: it may be any row
+                for keys in rows.values():
+                    found += keys
+                continue
+            found += rows.get(None, ())
+        return found
+
+
 class _PgLearned:
     """The templates of one tool's reads: (sql, sources, phase) -> [uses (the
     most times one instance was asked in a call), the call it was last seen
@@ -12874,7 +12993,7 @@ class _PgCall:
         self.ahead = True                 # read ahead (not after it failed once)
         self.mode = None
         self.ended = False                # the transaction ended: what follows is after
-        self.cache = {}                   # (sql, params) -> an answered read
+        self.cache = _PgCache()          # (sql, params) -> an answered read
         self.unlocked = set()             # keys in cache read before the lock
         self.consumed = {}                # key -> a read answered before the lock
         self.sequences = []               # sequence values taken before the lock
@@ -12949,20 +13068,12 @@ class _PgCall:
             return
         if self.mode == "read":
             raise WritesNeeded()
-        # What the texts tell, once per read text: a send's writes against a
-        # cache of a read per recipient cost each write the cache's size in
-        # dict look-ups, not in analyses (that grew with the room squared).
-        texts = {}
-        for key, read in list(self.cache.items()):
-            verdict = texts.get(read.text, "?")
-            if verdict == "?":
-                verdict = texts[read.text] = _pg_text_changes(read.text, statement.text)
-            if verdict is False:
-                continue
-            if verdict or _pg_changes(read, statement):
-                del self.cache[key]
-                self.unlocked.discard(key)
-                self.once.discard(key)
+        # Only the reads it may change, found through the cache's index (by
+        # text, then by row key): not every read cached (see _PgCache).
+        for key in self.cache.changed_by(statement):
+            del self.cache[key]
+            self.unlocked.discard(key)
+            self.once.discard(key)
 
     def flush(self, conn, want):
         steps = conn.take()
@@ -12989,7 +13100,7 @@ class _PgCall:
 
     # -- the transaction --
     def begin(self, conn, write):
-        self.cache, self.unlocked, self.consumed, self.once = {}, set(), {}, set()
+        self.cache, self.unlocked, self.consumed, self.once = _PgCache(), set(), {}, set()
         self.sequences = []
         # An attempt again (after a Conflict, or a read that found it must
         # write) asks its reads again: they are read ahead again, not one by
@@ -13026,7 +13137,7 @@ class _PgCall:
             steps = self._lock(conn) + steps
         steps += [conn.notify(), conn.control("COMMIT")]
         self.mode, self.ended = None, True
-        self.cache, self.once = {}, set()
+        self.cache, self.once = _PgCache(), set()
         ahead = self._ahead(conn, "after")
         for step in ahead:
             # Sent behind the COMMIT: the call is done whatever they answer
@@ -13040,7 +13151,7 @@ class _PgCall:
         the next exchange.  What it read ahead for after stays answerable."""
         after = {k: v for k, v in self.cache.items() if getattr(v, "role", None) == "after"}
         self.mode, self.ended = None, True
-        self.cache, self.once = after, set()
+        self.cache, self.once = _PgCache(after), set()
         end = conn.control("COMMIT")
         end.quiet = True
         end.write = False              # a snapshot's end: nothing to see arrive
@@ -13057,7 +13168,7 @@ class _PgCall:
             steps = self._lock(conn)
         end = conn.control("ROLLBACK")
         mode, self.mode, self.ended = self.mode, None, True
-        self.cache, self.once = {}, set()
+        self.cache, self.once = _PgCache(), set()
         if mode == "read" and not steps:
             end.quiet = True
             end.write = False
@@ -13455,7 +13566,12 @@ def _pg_migrate_v7(conn):
     conn.simple(SCHEMA_V7.replace(" INTEGER", " BIGINT"))
 
 
-PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7}
+def _pg_migrate_v8(conn):
+    """Schema 8 on PostgreSQL: the same two indexes (SCHEMA_V8)."""
+    conn.simple(SCHEMA_V8)
+
+
+PG_MIGRATIONS = {5: _pg_migrate_v6, 6: _pg_migrate_v7, 7: _pg_migrate_v8}
 
 
 # ---- appendix: harness: Claude Code --------------------------------------
@@ -15917,8 +16033,15 @@ def run_plugin(args):
 BENCH_SITE_ABNORMAL_MS = 20.0     # an ordinary site start-up is 2-5 ms
 
 # The floor under an MCP call: a stdlib JSON-RPC echo answering the same
-# request lines over the same kind of pipes, in the MCP result's shape.
-BENCH_ECHO = """
+# request lines over the same kind of pipes, in the MCP result's shape.  One
+# program, two answers: the bench's echo sends the request's arguments back
+# (as text and as structuredContent, as a tool's result is sent), the plain
+# echo a small result, the floor as the issue's bar measures it (json.loads
+# of the request, json.dumps of a small MCP-shaped result); the plain echo is
+# timed in blocks of calls against blocks of msg_send (not call by call:
+# switching between two processes at every call costs both of them, the echo
+# most).
+BENCH_ECHO_PROGRAM = """
 import json, sys
 read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
 while True:
@@ -15927,30 +16050,16 @@ while True:
         break
     message = json.loads(line)
     params = message.get("params")
-    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
-        "content": [{"type": "text", "text": json.dumps(params, ensure_ascii=False)}],
-        "structuredContent": params, "isError": False}},
-        ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\\n")
+    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": %s},
+                     ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\\n")
     flush()
 """
-
-# The plain echo, the floor as the issue's bar measures it: json.loads of the
-# request, json.dumps of a small MCP-shaped result, nothing echoed back; timed
-# in blocks of calls against blocks of msg_send (not call by call: switching
-# between two processes at every call costs both of them, the echo most).
-BENCH_PLAIN_ECHO = """
-import json, sys
-read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
-while True:
-    line = read()
-    if not line:
-        break
-    message = json.loads(line)
-    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
-        "content": [{"type": "text", "text": "{}"}], "structuredContent": {},
-        "isError": False}}).encode() + b"\\n")
-    flush()
-"""
+BENCH_ECHO = BENCH_ECHO_PROGRAM % (
+    '{"content": [{"type": "text", "text": json.dumps(params, ensure_ascii=False)}], '
+    '"structuredContent": params, "isError": False}')
+BENCH_PLAIN_ECHO = BENCH_ECHO_PROGRAM % (
+    '{"content": [{"type": "text", "text": "{}"}], "structuredContent": {}, '
+    '"isError": False}')
 BENCH_BLOCK = 50                  # calls in one block of the plain echo's comparison
 
 BENCH_WORKER = """
@@ -18385,9 +18494,9 @@ def _ui_waits(op, item, leases, windows, tasks):
         text = "%s on %s%s" % (work["state"], work["scope"],
                                ": " + work["summary"] if work["summary"] else "")
         told = conn.execute(
-            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? "
-            "ORDER BY id DESC LIMIT 1", (sid, "work." + work["state"],
-                                         work["scope"])).fetchone()
+            "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? AND %s "
+            "ORDER BY id DESC LIMIT 1" % EVENTS_SUBJECT_WHERE,
+            (sid, "work." + work["state"], work["scope"])).fetchone()
         message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
             "message_id")
         if message_id:

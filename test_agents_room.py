@@ -1691,6 +1691,19 @@ class MessageTest(RoomTest):
         self.assertRegex(done.stdout, r"^\d+\n$")
         self.assertIn("warning: stored, but delivered to nobody", done.stderr)
 
+    def test_a_send_by_id_reaches_a_roommate_only(self):
+        # A send to one session id looks that session up alone (issue 39), not
+        # every roommate: it must still refuse whoever shares no room or left.
+        self.assertEqual(self.send(self.api, self.web)["recipient_ids"], [self.web])
+        stranger = self.join("--room", "elsewhere", key="k-x")["session_id"]
+        for selectors in ([stranger], ["*", stranger], [stranger, "*"]):
+            with self.subTest(selectors=selectors):
+                out = self.send(self.api, *selectors, check=1)
+                self.assertIn("shares no room with you", out["error"]["message"])
+        self.cli_json("leave", "--session", self.web)
+        out = self.send(self.api, self.web, check=1)
+        self.assertIn("shares no room with you", out["error"]["message"])
+
     def test_session_selector_errors(self):
         stranger = self.join("--room", "elsewhere", key="k-x")["session_id"]
         done = self.run_cli("send", "--session", self.api, "--to", stranger, "--subject",
