@@ -15,12 +15,13 @@ Commands (``python3 agents_room.py <command> --help`` shows an example each):
   sent history retract cancel-wake                what you sent, take back; history
   notify-when notify-cancel                       tell me once: idle, gone, free
   claim renew release check leases guard          fenced leases on paths, kind:name
-  install-guard                                   a git pre-commit hook running guard
+  install-guard                                   a git pre-commit hook running guard (appendix)
   note-read drift                                 reads and drift
   work window task                                work states, quiet windows, tasks
   serve                                           the MCP server over stdio
   hook setup doctor                               harness hooks, their setup, checks
-  watch version prune store shim                  follow, identify, clean up, copy
+  watch version prune shim                        follow, identify, clean up, a command
+  store                                           copy a room between stores (appendix)
   bench                                           measure (appendix)
   plugin                                          a Claude Code plugin marketplace (appendix)
   ui                                              the operator's live page (appendix)
@@ -66,6 +67,8 @@ Part II, the appendices, register themselves in tables the core reads
   appendix: harness: Kilo Code         OpenCode's fork: its adapter and resume lever
   appendix: harness: GitHub Copilot CLI
                                        its adapter and resume lever
+  appendix: store copy                 store copy: a room from one store to another
+  appendix: git pre-commit guard       install-guard: a hook running guard --staged
   appendix: Claude Code plugin         plugin: a marketplace folder for Claude Code
   appendix: benchmark                  bench: hot paths against measured limits
   appendix: the operator page's HTML, CSS and JavaScript
@@ -75,45 +78,47 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     201   116  constants
-     317    56  errors
-     373   602  small utilities
-     975  1256  store
-    2231   985  harness adapters
-    3216   379  liveness (process scan)
-    3595   602  tool registry and the door
-    4197   222  results as text
-    4419   509  operations: sessions and rooms
-    4928   719  operations: messages
-    5647   618  operations: leases
-    6265   237  operations: work states and quiet windows
-    6502   168  operations: task board
-    6670   230  operations: watches
-    6900    91  operations: status
-    6991   121  operations: reads and drift
-    7112   443  operations: signals and wakes
-    7555   158  operations: housekeeping
-    7713   156  signals: wake levers
-    7869   551  MCP server
-    8420   404  harnesses: setup and doctor
-    8824   285  hook front end
-    9109  1045  CLI
-   10154    79  main
-   10243  3334  appendix: PostgreSQL store
-   13577   476  appendix: harness: Claude Code
-   14053   184  appendix: harness: Codex
-   14237   259  appendix: harness: Hermes
-   14496   211  appendix: harness: Qwen Code
-   14707   167  appendix: harness: Gemini CLI
-   14874   425  appendix: harness: Pi
-   15299   383  appendix: harness: OpenCode
-   15682    45  appendix: harness: Kilo Code
-   15727   187  appendix: harness: GitHub Copilot CLI
-   15914   108  appendix: Claude Code plugin
-   16022  1174  appendix: benchmark
-   17196  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18382   981  appendix: operator page
-   19363   112  appendix: embedded sources
+     206   116  constants
+     322    56  errors
+     378   602  small utilities
+     980  1178  store
+    2158   985  harness adapters
+    3143   379  liveness (process scan)
+    3522   602  tool registry and the door
+    4124   222  results as text
+    4346   509  operations: sessions and rooms
+    4855   719  operations: messages
+    5574   618  operations: leases
+    6192   237  operations: work states and quiet windows
+    6429   168  operations: task board
+    6597   230  operations: watches
+    6827    91  operations: status
+    6918   121  operations: reads and drift
+    7039   443  operations: signals and wakes
+    7482   158  operations: housekeeping
+    7640   156  signals: wake levers
+    7796   551  MCP server
+    8347   345  harnesses: setup and doctor
+    8692   285  hook front end
+    8977   996  CLI
+    9973    79  main
+   10062  3334  appendix: PostgreSQL store
+   13396   476  appendix: harness: Claude Code
+   13872   184  appendix: harness: Codex
+   14056   259  appendix: harness: Hermes
+   14315   211  appendix: harness: Qwen Code
+   14526   167  appendix: harness: Gemini CLI
+   14693   425  appendix: harness: Pi
+   15118   383  appendix: harness: OpenCode
+   15501    45  appendix: harness: Kilo Code
+   15546   187  appendix: harness: GitHub Copilot CLI
+   15733   120  appendix: store copy
+   15853    75  appendix: git pre-commit guard
+   15928   108  appendix: Claude Code plugin
+   16036  1174  appendix: benchmark
+   17210  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18396   981  appendix: operator page
+   19377   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2148,84 +2153,6 @@ def sweep(conn, at, real=None):
                     "shown": lease["path"], "kind": lease["kind"],
                     "fence": lease["fence"]}, at=at)
     return len(expired), beat
-
-
-COPY_BATCH = 200                      # rows per INSERT while copying a room
-COPY_META_SKIP = ("schema_version", "fts_indexed_to")   # each store's own
-
-
-def copy_store(source_path, target_path, progress=None):
-    """Copy a room, everything in it, from one store to another (SQLite to
-    PostgreSQL and back) and verify the row counts; the target must be empty.
-    Returns [(table, rows in source, rows in target)].  A column the source
-    has and the target lacks is refused, never dropped (the row counts would
-    still agree)."""
-    source_path = store_kind(source_path).normal_path(source_path)
-    target_path = store_kind(target_path).normal_path(target_path)
-    if not store_kind(source_path).exists(source_path):
-        raise UsageError("no store at %s" % source_path)
-    source = open_store(source_path)
-    try:
-        target = open_store(target_path)
-    except BaseException:
-        source.close()
-        raise
-    counts = []
-    try:
-        with source.read() as src, target.write() as dst:
-            if dst.execute("SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) "
-                           "FROM messages) + (SELECT COUNT(*) FROM events WHERE kind <> "
-                           "'store.migrate')").fetchone()[0]:
-                raise UsageError("%s already holds a room; copy into an empty store"
-                                 % target.shown, "give it a new database, schema or file")
-            dst.execute("DELETE FROM events")        # its creation: the log comes along
-            own = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP)
-            where = {"meta": own}      # meta keys each store keeps for itself
-            dst.execute("DELETE FROM meta" + own)
-            for table in STORE_TABLES:
-                theirs = set(target.table_columns(table))
-                columns = source.table_columns(table)
-                lost = [c for c in columns if c not in theirs]
-                if lost:
-                    raise StoreError(
-                        "%s has no column %s of %s's %s; nothing was copied" % (
-                            target.shown, ", ".join(lost), source.shown, table),
-                        "copy into a store of the same agents-room version")
-                names = ", ".join(columns)
-                row_marks = "(%s)" % ", ".join("?" * len(columns))
-                # SQLite before 3.32 binds at most 999 values in one statement.
-                rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
-                batch = []
-
-                def flush():
-                    dst.execute("INSERT INTO %s (%s) VALUES %s" % (
-                        table, names, ", ".join([row_marks] * len(batch))),
-                        [value for row in batch for value in row])
-                    del batch[:]
-                for row in source.rows(src, "SELECT %s FROM %s%s" % (
-                        names, table, where.get(table, ""))):
-                    batch.append(tuple(row))
-                    if len(batch) == rows_per_insert:
-                        flush()
-                if batch:
-                    flush()
-                if progress:
-                    progress(table)
-            target.after_copy(dst)
-            for table in STORE_TABLES:
-                count = "SELECT COUNT(*) FROM %s%s" % (table, where.get(table, ""))
-                counts.append((table, src.execute(count).fetchone()[0],
-                               dst.execute(count).fetchone()[0]))
-            wrong = [c for c in counts if c[1] != c[2]]
-            if wrong:
-                raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(
-                    "%s %d rows, copied %d" % c for c in wrong))
-            event(dst, "store.copy", data={"from": source.shown, "rows": sum(
-                c[1] for c in counts)})
-    finally:
-        source.close()
-        target.close()
-    return counts
 
 
 # ---- harness adapters ------------------------------------------------------
@@ -8586,65 +8513,6 @@ def _exclude_from_git(root, paths, write):
         ", ".join(missing), shown)
 
 
-GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
-
-
-def install_guard(cwd=None):
-    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
-    already there: it is renamed and run first, and its failure stops the
-    commit as before."""
-    import shlex
-    import subprocess
-    cwd = cwd or _getcwd()
-    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
-                          cwd=cwd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
-    top, hooks_rel = done.stdout.splitlines()[:2]
-    hooks = os.path.join(cwd, hooks_rel)
-    try:
-        os.makedirs(hooks, exist_ok=True)
-    except OSError as error:
-        raise RoomError("cannot create the hooks directory %s: %s" % (
-            hooks, error.strerror or error), "check core.hooksPath and its permissions")
-    hook = os.path.join(hooks, "pre-commit")
-    chained = hook + ".agents-room-chained"
-    action = "installed"
-    if os.path.exists(hook):
-        with open(hook, errors="replace") as handle:
-            ours = GUARD_MARK in handle.read()
-        if ours:
-            action = "updated"
-        elif os.path.exists(chained):
-            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
-        else:
-            os.replace(hook, chained)
-            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
-                chained)
-    here = os.path.dirname(this_file())
-    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
-    if rel.startswith(".."):
-        argv = launcher(here, 1)
-    else:
-        # git runs hooks at the top level: a path relative to it survives a
-        # move or a clone of the project.
-        argv = launcher(rel, 1, "python3")
-    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
-    script = ("#!/bin/sh\n# %s\n"
-              "# It refuses a commit that touches files another live session holds\n"
-              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
-              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
-              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
-              "exec %s\n" % (GUARD_MARK, command))
-    try:
-        write_private(hook, script, 0o755)
-    except OSError as error:
-        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
-                        "check core.hooksPath and its permissions")
-    precompile()
-    return {"hook": hook, "action": action}
-
-
 def quiet_hook_check(runs=5):
     """doctor: what a PostToolUse hook with nothing waiting costs, as setup
     writes it, against python -I -S -c pass (the issue's bar): runs in turn,
@@ -9806,55 +9674,6 @@ def run_version(args):
     return ("agents-room %(version)s (Python %(python)s, SQLite %(sqlite)s)\n"
             "file %(file)s\nsha256 %(sha256)s\nstore %(store)s (schema %(store_schema_"
             "version)s; this copy writes %(schema_version)s)" % info), 0
-
-
-@command("install-guard", "Install a git pre-commit hook that runs guard --staged.",
-         "Write a git pre-commit hook into this repository that runs\n"
-         "'guard --staged': a commit touching files another live session holds\n"
-         "exclusively is refused.  A pre-commit hook already there is kept and run\n"
-         "first.  AGENTS_ROOM_GUARD=warn reports only; =off skips the check.",
-         "install-guard")
-def run_install_guard(args):
-    result = install_guard()
-    return (json.dumps(result) if args.json else
-            "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
-
-
-def _store_arguments(sub):
-    sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
-    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path, a "
-                     "postgresql:// URL, or - for the one AGENTS_ROOM_DB names")
-    sub.add_argument("target", metavar="TO", help="an empty store (created if need be); "
-                     "- as for FROM")
-
-
-@command("store", "Copy a room between stores (SQLite and PostgreSQL).",
-         "store copy FROM TO copies a room with everything in it (sessions, rooms,\n"
-         "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
-         "audit log) from one store to another, in one transaction on each, and\n"
-         "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
-         "URL, or - for the store AGENTS_ROOM_DB names (a password in an argument\n"
-         "is in the process list for every user to read); TO must hold no room\n"
-         "yet.  Stop the agents using FROM first: what they write during the copy\n"
-         "stays behind.",
-         "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
-         _store_arguments)
-def run_store(args):
-    stores = [default_db_path() if given == "-" else os.path.expanduser(given)
-              for given in (args.source, args.target)]
-    for given, path in zip((args.source, args.target), stores):
-        if given != "-" and store_kind(path).shown_path(path) != path:
-            sys.stderr.write("agents-room store: warning: %s carries a password, which "
-                             "every local user can read in the process list; use - for "
-                             "AGENTS_ROOM_DB, and keep the password in ~/.pgpass\n"
-                             % clean(store_kind(path).shown_path(path)))
-    counts = copy_store(*stores)
-    if args.json:
-        return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
-                                      for t, a, b in counts]}, indent=2), 0
-    lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
-    return "\n".join(["copied %s -> %s (row counts verified)" % tuple(
-        store_kind(path).shown_path(path) for path in stores)] + lines), 0
 
 
 def _prune_arguments(sub):
@@ -15909,6 +15728,201 @@ class CopilotCli(Harness):
 
 
 register_harness(CopilotCli())
+
+
+# ---- appendix: store copy -------------------------------------------------
+# `store copy FROM TO`: a room, everything in it, from one store to another
+# (SQLite to PostgreSQL and back), verified by row counts.  Registered here as
+# a command, the way bench and ui are; it reads the store kinds' table.
+
+COPY_BATCH = 200                      # rows per INSERT while copying a room
+COPY_META_SKIP = ("schema_version", "fts_indexed_to")   # each store's own
+
+
+def copy_store(source_path, target_path, progress=None):
+    """Copy a room, everything in it, from one store to another (SQLite to
+    PostgreSQL and back) and verify the row counts; the target must be empty.
+    Returns [(table, rows in source, rows in target)].  A column the source
+    has and the target lacks is refused, never dropped (the row counts would
+    still agree)."""
+    source_path = store_kind(source_path).normal_path(source_path)
+    target_path = store_kind(target_path).normal_path(target_path)
+    if not store_kind(source_path).exists(source_path):
+        raise UsageError("no store at %s" % source_path)
+    source = open_store(source_path)
+    try:
+        target = open_store(target_path)
+    except BaseException:
+        source.close()
+        raise
+    counts = []
+    try:
+        with source.read() as src, target.write() as dst:
+            if dst.execute("SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) "
+                           "FROM messages) + (SELECT COUNT(*) FROM events WHERE kind <> "
+                           "'store.migrate')").fetchone()[0]:
+                raise UsageError("%s already holds a room; copy into an empty store"
+                                 % target.shown, "give it a new database, schema or file")
+            dst.execute("DELETE FROM events")        # its creation: the log comes along
+            own = " WHERE key NOT IN ('%s')" % "', '".join(COPY_META_SKIP)
+            where = {"meta": own}      # meta keys each store keeps for itself
+            dst.execute("DELETE FROM meta" + own)
+            for table in STORE_TABLES:
+                theirs = set(target.table_columns(table))
+                columns = source.table_columns(table)
+                lost = [c for c in columns if c not in theirs]
+                if lost:
+                    raise StoreError(
+                        "%s has no column %s of %s's %s; nothing was copied" % (
+                            target.shown, ", ".join(lost), source.shown, table),
+                        "copy into a store of the same agents-room version")
+                names = ", ".join(columns)
+                row_marks = "(%s)" % ", ".join("?" * len(columns))
+                # SQLite before 3.32 binds at most 999 values in one statement.
+                rows_per_insert = max(1, min(COPY_BATCH, 999 // len(columns)))
+                batch = []
+
+                def flush():
+                    dst.execute("INSERT INTO %s (%s) VALUES %s" % (
+                        table, names, ", ".join([row_marks] * len(batch))),
+                        [value for row in batch for value in row])
+                    del batch[:]
+                for row in source.rows(src, "SELECT %s FROM %s%s" % (
+                        names, table, where.get(table, ""))):
+                    batch.append(tuple(row))
+                    if len(batch) == rows_per_insert:
+                        flush()
+                if batch:
+                    flush()
+                if progress:
+                    progress(table)
+            target.after_copy(dst)
+            for table in STORE_TABLES:
+                count = "SELECT COUNT(*) FROM %s%s" % (table, where.get(table, ""))
+                counts.append((table, src.execute(count).fetchone()[0],
+                               dst.execute(count).fetchone()[0]))
+            wrong = [c for c in counts if c[1] != c[2]]
+            if wrong:
+                raise StoreError("the copy does not match: %s; nothing was kept" % ", ".join(
+                    "%s %d rows, copied %d" % c for c in wrong))
+            event(dst, "store.copy", data={"from": source.shown, "rows": sum(
+                c[1] for c in counts)})
+    finally:
+        source.close()
+        target.close()
+    return counts
+
+
+def _store_arguments(sub):
+    sub.add_argument("verb", choices=["copy"], help="copy: copy a room between stores")
+    sub.add_argument("source", metavar="FROM", help="a store: a SQLite path, a "
+                     "postgresql:// URL, or - for the one AGENTS_ROOM_DB names")
+    sub.add_argument("target", metavar="TO", help="an empty store (created if need be); "
+                     "- as for FROM")
+
+
+@command("store", "Copy a room between stores (SQLite and PostgreSQL).",
+         "store copy FROM TO copies a room with everything in it (sessions, rooms,\n"
+         "messages and their deliveries, leases, reads, work, windows, tasks, the\n"
+         "audit log) from one store to another, in one transaction on each, and\n"
+         "verifies the row counts.  Either may be a SQLite file or a postgresql://\n"
+         "URL, or - for the store AGENTS_ROOM_DB names (a password in an argument\n"
+         "is in the process list for every user to read); TO must hold no room\n"
+         "yet.  Stop the agents using FROM first: what they write during the copy\n"
+         "stays behind.",
+         "store copy ~/.agents-room/room.db postgresql://room@db.internal/room",
+         _store_arguments)
+def run_store(args):
+    stores = [default_db_path() if given == "-" else os.path.expanduser(given)
+              for given in (args.source, args.target)]
+    for given, path in zip((args.source, args.target), stores):
+        if given != "-" and store_kind(path).shown_path(path) != path:
+            sys.stderr.write("agents-room store: warning: %s carries a password, which "
+                             "every local user can read in the process list; use - for "
+                             "AGENTS_ROOM_DB, and keep the password in ~/.pgpass\n"
+                             % clean(store_kind(path).shown_path(path)))
+    counts = copy_store(*stores)
+    if args.json:
+        return json.dumps({"tables": [{"table": t, "source": a, "copied": b}
+                                      for t, a, b in counts]}, indent=2), 0
+    lines = ["%-16s %8d" % (t, b) for t, a, b in counts]
+    return "\n".join(["copied %s -> %s (row counts verified)" % tuple(
+        store_kind(path).shown_path(path) for path in stores)] + lines), 0
+
+
+# ---- appendix: git pre-commit guard ----------------------------------------
+# `install-guard`: a git pre-commit hook that runs `guard --staged` (the core's
+# lease_guard), keeping a hook already there.  Registered here as a command.
+
+GUARD_MARK = "agents-room guard: installed by agents_room.py install-guard"
+
+
+def install_guard(cwd=None):
+    """Write a git pre-commit hook that runs `guard --staged`, keeping any hook
+    already there: it is renamed and run first, and its failure stops the
+    commit as before."""
+    import shlex
+    import subprocess
+    cwd = cwd or _getcwd()
+    done = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-path", "hooks"],
+                          cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RoomError("not in a git repository: %s" % cwd, "run it inside the repository")
+    top, hooks_rel = done.stdout.splitlines()[:2]
+    hooks = os.path.join(cwd, hooks_rel)
+    try:
+        os.makedirs(hooks, exist_ok=True)
+    except OSError as error:
+        raise RoomError("cannot create the hooks directory %s: %s" % (
+            hooks, error.strerror or error), "check core.hooksPath and its permissions")
+    hook = os.path.join(hooks, "pre-commit")
+    chained = hook + ".agents-room-chained"
+    action = "installed"
+    if os.path.exists(hook):
+        with open(hook, errors="replace") as handle:
+            ours = GUARD_MARK in handle.read()
+        if ours:
+            action = "updated"
+        elif os.path.exists(chained):
+            raise RoomError("%s exists and so does %s; merge them by hand" % (hook, chained))
+        else:
+            os.replace(hook, chained)
+            action = "installed, chaining the existing hook (now %s)" % os.path.basename(
+                chained)
+    here = os.path.dirname(this_file())
+    rel = os.path.relpath(os.path.realpath(here), os.path.realpath(top))
+    if rel.startswith(".."):
+        argv = launcher(here, 1)
+    else:
+        # git runs hooks at the top level: a path relative to it survives a
+        # move or a clone of the project.
+        argv = launcher(rel, 1, "python3")
+    command = " ".join(shlex.quote(p) for p in argv + ["guard", "--staged"])
+    script = ("#!/bin/sh\n# %s\n"
+              "# It refuses a commit that touches files another live session holds\n"
+              "# exclusively.  AGENTS_ROOM_GUARD=warn: report only; =off: skip.\n"
+              "chained=\"$(dirname \"$0\")/pre-commit.agents-room-chained\"\n"
+              "if [ -x \"$chained\" ]; then \"$chained\" \"$@\" || exit $?; fi\n"
+              "exec %s\n" % (GUARD_MARK, command))
+    try:
+        write_private(hook, script, 0o755)
+    except OSError as error:
+        raise RoomError("cannot write %s: %s" % (hook, error.strerror or error),
+                        "check core.hooksPath and its permissions")
+    precompile()
+    return {"hook": hook, "action": action}
+
+
+@command("install-guard", "Install a git pre-commit hook that runs guard --staged.",
+         "Write a git pre-commit hook into this repository that runs\n"
+         "'guard --staged': a commit touching files another live session holds\n"
+         "exclusively is refused.  A pre-commit hook already there is kept and run\n"
+         "first.  AGENTS_ROOM_GUARD=warn reports only; =off skips the check.",
+         "install-guard")
+def run_install_guard(args):
+    result = install_guard()
+    return (json.dumps(result) if args.json else
+            "pre-commit hook %s: %s" % (result["action"], result["hook"])), 0
 
 
 # ---- appendix: Claude Code plugin ------------------------------------------
