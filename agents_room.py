@@ -82,43 +82,43 @@ prints it when it differs; Part I is at most 10,000 lines):
      322    56  errors
      378   602  small utilities
      980  1178  store
-    2158   985  harness adapters
-    3143   379  liveness (process scan)
-    3522   602  tool registry and the door
-    4124   222  results as text
-    4346   509  operations: sessions and rooms
-    4855   719  operations: messages
-    5574   618  operations: leases
-    6192   237  operations: work states and quiet windows
-    6429   168  operations: task board
-    6597   230  operations: watches
-    6827    91  operations: status
-    6918   121  operations: reads and drift
-    7039   443  operations: signals and wakes
-    7482   158  operations: housekeeping
-    7640   156  signals: wake levers
-    7796   551  MCP server
-    8347   345  harnesses: setup and doctor
-    8692   285  hook front end
-    8977   996  CLI
-    9973    79  main
-   10062  3334  appendix: PostgreSQL store
-   13396   476  appendix: harness: Claude Code
-   13872   184  appendix: harness: Codex
-   14056   259  appendix: harness: Hermes
-   14315   211  appendix: harness: Qwen Code
-   14526   167  appendix: harness: Gemini CLI
-   14693   425  appendix: harness: Pi
-   15118   383  appendix: harness: OpenCode
-   15501    45  appendix: harness: Kilo Code
-   15546   187  appendix: harness: GitHub Copilot CLI
-   15733   120  appendix: store copy
-   15853    75  appendix: git pre-commit guard
-   15928   108  appendix: Claude Code plugin
-   16036  1174  appendix: benchmark
-   17210  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18396   981  appendix: operator page
-   19377   112  appendix: embedded sources
+    2158   989  harness adapters
+    3147   379  liveness (process scan)
+    3526   602  tool registry and the door
+    4128   222  results as text
+    4350   509  operations: sessions and rooms
+    4859   719  operations: messages
+    5578   618  operations: leases
+    6196   237  operations: work states and quiet windows
+    6433   168  operations: task board
+    6601   230  operations: watches
+    6831    91  operations: status
+    6922   121  operations: reads and drift
+    7043   447  operations: signals and wakes
+    7490   158  operations: housekeeping
+    7648   170  signals: wake levers
+    7818   551  MCP server
+    8369   345  harnesses: setup and doctor
+    8714   285  hook front end
+    8999   996  CLI
+    9995    79  main
+   10084  3334  appendix: PostgreSQL store
+   13418   476  appendix: harness: Claude Code
+   13894   184  appendix: harness: Codex
+   14078   260  appendix: harness: Hermes
+   14338   211  appendix: harness: Qwen Code
+   14549   167  appendix: harness: Gemini CLI
+   14716   425  appendix: harness: Pi
+   15141   383  appendix: harness: OpenCode
+   15524    45  appendix: harness: Kilo Code
+   15569   187  appendix: harness: GitHub Copilot CLI
+   15756   120  appendix: store copy
+   15876    75  appendix: git pre-commit guard
+   15951   108  appendix: Claude Code plugin
+   16059  1174  appendix: benchmark
+   17233  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18419   981  appendix: operator page
+   19400   112  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -2202,18 +2202,21 @@ def lever_dir():
     return os.path.join(os.path.expanduser("~"), ".agents-room", "levers")
 
 
-def lever_facts_file(session_id, lever):
-    """The recipient's own file of what its hooks last reported (LEVER_FACTS)."""
-    return os.path.join(lever_dir(), "%s.%s.facts.json" % (
-        session_id.replace(os.sep, "_"), lever))
+def lever_facts_file(session_id):
+    """The recipient's own file of what its hooks last reported (LEVER_FACTS),
+    named by the session alone (never by what the store says its lever is),
+    or None for an id agents-room does not make."""
+    return (os.path.join(lever_dir(), "%s.facts.json" % session_id)
+            if is_session_id(session_id) else None)
 
 
-def read_lever_facts(session_id, lever):
+def read_lever_facts(session_id):
     """The facts from the recipient's own facts file: {} when it is missing or
     not a private regular file of this user's (nothing then holds a wake back
     but the lever's own data)."""
+    path = lever_facts_file(session_id)
     try:
-        facts = json.loads(read_own_file(lever_facts_file(session_id, lever)).decode("utf-8"))
+        facts = json.loads(read_own_file(path).decode("utf-8")) if path else None
     except (RefusedLever, ValueError):
         return {}
     return ({k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
@@ -2224,8 +2227,8 @@ def write_own_file(path, body):
     """Write bytes to a 0600 file in a 0700 directory, atomically, through a
     temporary that never follows a link."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temporary = "%s.%s.tmp" % (path, os.getpid())
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+    temporary = "%s.%s.tmp" % (path, os.urandom(6).hex())
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
                  getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(body)
@@ -2681,9 +2684,10 @@ class Lever:
         digest = hashlib.sha256(body).hexdigest()
         path = lever_file(session_id, self.name, digest)
         write_own_file(path, body)
-        # A join's detection is the newest word on the session's mode: what its
-        # hooks reported before it is gone with the old launch.
-        _unlink_quiet(lever_facts_file(session_id, self.name))
+        if (previous or {}).get("digest") != digest and lever_facts_file(session_id):
+            # Another launch: its detection is the newest word on the session's
+            # mode, and what the hooks reported before it went with the old one.
+            _unlink_quiet(lever_facts_file(session_id))
         keep = {path, os.path.join(lever_dir(), str((previous or {}).get("file")))}
         for older in lever_files_of(session_id, self.name):
             # Under the write lock, the row still names the previous file: it
@@ -2726,7 +2730,7 @@ class Lever:
             data = None
         if not isinstance(data, dict):
             raise RefusedLever("%s is not a lever file" % path)
-        return dict(data, **read_lever_facts(session_id, self.name))
+        return dict(data, **read_lever_facts(session_id))
 
     def refuses(self, data):
         """Why the lever must not be fired now (what its harness last
@@ -3058,8 +3062,8 @@ def forget_levers(row, inline_only=False):
             continue
         for path in lever_files_of(row["id"], lever.name):
             _unlink_quiet(path)
-        if not inline_only:
-            _unlink_quiet(lever_facts_file(row["id"], lever.name))
+    if not inline_only and lever_facts_file(row["id"]):
+        _unlink_quiet(lever_facts_file(row["id"]))
 
 
 def hook_format():
@@ -7050,18 +7054,22 @@ def note_lever_facts(op, row, facts):
     """What a hook or a lever reports about the session that its lever reads
     (the harness's permission mode): kept in the recipient's own facts file
     (its hooks and its levers run as it, on its host), which decides, and in
-    its lever data in the store, which other hosts show."""
-    if not facts or row is None or not row["lever"]:
+    its lever data in the store, which other hosts show.  Whatever the
+    store's row says of its lever, host or uid: a member who can write the
+    row must not keep the report from the file."""
+    facts = {k: v for k, v in (facts or {}).items()
+             if k in LEVER_FACTS and isinstance(v, str)}
+    if not facts or row is None:
         return
-    facts = {k: v for k, v in facts.items() if k in LEVER_FACTS and isinstance(v, str)}
-    if facts and row["uid"] == os.getuid() and row["host"] == host_name():
-        kept = read_lever_facts(row["id"], row["lever"])
-        if any(kept.get(k) != v for k, v in facts.items()):
-            try:
-                write_own_file(lever_facts_file(row["id"], row["lever"]), json.dumps(
-                    dict(kept, **facts), sort_keys=True).encode("utf-8"))
-            except OSError:
-                pass            # the file's absence holds nothing back: the store still shows it
+    kept = read_lever_facts(row["id"])
+    if lever_facts_file(row["id"]) and any(kept.get(k) != v for k, v in facts.items()):
+        try:
+            write_own_file(lever_facts_file(row["id"]), json.dumps(
+                dict(kept, **facts), sort_keys=True).encode("utf-8"))
+        except OSError:
+            pass        # unsaved, the report holds no wake back: at worst a dialog
+    if not row["lever"]:
+        return
     data = _stored_lever(row) or {}
     if all(data.get(k) == v for k, v in facts.items()):
         return
@@ -7766,20 +7774,34 @@ def _spawn_wake(store, ctx, job):
             "lever": job["lever"], "outcome": "failed", "detail": "spawn: %s" % error})
 
 
+def _kill_group(pid):
+    import signal
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass                    # ended already
+
+
 def wake_run(payload):
     """The detached half of a process lever (see _spawn_wake)."""
     import subprocess
     job = json.loads(payload)
     timeout = job.get("timeout") or WAKE_TIMEOUT_S
     try:
-        done = subprocess.run(job["argv"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=timeout)
-        ok = done.returncode == 0
-        detail = "exit %d %s" % (done.returncode, one_line(
-            done.stderr.decode("utf-8", "replace"), 200))
-    except subprocess.TimeoutExpired:
-        ok, detail = False, "timed out after %gs" % timeout
+        # A group of its own: past its bound the harness goes with what it
+        # started (its MCP servers), not the harness alone.
+        child = subprocess.Popen(job["argv"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+        try:
+            stderr = child.communicate(timeout=timeout)[1]
+            ok, detail = child.returncode == 0, "exit %d %s" % (child.returncode, one_line(
+                stderr.decode("utf-8", "replace"), 200))
+        except subprocess.TimeoutExpired:
+            _kill_group(child.pid)
+            child.stderr.close()
+            child.wait()
+            ok, detail = False, "timed out after %gs" % timeout
     except OSError as error:
         ok, detail = False, "cannot run %s: %s" % (job["argv"][0], error.strerror or error)
     outcome = LEVERS[job["lever"]].outcome(ok, job.get("alive"))
@@ -14063,10 +14085,11 @@ class HermesResume(ResumeLever):
     name = "hermes-resume"
     resume = ("chat", "--resume", "KEY", "-Q", "-q", "TEXT")
     keep = ("HERMES_HOME", "HERMES_ACCEPT_HOOKS")
-    # A resume is a cold start of a Python program and its MCP servers: its
-    # first model call came 10-20 s after the send on a loaded two-core
-    # machine, and the 20 s bound killed one before it made any.
-    timeout_s = 60
+    # The bound covers the cold start of a Python program and its MCP servers
+    # (its first model call came 10-20 s after the send on a loaded two-core
+    # machine: 20 s killed one before it made any) and the whole woken turn,
+    # as Kilo Code's does.
+    timeout_s = 300
 
     def program_end(self, argv):
         return next((i for i, a in enumerate(argv) if os.path.basename(a) == "hermes"), None)

@@ -4250,6 +4250,38 @@ class WakeTest(SignalBase):
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "y")
         self.wait_for(lambda: len(lines) >= 2, 10, "the socket used")
 
+    def test_a_member_who_rewrites_the_row_cannot_keep_the_mode_report_from_the_file(self):
+        """The review's holes in the facts file: a second user points the
+        row's host, uid or lever elsewhere while the session's hook reports
+        that it bypasses permissions, then puts the row back and sends.  The
+        report was kept all the same (the file is named by the session and
+        written by its own hook), so the wake is held back; a lever name that
+        is a path names no file."""
+        tampers = {"host": ("host", "elsewhere"), "uid": ("uid", os.getuid() + 1),
+                   "lever": ("lever", "pi-socket"),
+                   "path": ("lever", "x/../../../../../../../.." + os.path.join(
+                       self.tmp, "planted"))}
+        for name, (column, value) in tampers.items():
+            with self.subTest(tamper=name):
+                key = "k-sock-tamper-" + name
+                sid, sender, lines, env = self.claude_inbox_session(key)
+                conn = self.connect()
+                real = conn.execute("SELECT %s FROM sessions WHERE id=?" % column,
+                                    (sid,)).fetchone()[0]
+                conn.execute("UPDATE sessions SET %s=? WHERE id=?" % column, (value, sid))
+                conn.commit()
+                self.hook("Stop", {"session_id": key, "cwd": self.tmp,
+                                   "stop_hook_active": True,
+                                   "permission_mode": "bypassPermissions"},
+                          "--harness", "claude-code")
+                conn.execute("UPDATE sessions SET %s=? WHERE id=?" % column, (real, sid))
+                conn.commit()
+                conn.close()
+                self.assertFalse(glob.glob(os.path.join(self.tmp, "planted*")))
+                self.cli_json("send", "--session", sender, "--to", sid, "--subject", "x")
+                self.assertEqual(self.state_of(sender), "stored")
+                self.assertEqual(lines, [])
+
     def test_socket_lever_is_not_used_where_it_would_be_held(self):
         # A session that bypasses permissions (its hooks say so): the inbox
         # would hold a message whose sender attests no mode, behind a dialog.
@@ -4762,7 +4794,8 @@ class HarnessAdapterTest(SignalBase):
         # A fake hermes joins through its hook, exits, and is resumed by a
         # send; resumed, it reads the bound from the wake-run that started it
         # (its parent's argv).  e2e-hermes measured 10-20 s to the resumed
-        # turn's first model call; the 20 s default killed one.
+        # turn's first model call, the 20 s default killed one, and the bound
+        # must hold the whole woken turn too (the review: 60 s did not).
         bindir = os.path.join(self.tmp, "hbin")
         os.makedirs(bindir)
         log = os.path.join(self.tmp, "hermes.log")
@@ -4793,7 +4826,35 @@ class HarnessAdapterTest(SignalBase):
                       "the resumed hermes ran")
         argv, timeout = json.loads(read_bytes(log))
         self.assertEqual(argv[:4], ["chat", "--resume", "h-1", "-Q"])
-        self.assertEqual(timeout, 60)
+        self.assertEqual(timeout, 300)
+
+    def test_a_process_lever_past_its_bound_takes_what_it_started_with_it(self):
+        """The review: a lever's program killed at its bound left its own
+        children (a harness's MCP servers) running.  wake-run, as a lever
+        spawns it, with a 1 s bound: the program and the child it started
+        are both gone."""
+        sid = self.join("--autonomy", "2")["session_id"]
+        pids = os.path.join(self.tmp, "pids")
+        program = ("import os, subprocess, sys, time\n"
+                   "child = subprocess.Popen([sys.executable, '-c', 'import time; "
+                   "time.sleep(300)'])\n"
+                   "open(%r, 'w').write('%%d %%d' %% (os.getpid(), child.pid))\n"
+                   "time.sleep(300)\n" % pids)
+        payload = json.dumps({"argv": [sys.executable, "-c", program], "timeout": 1,
+                              "lever": "hermes-resume", "session_id": sid, "messages": []})
+        done = subprocess.run(PROGRAM + ["wake-run", payload], env=self.env, cwd=self.tmp,
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+
+        def running(pid):
+            try:
+                with open("/proc/%d/stat" % pid) as handle:
+                    return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+        started = [int(p) for p in read_bytes(pids).split()]
+        self.wait_for(lambda: not any(running(p) for p in started), 60,
+                      "the lever's program and its child ended")
 
     def test_kilo_is_told_from_opencode_and_resumed_with_its_own_config(self):
         # Kilo sets OPENCODE=1 too, in every process it starts.
