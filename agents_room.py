@@ -118,7 +118,7 @@ prints it when it differs; Part I is at most 10,000 lines):
    16059  1174  appendix: benchmark
    17233  1186  appendix: the operator page's HTML, CSS and JavaScript
    18419   981  appendix: operator page
-   19400   112  appendix: embedded sources
+   19400   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -19443,57 +19443,112 @@ def assets_import(source, texts):
     the literal's quoting cannot carry is a clear error (nothing written)."""
     import ast
     spans = _literal_spans(source)
+    files = dict((v, k) for k, v in ASSETS)
     for name, text in sorted(texts.items(), key=lambda item: -spans[item[0]][0]):
         start, end = spans[name]
         raw = source[start:end].startswith(("r", "R"))
-        body = text if raw else text.replace("\\", "\\\\")
-        if '"""' in body or body.endswith("\\"):
-            raise UsageError("%s: the text holds \"\"\" or ends with a backslash, which this "
-                             "file's literal cannot carry" % dict((v, k) for k, v in ASSETS)[name])
+        if raw and ('"""' in text or text.endswith(("\\", '"')) or "\r" in text
+                    or "\0" in text):
+            raise UsageError("%s: its literal here is raw, and cannot carry a \"\"\", a "
+                             "final backslash or quote, a carriage return or a NUL"
+                             % files[name])
+        body = text if raw else (text.replace("\\", "\\\\").replace('"""', '""\\"')
+                                 .replace("\r", "\\r").replace("\0", "\\x00"))
+        if body.endswith('"') and not raw:
+            body = body[:-1] + '\\"'
         source = source[:start] + ('r"""' if raw else '"""') + body + '"""' + source[end:]
-    spans = _literal_spans(source)
-    for name, text in texts.items():
-        start, end = spans[name]
-        if ast.literal_eval(source[start:end]) != text:
-            raise UsageError("%s did not survive the round trip: nothing written" % name)
+    try:
+        spans = _literal_spans(source)
+        survived = all(ast.literal_eval(source[spans[n][0]:spans[n][1]]) == t
+                       for n, t in texts.items())
+    except (SyntaxError, ValueError, KeyError):
+        survived = False
+    if not survived:
+        raise UsageError("%s did not come back as written: nothing imported" % ", ".join(
+            sorted(files[n] for n in texts)))
     return source
+
+
+# Where export writes the digest of each text it wrote: import then takes
+# only what changed since the export, and refuses what changed on both sides.
+ASSETS_MANIFEST = ".assets.json"
+
+
+def _assets_folder(folder, create):
+    """DIR, when it is this user's and only this user's to write (a folder
+    others can write could swap a source between export and import)."""
+    import stat
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        if create:
+            os.makedirs(folder, mode=0o700)
+            return folder
+        raise UsageError("no folder %s: run assets export first" % folder) from None
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & 0o022):
+        raise UsageError("%s is not a folder of this user's that only this user can "
+                         "write (a link, another's, or writable by others)" % folder)
+    return folder
+
+
+def _sha(text):
+    import hashlib
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @command("assets", "Export the embedded sources to files, or import them back.",
          "export DIR writes the sources this file carries as data (Pi's extension,\n"
          "OpenCode's and Kilo Code's plugin, the operator page's HTML, CSS and script)\n"
          "to DIR, one file each, their places (%MARKER%) unfilled; import DIR reads\n"
-         "the files DIR has back into this file, rewriting only the literals that\n"
-         "changed.  For maintainers: edit the sources with an editor's help.",
-         "assets export /tmp/sources", _assets_arguments)
+         "back the files changed since the export, rewriting only their literals,\n"
+         "and refuses one whose literal here changed too.  DIR must be yours alone.\n"
+         "For maintainers: edit the sources with an editor's help.",
+         "assets export ./sources", _assets_arguments)
 def run_assets(args):
-    folder = os.path.abspath(args.dir)
+    import stat
+    folder = _assets_folder(os.path.abspath(args.dir), args.action == "export")
     texts = dict((name, globals()[name]) for _, name in ASSETS)
     done = []
     if args.action == "export":
-        for filename, name in ASSETS:
-            path = os.path.join(folder, filename)
-            try:
-                write_private(path, texts[name], 0o644)
-            except OSError as error:
-                raise RoomError("cannot write %s: %s" % (path, error.strerror or error),
-                                "name a directory you can write (it is created)") from None
-            done.append(path)
+        try:
+            for filename, name in ASSETS:
+                # Replaced, never written through: a link there is not followed.
+                write_own_file(os.path.join(folder, filename), texts[name].encode("utf-8"))
+                done.append(os.path.join(folder, filename))
+            write_own_file(os.path.join(folder, ASSETS_MANIFEST), json.dumps(
+                {f: _sha(texts[n]) for f, n in ASSETS}, indent=1).encode("utf-8"))
+        except OSError as error:
+            raise RoomError("cannot write in %s: %s" % (folder, error.strerror or error),
+                            "name a folder you can write (it is created)") from None
         lines = ["wrote %s" % path for path in done]
     else:
         changed = {}
+        try:
+            with open(os.path.join(folder, ASSETS_MANIFEST), encoding="utf-8") as handle:
+                exported = json.load(handle)
+        except (OSError, ValueError):
+            exported = {}       # no export's record: what differs from here is taken
         for filename, name in ASSETS:
             path = os.path.join(folder, filename)
             try:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+                    raise UsageError("%s is not a file of this user's (a link?)" % path)
                 with open(path, encoding="utf-8", newline="") as handle:
                     text = handle.read()
             except FileNotFoundError:
                 continue
             except (OSError, UnicodeDecodeError) as error:
                 raise RoomError("cannot read %s: %s" % (path, error), "") from None
-            if text != texts[name]:
-                changed[name] = text
-                done.append(filename)
+            if text == texts[name] or exported.get(filename) == _sha(text):
+                continue        # the same here, or not edited since the export
+            if filename in exported and exported[filename] != _sha(texts[name]):
+                raise UsageError("%s changed in %s too since the export: nothing imported"
+                                 % (filename, this_file()),
+                                 "export again into another folder and carry the edit over")
+            changed[name] = text
+            done.append(filename)
         if changed:
             with open(this_file(), encoding="utf-8", newline="") as handle:
                 source = handle.read()

@@ -4541,13 +4541,46 @@ class HarnessAdapterTest(SignalBase):
         self.assertEqual(json.loads(shown.stdout), [
             agents_room.UI_CSS + "/* edited \\ with a backslash */\n", agents_room.UI_JS],
             shown.stderr)
-        before = open(copy, encoding="utf-8").read()
+        # A non-raw literal carries quotes, a final quote and a NUL escaped;
+        # a raw one refuses what it cannot carry, nothing written.
         with open(os.path.join(out, "page.html"), "a", encoding="utf-8") as handle:
-            handle.write('<!-- """ -->')
+            handle.write('<!-- """ \0 -->"')
+        self.assertEqual(assets("import", out).returncode, 0)
+        shown = subprocess.run(
+            [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+             "import agents_room as a; print(repr(a.UI_HTML[-15:]))", tmp],
+            env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(shown.stdout.strip(), repr('<!-- """ \0 -->"'), shown.stderr)
+        with open(copy, encoding="utf-8") as handle:
+            before = handle.read()
+        with open(os.path.join(out, "page.js"), "a", encoding="utf-8") as handle:
+            handle.write('// """')
         refused = assets("import", out)
         self.assertEqual(refused.returncode, 2, refused.stdout)
-        self.assertIn("page.html", refused.stderr)
-        self.assertEqual(open(copy, encoding="utf-8").read(), before)
+        self.assertIn("page.js", refused.stderr)
+        with open(copy, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), before)
+        # What changed here since the export (a pull) is not reverted: an
+        # unedited file is left alone, an edited one refused.
+        fresh = os.path.join(tmp, "fresh")
+        self.assertEqual(assets("export", fresh).returncode, 0)
+        with open(copy, "w", encoding="utf-8") as handle:
+            handle.write(before.replace("agents-room for OpenCode", "agents-room (pulled) for "
+                                        "OpenCode", 1))
+        self.assertIn("nothing changed", assets("import", fresh).stdout)
+        with open(os.path.join(fresh, "opencode-plugin.js"), "a", encoding="utf-8") as handle:
+            handle.write("// mine\n")
+        clash = assets("import", fresh)
+        self.assertEqual(clash.returncode, 2, clash.stdout)
+        self.assertIn("opencode-plugin.js changed", clash.stderr)
+        with open(copy, encoding="utf-8") as handle:
+            self.assertIn("(pulled)", handle.read())
+        # A folder others can write is refused (one could swap a source).
+        shared = os.path.join(tmp, "shared")
+        os.makedirs(shared)
+        os.chmod(shared, 0o777)
+        self.assertEqual(assets("export", shared).returncode, 2)
+        self.assertEqual(os.listdir(shared), [])
 
     def test_codex_exec_is_resumed_and_its_server_required(self):
         # codex exec reads its queue only as it exits: a finished run is woken
