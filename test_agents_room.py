@@ -1476,8 +1476,8 @@ class DialectTest(unittest.TestCase):
 class SessionTest(RoomTest):
 
     def test_rejoin_with_same_harness_key_is_same_session(self):
-        first = self.join("--label", "api", key="key-1")
-        again = self.join(key="key-1")
+        first = self.join("--label", "api", key=run_key("key-1"))
+        again = self.join(key=run_key("key-1"))
         self.assertEqual(first["session_id"], again["session_id"])
         self.assertEqual(again["label"], "api")          # unchanged when not given
         self.assertRegex(first["session_id"], r"^[0-9a-f]{16}$")
@@ -1485,12 +1485,12 @@ class SessionTest(RoomTest):
         self.assertEqual(len(who["sessions"]), 1)
 
     def test_rejoin_adds_rooms_and_changes_label_only_when_given(self):
-        first = self.join("--room", "api", "--label", "one", key="k")
+        first = self.join("--room", "api", "--label", "one", key=run_key("k"))
         self.assertEqual(first["rooms"], ["repo:api"])
-        again = self.join("--also", "storefront", "--also", "shared:ops", key="k")
+        again = self.join("--also", "storefront", "--also", "shared:ops", key=run_key("k"))
         self.assertEqual(again["rooms"], ["repo:" + os.path.basename(self.tmp),
                                           "repo:api", "shared:ops", "shared:storefront"])
-        self.assertEqual(self.join("--label", "two", key="k")["label"], "two")
+        self.assertEqual(self.join("--label", "two", key=run_key("k"))["label"], "two")
 
     def test_default_room_is_git_top_level(self):
         repo = self.repo("shop-api")
@@ -1548,17 +1548,17 @@ class SessionTest(RoomTest):
         self.assertIn("--harness-key names another", keyed["warning"])
 
     def test_autonomy_keep_raise_refuse_and_cap(self):
-        me = self.join("--room", "api", key="k")
+        me = self.join("--room", "api", key=run_key("k"))
         self.assertEqual(me["autonomy"], 0)
-        self.assertEqual(self.join("--autonomy", "hold", key="k")["autonomy"], 1)
-        kept = self.join(key="k")
+        self.assertEqual(self.join("--autonomy", "hold", key=run_key("k"))["autonomy"], 1)
+        kept = self.join(key=run_key("k"))
         self.assertEqual(kept["autonomy"], 1)                # omitted: kept, not 0
         self.assertNotIn("warning", kept)
-        lower = self.join("--autonomy", "0", key="k")
+        lower = self.join("--autonomy", "0", key=run_key("k"))
         self.assertEqual(lower["autonomy"], 1)
         self.assertIn("1 (hold)", lower["warning"])
         done = self.run_cli("join", "--autonomy", "notify", env={
-            "AGENTS_ROOM_HARNESS_KEY": "k"}, check=0)
+            "AGENTS_ROOM_HARNESS_KEY": run_key("k")}, check=0)
         self.assertIn("warning:", done.stderr)
         cap = self.cli_json("set-cap", "--room", "api", "notify")
         # The lowered sessions by id, and by label for a person (none here).
@@ -1566,12 +1566,12 @@ class SessionTest(RoomTest):
                                "room": "repo:api", "autonomy": 0,
                                "lowered": [me["session_id"]],
                                "lowered_labels": [me["session_id"]]})
-        raised = self.join("--autonomy", "wake", key="k")
+        raised = self.join("--autonomy", "wake", key=run_key("k"))
         self.assertEqual((raised["autonomy"], raised["autonomy_requested"]), (0, 2))
         who = self.cli_json("who", "--room", "api")["sessions"][0]
         self.assertEqual((who["autonomy"], who["autonomy_requested"]), (0, 2))
         self.cli_json("set-cap", "--room", "repo:api", "2")
-        self.assertEqual(self.join(key="k")["autonomy"], 2)   # cap raised: restored
+        self.assertEqual(self.join(key=run_key("k"))["autonomy"], 2)   # cap raised: restored
 
     def test_bad_autonomy_and_room_prefix_are_usage_errors(self):
         for args in (["--autonomy", "9"], ["--autonomy", "loud"], ["--room", "team:x"],
@@ -1581,9 +1581,9 @@ class SessionTest(RoomTest):
                 self.assertIn("error:", done.stderr)
 
     def test_unknown_session_errors_name_what_was_meant(self):
-        me = self.join("--label", "api", key="harness-uuid-1234")["session_id"]
+        me = self.join("--label", "api", key=run_key("harness-uuid-1234"))["session_id"]
         cases = [
-            ("harness-uuid-1234", "that is a harness key; your session id is " + me),
+            (run_key("harness-uuid-1234"), "that is a harness key; your session id is " + me),
             (me[:6], "did you mean %s (label api)" % me),
             ("api", "did you mean %s (label api)" % me),
             ("0123456789abcdef", "may have left, or belong to another store (this store "
@@ -1887,7 +1887,7 @@ class LeaseTest(RoomTest):
     def test_shared_coexist_and_block_exclusive(self):
         self.assertTrue(self.claim(self.a, "f", "--mode", "shared")["ok"])
         self.assertTrue(self.claim(self.b, "f", "--mode", "shared")["ok"])
-        c = self.join("--label", "c", cwd=self.dir, key="kc", live=True)["session_id"]
+        c = self.join("--label", "c", cwd=self.dir, key=run_key("kc"), live=True)["session_id"]
         refused = self.claim(c, "f", check=1)
         self.assertEqual(len(refused["holders"]), 2)
         self.cli_json("release", "--session", self.a, "f", cwd=self.dir)
@@ -1928,7 +1928,7 @@ class LeaseTest(RoomTest):
         self.assertTrue(self.cli_json("check", "--session", self.a, "f", cwd=self.dir)["free"])
         leases = self.cli_json("leases", "--session", self.b)["leases"]
         self.assertEqual([l["session_id"] for l in leases], [self.a])
-        other = self.join("--room", "elsewhere", key="ko")["session_id"]
+        other = self.join("--room", "elsewhere", key=run_key("ko"))["session_id"]
         self.assertEqual(self.cli_json("leases", "--session", other)["leases"], [])
 
     def test_drift_safe_minor_critical(self):
@@ -2086,7 +2086,7 @@ class ResourceLeaseTest(RoomTest):
         self.assertFalse(json.loads(as_json.stdout)["safe"])
 
     def test_gone_holders_are_stale_not_blocking(self):
-        gone = self.join("--label", "g", cwd=self.dir, key="kg")["session_id"]
+        gone = self.join("--label", "g", cwd=self.dir, key=run_key("kg"))["session_id"]
         self.claim(gone, "src/old.go")           # kg has no running process: gone
         done = self.guard("--session", self.a, "src/old.go")
         self.assertEqual(done.returncode, 0, done.stderr)
@@ -2094,7 +2094,7 @@ class ResourceLeaseTest(RoomTest):
 
     def test_file_selector_and_drift_understand_directories(self):
         self.claim(self.a, "src/api")
-        sender = self.join("--room", "proj", key="kc")["session_id"]
+        sender = self.join("--room", "proj", key=run_key("kc"))["session_id"]
         sent = self.cli_json("send", "--session", sender, "--to", "file:src/api/users.go",
                              "--subject", "x")
         self.assertEqual(sent["recipient_ids"], [self.a])
@@ -2181,11 +2181,11 @@ class ResourceLeaseTest(RoomTest):
         self.assertEqual(read_bytes(marker), b"ran\nran\n")
 
     def test_pre_tool_use_asks_for_a_held_file_only(self):
-        sid = self.join("--room", "proj", cwd=self.dir, key="editor")["session_id"]
+        sid = self.join("--room", "proj", cwd=self.dir, key=run_key("editor"))["session_id"]
         self.claim(self.a, "src/api", extra=["--purpose", "schema change"])
 
         def pre(path):
-            payload = {"session_id": "editor", "cwd": self.dir, "tool_name": "Edit",
+            payload = {"session_id": run_key("editor"), "cwd": self.dir, "tool_name": "Edit",
                        "hook_event_name": "PreToolUse", "tool_input": {"file_path": path}}
             done = self.run_cli("hook", "--event=PreToolUse", input=json.dumps(payload),
                                 cwd=self.dir, check=0)
@@ -2469,10 +2469,10 @@ class DoorTest(RoomTest):
         self.repo("w")
         live = {}
         for name in ("a", "b"):
-            live[name] = self.join("--room", "w", "--label", name, key=name,
+            live[name] = self.join("--room", "w", "--label", name, key=run_key(name),
                                    live=True)["session_id"]
         a, b = live["a"], live["b"]
-        gone = self.join("--room", "w", "--label", "g", key="g")["session_id"]
+        gone = self.join("--room", "w", "--label", "g", key=run_key("g"))["session_id"]
         self.cli_json("claim", "--session", gone, "taken.txt")
         table = [
             (["join", "--room", "w", "--also", "s2"], {"AGENTS_ROOM_HARNESS_KEY": run_key("a")},
@@ -2559,7 +2559,7 @@ class MigrationTest(RoomTest):
         self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
                          agents_room.SCHEMA_VERSION)
         conn.close()
-        other = self.join("--room", "old", key="new")["session_id"]
+        other = self.join("--room", "old", key=run_key("new"))["session_id"]
         self.assertFalse(self.cli_json("claim", "--session", other, "/tmp/legacy.txt",
                                        check=1)["ok"])
         # Messages of before get their threads, importance and the search index.
@@ -2645,8 +2645,8 @@ class SeamsTest(RoomTest):
         self.git("worktree", "add", "-q", "-b", "feature", feature, cwd=api)
         for path in (api, feature):
             os.makedirs(os.path.join(path, "src"), exist_ok=True)
-        main = self.join("--label", "main", cwd=api, key="wt-main", live=True)
-        side = self.join("--label", "side", cwd=feature, key="wt-side", live=True)
+        main = self.join("--label", "main", cwd=api, key=run_key("wt-main"), live=True)
+        side = self.join("--label", "side", cwd=feature, key=run_key("wt-side"), live=True)
         self.assertEqual(main["rooms"], ["repo:api"])
         self.assertEqual(side["rooms"], ["repo:api"])
         who = {s["label"]: s for s in self.cli_json("who", "--room", "api")["sessions"]}
@@ -2683,10 +2683,10 @@ class SeamsTest(RoomTest):
         shutil.copy(SCRIPT, os.path.join(tools, "agents_room.py"))
         service = os.path.join(mono, "services", "api")
         os.makedirs(os.path.join(service, "src"))
-        holder = self.join("--label", "api", cwd=service, key="mono-api",
+        holder = self.join("--label", "api", cwd=service, key=run_key("mono-api"),
                            live=True)["session_id"]
         self.cli_json("claim", "--session", holder, "src/users.go", cwd=service)
-        sender = self.join("--label", "web", cwd=mono, key="mono-web", live=True)
+        sender = self.join("--label", "web", cwd=mono, key=run_key("mono-web"), live=True)
         for form in ("file:services/api/src/users.go", "file:src/users.go",
                      "file:users.go"):
             with self.subTest(form=form):
@@ -2750,8 +2750,8 @@ class SeamsTest(RoomTest):
 
     def test_a_session_cannot_fill_the_disk(self):
         small = {"AGENTS_ROOM_SESSION_STORED_MAX": "1000"}
-        a = self.join("--room", "q", key="qa")["session_id"]
-        b = self.join("--room", "q", key="qb")["session_id"]
+        a = self.join("--room", "q", key=run_key("qa"))["session_id"]
+        b = self.join("--room", "q", key=run_key("qb"))["session_id"]
         self.cli_json("send", "--session", a, "--to", b, "--body", "x" * 600, env=small)
         done = self.run_cli("send", "--session", a, "--to", b, "--body", "y" * 600,
                             env=small, check=1)
@@ -2815,8 +2815,8 @@ class SeamsTest(RoomTest):
         self.assertIn("quote it", done.stderr)
 
     def test_truncation_says_what_is_left(self):
-        a = self.join("--room", "p", key="pa")["session_id"]
-        b = self.join("--room", "p", key="pb")["session_id"]
+        a = self.join("--room", "p", key=run_key("pa"))["session_id"]
+        b = self.join("--room", "p", key=run_key("pb"))["session_id"]
         for i in range(7):
             self.cli_json("send", "--session", a, "--to", b, "--subject", "m%d" % i)
         got = self.run_cli("recv", "--session", b, "--limit", "5", check=0).stdout
@@ -2825,8 +2825,8 @@ class SeamsTest(RoomTest):
         self.assertIn("history --before", page)
 
     def test_watch_says_what_it_watches_filters_and_survives_a_closed_pipe(self):
-        a = self.join("--room", "w", "--label", "wa", key="wa")["session_id"]
-        b = self.join("--room", "w", "--label", "wb", key="wb")["session_id"]
+        a = self.join("--room", "w", "--label", "wa", key=run_key("wa"))["session_id"]
+        b = self.join("--room", "w", "--label", "wb", key=run_key("wb"))["session_id"]
         self.cli_json("send", "--session", a, "--to", b, "--subject", "x")
         self.cli_json("claim", "--session", a, "f.txt")
         last = self.run_cli("watch", "--last", "10", "--type", "msg", check=0).stdout
@@ -2853,7 +2853,7 @@ class SeamsTest(RoomTest):
         client = McpClient(self, env=self.env)
         client.initialize()
         me = client.ok("room_join", room="m", harness_key="mcp-me")["session_id"]
-        peer = self.join("--room", "m", key="mcp-peer")["session_id"]
+        peer = self.join("--room", "m", key=run_key("mcp-peer"))["session_id"]
         self.cli_json("send", "--session", peer, "--to", me, "--subject", "SECRET")
         answer = client.call("room_who", session_id=me)
         # The result's JSON (framed: labels are other agents' words), the signal.
@@ -2890,8 +2890,8 @@ class LivenessTest(RoomTest):
         return {s["label"]: s["liveness"] for s in self.cli_json("who", env=env)["sessions"]}
 
     def test_alive_gone_unknown_from_real_processes(self):
-        holder = self.spawn_with_key("live-key-1")
-        self.join("--label", "keyed", key="live-key-1")
+        holder = self.spawn_with_key(run_key("live-key-1"))
+        self.join("--label", "keyed", key=run_key("live-key-1"))
         self.join("--label", "nokey")
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         self.procs.append(sleeper)
@@ -3899,7 +3899,7 @@ class HookTest(SignalBase):
 
     def test_session_start_joins_and_digests(self):
         repo = self.repo("hooked")
-        other = self.join("--room", "hooked", "--label", "peer", key="peer")["session_id"]
+        other = self.join("--room", "hooked", "--label", "peer", key=run_key("peer"))["session_id"]
         self.cli_json("claim", "--session", other, os.path.join(repo, "main.go"))
         self.cli_json("send", "--session", other, "--to", "*", "--subject", "SECRET-SUBJ")
         sid, text = self.start("claude-uuid-1", "--autonomy", "1", "--label", "me",
@@ -6415,8 +6415,8 @@ class OperatorPageTest(RoomTest):
     def setUp(self):
         super().setUp()
         self.api = self.join("--room", "repo:shop", "--also", "storefront", "--label", "api",
-                             key="ui-api", live=True)["session_id"]
-        self.web = self.join("--room", "repo:shop", "--label", "web", key="ui-web",
+                             key=run_key("ui-api"), live=True)["session_id"]
+        self.web = self.join("--room", "repo:shop", "--label", "web", key=run_key("ui-web"),
                              live=True)["session_id"]
         self.cli_json("claim", "--session", self.api, "--purpose", "phone field",
                       "src/users.go")
@@ -6576,7 +6576,8 @@ class OperatorPageTest(RoomTest):
         self.assertIn(b".name { overflow-wrap: break-word; }", style)
 
     def test_overview_says_who_waits_for_whom_first(self):
-        old = self.join("--room", "repo:shop", "--label", "old", key="ui-old")["session_id"]
+        old = self.join("--room", "repo:shop", "--label", "old",
+                        key=run_key("ui-old"))["session_id"]
         self.cli_json("claim", "--session", old, "db:schema")
         task = self.cli_json("task", "--session", old, "add", "--title", "left behind")
         self.cli_json("task", "--session", old, "claim", task["task"]["task_id"])
@@ -6727,7 +6728,8 @@ class OperatorPageTest(RoomTest):
         added = self.act(key, "/api/task-add", {"room": "repo:shop", "title": "from the page"})
         self.assertEqual((added["task"]["state"], added["task"]["created_by"]),
                          ("open", operator))
-        old = self.join("--room", "repo:shop", "--label", "old", key="ui-old")["session_id"]
+        old = self.join("--room", "repo:shop", "--label", "old",
+                        key=run_key("ui-old"))["session_id"]
         stale = self.cli_json("task", "--session", old, "claim", added["task"]["task_id"])
         self.assertTrue(stale["ok"])
         reopened = self.act(key, "/api/task-release", {"task_id": added["task"]["task_id"],
