@@ -21,7 +21,9 @@ AGENTS_ROOM_TEST_STRESS=1 (make stress) runs the races at full size.  A plain
 run deals its classes out to AGENTS_ROOM_TEST_JOBS workers (3; 1 runs them in
 this process, as naming classes does), each with a PostgreSQL cluster of its
 own.  The suite is hermetic: whatever harness it is run from, its processes get none of
-that harness's variables (hermetic_env, from the adapters' declarations).
+that harness's variables (hermetic_env, from the adapters' declarations), and
+every harness key a test gives a session is the run's own (run_key), so a second
+copy of the suite running beside this one gives the same verdict.
 Standard library only.  Run: python3 test_agents_room.py  (ends with
 'N passed, N failed').
 
@@ -150,10 +152,11 @@ def hermetic_env(env):
             if not k.startswith("AGENTS_ROOM_") or k.startswith("AGENTS_ROOM_TEST_")}
 
 
-# This run's tag, on every harness key the suite makes (run_key): liveness
-# looks for a session's key in every process's environment, so a copy of the
-# suite running beside this one, with its own processes carrying the same
-# literal keys, would make this run's exited sessions look alive.
+# This run's tag, on every harness key the suite makes (run_key; each worker
+# process draws its own): liveness looks for a session's key in every process's
+# environment, so a copy of the suite running beside this one, its processes
+# carrying the same literal keys, would make this run's exited sessions look
+# alive.
 RUN_TAG = secrets.token_hex(4)
 
 
