@@ -4250,8 +4250,8 @@ class WakeTest(SignalBase):
         user who can write the store rewrites the row's copy of that mode;
         the wake is still held back, because the lever reads the mode from
         the recipient's own facts file (0600) and never from the store."""
-        sid, sender, lines, env = self.claude_inbox_session("k-sock-forged")
-        self.hook("Stop", {"session_id": "k-sock-forged", "cwd": self.tmp,
+        sid, sender, lines, env = self.claude_inbox_session(run_key("k-sock-forged"))
+        self.hook("Stop", {"session_id": run_key("k-sock-forged"), "cwd": self.tmp,
                            "stop_hook_active": True, "permission_mode": "bypassPermissions"},
                   "--harness", "claude-code")
         conn = self.connect()
@@ -4264,7 +4264,7 @@ class WakeTest(SignalBase):
         self.assertEqual(self.state_of(sender), "stored")
         self.assertEqual(lines, [])
         # The session's own hook saying so is what lets the next one through.
-        self.hook("Stop", {"session_id": "k-sock-forged", "cwd": self.tmp,
+        self.hook("Stop", {"session_id": run_key("k-sock-forged"), "cwd": self.tmp,
                            "stop_hook_active": True, "permission_mode": "default"},
                   "--harness", "claude-code")
         self.cli_json("send", "--session", sender, "--to", sid, "--subject", "y")
@@ -4283,7 +4283,7 @@ class WakeTest(SignalBase):
                        self.tmp, "planted"))}
         for name, (column, value) in tampers.items():
             with self.subTest(tamper=name):
-                key = "k-sock-tamper-" + name
+                key = run_key("k-sock-tamper-" + name)
                 sid, sender, lines, env = self.claude_inbox_session(key)
                 conn = self.connect()
                 real = conn.execute("SELECT %s FROM sessions WHERE id=?" % column,
@@ -4864,9 +4864,9 @@ class HarnessAdapterTest(SignalBase):
                 "else:\n"
                 "    subprocess.run([sys.executable, %r, 'hook', '--harness', 'hermes',\n"
                 "                    '--event=SessionStart', '--autonomy', '2'], check=True,\n"
-                "                   input=json.dumps({'session_id': 'h-1', 'cwd': os.getcwd(),\n"
+                "                   input=json.dumps({'session_id': %r, 'cwd': os.getcwd(),\n"
                 "                                     'hook_event_name': 'on_session_start'}),\n"
-                "                   text=True)\n" % (sys.executable, log, SCRIPT))
+                "                   text=True)\n" % (sys.executable, log, SCRIPT, run_key("h-1")))
         os.chmod(hermes, 0o755)
         env = dict(self.env, HERMES_HOME=os.path.join(self.tmp, "hh"))
         done = subprocess.run([hermes, "chat"], env=env, cwd=self.tmp, capture_output=True,
@@ -4878,7 +4878,7 @@ class HarnessAdapterTest(SignalBase):
         self.wait_for(lambda: os.path.exists(log) and read_bytes(log), 60,
                       "the resumed hermes ran")
         argv, timeout = json.loads(read_bytes(log))
-        self.assertEqual(argv[:4], ["chat", "--resume", "h-1", "-Q"])
+        self.assertEqual(argv[:4], ["chat", "--resume", run_key("h-1"), "-Q"])
         self.assertEqual(timeout, 300)
 
     def test_a_process_lever_past_its_bound_takes_what_it_started_with_it(self):
