@@ -89,28 +89,28 @@ prints it when it differs; Part I is at most 10,000 lines):
     6598   230  operations: watches
     6828    91  operations: status
     6919   120  operations: reads and drift
-    7039   433  operations: signals and wakes
-    7472   158  operations: housekeeping
-    7630   156  signals: wake levers
-    7786   545  MCP server
-    8331   404  harnesses: setup and doctor
-    8735   285  hook front end
-    9020  1045  CLI
-   10065    79  main
-   10154  3258  appendix: PostgreSQL store
-   13412   476  appendix: harness: Claude Code
-   13888   184  appendix: harness: Codex
-   14072   255  appendix: harness: Hermes
-   14327   211  appendix: harness: Qwen Code
-   14538   167  appendix: harness: Gemini CLI
-   14705   425  appendix: harness: Pi
-   15130   383  appendix: harness: OpenCode
-   15513    45  appendix: harness: Kilo Code
-   15558   187  appendix: harness: GitHub Copilot CLI
-   15745   108  appendix: Claude Code plugin
-   15853  1181  appendix: benchmark
-   17034  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18220   984  appendix: operator page
+    7039   438  operations: signals and wakes
+    7477   158  operations: housekeeping
+    7635   156  signals: wake levers
+    7791   545  MCP server
+    8336   404  harnesses: setup and doctor
+    8740   285  hook front end
+    9025  1045  CLI
+   10070    79  main
+   10159  3258  appendix: PostgreSQL store
+   13417   476  appendix: harness: Claude Code
+   13893   184  appendix: harness: Codex
+   14077   255  appendix: harness: Hermes
+   14332   211  appendix: harness: Qwen Code
+   14543   167  appendix: harness: Gemini CLI
+   14710   425  appendix: harness: Pi
+   15135   383  appendix: harness: OpenCode
+   15518    45  appendix: harness: Kilo Code
+   15563   187  appendix: harness: GitHub Copilot CLI
+   15750   108  appendix: Claude Code plugin
+   15858  1181  appendix: benchmark
+   17039  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18225   984  appendix: operator page
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -7294,13 +7294,18 @@ def waiter_poll(op, pid, after_id, check_alive=False):
     """One look of the rewake waiter: {"stop": True} when it was replaced or the
     session left or ended; {"text": signal} when a message sent after arming is
     unread and no other lever took it (its deliveries become accepted: the
-    wake is under way)."""
+    wake is under way).  While a turn runs it waits on: a waiter armed at the
+    session's start (or beside a Stop that held) outlives that moment, and a
+    wake then would land in the running turn, whose own hooks signal the
+    message and whose Stop holds it (issue 38)."""
     row = op.caller
     if (row["left_at"] is not None or row["ended_at"] is not None or
             row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2):
         return {"stop": True}
     if check_alive and row["pid"] and op.liveness(row) == "gone":
         return {"stop": True}
+    if row["turn_started"] is not None and op.at - row["turn_started"] < TURN_MAX_S:
+        return {"stop": False, "text": None}
     fresh = [r[0] for r in op.conn.execute(
         "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
         "d.message_id WHERE d.session_id=? AND d.state IN %s AND "
