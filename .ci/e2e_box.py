@@ -150,6 +150,8 @@ class Harness:
     cold = 0                # seconds a start takes beyond the others' (its bounds grow)
     settle = 12.0           # s without a request before a TUI turn that fell short is over
     yolo_args = ()          # TUI arguments that let its shell tool run unasked
+    hold_screen_errors = ()  # text the TUI must not show for a held Stop (the old
+                             # scripts' "no error" screen: a hook shown as failing)
     requires = ("git",)
     version_env = {}
 
@@ -813,6 +815,10 @@ def run_hold(box, step):
         check(not secrets_shown(first), "subject/body shown to the model")
         check("--event=Stop" not in held and "agents_room" not in held,
               "the model sees the hook command line: %r" % held[-300:])
+        if box.tmux and harness.hold_screen_errors:
+            screen = box.screen()
+            shown = [t for t in harness.hold_screen_errors if t.lower() in screen.lower()]
+            check(not shown, "the TUI shows the hold as %r: %r" % (shown[:1], screen[-600:]))
         # the next turn, the delivery still unread: no second hold
         state["turn"] = 2
         if box.tmux:
