@@ -94,31 +94,31 @@ prints it when it differs; Part I is at most 10,000 lines):
     6601   230  operations: watches
     6831    91  operations: status
     6922   121  operations: reads and drift
-    7043   447  operations: signals and wakes
-    7490   158  operations: housekeeping
-    7648   170  signals: wake levers
-    7818   551  MCP server
-    8369   345  harnesses: setup and doctor
-    8714   285  hook front end
-    8999   996  CLI
-    9995    79  main
-   10084  3334  appendix: PostgreSQL store
-   13418   476  appendix: harness: Claude Code
-   13894   184  appendix: harness: Codex
-   14078   260  appendix: harness: Hermes
-   14338   211  appendix: harness: Qwen Code
-   14549   167  appendix: harness: Gemini CLI
-   14716   425  appendix: harness: Pi
-   15141   383  appendix: harness: OpenCode
-   15524    45  appendix: harness: Kilo Code
-   15569   187  appendix: harness: GitHub Copilot CLI
-   15756   120  appendix: store copy
-   15876    75  appendix: git pre-commit guard
-   15951   108  appendix: Claude Code plugin
-   16059  1174  appendix: benchmark
-   17233  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18419   981  appendix: operator page
-   19400   167  appendix: embedded sources
+    7043   452  operations: signals and wakes
+    7495   158  operations: housekeeping
+    7653   170  signals: wake levers
+    7823   551  MCP server
+    8374   345  harnesses: setup and doctor
+    8719   285  hook front end
+    9004   996  CLI
+   10000    79  main
+   10089  3334  appendix: PostgreSQL store
+   13423   476  appendix: harness: Claude Code
+   13899   184  appendix: harness: Codex
+   14083   260  appendix: harness: Hermes
+   14343   211  appendix: harness: Qwen Code
+   14554   167  appendix: harness: Gemini CLI
+   14721   425  appendix: harness: Pi
+   15146   383  appendix: harness: OpenCode
+   15529    45  appendix: harness: Kilo Code
+   15574   187  appendix: harness: GitHub Copilot CLI
+   15761   120  appendix: store copy
+   15881    75  appendix: git pre-commit guard
+   15956   108  appendix: Claude Code plugin
+   16064  1174  appendix: benchmark
+   17238  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18424   981  appendix: operator page
+   19405   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -7312,13 +7312,18 @@ def waiter_poll(op, pid, after_id, check_alive=False):
     """One look of the rewake waiter: {"stop": True} when it was replaced or the
     session left or ended; {"text": signal} when a message sent after arming is
     unread and no other lever took it (its deliveries become accepted: the
-    wake is under way)."""
+    wake is under way).  While a turn runs it waits on: a waiter armed at the
+    session's start (or beside a Stop that held) outlives that moment, and a
+    wake then would land in the running turn, whose own hooks signal the
+    message and whose Stop holds it (issue 38)."""
     row = op.caller
     if (row["left_at"] is not None or row["ended_at"] is not None or
             row["waiter_pid"] != pid or effective_autonomy(op.conn, row) < 2):
         return {"stop": True}
     if check_alive and row["pid"] and op.liveness(row) == "gone":
         return {"stop": True}
+    if row["turn_started"] is not None and op.at - row["turn_started"] < TURN_MAX_S:
+        return {"stop": False, "text": None}
     fresh = [r[0] for r in op.conn.execute(
         "SELECT d.message_id FROM deliveries d JOIN messages m ON m.id = "
         "d.message_id WHERE d.session_id=? AND d.state IN %s AND "

@@ -7267,6 +7267,39 @@ class SignalScenarioTest(SignalBase):
         self.assertNotIn("from sender", stderr)     # the woken turn's prompt: no label
         self.assertEqual(self.state_of(sender), "accepted")
 
+    def test_a_rewake_waiter_never_wakes_into_a_running_turn(self):
+        """Issue 38: Claude Code's SessionStart hook arms the waiter too, and
+        it stays armed into the first turn: a send mid-turn woke it (exit 2),
+        and Claude Code put the wake into the running turn.  Now it waits while
+        the turn runs (the turn's hooks signal the message) and wakes once the
+        turn's Stop ends it."""
+        sid, _ = self.start("k-midturn", "--room", "r", "--autonomy", "wake",
+                            "--harness", "claude-code")
+        sender = self.join("--room", "r", "--label", "sender")["session_id"]
+        waiter = self.start_program("hook", "--event=Stop", "--wait", "--harness",
+                                    "claude-code", stdin=subprocess.PIPE, text=False,
+                                    env={"AGENTS_ROOM_WAITER_POLL_S": "0.05"})
+        errors = PipeReader(waiter.stderr)
+        waiter.stdin.write(json.dumps({"session_id": "k-midturn", "cwd": self.tmp}).encode())
+        waiter.stdin.close()
+        self.wait_for(lambda: self.event_count("wake.armed", sid), 10, "waiter armed")
+        self.hook("UserPromptSubmit", {"session_id": "k-midturn", "cwd": self.tmp,
+                                       "prompt": "work on something"},
+                  "--harness", "claude-code")
+        self.cli_json("send", "--session", sender, "--to", sid, "--subject", "mid-turn")
+        done = self.hook("PostToolUse", {"session_id": "k-midturn", "cwd": self.tmp,
+                                         "tool_name": "Read"}, "--harness", "claude-code")
+        self.assertIn("1 unread message", self.context_of(done))
+        time.sleep(0.5)                         # ten polls while the turn runs
+        self.assertIsNone(waiter.poll(), "the waiter woke into the running turn")
+        self.assertEqual(self.state_of(sender), "offered")
+        # The turn ends (its Stop held once already): the waiter wakes now.
+        self.hook("Stop", {"session_id": "k-midturn", "cwd": self.tmp,
+                           "stop_hook_active": True}, "--harness", "claude-code")
+        self.assertEqual(waiter.wait(10), 2)
+        self.assertIn("1 unread message (from 1 sender)", errors.rest().decode())
+        self.assertEqual(self.state_of(sender), "accepted")
+
     def test_a_rewake_waiter_below_wake_ends_and_wakes_nothing(self):
         """Issue 38: the plugin starts the waiter after every turn whatever
         its autonomy option says (a plugin cannot choose its hooks), so the

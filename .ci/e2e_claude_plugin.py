@@ -55,6 +55,8 @@ class ClaudePlugin(e2e_box.Harness):
     late_tools = {"claude-tui": "the TUI's first request went out before the plugin's "
                                 "MCP server was up"}
     quit_keys = ("/exit",)
+    # A hold is context (a system reminder): a decision block would show this.
+    hold_screen_errors = ("Stop hook error",)
     requires = ("git", "node")
 
     def cases(self):

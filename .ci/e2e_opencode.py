@@ -172,7 +172,7 @@ class OpenCode(e2e_box.Harness):
     oneshot_session_end = True
     # Its TUI's MCP calls took over 12 s each at a load of 25 on two cores.
     settle = 45.0
-    clean_hold_screen = True
+    hold_screen_errors = ("error",)
     requires = ("git", "tmux")
 
     @property

@@ -82,7 +82,7 @@ class Pi(e2e_box.Harness):
     who_harness = "pi"
     oneshot_session_end = True
     resumes = False
-    clean_hold_screen = True      # the hold is a plain [agents-room] block
+    hold_screen_errors = ("error",)   # the hold is a plain [agents-room] block
     requires = ("git", "tmux")
     version_env = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
 
