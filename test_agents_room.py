@@ -969,6 +969,16 @@ class RoomTest(unittest.TestCase):
             self.keep_alive(key)
         return self.cli_json("join", *args, cwd=cwd or self.tmp, env=env)
 
+    def fake_program(self, name, text, folder="bin"):
+        """An executable `name` in a folder of the test's (made if need be),
+        holding text, its #! line included: a harness's stand-in."""
+        os.makedirs(os.path.join(self.tmp, folder), exist_ok=True)
+        path = os.path.join(self.tmp, folder, name)
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chmod(path, 0o755)
+        return path
+
     def keep_alive(self, key):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
                                 env=clean_env(AGENTS_ROOM_HARNESS_KEY=key))
@@ -4410,15 +4420,11 @@ class WakeTest(SignalBase):
                 self.assertEqual(self.state_of(sender), "offered")
 
     def test_fake_codex_queue(self):
-        bindir = os.path.join(self.tmp, "bin")
-        os.makedirs(bindir)
         log = os.path.join(self.tmp, "codex.log")
-        codex = os.path.join(bindir, "codex")
-        with open(codex, "w") as handle:
-            handle.write("#!%s\nimport sys, json, os\nopen(%r, 'a').write(json.dumps("
-                         "[os.getcwd()] + sys.argv[1:]) + '\\n')\n" % (sys.executable, log))
-        os.chmod(codex, 0o755)
-        path = bindir + os.pathsep + self.env["PATH"]
+        codex = self.fake_program("codex", "#!%s\nimport sys, json, os\nopen(%r, 'a').write("
+                                  "json.dumps([os.getcwd()] + sys.argv[1:]) + '\\n')\n" % (
+                                      sys.executable, log))
+        path = os.path.dirname(codex) + os.pathsep + self.env["PATH"]
         # The recipient's codex is recorded from its own PATH at join; the
         # sender has no codex on its PATH at all.
         home = self.repo("codex-home")
@@ -4571,15 +4577,20 @@ class HarnessAdapterTest(SignalBase):
              "import agents_room as a; print(repr(a.UI_HTML[-15:]))", tmp],
             env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(shown.stdout.strip(), repr('<!-- """ \0 -->"'), shown.stderr)
-        with open(copy, encoding="utf-8") as handle:
-            before = handle.read()
-        with open(os.path.join(out, "page.js"), "a", encoding="utf-8") as handle:
-            handle.write('// """')
-        refused = assets("import", out)
-        self.assertEqual(refused.returncode, 2, refused.stdout)
-        self.assertIn("page.js", refused.stderr)
-        with open(copy, encoding="utf-8") as handle:
-            self.assertEqual(handle.read(), before)
+
+        def refused(folder, filename, text, says):
+            """An edit that import refuses, saying so, with nothing written."""
+            with open(copy, encoding="utf-8") as handle:
+                before = handle.read()
+            with open(os.path.join(folder, filename), "a", encoding="utf-8") as handle:
+                handle.write(text)
+            done = assets("import", folder)
+            self.assertEqual(done.returncode, 2, done.stdout)
+            self.assertIn(says, done.stderr)
+            with open(copy, encoding="utf-8") as handle:
+                self.assertEqual(handle.read(), before)
+            return before
+        before = refused(out, "page.js", '// """', "page.js")
         # What changed here since the export (a pull) is not reverted: an
         # unedited file is left alone, an edited one refused.
         fresh = os.path.join(tmp, "fresh")
@@ -4588,13 +4599,8 @@ class HarnessAdapterTest(SignalBase):
             handle.write(before.replace("agents-room for OpenCode", "agents-room (pulled) for "
                                         "OpenCode", 1))
         self.assertIn("nothing changed", assets("import", fresh).stdout)
-        with open(os.path.join(fresh, "opencode-plugin.js"), "a", encoding="utf-8") as handle:
-            handle.write("// mine\n")
-        clash = assets("import", fresh)
-        self.assertEqual(clash.returncode, 2, clash.stdout)
-        self.assertIn("opencode-plugin.js changed", clash.stderr)
-        with open(copy, encoding="utf-8") as handle:
-            self.assertIn("(pulled)", handle.read())
+        self.assertIn("(pulled)", refused(fresh, "opencode-plugin.js", "// mine\n",
+                                          "opencode-plugin.js changed"))
         # A folder others can write is refused (one could swap a source).
         shared = os.path.join(tmp, "shared")
         os.makedirs(shared)
@@ -4849,25 +4855,21 @@ class HarnessAdapterTest(SignalBase):
         # (its parent's argv).  e2e-hermes measured 10-20 s to the resumed
         # turn's first model call, the 20 s default killed one, and the bound
         # must hold the whole woken turn too (the review: 60 s did not).
-        bindir = os.path.join(self.tmp, "hbin")
-        os.makedirs(bindir)
         log = os.path.join(self.tmp, "hermes.log")
-        hermes = os.path.join(bindir, "hermes")
-        with open(hermes, "w") as handle:
-            handle.write(
-                "#!%s\nimport json, os, subprocess, sys\n"
-                "if '--resume' in sys.argv:\n"
-                "    with open('/proc/%%d/cmdline' %% os.getppid(), 'rb') as h:\n"
-                "        args = [a.decode() for a in h.read().split(b'\\0') if a]\n"
-                "    job = json.loads(next(a for a in args if a.startswith('{')))\n"
-                "    open(%r, 'w').write(json.dumps([sys.argv[1:], job['timeout']]))\n"
-                "else:\n"
-                "    subprocess.run([sys.executable, %r, 'hook', '--harness', 'hermes',\n"
-                "                    '--event=SessionStart', '--autonomy', '2'], check=True,\n"
-                "                   input=json.dumps({'session_id': %r, 'cwd': os.getcwd(),\n"
-                "                                     'hook_event_name': 'on_session_start'}),\n"
-                "                   text=True)\n" % (sys.executable, log, SCRIPT, run_key("h-1")))
-        os.chmod(hermes, 0o755)
+        hermes = self.fake_program("hermes", (
+            "#!%s\nimport json, os, subprocess, sys\n"
+            "if '--resume' in sys.argv:\n"
+            "    with open('/proc/%%d/cmdline' %% os.getppid(), 'rb') as h:\n"
+            "        args = [a.decode() for a in h.read().split(b'\\0') if a]\n"
+            "    job = json.loads(next(a for a in args if a.startswith('{')))\n"
+            "    open(%r, 'w').write(json.dumps([sys.argv[1:], job['timeout']]))\n"
+            "else:\n"
+            "    subprocess.run([sys.executable, %r, 'hook', '--harness', 'hermes',\n"
+            "                    '--event=SessionStart', '--autonomy', '2'], check=True,\n"
+            "                   input=json.dumps({'session_id': %r, 'cwd': os.getcwd(),\n"
+            "                                     'hook_event_name': 'on_session_start'}),\n"
+            "                   text=True)\n" % (sys.executable, log, SCRIPT, run_key("h-1"))),
+            folder="hbin")
         env = dict(self.env, HERMES_HOME=os.path.join(self.tmp, "hh"))
         done = subprocess.run([hermes, "chat"], env=env, cwd=self.tmp, capture_output=True,
                               text=True, timeout=120)
@@ -6459,20 +6461,15 @@ class SetupTest(RoomTest):
     def test_doctor_says_when_the_running_harness_is_newer_than_the_e2e_passed_on(self):
         # Issue 38: from the adapters' table and the harness's own --version
         # (no network).  A fake claude runs doctor as its tool would.
-        bindir = os.path.join(self.tmp, "bin")
-        os.makedirs(bindir)
         for version, said in (("2.1.999", r"info +Claude Code version 2\.1\.999 is newer "
                                r"than 2\.1\.332, the newest agents-room's end-to-end run "
                                r"passed on: untested"),
                               ("2.1.332", r"ok +Claude Code version 2\.1\.332 \(agents-room's "
                                r"e2e passed on 2\.1\.332\)")):
             with self.subTest(version=version):
-                claude = os.path.join(bindir, "claude")
-                with open(claude, "w") as handle:
-                    handle.write('#!/bin/sh\nif [ "$1" = --version ]; then echo "%s (Claude '
-                                 'Code)"; exit 0; fi\n"%s" "%s" doctor\n' % (
-                                     version, sys.executable, SCRIPT))
-                os.chmod(claude, 0o755)
+                claude = self.fake_program("claude", (
+                    '#!/bin/sh\nif [ "$1" = --version ]; then echo "%s (Claude Code)"; '
+                    'exit 0; fi\n"%s" "%s" doctor\n' % (version, sys.executable, SCRIPT)))
                 done = subprocess.run([claude], env=dict(self.env, CLAUDECODE="1"),
                                       capture_output=True, text=True, timeout=120,
                                       cwd=self.tmp)
