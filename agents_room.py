@@ -4961,9 +4961,9 @@ def resolve_selectors(op, sender, to):
                 raise error
             if row["id"] == sender["id"]:
                 continue
-            if (row["id"] not in mates if mates is not None else
-                    row["left_at"] is not None or
-                    not _shares_a_room(conn, sender["id"], row["id"])):
+            mate = (row["id"] in mates if mates is not None else
+                    row["left_at"] is None and _shares_a_room(conn, sender["id"], row["id"]))
+            if not mate:
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
                         row["id"], one_line(row["label"] or "-", 40)),
