@@ -62,6 +62,7 @@ PG_CLASSES at the end).
 """
 
 import atexit
+import fcntl
 import glob
 import hashlib
 import importlib.util
@@ -516,15 +517,20 @@ class NetnsLink:
             test.skipTest("needs root, Linux and iproute2 (ip netns)")
         pid = os.getpid()
         self.name, self.near = "ar%d" % pid, "arh%d" % pid
-        self.host = "10.241.%d.%d" % (pid % 250, (pid // 250) % 63 * 4 + 1)
-        far = self.host.rsplit(".", 1)[0] + ".%d" % (int(self.host.rsplit(".", 1)[1]) + 1)
         self.prefix = ["ip", "netns", "exec", self.name]
         self._ip("netns", "add", self.name)
         test.addCleanup(self._ip, "netns", "del", self.name, check=False)
         self._ip("link", "add", self.near, "type", "veth", "peer", "name", "arn%d" % pid)
         test.addCleanup(self._ip, "link", "del", self.near, check=False)
         self._ip("link", "set", "arn%d" % pid, "netns", self.name)
-        self._ip("addr", "add", self.host + "/30", "dev", self.near)
+        # Two root runs at once (two copies of the suite) must not share a
+        # /30: pick one no interface holds and take it, under one lock.
+        with open(os.path.join(tempfile.gettempdir(), "agents-room-test-netns.lock"),
+                  "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.host = self._free_subnet(pid)
+            self._ip("addr", "add", self.host + "/30", "dev", self.near)
+        far = self.host.rsplit(".", 1)[0] + ".%d" % (int(self.host.rsplit(".", 1)[1]) + 1)
         self._ip("link", "set", self.near, "up")
         for args in (("addr", "add", far + "/30", "dev", "arn%d" % pid),
                      ("link", "set", "arn%d" % pid, "up"), ("link", "set", "lo", "up")):
@@ -539,6 +545,20 @@ class NetnsLink:
     @staticmethod
     def _ip(*args, check=True):
         subprocess.run(["ip"] + list(args), check=check, capture_output=True)
+
+    @staticmethod
+    def _free_subnet(pid):
+        """The near address of a 10.241.0.0/16 /30 no interface holds,
+        starting from one this process's id picks."""
+        held = subprocess.run(["ip", "-4", "-o", "addr", "show"], check=True,
+                              capture_output=True, text=True).stdout
+        taken = set(re.findall(r"inet (10\.241\.\d+\.\d+)/30", held))
+        for step in range(250 * 64):
+            n = (pid + step) % (250 * 64)
+            host = "10.241.%d.%d" % (n % 250, n // 250 * 4 + 1)
+            if host not in taken:
+                return host
+        raise OSError("no free /30 in 10.241.0.0/16")
 
     def _accept(self, target_port):
         while True:
