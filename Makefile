@@ -7,7 +7,7 @@ INSPECTOR ?= @modelcontextprotocol/inspector@1.0.3
 PY_CLIENTS ?= mcp==2.3.0 fastmcp==4.2.3
 
 .PHONY: test stress interop bench bench-quick bench-pg multihost clean e2e e2e-pg e2e-hermes browser \
-	e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-claude-plugin e2e-all e2e-latest e2e-targets
+	e2e-claude e2e-codex e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-kilo e2e-copilot e2e-claude-plugin e2e-all e2e-latest e2e-targets
 
 test:
 	$(PYTHON) test_agents_room.py
@@ -29,34 +29,36 @@ interop:
 
 # End to end: real Claude Code and Codex turns against a local mock model
 # (.ci/mock_model.py), offline but for the npm install, each case from what
-# setup writes plus the README's one-time steps taken in the TUI.
-# E2E_ARGS="--only NAME" picks cases (python3 .ci/e2e.py --list shows them);
-# needs node, git, tmux.  CI runs the pins; `make e2e-latest` (below) runs the
-# same cases on the newest release of each harness.  The E2E-ROW lines of the log are the README's table
-# (python3 .ci/e2e_report.py LOG).
+# setup writes plus the README's one-time steps taken in the TUI: `make e2e`
+# runs e2e-claude and e2e-codex (.ci/e2e_claude.py, .ci/e2e_codex.py, on the
+# framework below).  E2E_ARGS="--only NAME" picks runs for both (python3
+# .ci/e2e_claude.py --list shows them), E2E_CLAUDE_ARGS / E2E_CODEX_ARGS for
+# one; needs node, git, tmux.  CI runs the pins; `make e2e-latest` (below) runs
+# the same cases on the newest release of each harness.  The E2E-ROW lines of
+# the log are the README's table (python3 .ci/e2e_report.py LOG).
 E2E_DIR ?= $(CURDIR)/.e2e
-E2E_HARNESSES ?= @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
-E2E_LATEST ?= @anthropic-ai/claude-code@latest @openai/codex@latest
+CLAUDE_PKG ?= @anthropic-ai/claude-code@2.1.332
+CODEX_PKG ?= @openai/codex@0.171.0
 E2E_ARGS ?=
+E2E_CLAUDE_ARGS ?= $(E2E_ARGS)
+E2E_CODEX_ARGS ?= $(E2E_ARGS)
 
 e2e:
-	rm -rf "$(E2E_DIR)"
-	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
-	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" $(E2E_ARGS); \
-	status=$$?; rm -rf "$(E2E_DIR)"; exit $$status
+	$(MAKE) -k e2e-claude e2e-codex
 
 # The same end-to-end cases on PostgreSQL (a throwaway cluster, a schema per
-# case): hooks, MCP, holds and wakes of real Claude Code and Codex turns with
-# only AGENTS_ROOM_DB changed.  E2E_PG_ARGS picks the cases.
+# run, --db): hooks, MCP, holds and wakes of real Claude Code and Codex turns
+# with only AGENTS_ROOM_DB changed.  E2E_PG_ARGS picks the runs.
 E2E_PG_ARGS ?= --only a-digest,b-mcp-session,c-midturn-signal,d-hold-once,e2-wake-after-turn/claude
 
 e2e-pg:
-	rm -rf "$(E2E_DIR)"
 	$(PG_CLI) stop "$(PG_DIR)-e2e"
-	npm install --silent --no-audit --no-fund --prefix "$(E2E_DIR)/npm" $(E2E_HARNESSES)
-	url=$$($(PG_CLI) start "$(PG_DIR)-e2e" | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["url"])') && \
-	$(PYTHON) .ci/e2e.py --npm-bin "$(E2E_DIR)/npm/node_modules/.bin" --workdir "$(E2E_DIR)" --db "$$url?sslmode=disable" $(E2E_PG_ARGS); \
-	status=$$?; $(PG_CLI) stop "$(PG_DIR)-e2e"; rm -rf "$(E2E_DIR)"; exit $$status
+	url=$$($(PG_CLI) start "$(PG_DIR)-e2e" | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["url"])') && { \
+	  $(PYTHON) .ci/e2e_claude.py --install $(CLAUDE_PKG) --workdir "$(E2E_DIR)-claude" --db "$$url?sslmode=disable" $(E2E_PG_ARGS); \
+	  claude=$$?; \
+	  $(PYTHON) .ci/e2e_codex.py --install $(CODEX_PKG) --workdir "$(E2E_DIR)-codex" --db "$$url?sslmode=disable" $(E2E_PG_ARGS); \
+	  codex=$$?; [ $$claude = 0 ] && [ $$codex = 0 ]; }; \
+	status=$$?; $(PG_CLI) stop "$(PG_DIR)-e2e"; exit $$status
 
 # Hermes end to end (.ci/e2e_hermes.py, on the framework below): hermes-agent[mcp]
 # from PyPI into a throwaway venv, real turns against the Chat Completions mock.
@@ -98,7 +100,7 @@ E2E_KILO_ARGS ?= --only room/tui,wake/tui,signal/run,hold/run
 # installs its harness from the registry into $(E2E_DIR)-NAME and removes it
 # afterwards) with $(E2E_NAME_ARGS); $(NAME_EXTRA): more packages into the same
 # prefix (Pi's Node 22).  NAME:VARIABLE-STEM, one a harness.
-E2E_BOXED = qwen:QWEN gemini:GEMINI pi:PI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN \
+E2E_BOXED = claude:CLAUDE codex:CODEX qwen:QWEN gemini:GEMINI pi:PI copilot:COPILOT claude-plugin:CLAUDE_PLUGIN \
 	opencode:OPENCODE kilo:KILO hermes:HERMES
 define e2e_boxed_rule
 e2e-$(1):
@@ -111,7 +113,7 @@ $(foreach h,$(E2E_BOXED),$(eval $(call e2e_boxed_rule,$(word 1,$(subst :, ,$(h))
 # ships (CI runs the pins).  -k: one harness failing does not hide the others.
 # E2E_CI: the targets .ci/run runs (`make -s e2e-targets` prints them); Kilo's
 # with its CI subset (E2E_KILO_ARGS above), the whole of it in e2e-all.
-E2E_CI = e2e e2e-claude-plugin e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-copilot \
+E2E_CI = e2e-claude e2e-codex e2e-claude-plugin e2e-hermes e2e-qwen e2e-gemini e2e-pi e2e-opencode e2e-copilot \
 	e2e-kilo
 E2E_EVERY = $(E2E_CI)
 
@@ -123,7 +125,7 @@ e2e-all:
 
 e2e-latest:
 	$(MAKE) -k $(E2E_EVERY) E2E_KILO_ARGS= \
-	  E2E_HARNESSES="$(E2E_LATEST)" \
+	  CLAUDE_PKG=@anthropic-ai/claude-code@latest CODEX_PKG=@openai/codex@latest \
 	  HERMES_PKG="hermes-agent[mcp]" QWEN_PKG=@qwen-code/qwen-code@latest \
 	  GEMINI_PKG=@google/gemini-cli@latest PI_PKG=@earendil-works/pi-coding-agent@latest \
 	  OPENCODE_PKG=opencode-ai@latest KILO_PKG=@kilocode/cli@latest \

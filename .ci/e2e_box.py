@@ -2,13 +2,16 @@
 written once; a harness's script (.ci/e2e_<harness>.py) is a declaration.
 
     python3 .ci/e2e_<harness>.py [--install PKG...] [--bin DIR...] [--workdir DIR]
-                                 [--only NAME[,NAME...]] [--list] [--keep] [--jobs 1|2] [-v]
+                                 [--only NAME[,NAME...]] [--list] [--keep] [--jobs 1|2]
+                                 [--db URL] [-v]
 
 --install PKG installs the harness from its registry (npm, or PyPI into a
 venv, as the harness declares) into WORKDIR and runs against that, removing
 WORKDIR afterwards unless --keep; --bin DIR runs an installed one instead
-(DIR on PATH, first).  The Makefile's e2e-<harness> targets are one rule over
-a list of harnesses that passes --install the pin.
+(DIR on PATH, first); --db URL runs on that PostgreSQL database instead of a
+SQLite file per run, each run in a schema of its own.  The Makefile's
+e2e-<harness> targets are one rule over a list of harnesses that passes
+--install the pin.
 
 The parts:
   Box      one run's world: a temporary HOME (XDG dirs, a short runtime dir and
@@ -17,8 +20,10 @@ The parts:
            (AGENTS_ROOM_DB), a peer session (the CLI: join, send, sent) playing
            the other agent, the lane's mock model (.ci/mock_model.py: the checks
            read what the model was shown), the harness as a one-shot process or
-           a TUI in a tmux pane; every process it starts is marked by
-           AGENTS_ROOM_E2E_BOX in its environment and ended by pid at cleanup.
+           a TUI in a tmux pane (its start dialogs answered as a user does, the
+           screen watched for a dialog no user should meet); every process it
+           starts is marked by AGENTS_ROOM_E2E_BOX in its environment and
+           ended by pid at cleanup.
   Harness  the declaration: how it installs, its environment and mock
            settings, how it starts (one-shot argv, TUI argv and readiness), is
            trusted, is read (its output's session id), and what it names
@@ -26,12 +31,17 @@ The parts:
   cases    the common runs (room: digest, MCP session, room_call, exit;
            signal: mid-turn signal; hold: hold once; wake: a TUI woken through
            its inbox before and after a turn; doctor: doctor through the shell
-           tool, then a finished one-shot session resumed by its lever), and a
+           tool, then a finished one-shot session resumed by its lever); MORE,
+           for a harness to pick (a one-shot run exiting at wake, rooms kept
+           across a resume, the sender's delivery states, an idle watch); and a
            harness's own, declared beside it.  A run is one harness session and
            reports one or more rows (NAME/MODE).
   Suite    the runs in lanes (one per mode with --jobs 2, each lane its own
-           mock), the PASS/FAIL lines, the E2E-ROW lines (.ci/e2e_report.py) and
-           the closing "N passed, N failed, N skipped" line; exit 1 on a FAIL.
+           mock; with Harness.require_offered it refuses a scripted call of a
+           tool the request did not offer, and that fails the run), the
+           PASS/FAIL lines, the E2E-ROW lines (.ci/e2e_report.py; a harness's
+           cells may combine rows) and the closing "N passed, N failed, N
+           skipped" line; exit 1 on a FAIL.
 
 Standard library only; needs git (and tmux for a TUI mode).
 """
@@ -65,6 +75,8 @@ LEAN = {"room_join", "msg_send", "msg_recv", "room_who", "lease_claim", "lease_r
         "note_read", "drift_check", "room_call"}
 SECRET_SUBJECT = "E2E-SECRET-SUBJECT"
 SECRET_BODY = "E2E-SECRET-BODY"
+PEER_FRAME = "[agents-room: other agents' words"     # agents_room.PEER_TEXT_NOTE's start
+SHARED = "e2e-shared"
 CLOSED = "http://127.0.0.1:9"           # a proxy that is no proxy: nothing leaves
 # Variables of the caller's own harnesses, models and tools that would leak
 # into a box (a harness reads its vendor's variables wherever it runs).
@@ -81,6 +93,13 @@ def log(text):
         sys.stderr.flush()
 
 
+def agents_room():
+    """The agents_room module under test (its store: a run on PostgreSQL)."""
+    sys.path.insert(0, os.path.dirname(AR))
+    import agents_room as module
+    return module
+
+
 # ---- the mock: knows when a script still runs --------------------------------------
 
 class Mock(MockModel):
@@ -88,8 +107,8 @@ class Mock(MockModel):
     knowing when a script is still running, so a TUI turn is not taken as over
     while the script notes what it saw."""
 
-    def __init__(self, request_class, log=None):
-        MockModel.__init__(self, None, log)
+    def __init__(self, request_class, log=None, require_offered=False):
+        MockModel.__init__(self, None, log, require_offered)
         self.request_class = request_class
         self.answering = 0              # scripts running now
         self.answered_at = 0.0          # when the last one returned
@@ -155,9 +174,30 @@ class Harness:
                              # scripts' "no error" screen: a hook shown as failing)
     requires = ("git",)
     version_env = {}
+    require_offered = False  # the mock refuses a scripted call of a tool not offered
+    start_dialogs = ()      # (screen texts, option, name): the one-time steps a user takes
+                            # in the TUI's own dialogs at its start (the README's)
+    dialogs = ()            # screen texts of a dialog no user should meet after those:
+                            # at the start or at any time in the run, the run fails
+    outlives = ()           # command-line texts of processes that outlive the harness by
+                            # design (and their children): not "left" after an exit
+    wake_levers = {}        # mode -> the lever a wake must go through (its wake events)
+    wake_quiet = 1.0        # s without a request before a woken turn's turns are counted
+    arm_s = 0.5             # s after a TUI turn before a wake (a turn-end waiter arms)
+    no_session_before_prompt = {}   # mode -> why no session exists before a first prompt
+    alive_after_exit = {}   # mode -> why `who` may still see the session alive after an
+                            # exit (h-exit: skipped with it, once its other checks pass)
 
     def cases(self):
         return list(COMMON)
+
+    def note(self, suite, mode):
+        """The truth table's note for a mode (what the run measured may add)."""
+        return self.notes.get(mode, "")
+
+    def join_args(self, box, req):
+        """What room_join needs besides its rooms to act on the hook's session."""
+        return {}
 
     # the process's world
     def env(self, box):
@@ -196,10 +236,16 @@ class Harness:
     def tui_argv(self, box, extra=()):
         return [self.program] + list(extra)
 
+    def tui_ready(self, screen):
+        """Whether the TUI's screen takes a prompt."""
+        return self.ready in screen
+
     def tui_wait(self, box, timeout=90):
         """Wait until the TUI takes a prompt (a harness with start dialogs
         answers them here, as a user does once); False: it came up without
         its settings, start it again."""
+        if self.start_dialogs or self.dialogs:
+            return box.answer_dialogs(timeout + self.cold)
         end = time.time() + timeout + self.cold
         while time.time() < end:
             if self.ready in box.screen():
@@ -267,6 +313,18 @@ class Box:
         self.home = os.path.join(self.dir, "home")
         self.repo = os.path.join(self.dir, "proj")
         self.db = os.path.join(self.dir, "store", "room.db")
+        if suite.pg_url:
+            # On PostgreSQL (--db): a schema of its own in that database.
+            schema = "e2e_%s" % re.sub(r"[^a-z0-9]+", "_", "%s_%s" % (
+                self.harness.name, name.lower()))
+            admin = agents_room().PgConnection(suite.pg_url)
+            try:
+                admin.simple("DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s"
+                             % (schema, schema))
+            finally:
+                admin.close()
+            self.db = "%s%soptions=-csearch_path%%3D%s" % (
+                suite.pg_url, "&" if "?" in suite.pg_url else "?", schema)
         # Inbox sockets and a lever's reply socket live under these: short paths
         # (a socket's path has at most 103 bytes).
         self.run = tempfile.mkdtemp(prefix="e2e-")
@@ -276,11 +334,14 @@ class Box:
         self.ignored = set()    # sessions of the box's own making (a trust step's)
         self.errors = []
         self.latency = None
+        self.dialog_seen = None     # (text, screen): a dialog no user should meet
+        self.dialogs_met = []       # the start dialogs answered, in order
+        self.watching = None
         self.mock = mock
         self.mock.reset()
         for path in (self.home, self.repo, os.path.join(self.run, "tmp")):
             os.makedirs(path, exist_ok=True)
-        os.makedirs(os.path.dirname(self.db), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(self.dir, "store"), mode=0o700, exist_ok=True)
         self.env = self._env()
         git = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@localhost"]
         subprocess.run(git + ["init", "-q", self.repo], check=True, timeout=30)
@@ -371,10 +432,10 @@ class Box:
         return [d["state"] for m in sent.get("messages", []) for d in m.get("deliveries", [])
                 if message_id is None or m.get("message_id") == message_id]
 
-    def sessions(self):
-        """Sessions `who` lists, the peer left out."""
+    def sessions(self, room="repo:proj"):
+        """Sessions `who` lists (in a room), the peer left out."""
         for _ in range(3):
-            found = self.ar("who", "--json", "--room", "repo:proj", check_rc=False)
+            found = self.ar("who", "--json", "--room", room, check_rc=False)
             if isinstance(found, dict):
                 break
             self.errors.append("who: %s" % one_line(found, 300))
@@ -390,36 +451,48 @@ class Box:
     def wait_session(self, timeout):
         end = time.time() + timeout
         while time.time() < end:
-            if os.path.exists(self.db):
+            if self.suite.pg_url or os.path.exists(self.db):
                 found = self.sessions()
                 if found:
                     return found[0]
             time.sleep(0.3)
         return None
 
-    def harness_key(self, sid):
-        conn = sqlite3.connect(self.db, timeout=10)
+    def query(self, sql, args=()):
+        """Rows of a read of the run's store (SQLite, or PostgreSQL with --db)."""
+        if not self.suite.pg_url:
+            conn = sqlite3.connect(self.db, timeout=10)
+            try:
+                return conn.execute(sql, args).fetchall()
+            finally:
+                conn.close()
+        store = agents_room().open_store(self.db)
         try:
-            found = conn.execute("SELECT harness_key FROM sessions WHERE id=?",
-                                 (sid,)).fetchone()
+            return store.conn.execute(sql, args).fetchall()
         finally:
-            conn.close()
-        return found[0] if found else None
+            store.close()
 
-    def wake_events(self, message_id):
-        """The kinds of the store's wake.* events about one message."""
-        conn = sqlite3.connect(self.db, timeout=10)
-        try:
-            rows = conn.execute("SELECT kind, data FROM events WHERE kind LIKE 'wake.%' "
-                                "ORDER BY id").fetchall()
-        finally:
-            conn.close()
-        return [kind for kind, data in rows
-                if message_id in (json.loads(data or "{}").get("messages") or [])]
+    def harness_key(self, sid):
+        found = self.query("SELECT harness_key FROM sessions WHERE id=?", (sid,))
+        return found[0][0] if found else None
+
+    def wake_events(self, message_id, levers=False):
+        """The kinds of the store's wake.* events about one message (levers:
+        (kind, lever) pairs, which lever was tried, armed or accepted)."""
+        rows = self.query("SELECT kind, data FROM events WHERE kind LIKE 'wake.%%' "
+                          "ORDER BY id")     # %%: two wildcards, whatever the dialect
+        out = []
+        for kind, data in rows:
+            data = json.loads(data or "{}")
+            if message_id in (data.get("messages") or []):
+                out.append((kind, data.get("lever")) if levers else kind)
+        return out
 
     # -- one-shot runs
-    def oneshot(self, prompt, resume=None, yolo=False, timeout=90):
-        """One one-shot turn to completion: dict(rc, out, err, elapsed, hung, id)."""
+    def oneshot(self, prompt, resume=None, yolo=False, timeout=90, done=None, quiet=3.0):
+        """One one-shot turn to completion: dict(rc, out, err, elapsed, hung, id).
+        With done(): once it holds and no request came for `quiet` s, a run
+        still going is ended and reported hung."""
         timeout += self.harness.cold
         argv = self.harness.oneshot_argv(self, prompt, resume=resume, yolo=yolo)
         argv[0] = self.suite.which(argv[0]) or argv[0]
@@ -429,11 +502,14 @@ class Box:
             proc = subprocess.Popen(argv, cwd=self.repo, env=self.env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err, start_new_session=True)
             start = time.time()
-            try:
-                proc.wait(timeout=timeout)
-                hung = False
-            except subprocess.TimeoutExpired:
-                hung = True
+            hung = False
+            while proc.poll() is None and not hung:
+                now = time.time()
+                last = max([r.at for r in self.mock.model_calls(main_only=False)] or [start])
+                hung = now - start > timeout or (
+                    done is not None and done() and now - last > quiet)
+                time.sleep(0.2)
+            if hung:
                 kill_group(proc)
             elapsed = time.time() - start
         with open(out_path) as handle:
@@ -470,6 +546,96 @@ class Box:
         return self.suite.tmux("capture-pane", "-p", "-t", self.tmux, "-S", "-300",
                                check=False)
 
+    def visible(self):
+        return self.suite.tmux("capture-pane", "-p", "-t", self.tmux, check=False)
+
+    def answer_dialogs(self, timeout):
+        """The TUI's start as a user meets it: answer each of the harness's
+        start_dialogs in the TUI (at most twice), fail on one of its dialogs,
+        and return once the prompt is ready and stays so (a dialog may come
+        up over a prompt drawn first); then watch the screen for dialogs."""
+        harness = self.harness
+        end, met, ready_since = time.time() + timeout, [], None
+        while time.time() < end:
+            screen = self.visible()
+            step = next((s for s in harness.start_dialogs if all(m in screen for m in s[0])),
+                        None)
+            if step is not None:
+                check(met.count(step[2]) < 2, "the %s dialog came back after it was "
+                      "answered; screen:\n%s" % (step[2], screen))
+                met.append(step[2])
+                check(self.choose(step[1]), "cannot pick %r in the %s dialog; screen:\n%s"
+                      % (step[1], step[2], self.visible()))
+                time.sleep(1.0)
+                continue
+            bad = next((m for m in harness.dialogs if m in screen), None)
+            check(not bad, "at start the TUI shows %r, a dialog setup should have made "
+                  "unneeded (dialogs answered: %s); screen:\n%s"
+                  % (bad, ", ".join(met) or "none", screen))
+            if not harness.tui_ready(screen):
+                ready_since = None
+            elif ready_since is None:
+                ready_since = time.time()
+            elif time.time() - ready_since > 1.5:
+                self.dialogs_met = met
+                if harness.start_dialogs and not met:
+                    self.errors.append("no start dialog met")
+                self.watch()
+                return
+            time.sleep(0.4)
+        raise Failure("the TUI did not become ready in %d s (dialogs answered: %s); "
+                      "screen:\n%s" % (timeout, ", ".join(met) or "none", self.visible()))
+
+    def choose(self, label):
+        """Move a dialog's cursor (\u276f or \u203a) to the option with label, then Enter."""
+        for _ in range(12):
+            lines = self.visible().splitlines()
+            cursor = [i for i, l in enumerate(lines) if l.lstrip()[:1] in ("\u276f", "\u203a")]
+            target = [i for i, l in enumerate(lines) if label in l]
+            if not cursor or not target:
+                time.sleep(0.3)
+                continue
+            if cursor[0] == target[0]:
+                self.suite.tmux("send-keys", "-t", self.tmux, "Enter")
+                return True
+            self.suite.tmux("send-keys", "-t", self.tmux,
+                            "Down" if target[0] > cursor[0] else "Up")
+            time.sleep(0.3)
+        return False
+
+    def watch(self):
+        """Look at the screen twice a second until the TUI is quit, keeping the
+        first of the harness's dialogs (a user would have to answer it)."""
+        stop = threading.Event()
+
+        def look():
+            while not stop.wait(0.5):
+                try:
+                    screen = self.visible()
+                except (Failure, subprocess.SubprocessError, OSError):
+                    continue
+                bad = next((m for m in self.harness.dialogs if m in screen), None)
+                if bad and self.dialog_seen is None:
+                    self.dialog_seen = (bad, screen)
+        thread = threading.Thread(target=look, daemon=True)
+        thread.start()
+        self.watching = (stop, thread)
+
+    def unwatch(self):
+        if self.watching:
+            self.watching[0].set()
+            self.watching[1].join(timeout=5)
+            self.watching = None
+
+    def dialog_shown(self):
+        """What a dialog met after the start looked like, or None."""
+        if self.dialog_seen is None:
+            return None
+        bad, screen = self.dialog_seen
+        shown = "\n".join(l for l in screen.splitlines() if l.strip())
+        return "the TUI showed %r (a dialog the user must answer); screen:\n%s" % (
+            bad, shown[-1500:])
+
     def tui_alive(self):
         return self.tmux is not None and subprocess.run(
             ["tmux", "-L", self.suite.socket, "has-session", "-t", self.tmux],
@@ -498,6 +664,7 @@ class Box:
 
     def tui_quit(self, timeout=15):
         """Quit as a user does; returns the last screen seen before the pane closed."""
+        self.unwatch()
         self.save_screen()
         self.harness.quit(self)
         end, last = time.time() + timeout, ""
@@ -568,16 +735,33 @@ class Box:
                 found[int(entry)] = cmdline.strip()
         return found
 
+    def left(self):
+        """marked(), but the harness's processes that outlive it by design
+        (Harness.outlives) and their children."""
+        found = self.marked()
+        out = {}
+        for pid, command in found.items():
+            try:
+                with open("/proc/%d/stat" % pid) as handle:
+                    parent = int(handle.read().rsplit(")", 1)[-1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if not any(t in command or t in found.get(parent, "")
+                       for t in self.harness.outlives):
+                out[pid] = command
+        return out
+
     def wait_unmarked(self, timeout):
         """Wait until no process of the run is left; returns those still there."""
         end = time.time() + timeout
-        left = self.marked()
+        left = self.left()
         while left and time.time() < end:
             time.sleep(0.3)
-            left = self.marked()
+            left = self.left()
         return left
 
     def cleanup(self):
+        self.unwatch()
         if self.tmux:
             self.save_screen()
             self.suite.tmux("kill-session", "-t", self.tmux, check=False)
@@ -627,6 +811,17 @@ def json_in(text):
     return None
 
 
+def json_lines(out):
+    """The JSON objects of a one-shot run's stdout, one a line (its --json events)."""
+    for line in out.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            yield item
+
+
 def run_hint(run):
     if not run:
         return ""
@@ -660,6 +855,8 @@ def run_room(box, step):
                 return Reply(text="no agents-room tools yet")
             return Reply(calls=[ar_call(box, "room_join", {})])
         if done == 1:
+            if "sent" not in state:
+                state["sent"] = box.send(sid)       # a peer's words for msg_recv to frame
             return Reply(calls=[ar_call(box, "msg_recv", {"session_id": sid})])
         if done == 2:
             return Reply(calls=[ar_call(box, "room_call", {"op": "task", "args": {
@@ -712,12 +909,19 @@ def run_room(box, step):
               % (joined.get("session_id"), sid, one_line(texts[0], 200)))
         check("messages" in received, "msg_recv on the digest's session failed: %s"
               % one_line(texts[1], 200))
+        check(SECRET_BODY in texts[1], "msg_recv did not show the peer's message: %s"
+              % one_line(texts[1], 300))
+        # What tells the model these are other agents' words, not the user's:
+        # inside the one block of the result the harness shows the model.
+        check(PEER_FRAME in texts[1], "the model got the peer's message without the frame "
+              "%r; the result it saw: %s" % (PEER_FRAME, one_line(texts[1][-300:])))
         mine = [s["session_id"] for s in state.get("who") or []]
         check(mine == [sid], "`who` lists %d harness sessions %s; expected only %s"
               % (len(mine), mine, sid))
         harness.checks_after_mcp(box)
         first = {n for n in state.get("first_tools", []) if n.startswith(harness.prefix)}
-        return "%d lean tools offered; room_join -> %s, msg_recv ok, one session%s" % (
+        return "%d lean tools offered; room_join -> %s, msg_recv ok (the peer's words " \
+            "framed), one session%s" % (
             len(ours), sid, "" if first else "; the first request offered none (%s)" % late)
     step("b-mcp-session", mcp)
 
@@ -746,26 +950,31 @@ def run_room(box, step):
             screen = box.end()
             how = "%s%s" % ("/".join(harness.quit_keys),
                             ", '--resume' offered" if "--resume" in screen else "")
-        want_end = box.kind == "tui" or harness.oneshot_session_end
-        end = time.time() + 15
+        alive = harness.alive_after_exit.get(box.mode)
+        want_end = (box.kind == "tui" or harness.oneshot_session_end) and not alive
+        end = time.time() + (5 if alive else 15)
         while time.time() < end:
             found = box.session(sid) or {}
             if found.get("liveness") != "alive" and (found.get("ended") or not want_end):
                 break
             time.sleep(0.3)
-        check(found.get("liveness") != "alive", "session %s still alive after the exit" % sid)
+        check(alive or found.get("liveness") != "alive", "session %s still alive after the "
+              "exit" % sid)
         if want_end:
             check(found.get("ended"), "`who` does not show session %s ended after the exit "
                   "(liveness %s): no SessionEnd?" % (sid, found.get("liveness")))
         ended = ("ended (SessionEnd)" if found.get("ended") else
-                 "not ended: this mode fires no SessionEnd")
+                 "not ended: this mode fires no SessionEnd" if not alive else "not ended")
         left = box.wait_unmarked(10)
         check(not left, "processes left after the exit: %s" % "; ".join(
             "%d %s" % (p, one_line(c, 80)) for p, c in sorted(left.items())))
         files = harness.wake_files(box, sid)
         check(not files, "the wake files are left after the exit: %s" % files)
-        return "%s; who: %s, %s; no process%s left" % (
+        detail = "%s; who: %s, %s; no process%s left" % (
             how, found.get("liveness"), ended, "" if files is None else " or wake file")
+        if alive and (found.get("liveness") == "alive" or not found.get("ended")):
+            raise Skip("%s (%s)" % (alive, detail))
+        return detail
     step("h-exit", exit_)
 
 
@@ -877,6 +1086,49 @@ def _carries_results(items):
                                          '"functionResponse"', '_output"'))
 
 
+def turn_starts(calls):
+    """How many of these requests begin a turn (carry no tool result since the
+    model's last answer): one send must start one."""
+    return sum(1 for req in calls if not _carries_results(since_answer(req)))
+
+
+def wake_levers(events):
+    """The levers wake events (kind, lever) name as tried or taking a wake
+    ("turn": a turn seen confirmed it, no lever)."""
+    return sorted({lever for kind, lever in events if kind in ("wake.try", "wake.accepted")
+                   and lever and lever != "turn"})
+
+
+def counted_wake(box, sent, before, latency, lever=None):
+    """After a woken turn: it was one turn, through the mode's lever (when
+    declared); the wake is kept for the note.  The number of turns."""
+    calls = box.wait_quiet(before + 2, quiet=box.harness.wake_quiet, settle=6, timeout=20)
+    events = box.wake_events(sent["message_id"], levers=True)
+    turns = turn_starts(calls[before:])
+    check(turns == 1, "one send started %d turns (want 1); wake events %s; what each "
+          "added: %s" % (turns, events, [one_line(signal_line(new_text(c, p)) or
+                                                   new_text(c, p)[-120:], 120)
+                                          for p, c in zip(calls[before - 1:], calls[before:])]
+                         if before else "?"))
+    want = lever or box.harness.wake_levers.get(box.mode)
+    if want:
+        check(want in wake_levers(events), "the wake went through %s, not %s (events %s)"
+              % (wake_levers(events), want, events))
+    box.suite.wakes.append((box.mode, latency, turns))
+    return turns
+
+
+def per_wake(suite, mode):
+    """How many turns each wake of the mode took, of how many wakes."""
+    mine = [turns for m, _, turns in suite.wakes if m == mode]
+    if not mine:
+        return "no wake measured"
+    counts = sorted(set(mine))
+    return "%s turn%s per wake (%d wake%s)" % (
+        "/".join(map(str, counts)), "" if counts == [1] else "s", len(mine),
+        "" if len(mine) == 1 else "s")
+
+
 def _wake_script(state):
     """A woken turn reads its mail (msg_recv), then answers."""
     def script(req):
@@ -889,9 +1141,10 @@ def _wake_script(state):
     return script
 
 
-def _wake_once(box, sid):
-    """Send to the idle TUI and see the woken turn read it: (latency, how long
-    the send took, the delivery's state after the send, after the turn, origin)."""
+def _wake_once(box, sid, lever=None):
+    """Send to the idle TUI and see the woken turn read it, one turn, through
+    `lever` (or the mode's wake_levers) when given: (latency, how long the
+    send took, the delivery's state after the send, after the turn, origin)."""
     box.peer()                      # joined before the clock starts
     calls = box.mock.model_calls()
     before = len(calls)
@@ -910,7 +1163,7 @@ def _wake_once(box, sid):
     shown = new_text(woke, calls[-1] if calls else None)
     check(SECRET_SUBJECT not in shown and SECRET_BODY not in shown,
           "subject/body rode the wake: %r" % shown[-300:])
-    box.wait_quiet(before + 2, quiet=1.0, settle=6, timeout=20)
+    counted_wake(box, sent, before, latency, lever)
     after = box.states(sent["message_id"])
     wakes = box.wake_events(sent["message_id"])
     # accepted: the inbox's receipt came within the lever's 1 s; offered: it
@@ -935,6 +1188,9 @@ def run_wake(box, step):
 
     def before_first():
         session = box.wait_session(10)
+        why = box.harness.no_session_before_prompt.get(box.mode)
+        if why and session is None:
+            raise Skip(why)
         check(session, "no agents-room session while the TUI sits before its first prompt")
         state["sid"] = sid = session["session_id"]
         check(session["autonomy"] == 2, "autonomy %s after setup --autonomy 2"
@@ -950,15 +1206,23 @@ def run_wake(box, step):
 
     def after_turn():
         sid = state.get("sid") or (box.wait_session(5) or {}).get("session_id")
-        check(sid, "no session")
         count = len(box.mock.model_calls())
         box.tui_send("first task")
-        box.wait_quiet(count + 1, quiet=1.5)
-        time.sleep(0.5)
+        calls = box.wait_quiet(count + 1, quiet=1.5)
+        sid = sid or (calls[count].session_id() if len(calls) > count else None)
+        check(sid, "no session")
+        state["sid"] = sid
+        time.sleep(box.harness.arm_s)       # a turn-end waiter arms
+        autonomy = (box.session(sid) or {}).get("autonomy")
+        check(autonomy == 2, "autonomy %s after setup --autonomy 2" % autonomy)
         latency, returned, at_send, after, origin = _wake_once(box, sid)
         box.suite.latency["e2-wake-after-turn/" + box.mode] = latency
+        box.end()
+        left = box.wait_unmarked(12)
+        check(not left, "after %s these are still running: %s" % (
+            "/".join(box.harness.quit_keys), [one_line(c, 120) for c in left.values()]))
         return ("woke in %.2f s after a user turn (the send returned in %.2f s); delivery "
-                "%s, then %s" % (latency, returned, at_send, after))
+                "%s, then %s; the exit left nothing" % (latency, returned, at_send, after))
     step("e2-wake-after-turn", after_turn)
     box.end()
 
@@ -997,12 +1261,13 @@ def run_doctor(box, step):
         lines = [one_line(l, 300) for l in text.splitlines() if sid in l or "lever" in l]
         check(any(sid in l for l in lines), "doctor does not name session %s: %s"
               % (sid, one_line(text, 300)))
-        check(any(lever in l for l in lines), "doctor does not name the lever %s: %s"
-              % (lever, lines or one_line(text, 300)))
+        levers = (lever,) if isinstance(lever, str) else lever
+        named = [l for l in lines if any(n in l for n in levers)]
+        check(named, "doctor does not name the lever %s: %s"
+              % (" or ".join(levers), lines or one_line(text, 300)))
         failed = re.findall(r'"status":\s*"fail",\s*"check":\s*"([^"]*)"', text)
         check(not failed, "doctor fails inside the session: %s" % failed)
-        named = [l for l in lines if lever in l]
-        return one_line(named[0], 140) if named else "ok"
+        return one_line(named[0], 140)
     step("g-doctor", doctor)
 
     if box.kind == "tui" or not harness.resumes:
@@ -1044,6 +1309,7 @@ def resume_wake(box, state, row="e3-wake-finished"):
     check(woke.session_id() in (None, sid), "the resumed turn's digest names %s, not %s"
           % (woke.session_id(), sid))
     check(not secrets_shown([woke]), "subject/body rode the wake")
+    counted_wake(box, sent, before, latency)
     left = box.wait_unmarked(40 + harness.cold)
     check(not left, "the resumed run did not end: %s" % list(left.values())[:2])
     after = box.states(sent["message_id"])
@@ -1055,6 +1321,181 @@ def resume_wake(box, state, row="e3-wake-finished"):
         latency, lever, "/".join(wakes), at_send, after)
 
 
+# ---- more runs, a harness's to pick (Harness.cases) ------------------------------------
+
+def run_exits(box, step):
+    """A one-shot run at autonomy 2 (its waiter armed) exits after its turn
+    and prints its result."""
+    box.play(lambda req: Reply(text="final answer"))
+    run = box.oneshot("hello", timeout=30)
+
+    def exits():
+        check(not run["hung"], "did not exit within 30 s after its turn (killed); stdout %r"
+              % run["out"][-200:])
+        check(run["rc"] == 0, "exit %s: %s" % (run["rc"], run["err"][-200:]))
+        check("final answer" in run["out"], "result not printed: %r" % run["out"][-200:])
+        return "exit 0 in %.1f s, result printed" % run["elapsed"]
+    step("f-oneshot-exits-at-wake", exits)
+
+
+def run_resume_rooms(box, step):
+    """A shared room joined in-session survives the run's end and a resume."""
+    state = {"phase": 1}
+    shared = "shared:" + SHARED
+
+    def script(req):
+        sid = req.session_id()
+        if state["phase"] == 1:
+            if sid and not req.tool_results():
+                state["sid"] = sid
+                args = dict(box.harness.join_args(box, req), extra_rooms=[SHARED])
+                return Reply(calls=[ar_call(box, "room_join", args)])
+            if "members" not in state:
+                state["members"] = [s["session_id"] for s in box.sessions(shared)]
+            return Reply(text="joined")
+        if "rooms2" not in state:
+            found = re.findall(r"Rooms: ([^\n]*?)\. Autonomy", req.all_text())
+            state["rooms2"] = found[-1] if found else None
+            state["sid2"] = re.findall(r"your session_id is ([0-9a-f]{16})",
+                                       req.all_text())[-1:]
+            state["who"] = [s["session_id"] for s in box.sessions(shared)]
+        return Reply(text="resumed")
+    box.play(script)
+    run = box.oneshot("join the shared room", timeout=45)
+
+    def keeps():
+        check(state.get("sid") and run["id"], "first run gave no session%s" % run_hint(run))
+        sid = state["sid"]
+        members = state.get("members", [])
+        check(sid in members, "the session never got into %s during its turn (members %s)"
+              % (shared, members))
+        after_end = [s["session_id"] for s in box.sessions(shared)]
+        state["phase"] = 2
+        box.mock.reset()
+        box.play(script)
+        run2 = box.oneshot("continue", resume=box.harness.resume_key(box, run, sid),
+                           timeout=45)
+        check("rooms2" in state, "the resumed run reached no model%s" % run_hint(run2))
+        check(state["sid2"] == [sid], "resumed digest names session %s, not %s"
+              % (state["sid2"], sid))
+        check(sid in state["who"], "resumed session is not in %s any more (who: %s; right "
+              "after the run's end: %s; resumed digest rooms: %s)"
+              % (shared, state["who"], after_end, state["rooms2"]))
+        return "still in %s after the run's end and a resume" % shared
+    step("g-resume-keeps-rooms", keeps)
+
+
+def run_sent_states(box, step):
+    """The sender's delivery states (autonomy 2): never undeliverable for a
+    signalled message, read after msg_recv, and no stale wake afterwards."""
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        done = req.tool_results()
+        if sid and not done:
+            if "sent" not in state:
+                state["sid"] = sid
+                state["sent"] = box.send(sid)
+                state["at_send"] = box.states()
+            return Reply(calls=[box.harness.read_call(box)])
+        if sid and len(done) == 1:
+            state["signalled"] = bool(SIGNAL_RE.search(req.all_text()))
+            state["at_signal"] = box.states()
+            return Reply(calls=[ar_call(box, "msg_recv", {"session_id": sid})])
+        if "at_recv" not in state:
+            state["at_recv"] = box.states()
+        return Reply(text="done")
+    box.play(script)
+    if box.kind == "tui":
+        box.turn("work on something", 3)
+        box.wait_quiet(99, quiet=6.0, settle=6.0, timeout=20)   # a late wake would show
+    else:
+        run = box.oneshot("work on something", timeout=45, done=lambda: "at_recv" in state)
+        key = box.harness.resume_key(box, run, state.get("sid"))
+        if key and "at_recv" in state:
+            # resume once: a wake queued for the finished run must not surface now
+            box.oneshot("next task", resume=key, timeout=45,
+                        done=lambda: len(box.mock.model_calls()) > 3)
+
+    def states():
+        check("sent" in state, "no digest reached the model")
+        check(state.get("signalled"), "the signal never reached the model (states %s)"
+              % state.get("at_signal"))
+        seen = state["at_send"] + state["at_signal"] + state.get("at_recv", [])
+        check("undeliverable" not in seen, "a signalled delivery was reported undeliverable "
+              "(at send %s, when signalled %s, after recv %s)"
+              % (state["at_send"], state["at_signal"], state.get("at_recv")))
+        check(all(s in ("offered", "accepted") for s in state["at_signal"]),
+              "when the model was signalled the sender saw %s (want offered/accepted)"
+              % state["at_signal"])
+        check(state.get("at_recv") == ["read"], "after msg_recv the sender saw %s"
+              % state.get("at_recv"))
+        calls = box.mock.model_calls()
+        read_at = [i for i, r in enumerate(calls) if len(r.tool_results()) >= 2]
+        stale = [(r.index, signal_line(new_text(r, calls[i - 1])))
+                 for i, r in enumerate(calls[1:], 1)
+                 if read_at and i > read_at[0] and SIGNAL_RE.search(new_text(r, calls[i - 1]))]
+        check(not stale, "a signal/wake for the already-read message reached the model "
+              "after msg_recv (request %s%s: %r)" % (
+                  stale[0][0] if stale else None, ", in the resumed run"
+                  if box.kind == "oneshot" else "", one_line(stale[0][1] if stale else "",
+                                                            160)))
+        aborted = [r.index for r in calls if "<turn_aborted>" in r.all_text()]
+        check(not aborted, "the model was told a turn was interrupted (request %s): a wake "
+              "was dispatched into a run that was exiting" % aborted[:1])
+        return "send %s -> signalled %s -> recv %s" % (state["at_send"], state["at_signal"],
+                                                        state["at_recv"])
+    step("h-sent-states", states)
+
+
+def run_idle_watch(box, step):
+    """A peer asks, while the session works, to be told when its turn ends
+    (notify-when idle): one message when it ends, none at the next (a TUI)."""
+    state = {}
+
+    def script(req):
+        sid = req.session_id()
+        if sid and not req.tool_results():
+            if "watch" not in state:
+                state["watch"] = box.ar("notify-when", "--session", box.peer(), "idle", sid,
+                                        "--json", check_rc=False)
+            return Reply(calls=[box.harness.read_call(box)])
+        return Reply(text="done")
+    box.play(script)
+    run = box.turn("work on something", 2)
+
+    def told_once():
+        check("watch" in state, "no digest session id reached the model%s" % run_hint(run))
+        watch = state["watch"]
+        check(isinstance(watch, dict), "notify-when idle failed: %r" % (watch,))
+        check(not watch.get("already"), "notify-when answered at once, as if no turn ran: "
+              "%r" % watch)
+        check(watch.get("watches"), "notify-when idle during the turn set no watch: %r"
+              % watch)
+        told, end = [], time.time() + 15
+        while time.time() < end and not told:
+            got = box.ar("recv", "--session", box.peer(), "--json")
+            told += [m for m in got.get("messages", []) if m.get("subject", "").startswith(
+                "[watch #")]
+            time.sleep(0.5)
+        check(len(told) == 1, "the peer was told %d times that the turn ended, not once "
+              "(within 15 s of the last model request)" % len(told))
+        took = time.time() - box.mock.model_calls()[-1].at
+        detail = "told once: %r (%.1f s after the last model request)" % (
+            told[0]["subject"], took)
+        if box.tmux:
+            box.tui_send("and again")
+            box.wait_quiet(len(box.mock.model_calls()) + 1)
+            time.sleep(2)
+            again = box.ar("recv", "--session", box.peer(), "--json").get("messages", [])
+            check(not again, "a second turn's end told the peer again: %r"
+                  % [m.get("subject") for m in again])
+            detail += "; not again after a second turn"
+        return detail
+    step("i-idle-watch", told_once)
+
+
 class Case:
     """One run: a name, setup's --autonomy, the modes it runs in ("oneshot",
     "tui", or mode names), its function and the rows it reports
@@ -1063,6 +1504,10 @@ class Case:
     def __init__(self, name, autonomy, function, rows, modes=("oneshot", "tui")):
         self.name, self.autonomy, self.function = name, autonomy, function
         self.rows, self.modes = rows, modes
+
+    def within(self, *modes):
+        """The same run in these modes (names or kinds) only."""
+        return Case(self.name, self.autonomy, self.function, self.rows, modes=modes)
 
     def runs_in(self, harness, mode):
         return mode in self.modes or harness.modes[mode] in self.modes
@@ -1084,6 +1529,14 @@ COMMON = [
          modes=("tui",)),
     Case("doctor", 2, run_doctor, ("g-doctor", "e3-wake-finished@oneshot")),
 ]
+# Runs a harness may add to COMMON (Harness.cases).
+MORE = {
+    "exits": Case("exits", 2, run_exits, ("f-oneshot-exits-at-wake",), modes=("oneshot",)),
+    "resume-rooms": Case("resume-rooms", 0, run_resume_rooms, ("g-resume-keeps-rooms",),
+                         modes=("oneshot",)),
+    "sent-states": Case("sent-states", 2, run_sent_states, ("h-sent-states",)),
+    "idle-watch": Case("idle-watch", 0, run_idle_watch, ("i-idle-watch",)),
+}
 
 
 # ---- the suite ------------------------------------------------------------------------
@@ -1093,12 +1546,14 @@ class Suite:
         self.harness = harness
         self.bins = [os.path.abspath(b) for b in bins]
         self.keep = args.keep
+        self.pg_url = args.db
         os.makedirs(args.workdir, exist_ok=True)
         self.root = tempfile.mkdtemp(prefix="run-", dir=os.path.abspath(args.workdir))
         self.socket = "agents-room-e2e-%s-%d" % (harness.name, os.getpid())
         self.mocks = []
         self.results = {}           # case -> (status, detail)
         self.latency = {}           # case -> a wake's latency in seconds
+        self.wakes = []             # (mode, latency, turns) of each wake counted
         self.lock = threading.Lock()
 
     def which(self, program):
@@ -1119,7 +1574,7 @@ class Suite:
         threads = []
         for lane in groups.values():
             mock = Mock(getattr(self.harness, "request_class", mock_model.GeminiRequest),
-                        log=log).start()
+                        log=log, require_offered=self.harness.require_offered).start()
             self.mocks.append(mock)
             thread = threading.Thread(target=lambda lane=lane, mock=mock: [
                 self.run(case, mode, mock) for case, mode in lane], daemon=True)
@@ -1153,6 +1608,13 @@ class Suite:
         except Exception as exc:  # the run broke before its steps
             error = "error: %s: %s" % (type(exc).__name__, exc)
         finally:
+            # What fails the whole run: a scripted call the harness did not
+            # offer (require_offered), a dialog a user would have to answer.
+            wrong = list(mock.problems[:2])
+            if box is not None and box.dialog_shown():
+                wrong.append(box.dialog_shown())
+            rows = [(c, "FAIL", "%s [%s]" % (d, "; ".join(one_line(w, 300) for w in wrong)))
+                    if wrong and st != "SKIP" else (c, st, d) for c, st, d in rows]
             if box is not None:
                 try:
                     mock.dump(os.path.join(box.dir, "requests.json"))
@@ -1211,7 +1673,7 @@ class Suite:
                        digest=cell(*own.get("digest", ("a-digest",))),
                        signal=cell(*own.get("signal", ("c-midturn-signal",))),
                        hold=cell(*own.get("hold", ("d-hold-once",))), wake=wake,
-                       latency=latency, note=self.harness.notes.get(mode, ""))
+                       latency=latency, note=self.harness.note(self, mode))
 
 
 def selected_cases(harness, only):
@@ -1242,6 +1704,8 @@ def main(harness, argv=None):
     parser.add_argument("--agents-room", default=AR, help="the agents_room.py under test")
     parser.add_argument("--jobs", type=int, default=2, choices=(1, 2), help="2 (default): "
                         "a lane per mode, side by side; 1: one run after another")
+    parser.add_argument("--db", metavar="URL", help="every run on this PostgreSQL "
+                        "database (a schema a run) instead of a SQLite file")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     VERBOSE = args.verbose

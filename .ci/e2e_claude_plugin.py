@@ -13,32 +13,27 @@ cannot allow its own tools) `mcp__plugin_agents-room_agents-room__*` in
 permissions.allow of ~/.claude/settings.json.  No `setup` file is written; the
 project is a plain git repository.  Besides that the box writes only what is
 about the mock (~/.claude.json: onboarding done, the dummy API key approved)
-and, in the TUI, answers the folder trust dialog as a user does once.  Modes:
+and, in the TUI, answers the folder trust dialog as a user does once (the rest
+is Claude Code's declaration, .ci/e2e_claude.py).  Modes:
 claude-p (`claude -p PROMPT --output-format json`, the default permission mode
 in a folder never trusted) and claude-tui (interactive `claude` in tmux).  A
-finished claude -p run has no lever (.ci/e2e.py's e3 shows it), so no run here
+finished claude -p run has no lever (.ci/e2e_claude.py's e3 shows it), so no run here
 wakes one; the TUI is woken before and after its first turn.
 """
 
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_box  # noqa: E402
-from e2e_box import AR, Call, Failure  # noqa: E402
+from e2e_box import AR, Failure  # noqa: E402
+from e2e_claude import Claude  # noqa: E402
 
-API_KEY = "sk-ant-e2e-dummy-key-0000000000"
 ALLOW = "mcp__plugin_agents-room_agents-room__*"
-TRUST = "Yes, I trust this folder"
-# Dialogs no user should meet once the folder is trusted (Enter on the MCP
-# dialog rejects the server for good; a held message needs a person).
-FORBIDDEN = ("New MCP server found", "new MCP servers found",
-             "Held message from another session", "Bypass Permissions mode")
 
 
-class ClaudePlugin(e2e_box.Harness):
+class ClaudePlugin(Claude):
     name = "claude-plugin"
     title = "claude-code (plugin)"
     program = "claude"
@@ -54,26 +49,18 @@ class ClaudePlugin(e2e_box.Harness):
     # request on); with setup's .mcp.json the start waits for the server.
     late_tools = {"claude-tui": "the TUI's first request went out before the plugin's "
                                 "MCP server was up"}
-    quit_keys = ("/exit",)
-    # A hold is context (a system reminder): a decision block would show this.
-    hold_screen_errors = ("Stop hook error",)
-    requires = ("git", "node")
+    # Claude Code's, but the folder trust only (the TUI runs in its default mode);
+    # its cells and notes are the common ones.
+    start_dialogs = Claude.start_dialogs[:1]
+    dialogs = ("New MCP server found", "new MCP servers found",
+               "Held message from another session", "Bypass Permissions mode")
+    wake_levers = {}
+    wake_na = {}
+    cells = {}
+    note = e2e_box.Harness.note
 
     def cases(self):
         return [c for c in e2e_box.COMMON if c.name != "doctor"]
-
-    def env(self, box):
-        return {"ANTHROPIC_BASE_URL": box.mock.url, "ANTHROPIC_API_KEY": API_KEY,
-                "IS_SANDBOX": "1", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-                "DISABLE_ERROR_REPORTING": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-
-    def configure(self, box):
-        state = {"hasCompletedOnboarding": True, "numStartups": 5, "autoUpdates": False,
-                 "theme": "dark",
-                 "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []}}
-        with open(os.path.join(box.home, ".claude.json"), "w") as handle:
-            json.dump(state, handle)
 
     def setup(self, box):
         market = os.path.join(box.dir, "marketplace")
@@ -96,72 +83,6 @@ class ClaudePlugin(e2e_box.Harness):
             os.path.join(box.repo, p))]
         if written:
             raise Failure("the plugin's install wrote %s into the project" % written)
-
-    def oneshot_argv(self, box, prompt, resume=None, yolo=False):
-        return [self.program, "-p", prompt, "--output-format", "json"] + (
-            ["--resume", resume] if resume else [])
-
-    def run_id(self, out):
-        for line in out.splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(item, dict) and item.get("type") == "result":
-                return item.get("session_id")
-        return None
-
-    def read_call(self, box):
-        # Read needs no permission in any mode (Bash would, in -p's default mode).
-        return Call("Read", {"file_path": os.path.join(box.repo, "README")})
-
-    # -- the TUI's start: the folder trust dialog, then its prompt
-    def tui_wait(self, box, timeout=90):
-        end, trusted, ready_since = time.time() + timeout, 0, None
-        while time.time() < end:
-            screen = box.suite.tmux("capture-pane", "-p", "-t", box.tmux, check=False)
-            if TRUST in screen:
-                if trusted >= 2:
-                    raise Failure("the trust dialog came back after it was answered")
-                trusted += 1
-                if not choose(box, TRUST):
-                    raise Failure("cannot pick %r; screen:\n%s" % (TRUST, screen))
-                time.sleep(1.0)
-                continue
-            bad = next((m for m in FORBIDDEN if m in screen), None)
-            if bad:
-                raise Failure("at start the TUI shows %r, a dialog the plugin should have "
-                              "made unneeded; screen:\n%s" % (bad, screen))
-            lines = [l for l in screen.splitlines() if l.strip()]
-            ready = any(l.lstrip().startswith("\u276f") for l in lines[-6:]) and any(
-                m in screen for m in ("for shortcuts", "mode on", "permissions on",
-                                      "for agents"))
-            if not ready:
-                ready_since = None
-            elif ready_since is None:
-                ready_since = time.time()
-            elif time.time() - ready_since > 1.5:
-                return
-            time.sleep(0.4)
-        raise Failure("the TUI did not become ready in %d s; screen:\n%s"
-                      % (timeout, box.screen()))
-
-
-def choose(box, label):
-    """Move a dialog's cursor to the option containing label, then Enter."""
-    for _ in range(12):
-        lines = box.suite.tmux("capture-pane", "-p", "-t", box.tmux, check=False).splitlines()
-        cursor = [i for i, l in enumerate(lines) if l.lstrip()[:1] == "\u276f"]
-        target = [i for i, l in enumerate(lines) if label in l]
-        if not cursor or not target:
-            time.sleep(0.3)
-            continue
-        if cursor[0] == target[0]:
-            box.suite.tmux("send-keys", "-t", box.tmux, "Enter")
-            return True
-        box.suite.tmux("send-keys", "-t", box.tmux, "Down" if target[0] > cursor[0] else "Up")
-        time.sleep(0.3)
-    return False
 
 
 if __name__ == "__main__":

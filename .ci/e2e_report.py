@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The e2e runs' truth table: what works per harness and mode, as measured.
 
-Each e2e script (.ci/e2e.py, .ci/e2e_hermes.py, .ci/e2e_<harness>.py) calls
-row(...) once per harness and mode it ran; that prints one line
+Each e2e script (.ci/e2e_<harness>.py, on .ci/e2e_box.py) calls row(...)
+once per harness and mode it ran; that prints one line
 
     E2E-ROW {"harness": ..., "version": ..., "mode": ..., "digest": ..., ...}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A local, scripted stand-in for two model APIs, for the e2e suite (.ci/e2e.py).
+"""A local, scripted stand-in for two model APIs, for the e2e runs (.ci/e2e_box.py).
 
 Standard library only: http.server in a thread, on 127.0.0.1.
 
@@ -51,6 +51,8 @@ SESSION_RE = re.compile(r"your session_id is ([0-9a-f]{16})")
 
 class Call:
     def __init__(self, name, args=None, namespace=None):
+        if namespace is None and "/" in name:      # "ns/name", as tool_names() lists it
+            namespace, name = name.rsplit("/", 1)
         self.name = name
         self.args = args or {}
         self.namespace = namespace  # Responses only; found from the tools if None
