@@ -81,44 +81,44 @@ prints it when it differs; Part I is at most 10,000 lines):
      206   116  constants
      322    56  errors
      378   602  small utilities
-     980  1178  store
-    2158   989  harness adapters
-    3147   379  liveness (process scan)
-    3526   602  tool registry and the door
-    4128   222  results as text
-    4350   509  operations: sessions and rooms
-    4859   719  operations: messages
-    5578   618  operations: leases
-    6196   237  operations: work states and quiet windows
-    6433   168  operations: task board
-    6601   230  operations: watches
-    6831    91  operations: status
-    6922   121  operations: reads and drift
-    7043   452  operations: signals and wakes
-    7495   158  operations: housekeeping
-    7653   170  signals: wake levers
-    7823   551  MCP server
-    8374   345  harnesses: setup and doctor
-    8719   285  hook front end
-    9004   996  CLI
-   10000    79  main
-   10089  3334  appendix: PostgreSQL store
-   13423   476  appendix: harness: Claude Code
-   13899   184  appendix: harness: Codex
-   14083   260  appendix: harness: Hermes
-   14343   211  appendix: harness: Qwen Code
-   14554   167  appendix: harness: Gemini CLI
-   14721   425  appendix: harness: Pi
-   15146   383  appendix: harness: OpenCode
-   15529    45  appendix: harness: Kilo Code
-   15574   187  appendix: harness: GitHub Copilot CLI
-   15761   120  appendix: store copy
-   15881    75  appendix: git pre-commit guard
-   15956   108  appendix: Claude Code plugin
-   16064  1174  appendix: benchmark
-   17238  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18424   981  appendix: operator page
-   19405   167  appendix: embedded sources
+     980  1183  store
+    2163   989  harness adapters
+    3152   379  liveness (process scan)
+    3531   605  tool registry and the door
+    4136   222  results as text
+    4358   509  operations: sessions and rooms
+    4867   723  operations: messages
+    5590   618  operations: leases
+    6208   237  operations: work states and quiet windows
+    6445   168  operations: task board
+    6613   230  operations: watches
+    6843    91  operations: status
+    6934   121  operations: reads and drift
+    7055   452  operations: signals and wakes
+    7507   158  operations: housekeeping
+    7665   170  signals: wake levers
+    7835   551  MCP server
+    8386   345  harnesses: setup and doctor
+    8731   285  hook front end
+    9016   996  CLI
+   10012    79  main
+   10101  3481  appendix: PostgreSQL store
+   13582   476  appendix: harness: Claude Code
+   14058   184  appendix: harness: Codex
+   14242   260  appendix: harness: Hermes
+   14502   211  appendix: harness: Qwen Code
+   14713   167  appendix: harness: Gemini CLI
+   14880   425  appendix: harness: Pi
+   15305   383  appendix: harness: OpenCode
+   15688    45  appendix: harness: Kilo Code
+   15733   187  appendix: harness: GitHub Copilot CLI
+   15920   120  appendix: store copy
+   16040    75  appendix: git pre-commit guard
+   16115   108  appendix: Claude Code plugin
+   16223  1174  appendix: benchmark
+   17397  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18583   981  appendix: operator page
+   19564   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1681,6 +1681,11 @@ class SqliteStore:
         (PostgreSQL); nothing here."""
         return _NoCall()
 
+    def answer(self, call, tool, args, session_id):
+        """A call's answer the store gives its own way, whole (PostgreSQL's
+        msg_recv: one round trip); None: the door's way (always, here)."""
+        return None
+
     def derived(self, again, *inputs):
         """Values an operation derived from its arguments: see PgStore's."""
 
@@ -1831,8 +1836,8 @@ def default_db_path():
 def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
     """The store AGENTS_ROOM_DB (or path) names, of whichever kind claims it.
     Every kind offers the same interface: write() and read() transactions
-    (given the door's call, from calling()), conn, connection(), now(),
-    change_mark(), wait_change(), explain() and close(); one whose
+    (given the door's call, from calling()), answer(), conn, connection(),
+    now(), change_mark(), wait_change(), explain() and close(); one whose
     reads_apart is true also write_later()."""
     path = path or default_db_path()
     kind = store_kind(path)
@@ -4025,6 +4030,9 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key, call):
             op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
             prepared = tool_.prepare(op, **args)
         try:
+            answer = store.answer(call, tool_, args, session_id)
+            if answer is not None:
+                return answer
             if tool_.read_only and store.reads_apart:
                 # A read apart from the writers: a snapshot, no lock held while
                 # its statements cross the network; what it writes nobody
@@ -4990,19 +4998,23 @@ def within_budget(rows):
 def message_dict(op, row):
     """A message as answers show it, with its sender as the store recorded it
     (label, session, harness): who wrote it is not the message's to say."""
-    conn = op.conn
     sender = op.session(row["sender"])
+    return message_item(row, sender["harness"] if sender is not None else None, [
+        r[0] for r in op.conn.execute(
+            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
+            (row["id"],))])
+
+
+def message_item(row, harness, rooms):
+    """message_dict from what it reads: the sender's harness, the rooms."""
     item = {
         "message_id": row["id"], "sender": row["sender"],
-        "sender_label": row["sender_label"],
-        "sender_harness": sender["harness"] if sender is not None else None,
+        "sender_label": row["sender_label"], "sender_harness": harness,
         "subject": row["subject"],
         "body": row["body"], "reply_to": row["reply_to"],
         "thread_id": row["thread_id"] or row["id"], "importance": row["importance"],
         "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
-        "rooms": [r[0] for r in conn.execute(
-            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
-            (row["id"],))],
+        "rooms": rooms,
     }
     if row["ack_required"]:
         item["ack_required"] = True
@@ -12160,6 +12172,12 @@ class PgStore:
         calling.call.pessimistic = calling.call.pessimistic or lock_first
         return calling
 
+    def answer(self, call, tool, args, session_id):
+        """A call answered in one statement of its own where the store has
+        one for it (PG_ANSWERS: msg_recv), else None: the door's way."""
+        own = PG_ANSWERS.get(tool.name)
+        return own(self, call, args, session_id) if own is not None else None
+
     def derived(self, again, *inputs):
         """Values the operation of the door's call derived from its arguments
         (again(*inputs) gives them; a module-level function, the same for
@@ -13388,6 +13406,147 @@ def _pg_bindable(params, types):
             return False
     return True
 
+
+# msg_recv in one round trip.  The door's way reads ahead with BEGIN (one
+# round trip), and its writes (the deliveries read, the session's count, the
+# event) depend on those answers: the lock, the reads checked again, the
+# writes and the COMMIT are a second.  Here BEGIN, the lock, one statement
+# that reads the inbox and writes all of it under the lock (a WITH of
+# UPDATEs and an INSERT, the byte budget a running sum), the NOTIFY and the
+# COMMIT go in one flight.  It is msg_recv as the door runs it (the sweep,
+# the caller found and touched, the rule), said in SQL: where the statement
+# finds the sweep has work (anything due, the once-a-minute beat), the caller
+# missing or the clock not the one guessed, it writes nothing and says so,
+# and the door runs the call its own way.  So does every call it does not
+# take: peek, a store whose schema is not confirmed yet, a connection's
+# first call (no clock), one with news waiting.  PgStoreTest's
+# test_recv_in_one_round_trip_answers_as_the_door compares the two.
+PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
+    key = 'expiry_swept_to')::float8, 0) AS swept_to),
+  due AS (SELECT (sw.swept_to > :mark + %(slack)s OR :mark - sw.swept_to > %(beat)s
+    OR (:at > sw.swept_to AND EXISTS (SELECT 1 FROM messages WHERE expires_at >
+      sw.swept_to - %(slack)s AND expires_at <= :at))
+    OR EXISTS (SELECT 1 FROM windows WHERE state IN %(open)s AND (expires_at <= :at
+      OR (state = 'pending' AND ack_deadline <= :at)))
+    OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= :at)
+    OR abs(extract(epoch FROM clock_timestamp())::float8 - :real) > :off
+    OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw),
+  caller AS (SELECT * FROM sessions WHERE id = :me AND NOT (SELECT due FROM due)),
+  pick AS (SELECT p.*, row_number() OVER w AS n__, sum(length(COALESCE(p.body, ''))
+      + length(COALESCE(p.subject, ''))) OVER w AS size__
+    FROM (SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id
+      WHERE d.session_id = :me AND d.state IN %(unread)s%(thread)s
+        AND EXISTS (SELECT 1 FROM caller) ORDER BY d.message_id + 0 LIMIT :limit) p
+    WINDOW w AS (ORDER BY p.id ROWS UNBOUNDED PRECEDING)),
+  kept AS (SELECT * FROM pick WHERE n__ = 1 OR size__ <= %(budget)d),
+  moved AS (UPDATE deliveries SET %(read)s WHERE session_id = :me AND message_id IN
+    (SELECT id FROM kept) AND state IN %(unread)s RETURNING message_id),
+  counted AS (UPDATE sessions SET read_total = read_total + (SELECT count(*) FROM kept),
+      last_seen = CASE WHEN %(touch)s THEN :at ELSE last_seen END,
+      verdict = CASE WHEN %(touch)s THEN 'alive' ELSE verdict END,
+      verdict_at = CASE WHEN %(touch)s THEN :at ELSE verdict_at END
+    WHERE id = :me AND EXISTS (SELECT 1 FROM caller)
+      AND (EXISTS (SELECT 1 FROM kept) OR %(touch)s) RETURNING id),
+  logged AS (INSERT INTO events (at, kind, session_id, data)
+    SELECT :at, 'msg.read', :me, '{"messages": ['
+      || string_agg(id::text, ', ' ORDER BY id) || ']}' FROM kept
+    HAVING count(*) > 0 RETURNING id)
+SELECT due.due AS due__, c.deliveries_total AS total__, c.read_total AS read__,
+  (SELECT count(*) FROM deliveries WHERE session_id = :me AND state IN %(unread)s)
+    AS unread__,
+  (SELECT created_at FROM messages WHERE id = (SELECT MAX(message_id) FROM deliveries
+    WHERE session_id = :me)) AS last__,
+  (SELECT json_agg(room ORDER BY room)::text FROM memberships WHERE session_id = :me)
+    AS rooms__,
+  k.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)::text FROM
+    message_rooms WHERE message_id = k.id) AS in__
+FROM due LEFT JOIN caller c ON true LEFT JOIN kept k ON true
+  LEFT JOIN sessions s ON s.id = k.sender ORDER BY k.id"""
+# Its parameters, in their order, each with its type (every use says it: an
+# untyped $3 beside an integer would be taken for one).
+PG_RECV_PARAMS = (("me", "text"), ("at", "float8"), ("mark", "float8"),
+                  ("limit", "bigint"), ("real", "float8"), ("off", "float8"),
+                  ("thread", "bigint"))
+
+
+def _pg_recv_text(thread):
+    """PG_RECV_TEXT with the constants it says (and the thread's condition:
+    two texts, as msg_recv's, so each plan uses the inbox's index)."""
+    import re
+    _, stamps = TRANSITIONS["read"]
+    sets = ["state = 'read'", "updated_at = :at"] + [
+        "%s = NULL" % c if c == "wake_next_at" else "%s = COALESCE(%s, :at)" % (c, c)
+        for c in stamps]
+    text = PG_RECV_TEXT % {
+        "slack": CLOCK_SLACK_S, "beat": RETENTION_EVERY_S, "open": WINDOW_OPEN_SQL,
+        "unread": UNREAD_SQL, "budget": ANSWER_MAX_BYTES, "read": ", ".join(sets),
+        "touch": ":at - last_seen >= %s" % TOUCH_EVERY_S,
+        "thread": "" if thread is None else " AND m.thread_id = :thread"}
+    numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in
+               enumerate(PG_RECV_PARAMS)}
+    return re.sub(r"(?<!:):([a-z]+)", lambda m: numbers[m.group(1)], text)
+
+
+def _pg_recv(store, call, args, session_id):
+    """msg_recv in one flight (see PG_RECV_TEXT), or None: the door's way."""
+    conn = store.conn
+    if (args.get("peek") or not is_session_id(session_id) or call.at is None or
+            store._schema_check is not None or conn is None or conn.sock is None or
+            conn.in_transaction or len(store._calls) != 1):
+        return None
+    try:
+        conn.wait_notify(0)            # what came meanwhile (a notice, a server's close)
+    except PgError:
+        return None                    # the door's way connects again
+    at, thread = call.at, args.get("thread")
+    # The clock the call was given, checked where the statement runs when
+    # it came from the file's skew (a guess): off by more, the door's way.
+    off = PG_CLOCK_SLACK_S if call.guessed is not None else 1e300
+    params = [session_id, at, min(at, store.real_now()), args.get("limit", 50),
+              store.real_now(), off] + ([] if thread is None else [thread])
+    begin = conn.control(store.begin_text(True, True))
+    recv = conn.statement(None, params, text=_pg_recv_text(thread))
+    recv.write = True
+    conn.mail = False
+    # Behind the COMMIT, what the work after a call read last time (due
+    # wakes), as the door's commit sends it (_PgCall.commit).
+    call.mode, call.ended = None, True
+    ahead = call._ahead(conn, "after")
+    for step in ahead:
+        step.quiet = True
+    try:
+        call._exchange(conn, [begin, recv, conn.notify(), conn.control("COMMIT")] + ahead,
+                       ending=True)
+    except PgError as error:
+        if conn.sock is not None and conn.in_transaction:
+            try:
+                conn.run([conn.control("ROLLBACK")])
+            except PgError:
+                pass
+        error.sent = True
+        raise explain_pg(error, store.path)
+    store.took(conn.first_answer_s)
+    if begin.rows:
+        store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
+    rows = recv.rows
+    head = rows[0]
+    if head["due__"]:
+        return None
+    kept = [r for r in rows if r["id"] is not None]
+    if not kept:
+        return {"messages": [], "inbox": {
+            "rooms": json.loads(head["rooms__"] or "[]"),
+            "deliveries_total": head["total__"], "read_total": head["read__"],
+            "last_created_at": iso(head["last__"])}}
+    answer = {"messages": [message_item(r, r["harness__"], json.loads(r["in__"] or "[]"))
+                           for r in kept]}
+    more = head["unread__"] - len(kept)
+    if more:
+        answer["more"] = more
+    return answer
+
+
+PG_ANSWERS = {"msg_recv": _pg_recv}
 
 STORE_KINDS.append(PgStore)
 
@@ -17013,7 +17172,7 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
                     "result"]["structuredContent"]["session_id"]
             for name, arguments, goal in (
                     ("msg_send to 1", {"session_id": sid, "to": inbox, "subject": "s"}, 3),
-                    ("msg_recv", {"session_id": inbox, "limit": 5}, 2),
+                    ("msg_recv", {"session_id": inbox, "limit": 5}, 1),
                     ("room_who", {"session_id": sid}, 2),
                     ("lease_claim", {"session_id": sid, "path": "far.txt"}, 3),
                     ("msg_unread", {"session_id": inbox}, 2)):

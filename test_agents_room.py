@@ -9749,6 +9749,147 @@ class PgStoreTest(RoomTest):
                 self.assertEqual(len(answer["sessions"]), 5)
         self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
 
+    def test_recv_in_one_round_trip_answers_as_the_door(self):
+        """Issue 39: msg_recv on PostgreSQL is one statement of its own
+        (PG_ANSWERS), sent with BEGIN, the lock and the COMMIT.  Two sessions
+        are sent the same messages and receive them with the same arguments,
+        one that way and one the door's: the same answers (the byte budget's
+        cut-off, more, a thread, the empty inbox's block), delivery states,
+        counts and events.  What it does not take (peek, a sweep with work
+        to do) goes the door's way."""
+        from unittest import mock
+        roomy = mock.patch.dict(os.environ, {"AGENTS_ROOM_SESSION_STORED_MAX": str(64 << 20)})
+        roomy.start()
+        self.addCleanup(roomy.stop)
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        own, door, sender = [call("room_join", label=label, room="cmp", extra_rooms=[
+            "shared:cmp"], harness_key=run_key("k-cmp-" + label))["session_id"]
+            for label in ("own", "door", "sender")]
+        other = call("room_join", label="other", room="cmp")["session_id"]
+        fast = agents_room.PG_ANSWERS["msg_recv"]
+        taken = []
+
+        def spy(*args):
+            answer = fast(*args)
+            taken.append(answer is not None)
+            return answer
+
+        def both(**args):
+            """The same recv as own (its own statement) and as door (the
+            door's way): the two answers, and whether own's was its own."""
+            del taken[:]
+            with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_recv": spy}):
+                mine = call("msg_recv", session_id=own, **args)
+            with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+                theirs = call("msg_recv", session_id=door, **args)
+            return mine, theirs, taken == [True]
+
+        def send(**args):
+            return call("msg_send", session_id=args.pop("by", sender), to=[own, door],
+                        **args)["message_id"]
+        mine, theirs, own_way = both()                     # nothing yet
+        self.assertEqual((mine, own_way), (theirs, True))
+        self.assertEqual(mine["messages"], [])
+        root = send(subject="root", body="first")
+        send(subject="urgent", importance="urgent", ack_required=True, ack_by="10m")
+        send(by=other, subject="from one room only")
+        send(subject="a reply", reply_to=root)
+        send(body="no subject")
+        send(subject="another reply", reply_to=root, body="é" * 10)
+        # 1 MiB bodies: four fill the budget to the character, the fifth is cut.
+        big = [send(body=c * agents_room.BODY_MAX_BYTES) for c in "abcde"]
+        steps = [dict(limit=1), dict(limit=2, thread=root), dict(limit=2), dict(thread=root),
+                 dict(limit=1), {}, {}, {}, dict(thread=root), {}]
+        answers = []
+        for args in steps:
+            mine, theirs, own_way = both(**args)
+            self.assertTrue(own_way, args)
+            self.assertEqual(mine, theirs, args)
+            answers.append(([m["message_id"] for m in mine["messages"]], mine.get("more")))
+        self.assertEqual(answers[1], ([root + 3, root + 5], 8))
+        self.assertEqual(answers[3], ([], None))
+        self.assertEqual(answers[5], (big[:4], 1))         # the budget's cut-off
+        self.assertEqual(answers[6], (big[4:], None))
+        self.assertEqual(mine["inbox"]["read_total"], 11)
+        # Peek marks nothing: the door's way, the same answer.
+        send(subject="peeked")
+        mine, theirs, own_way = both(peek=True)
+        self.assertEqual((mine, own_way), (theirs, False))
+        # A sweep with work to do (a lease past its end): the door's way, once.
+        lease = call("lease_claim", session_id=other, path="soon.txt", ttl_s=1)["lease"]
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        conn.execute("UPDATE leases SET expires_at = expires_at - 5 WHERE fence = %s"
+                     % int(lease["fence"]))
+        conn.commit()
+        mine, theirs, own_way = both()
+        self.assertEqual((mine, own_way), (theirs, False))
+        self.assertEqual(self.event_count("lease.expire"), 1)
+        # The caller touched: last_seen and its verdict, as the door writes them.
+        conn.execute("UPDATE sessions SET last_seen = last_seen - 10, verdict = NULL")
+        conn.commit()
+        mine, theirs, own_way = both()
+        self.assertEqual((mine, own_way), (theirs, True))
+        rows = {}
+        for who in (own, door):
+            rows[who] = [
+                conn.execute("SELECT deliveries_total, read_total, verdict, last_seen > %r "
+                             "FROM sessions WHERE id = '%s'" % (time.time() - 5, who)
+                             ).fetchall(),
+                conn.execute("SELECT message_id, state, read_at IS NULL, wake_next_at, "
+                             "offered_at IS NULL FROM deliveries WHERE session_id = '%s' "
+                             "ORDER BY message_id" % who).fetchall(),
+                conn.execute("SELECT kind, room, subject, data FROM events WHERE "
+                             "session_id = '%s' AND kind LIKE 'msg.%%' ORDER BY id" % who
+                             ).fetchall()]
+            rows[who] = [[tuple(r) for r in part] for part in rows[who]]
+        self.assertEqual(rows[own], rows[door])
+        self.assertEqual(rows[own][0], [(12, 12, "alive", True)])
+        self.assertEqual([r[0] for r in rows[own][2]], ["msg.read"] * 7)
+
+    def test_a_recv_costs_one_round_trip(self):
+        """Issue 39, item 3: through the proxy, as across a network, msg_recv
+        is one round trip, a full inbox and an empty one alike: BEGIN, the
+        lock, its one statement (PG_ANSWERS) and the COMMIT in one flight
+        (the door's way: two, the reads ahead and then the lock, the checks,
+        the writes and the COMMIT)."""
+        from unittest import mock
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
+        far.start()
+        self.addCleanup(far.stop)
+        store, proxy = self.far_store(0.005)
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key=run_key("k-recv-me"))["session_id"]
+        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
+        for i in range(40):
+            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                           "subject": "m%d" % i})
+
+        def turns(count, **args):
+            before, got = proxy.turns, []
+            for _ in range(count):
+                got += [m["subject"] for m in call("msg_recv", session_id=me,
+                                                   **args)["messages"]]
+            return (proxy.turns - before) / float(count), got
+        call("msg_recv", session_id=me, limit=1)            # the connection's clock
+        with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+            door, got = turns(3, limit=3)
+        self.assertEqual(got, ["m%d" % i for i in range(1, 10)])
+        full, got = turns(5, limit=3)
+        self.assertEqual(got, ["m%d" % i for i in range(10, 25)])
+        self.assertLessEqual(full, 1.5, "a recv of 3: %.1f turns (the door's way %.1f)"
+                             % (full, door))
+        self.assertEqual(len(call("msg_recv", session_id=me, limit=500)["messages"]), 15)
+        empty, got = turns(5)
+        self.assertEqual(got, [])
+        self.assertLessEqual(empty, 1.5, "an empty recv: %.1f turns" % empty)
+
     def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
         """Issue 40: through the proxy, as across a network (the lock late),
         a claim of a file the last claims did not name reads ahead what it
