@@ -5657,6 +5657,70 @@ for i in range(each):
             self.assertEqual(ids, sorted(ids), "not oldest first")
         self.assertEqual(states, {"read": total * receiving})
 
+    def test_two_receivers_of_one_session_never_share_a_message(self):
+        """Issue 39: two processes receiving for one session while senders
+        commit (on PostgreSQL, each recv its one statement under the lock,
+        PG_ANSWERS): every message is read once, by one of them, in order;
+        the session's count and the events say the same."""
+        receiving, sending, each = 2, sized(3, 6), sized(30, 300)
+        total = sending * each
+        sid = self.join("--room", "pair")["session_id"]
+        done = os.path.join(self.tmp, "senders-done")
+        receivers = self.workers("""
+sid, done = sys.argv[2], sys.argv[3]
+fast, own = ar.PG_ANSWERS["msg_recv"], []
+def counted(*args):
+    answer = fast(*args)
+    own.append(answer is not None)
+    return answer
+ar.PG_ANSWERS["msg_recv"] = counted
+print("ready", flush=True)
+seen = []
+while True:
+    last = os.path.exists(done)
+    got = op("msg_recv", session_id=sid, limit=random.randint(1, 5))["messages"]
+    seen += [m["message_id"] for m in got]
+    if not got:
+        if last:
+            break
+        time.sleep(0.005)
+print(sum(own), " ".join(map(str, seen)))
+""", receiving, [sid, done])
+        for proc in receivers:
+            self.assertEqual(readline_within(proc.stdout, PIPE_TIMEOUT_S).strip(), "ready")
+        senders = self.workers("""
+index, each, sid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+me = op("room_join", room="pair", harness_key="ps%d" % index)["session_id"]
+for i in range(each):
+    op("msg_send", session_id=me, to=sid, subject="p %d %d" % (index, i))
+""", sending, [str(each), sid])
+        self.finish(senders)
+        open(done, "w").close()
+        outputs = [out.split() for out in self.finish(receivers)]
+        seen = [list(map(int, out[1:])) for out in outputs]
+        conn = self.connect()
+        sent = {r[0] for r in conn.execute("SELECT id FROM messages WHERE subject LIKE 'p %'")}
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"))
+        read_total = conn.execute("SELECT read_total FROM sessions WHERE id = ?",
+                                  (sid,)).fetchone()[0]
+        logged = [json.loads(r[0])["messages"] for r in conn.execute(
+            "SELECT data FROM events WHERE kind = 'msg.read' AND session_id = ?", (sid,))]
+        conn.close()
+        self.counts("%d messages from %d senders, read by 2 receivers of one session (%s "
+                    "recvs by its own statement)" % (len(sent), sending,
+                                                     "+".join(o[0] for o in outputs)))
+        self.assertEqual(len(sent), total)
+        both = seen[0] + seen[1]
+        self.assertEqual(len(both), len(set(both)), "a message read twice")
+        self.assertEqual(set(both), sent, "a message never read")
+        for ids in seen:
+            self.assertEqual(ids, sorted(ids), "not oldest first")
+        self.assertEqual(states, {"read": total})
+        self.assertEqual(read_total, total)
+        self.assertEqual(sorted(i for ids in logged for i in ids), sorted(both))
+        if self.store == "postgresql":
+            self.assertTrue(all(int(o[0]) > 0 for o in outputs), outputs)
+
     def test_a_quiet_hook_never_misses_a_delivery(self):
         """The hook's fast path (no marker, no store) under concurrent senders
         and a consumer that reads and clears: whenever a send has returned,
