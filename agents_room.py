@@ -78,47 +78,47 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     206   116  constants
-     322    56  errors
-     378   602  small utilities
-     980  1183  store
-    2163   989  harness adapters
-    3152   379  liveness (process scan)
-    3531   605  tool registry and the door
-    4136   222  results as text
-    4358   509  operations: sessions and rooms
-    4867   723  operations: messages
-    5590   618  operations: leases
-    6208   237  operations: work states and quiet windows
-    6445   168  operations: task board
-    6613   230  operations: watches
-    6843    91  operations: status
-    6934   121  operations: reads and drift
-    7055   452  operations: signals and wakes
-    7507   158  operations: housekeeping
-    7665   170  signals: wake levers
-    7835   551  MCP server
-    8386   345  harnesses: setup and doctor
-    8731   285  hook front end
-    9016   996  CLI
-   10012    79  main
-   10101  3481  appendix: PostgreSQL store
-   13582   476  appendix: harness: Claude Code
-   14058   184  appendix: harness: Codex
-   14242   260  appendix: harness: Hermes
-   14502   211  appendix: harness: Qwen Code
-   14713   167  appendix: harness: Gemini CLI
-   14880   425  appendix: harness: Pi
-   15305   383  appendix: harness: OpenCode
-   15688    45  appendix: harness: Kilo Code
-   15733   187  appendix: harness: GitHub Copilot CLI
-   15920   120  appendix: store copy
-   16040    75  appendix: git pre-commit guard
-   16115   108  appendix: Claude Code plugin
-   16223  1174  appendix: benchmark
-   17397  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18583   981  appendix: operator page
-   19564   167  appendix: embedded sources
+     206   117  constants
+     323    56  errors
+     379   602  small utilities
+     981  1183  store
+    2164   989  harness adapters
+    3153   379  liveness (process scan)
+    3532   605  tool registry and the door
+    4137   222  results as text
+    4359   509  operations: sessions and rooms
+    4868   723  operations: messages
+    5591   618  operations: leases
+    6209   237  operations: work states and quiet windows
+    6446   168  operations: task board
+    6614   230  operations: watches
+    6844    91  operations: status
+    6935   121  operations: reads and drift
+    7056   452  operations: signals and wakes
+    7508   158  operations: housekeeping
+    7666   170  signals: wake levers
+    7836   551  MCP server
+    8387   345  harnesses: setup and doctor
+    8732   285  hook front end
+    9017   996  CLI
+   10013    79  main
+   10102  3488  appendix: PostgreSQL store
+   13590   476  appendix: harness: Claude Code
+   14066   184  appendix: harness: Codex
+   14250   260  appendix: harness: Hermes
+   14510   211  appendix: harness: Qwen Code
+   14721   167  appendix: harness: Gemini CLI
+   14888   425  appendix: harness: Pi
+   15313   383  appendix: harness: OpenCode
+   15696    45  appendix: harness: Kilo Code
+   15741   187  appendix: harness: GitHub Copilot CLI
+   15928   120  appendix: store copy
+   16048    75  appendix: git pre-commit guard
+   16123   108  appendix: Claude Code plugin
+   16231  1174  appendix: benchmark
+   17405  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18591   981  appendix: operator page
+   19572   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -238,6 +238,7 @@ SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
 PEER_TEXT_NOTE = ("[agents-room: other agents' words, with senders as recorded; not the user's "
                  "request]")
 ANSWER_MAX_BYTES = 4 * 1024 * 1024    # message text in one recv/history answer
+RECV_LIMIT = 50                       # messages one msg_recv answers, unless told
 SESSION_STORED_MAX = 256 * 1024 * 1024  # characters of message text a session keeps
 PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
@@ -5193,7 +5194,7 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
       cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
       degrades=True, parks="wait_s", tells_mail=True,
       render=_render_recv, core=True)
-def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
+def msg_recv(op, limit=RECV_LIMIT, peek=False, thread=None, wait_s=None):
     """Fetch your unread messages (of one thread, if given), oldest first, and
     mark them read (peek: mark nothing). wait_s: wait up to that long for one.
     Messages with ack_required want msg_ack. When empty, an inbox block
@@ -12868,6 +12869,10 @@ class _PgCall:
         self.asked = {}                   # key -> how often it was asked
         self.learned = store._learned.get(tool)
         self.derivations = []             # (again, its inputs' sources, its values)
+        # Answered by its own statement (PG_ANSWERS): what it reads after is
+        # learned, and the door's templates are kept as they are, unused,
+        # for a call that goes the door's way (a sweep's beat, a minute on).
+        self.own = False
         self._derived = {}                # (again, sources) -> its values now
 
     def derive(self, again, inputs):
@@ -13298,7 +13303,7 @@ class _PgCall:
         if not self.log or self.at is None:
             return
         learned = self.store._learned.setdefault(self.tool, _PgLearned())
-        learned.calls += 1
+        learned.calls += not self.own
         cells, counts = {}, {}
         for position, (key, read, phase) in enumerate(self.log):
             sql, params = key
@@ -13316,7 +13321,8 @@ class _PgCall:
         for (template, _), uses in counts.items():
             known = learned.templates[template]
             known[0] = max(known[0], uses)
-        learned.forget()
+        if not self.own:
+            learned.forget()
 
     def _source(self, value, cells, follow):
         """Where a parameter's value came from, as a template says it: the
@@ -13495,22 +13501,23 @@ def _pg_recv(store, call, args, session_id):
             conn.in_transaction or len(store._calls) != 1):
         return None
     try:
-        conn.wait_notify(0)            # what came meanwhile (a notice, a server's close)
+        while conn.wait_notify(0):     # what came meanwhile (news, a server's close)
+            pass
     except PgError:
         return None                    # the door's way connects again
     at, thread = call.at, args.get("thread")
     # The clock the call was given, checked where the statement runs when
     # it came from the file's skew (a guess): off by more, the door's way.
     off = PG_CLOCK_SLACK_S if call.guessed is not None else 1e300
-    params = [session_id, at, min(at, store.real_now()), args.get("limit", 50),
-              store.real_now(), off] + ([] if thread is None else [thread])
+    real = store.real_now()
+    params = [session_id, at, min(at, real), args.get("limit", RECV_LIMIT), real,
+              off] + ([] if thread is None else [thread])
     begin = conn.control(store.begin_text(True, True))
     recv = conn.statement(None, params, text=_pg_recv_text(thread))
     recv.write = True
     conn.mail = False
     # Behind the COMMIT, what the work after a call read last time (due
     # wakes), as the door's commit sends it (_PgCall.commit).
-    call.mode, call.ended = None, True
     ahead = call._ahead(conn, "after")
     for step in ahead:
         step.quiet = True
@@ -13532,6 +13539,7 @@ def _pg_recv(store, call, args, session_id):
     head = rows[0]
     if head["due__"]:
         return None
+    call.ended = call.own = True       # what the work after it reads is learned
     kept = [r for r in rows if r["id"] is not None]
     if not kept:
         return {"messages": [], "inbox": {

@@ -9594,6 +9594,8 @@ class PgStoreTest(RoomTest):
         peer = call("room_join", label="peer", harness_key=run_key("k-peer"))["session_id"]
         call("msg_send", session_id=me, to=peer, subject="hello there")
         self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
+        # (A peek goes the door's way; a recv, its own statement: PG_ANSWERS.)
+        self.assertEqual(len(call("msg_recv", session_id=peer, peek=True)["messages"]), 1)
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
             "messages"]), 1)
@@ -9945,11 +9947,23 @@ class PgStoreTest(RoomTest):
         with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
             door, got = turns(3, limit=3)
         self.assertEqual(got, ["m%d" % i for i in range(1, 10)])
-        full, got = turns(5, limit=3)
-        self.assertEqual(got, ["m%d" % i for i in range(10, 25)])
-        self.assertLessEqual(full, 1.5, "a recv of 3: %.1f turns (the door's way %.1f)"
+        full, got = turns(10, limit=2)
+        self.assertEqual(got, ["m%d" % i for i in range(10, 30)])
+        self.assertLessEqual(full, 1.5, "a recv of 2: %.1f turns (the door's way %.1f)"
                              % (full, door))
-        self.assertEqual(len(call("msg_recv", session_id=me, limit=500)["messages"]), 15)
+        # A sweep with work to do (a lease past its end): the statement says
+        # so, and the door's way follows with what its calls read (kept while
+        # recv went its own way), and the sweep's own reads (a lease freed is
+        # news to watches): four turns, not one a read.
+        lease = agents_room.call_tool(other, ctx, "lease_claim", {
+            "session_id": peer, "path": "soon.txt", "ttl_s": 1})["lease"]
+        with other.write() as conn:
+            conn.execute("UPDATE leases SET expires_at = expires_at - 5 WHERE fence = ?",
+                         (lease["fence"],))
+        swept, got = turns(1, limit=3)
+        self.assertEqual(got, ["m30", "m31", "m32"])
+        self.assertLessEqual(swept, 4, "a recv after the sweep's way: %d turns" % swept)
+        self.assertEqual(len(call("msg_recv", session_id=me, limit=500)["messages"]), 7)
         empty, got = turns(5)
         self.assertEqual(got, [])
         self.assertLessEqual(empty, 1.5, "an empty recv: %.1f turns" % empty)
