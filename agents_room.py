@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8732   285  hook front end
     9017   996  CLI
    10013    79  main
-   10102  3488  appendix: PostgreSQL store
-   13590   476  appendix: harness: Claude Code
-   14066   184  appendix: harness: Codex
-   14250   260  appendix: harness: Hermes
-   14510   211  appendix: harness: Qwen Code
-   14721   167  appendix: harness: Gemini CLI
-   14888   425  appendix: harness: Pi
-   15313   383  appendix: harness: OpenCode
-   15696    45  appendix: harness: Kilo Code
-   15741   187  appendix: harness: GitHub Copilot CLI
-   15928   120  appendix: store copy
-   16048    75  appendix: git pre-commit guard
-   16123   108  appendix: Claude Code plugin
-   16231  1174  appendix: benchmark
-   17405  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18591   981  appendix: operator page
-   19572   167  appendix: embedded sources
+   10102  3489  appendix: PostgreSQL store
+   13591   476  appendix: harness: Claude Code
+   14067   184  appendix: harness: Codex
+   14251   260  appendix: harness: Hermes
+   14511   211  appendix: harness: Qwen Code
+   14722   167  appendix: harness: Gemini CLI
+   14889   425  appendix: harness: Pi
+   15314   383  appendix: harness: OpenCode
+   15697    45  appendix: harness: Kilo Code
+   15742   187  appendix: harness: GitHub Copilot CLI
+   15929   120  appendix: store copy
+   16049    75  appendix: git pre-commit guard
+   16124   108  appendix: Claude Code plugin
+   16232  1174  appendix: benchmark
+   17406  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18592   981  appendix: operator page
+   19573   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12267,6 +12267,19 @@ class PgStore:
             time.sleep(max(timeout, 0))
 
 
+def _pg_commit_failed(conn, error, path):
+    """A pipeline with a COMMIT failed: what is left of the transaction is
+    rolled back, and the error is said as one that may have reached the
+    server (a lost connection: may or may not have been committed)."""
+    if conn.sock is not None and conn.in_transaction:
+        try:
+            conn.run([conn.control("ROLLBACK")])
+        except PgError:
+            pass
+    error.sent = True
+    return explain_pg(error, path)
+
+
 class _PgTransaction:
     """A transaction on the store's connection: the door's (call given: its
     planner plans it, see _PgCall) or a plain one, whose write takes the lock
@@ -12346,13 +12359,7 @@ class _PgTransaction:
                     conn.run(conn.take() + [conn.notify(), conn.control("COMMIT")])
                 return False
             except PgError as error:
-                if conn.sock is not None and conn.in_transaction:
-                    try:
-                        conn.run([conn.control("ROLLBACK")])
-                    except PgError:
-                        pass
-                error.sent = True
-                raise explain_pg(error, self.store.path)
+                raise _pg_commit_failed(conn, error, self.store.path)
         if conn.sock is not None:
             try:
                 if call is not None:
@@ -13525,13 +13532,7 @@ def _pg_recv(store, call, args, session_id):
         call._exchange(conn, [begin, recv, conn.notify(), conn.control("COMMIT")] + ahead,
                        ending=True)
     except PgError as error:
-        if conn.sock is not None and conn.in_transaction:
-            try:
-                conn.run([conn.control("ROLLBACK")])
-            except PgError:
-                pass
-        error.sent = True
-        raise explain_pg(error, store.path)
+        raise _pg_commit_failed(conn, error, store.path)
     store.took(conn.first_answer_s)
     if begin.rows:
         store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True

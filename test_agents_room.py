@@ -9778,6 +9778,14 @@ class PgStoreTest(RoomTest):
         self.assertEqual(waiter.returncode, 0, err)
         self.assertIn("ping", out)
 
+    def lock_late(self):
+        """This process's calls read ahead and take the lock late, as across a
+        network, whatever the proxy's delay (AGENTS_ROOM_PG_NEAR_MS=0)."""
+        from unittest import mock
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
+        far.start()
+        self.addCleanup(far.stop)
+
     def far_store(self, delay_s):
         """A store reached through the benchmark's delay proxy (delay_s each
         way), and the proxy (its turns count the round trips)."""
@@ -9923,9 +9931,7 @@ class PgStoreTest(RoomTest):
         (the door's way: two, the reads ahead and then the lock, the checks,
         the writes and the COMMIT)."""
         from unittest import mock
-        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
-        far.start()
-        self.addCleanup(far.stop)
+        self.lock_late()
         store, proxy = self.far_store(0.005)
         other = agents_room.open_store(self.db)
         self.addCleanup(other.close)
@@ -9977,9 +9983,7 @@ class PgStoreTest(RoomTest):
         host's grant changed before its lock runs again holding the lock,
         reading ahead again: four in all (ten before)."""
         from unittest import mock
-        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
-        far.start()
-        self.addCleanup(far.stop)
+        self.lock_late()
         store, proxy = self.far_store(0.002)
         other = agents_room.open_store(self.db)
         self.addCleanup(other.close)
