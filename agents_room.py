@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8732   285  hook front end
     9017   996  CLI
    10013    79  main
-   10102  3489  appendix: PostgreSQL store
-   13591   476  appendix: harness: Claude Code
-   14067   184  appendix: harness: Codex
-   14251   260  appendix: harness: Hermes
-   14511   211  appendix: harness: Qwen Code
-   14722   167  appendix: harness: Gemini CLI
-   14889   425  appendix: harness: Pi
-   15314   383  appendix: harness: OpenCode
-   15697    45  appendix: harness: Kilo Code
-   15742   187  appendix: harness: GitHub Copilot CLI
-   15929   120  appendix: store copy
-   16049    75  appendix: git pre-commit guard
-   16124   108  appendix: Claude Code plugin
-   16232  1174  appendix: benchmark
-   17406  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18592   981  appendix: operator page
-   19573   167  appendix: embedded sources
+   10102  3498  appendix: PostgreSQL store
+   13600   476  appendix: harness: Claude Code
+   14076   184  appendix: harness: Codex
+   14260   260  appendix: harness: Hermes
+   14520   211  appendix: harness: Qwen Code
+   14731   167  appendix: harness: Gemini CLI
+   14898   425  appendix: harness: Pi
+   15323   383  appendix: harness: OpenCode
+   15706    45  appendix: harness: Kilo Code
+   15751   187  appendix: harness: GitHub Copilot CLI
+   15938   120  appendix: store copy
+   16058    75  appendix: git pre-commit guard
+   16133   108  appendix: Claude Code plugin
+   16241  1174  appendix: benchmark
+   17415  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18601   981  appendix: operator page
+   19582   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -13482,9 +13482,16 @@ PG_RECV_PARAMS = (("me", "text"), ("at", "float8"), ("mark", "float8"),
                   ("thread", "bigint"))
 
 
+_PG_RECV_TEXTS = {}
+
+
 def _pg_recv_text(thread):
     """PG_RECV_TEXT with the constants it says (and the thread's condition:
-    two texts, as msg_recv's, so each plan uses the inbox's index)."""
+    two texts, as msg_recv's, so each plan uses the inbox's index), made
+    once each."""
+    done = _PG_RECV_TEXTS.get(thread is None)
+    if done is not None:
+        return done
     import re
     _, stamps = TRANSITIONS["read"]
     sets = ["state = 'read'", "updated_at = :at"] + [
@@ -13497,7 +13504,9 @@ def _pg_recv_text(thread):
         "thread": "" if thread is None else " AND m.thread_id = :thread"}
     numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in
                enumerate(PG_RECV_PARAMS)}
-    return re.sub(r"(?<!:):([a-z]+)", lambda m: numbers[m.group(1)], text)
+    done = _PG_RECV_TEXTS[thread is None] = re.sub(r"(?<!:):([a-z]+)",
+                                                   lambda m: numbers[m.group(1)], text)
+    return done
 
 
 def _pg_recv(store, call, args, session_id):
