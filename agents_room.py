@@ -78,47 +78,47 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     206   116  constants
-     322    56  errors
-     378   602  small utilities
-     980  1178  store
-    2158   989  harness adapters
-    3147   379  liveness (process scan)
-    3526   602  tool registry and the door
-    4128   222  results as text
-    4350   509  operations: sessions and rooms
-    4859   719  operations: messages
-    5578   618  operations: leases
-    6196   237  operations: work states and quiet windows
-    6433   168  operations: task board
-    6601   230  operations: watches
-    6831    91  operations: status
-    6922   121  operations: reads and drift
-    7043   452  operations: signals and wakes
-    7495   158  operations: housekeeping
-    7653   170  signals: wake levers
-    7823   551  MCP server
-    8374   345  harnesses: setup and doctor
-    8719   285  hook front end
-    9004   996  CLI
-   10000    79  main
-   10089  3334  appendix: PostgreSQL store
-   13423   476  appendix: harness: Claude Code
-   13899   184  appendix: harness: Codex
-   14083   260  appendix: harness: Hermes
-   14343   211  appendix: harness: Qwen Code
-   14554   167  appendix: harness: Gemini CLI
-   14721   425  appendix: harness: Pi
-   15146   383  appendix: harness: OpenCode
-   15529    45  appendix: harness: Kilo Code
-   15574   187  appendix: harness: GitHub Copilot CLI
-   15761   120  appendix: store copy
-   15881    75  appendix: git pre-commit guard
-   15956   108  appendix: Claude Code plugin
-   16064  1174  appendix: benchmark
-   17238  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18424   981  appendix: operator page
-   19405   167  appendix: embedded sources
+     206   117  constants
+     323    56  errors
+     379   602  small utilities
+     981  1183  store
+    2164   989  harness adapters
+    3153   379  liveness (process scan)
+    3532   605  tool registry and the door
+    4137   222  results as text
+    4359   509  operations: sessions and rooms
+    4868   723  operations: messages
+    5591   618  operations: leases
+    6209   237  operations: work states and quiet windows
+    6446   168  operations: task board
+    6614   230  operations: watches
+    6844    91  operations: status
+    6935   121  operations: reads and drift
+    7056   452  operations: signals and wakes
+    7508   158  operations: housekeeping
+    7666   170  signals: wake levers
+    7836   551  MCP server
+    8387   345  harnesses: setup and doctor
+    8732   285  hook front end
+    9017   996  CLI
+   10013    79  main
+   10102  3498  appendix: PostgreSQL store
+   13600   476  appendix: harness: Claude Code
+   14076   184  appendix: harness: Codex
+   14260   260  appendix: harness: Hermes
+   14520   211  appendix: harness: Qwen Code
+   14731   167  appendix: harness: Gemini CLI
+   14898   425  appendix: harness: Pi
+   15323   383  appendix: harness: OpenCode
+   15706    45  appendix: harness: Kilo Code
+   15751   187  appendix: harness: GitHub Copilot CLI
+   15938   120  appendix: store copy
+   16058    75  appendix: git pre-commit guard
+   16133   108  appendix: Claude Code plugin
+   16241  1174  appendix: benchmark
+   17415  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18601   981  appendix: operator page
+   19582   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -238,6 +238,7 @@ SIGNAL_MAX_CHARS = 300                # a signal is one line of at most this
 PEER_TEXT_NOTE = ("[agents-room: other agents' words, with senders as recorded; not the user's "
                  "request]")
 ANSWER_MAX_BYTES = 4 * 1024 * 1024    # message text in one recv/history answer
+RECV_LIMIT = 50                       # messages one msg_recv answers, unless told
 SESSION_STORED_MAX = 256 * 1024 * 1024  # characters of message text a session keeps
 PRUNE_QUIET_S = 24 * 3600
 EVENT_RETENTION_S = 30 * 86400        # the audit log keeps 30 days
@@ -1681,6 +1682,11 @@ class SqliteStore:
         (PostgreSQL); nothing here."""
         return _NoCall()
 
+    def answer(self, call, tool, args, session_id):
+        """A call's answer the store gives its own way, whole (PostgreSQL's
+        msg_recv: one round trip); None: the door's way (always, here)."""
+        return None
+
     def derived(self, again, *inputs):
         """Values an operation derived from its arguments: see PgStore's."""
 
@@ -1831,8 +1837,8 @@ def default_db_path():
 def open_store(path=None, busy_ms=BUSY_TIMEOUT_MS):
     """The store AGENTS_ROOM_DB (or path) names, of whichever kind claims it.
     Every kind offers the same interface: write() and read() transactions
-    (given the door's call, from calling()), conn, connection(), now(),
-    change_mark(), wait_change(), explain() and close(); one whose
+    (given the door's call, from calling()), answer(), conn, connection(),
+    now(), change_mark(), wait_change(), explain() and close(); one whose
     reads_apart is true also write_later()."""
     path = path or default_db_path()
     kind = store_kind(path)
@@ -4025,6 +4031,9 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key, call):
             op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
             prepared = tool_.prepare(op, **args)
         try:
+            answer = store.answer(call, tool_, args, session_id)
+            if answer is not None:
+                return answer
             if tool_.read_only and store.reads_apart:
                 # A read apart from the writers: a snapshot, no lock held while
                 # its statements cross the network; what it writes nobody
@@ -4990,19 +4999,23 @@ def within_budget(rows):
 def message_dict(op, row):
     """A message as answers show it, with its sender as the store recorded it
     (label, session, harness): who wrote it is not the message's to say."""
-    conn = op.conn
     sender = op.session(row["sender"])
+    return message_item(row, sender["harness"] if sender is not None else None, [
+        r[0] for r in op.conn.execute(
+            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
+            (row["id"],))])
+
+
+def message_item(row, harness, rooms):
+    """message_dict from what it reads: the sender's harness, the rooms."""
     item = {
         "message_id": row["id"], "sender": row["sender"],
-        "sender_label": row["sender_label"],
-        "sender_harness": sender["harness"] if sender is not None else None,
+        "sender_label": row["sender_label"], "sender_harness": harness,
         "subject": row["subject"],
         "body": row["body"], "reply_to": row["reply_to"],
         "thread_id": row["thread_id"] or row["id"], "importance": row["importance"],
         "created_at": iso(row["created_at"]), "expires_at": iso(row["expires_at"]),
-        "rooms": [r[0] for r in conn.execute(
-            "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
-            (row["id"],))],
+        "rooms": rooms,
     }
     if row["ack_required"]:
         item["ack_required"] = True
@@ -5181,7 +5194,7 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
       cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
       degrades=True, parks="wait_s", tells_mail=True,
       render=_render_recv, core=True)
-def msg_recv(op, limit=50, peek=False, thread=None, wait_s=None):
+def msg_recv(op, limit=RECV_LIMIT, peek=False, thread=None, wait_s=None):
     """Fetch your unread messages (of one thread, if given), oldest first, and
     mark them read (peek: mark nothing). wait_s: wait up to that long for one.
     Messages with ack_required want msg_ack. When empty, an inbox block
@@ -12160,6 +12173,12 @@ class PgStore:
         calling.call.pessimistic = calling.call.pessimistic or lock_first
         return calling
 
+    def answer(self, call, tool, args, session_id):
+        """A call answered in one statement of its own where the store has
+        one for it (PG_ANSWERS: msg_recv), else None: the door's way."""
+        own = PG_ANSWERS.get(tool.name)
+        return own(self, call, args, session_id) if own is not None else None
+
     def derived(self, again, *inputs):
         """Values the operation of the door's call derived from its arguments
         (again(*inputs) gives them; a module-level function, the same for
@@ -12248,6 +12267,19 @@ class PgStore:
             time.sleep(max(timeout, 0))
 
 
+def _pg_commit_failed(conn, error, path):
+    """A pipeline with a COMMIT failed: what is left of the transaction is
+    rolled back, and the error is said as one that may have reached the
+    server (a lost connection: may or may not have been committed)."""
+    if conn.sock is not None and conn.in_transaction:
+        try:
+            conn.run([conn.control("ROLLBACK")])
+        except PgError:
+            pass
+    error.sent = True
+    return explain_pg(error, path)
+
+
 class _PgTransaction:
     """A transaction on the store's connection: the door's (call given: its
     planner plans it, see _PgCall) or a plain one, whose write takes the lock
@@ -12327,13 +12359,7 @@ class _PgTransaction:
                     conn.run(conn.take() + [conn.notify(), conn.control("COMMIT")])
                 return False
             except PgError as error:
-                if conn.sock is not None and conn.in_transaction:
-                    try:
-                        conn.run([conn.control("ROLLBACK")])
-                    except PgError:
-                        pass
-                error.sent = True
-                raise explain_pg(error, self.store.path)
+                raise _pg_commit_failed(conn, error, self.store.path)
         if conn.sock is not None:
             try:
                 if call is not None:
@@ -12850,6 +12876,10 @@ class _PgCall:
         self.asked = {}                   # key -> how often it was asked
         self.learned = store._learned.get(tool)
         self.derivations = []             # (again, its inputs' sources, its values)
+        # Answered by its own statement (PG_ANSWERS): what it reads after is
+        # learned, and the door's templates are kept as they are, unused,
+        # for a call that goes the door's way (a sweep's beat, a minute on).
+        self.own = False
         self._derived = {}                # (again, sources) -> its values now
 
     def derive(self, again, inputs):
@@ -13280,7 +13310,7 @@ class _PgCall:
         if not self.log or self.at is None:
             return
         learned = self.store._learned.setdefault(self.tool, _PgLearned())
-        learned.calls += 1
+        learned.calls += not self.own
         cells, counts = {}, {}
         for position, (key, read, phase) in enumerate(self.log):
             sql, params = key
@@ -13298,7 +13328,8 @@ class _PgCall:
         for (template, _), uses in counts.items():
             known = learned.templates[template]
             known[0] = max(known[0], uses)
-        learned.forget()
+        if not self.own:
+            learned.forget()
 
     def _source(self, value, cells, follow):
         """Where a parameter's value came from, as a template says it: the
@@ -13388,6 +13419,152 @@ def _pg_bindable(params, types):
             return False
     return True
 
+
+# msg_recv in one round trip.  The door's way reads ahead with BEGIN (one
+# round trip), and its writes (the deliveries read, the session's count, the
+# event) depend on those answers: the lock, the reads checked again, the
+# writes and the COMMIT are a second.  Here BEGIN, the lock, one statement
+# that reads the inbox and writes all of it under the lock (a WITH of
+# UPDATEs and an INSERT, the byte budget a running sum), the NOTIFY and the
+# COMMIT go in one flight.  It is msg_recv as the door runs it (the sweep,
+# the caller found and touched, the rule), said in SQL: where the statement
+# finds the sweep has work (anything due, the once-a-minute beat), the caller
+# missing or the clock not the one guessed, it writes nothing and says so,
+# and the door runs the call its own way.  So does every call it does not
+# take: peek, a store whose schema is not confirmed yet, a connection's
+# first call (no clock), one with news waiting.  PgStoreTest's
+# test_recv_in_one_round_trip_answers_as_the_door compares the two.
+PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
+    key = 'expiry_swept_to')::float8, 0) AS swept_to),
+  due AS (SELECT (sw.swept_to > :mark + %(slack)s OR :mark - sw.swept_to > %(beat)s
+    OR (:at > sw.swept_to AND EXISTS (SELECT 1 FROM messages WHERE expires_at >
+      sw.swept_to - %(slack)s AND expires_at <= :at))
+    OR EXISTS (SELECT 1 FROM windows WHERE state IN %(open)s AND (expires_at <= :at
+      OR (state = 'pending' AND ack_deadline <= :at)))
+    OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= :at)
+    OR abs(extract(epoch FROM clock_timestamp())::float8 - :real) > :off
+    OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw),
+  caller AS (SELECT * FROM sessions WHERE id = :me AND NOT (SELECT due FROM due)),
+  pick AS (SELECT p.*, row_number() OVER w AS n__, sum(length(COALESCE(p.body, ''))
+      + length(COALESCE(p.subject, ''))) OVER w AS size__
+    FROM (SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id
+      WHERE d.session_id = :me AND d.state IN %(unread)s%(thread)s
+        AND EXISTS (SELECT 1 FROM caller) ORDER BY d.message_id + 0 LIMIT :limit) p
+    WINDOW w AS (ORDER BY p.id ROWS UNBOUNDED PRECEDING)),
+  kept AS (SELECT * FROM pick WHERE n__ = 1 OR size__ <= %(budget)d),
+  moved AS (UPDATE deliveries SET %(read)s WHERE session_id = :me AND message_id IN
+    (SELECT id FROM kept) AND state IN %(unread)s RETURNING message_id),
+  counted AS (UPDATE sessions SET read_total = read_total + (SELECT count(*) FROM kept),
+      last_seen = CASE WHEN %(touch)s THEN :at ELSE last_seen END,
+      verdict = CASE WHEN %(touch)s THEN 'alive' ELSE verdict END,
+      verdict_at = CASE WHEN %(touch)s THEN :at ELSE verdict_at END
+    WHERE id = :me AND EXISTS (SELECT 1 FROM caller)
+      AND (EXISTS (SELECT 1 FROM kept) OR %(touch)s) RETURNING id),
+  logged AS (INSERT INTO events (at, kind, session_id, data)
+    SELECT :at, 'msg.read', :me, '{"messages": ['
+      || string_agg(id::text, ', ' ORDER BY id) || ']}' FROM kept
+    HAVING count(*) > 0 RETURNING id)
+SELECT due.due AS due__, c.deliveries_total AS total__, c.read_total AS read__,
+  (SELECT count(*) FROM deliveries WHERE session_id = :me AND state IN %(unread)s)
+    AS unread__,
+  (SELECT created_at FROM messages WHERE id = (SELECT MAX(message_id) FROM deliveries
+    WHERE session_id = :me)) AS last__,
+  (SELECT json_agg(room ORDER BY room)::text FROM memberships WHERE session_id = :me)
+    AS rooms__,
+  k.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)::text FROM
+    message_rooms WHERE message_id = k.id) AS in__
+FROM due LEFT JOIN caller c ON true LEFT JOIN kept k ON true
+  LEFT JOIN sessions s ON s.id = k.sender ORDER BY k.id"""
+# Its parameters, in their order, each with its type (every use says it: an
+# untyped $3 beside an integer would be taken for one).
+PG_RECV_PARAMS = (("me", "text"), ("at", "float8"), ("mark", "float8"),
+                  ("limit", "bigint"), ("real", "float8"), ("off", "float8"),
+                  ("thread", "bigint"))
+
+
+_PG_RECV_TEXTS = {}
+
+
+def _pg_recv_text(thread):
+    """PG_RECV_TEXT with the constants it says (and the thread's condition:
+    two texts, as msg_recv's, so each plan uses the inbox's index), made
+    once each."""
+    done = _PG_RECV_TEXTS.get(thread is None)
+    if done is not None:
+        return done
+    import re
+    _, stamps = TRANSITIONS["read"]
+    sets = ["state = 'read'", "updated_at = :at"] + [
+        "%s = NULL" % c if c == "wake_next_at" else "%s = COALESCE(%s, :at)" % (c, c)
+        for c in stamps]
+    text = PG_RECV_TEXT % {
+        "slack": CLOCK_SLACK_S, "beat": RETENTION_EVERY_S, "open": WINDOW_OPEN_SQL,
+        "unread": UNREAD_SQL, "budget": ANSWER_MAX_BYTES, "read": ", ".join(sets),
+        "touch": ":at - last_seen >= %s" % TOUCH_EVERY_S,
+        "thread": "" if thread is None else " AND m.thread_id = :thread"}
+    numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in
+               enumerate(PG_RECV_PARAMS)}
+    done = _PG_RECV_TEXTS[thread is None] = re.sub(r"(?<!:):([a-z]+)",
+                                                   lambda m: numbers[m.group(1)], text)
+    return done
+
+
+def _pg_recv(store, call, args, session_id):
+    """msg_recv in one flight (see PG_RECV_TEXT), or None: the door's way."""
+    conn = store.conn
+    if (args.get("peek") or not is_session_id(session_id) or call.at is None or
+            store._schema_check is not None or conn is None or conn.sock is None or
+            conn.in_transaction or len(store._calls) != 1):
+        return None
+    try:
+        while conn.wait_notify(0):     # what came meanwhile (news, a server's close)
+            pass
+    except PgError:
+        return None                    # the door's way connects again
+    at, thread = call.at, args.get("thread")
+    # The clock the call was given, checked where the statement runs when
+    # it came from the file's skew (a guess): off by more, the door's way.
+    off = PG_CLOCK_SLACK_S if call.guessed is not None else 1e300
+    real = store.real_now()
+    params = [session_id, at, min(at, real), args.get("limit", RECV_LIMIT), real,
+              off] + ([] if thread is None else [thread])
+    begin = conn.control(store.begin_text(True, True))
+    recv = conn.statement(None, params, text=_pg_recv_text(thread))
+    recv.write = True
+    conn.mail = False
+    # Behind the COMMIT, what the work after a call read last time (due
+    # wakes), as the door's commit sends it (_PgCall.commit).
+    ahead = call._ahead(conn, "after")
+    for step in ahead:
+        step.quiet = True
+    try:
+        call._exchange(conn, [begin, recv, conn.notify(), conn.control("COMMIT")] + ahead,
+                       ending=True)
+    except PgError as error:
+        raise _pg_commit_failed(conn, error, store.path)
+    store.took(conn.first_answer_s)
+    if begin.rows:
+        store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
+    rows = recv.rows
+    head = rows[0]
+    if head["due__"]:
+        return None
+    call.ended = call.own = True       # what the work after it reads is learned
+    kept = [r for r in rows if r["id"] is not None]
+    if not kept:
+        return {"messages": [], "inbox": {
+            "rooms": json.loads(head["rooms__"] or "[]"),
+            "deliveries_total": head["total__"], "read_total": head["read__"],
+            "last_created_at": iso(head["last__"])}}
+    answer = {"messages": [message_item(r, r["harness__"], json.loads(r["in__"] or "[]"))
+                           for r in kept]}
+    more = head["unread__"] - len(kept)
+    if more:
+        answer["more"] = more
+    return answer
+
+
+PG_ANSWERS = {"msg_recv": _pg_recv}
 
 STORE_KINDS.append(PgStore)
 
@@ -17013,7 +17190,7 @@ def _bench_distance(b, store, url, env, workdir, rtt_ms):
                     "result"]["structuredContent"]["session_id"]
             for name, arguments, goal in (
                     ("msg_send to 1", {"session_id": sid, "to": inbox, "subject": "s"}, 3),
-                    ("msg_recv", {"session_id": inbox, "limit": 5}, 2),
+                    ("msg_recv", {"session_id": inbox, "limit": 5}, 1),
                     ("room_who", {"session_id": sid}, 2),
                     ("lease_claim", {"session_id": sid, "path": "far.txt"}, 3),
                     ("msg_unread", {"session_id": inbox}, 2)):

@@ -5677,6 +5677,70 @@ for i in range(each):
             self.assertEqual(ids, sorted(ids), "not oldest first")
         self.assertEqual(states, {"read": total * receiving})
 
+    def test_two_receivers_of_one_session_never_share_a_message(self):
+        """Issue 39: two processes receiving for one session while senders
+        commit (on PostgreSQL, each recv its one statement under the lock,
+        PG_ANSWERS): every message is read once, by one of them, in order;
+        the session's count and the events say the same."""
+        receiving, sending, each = 2, sized(3, 6), sized(30, 300)
+        total = sending * each
+        sid = self.join("--room", "pair")["session_id"]
+        done = os.path.join(self.tmp, "senders-done")
+        receivers = self.workers("""
+sid, done = sys.argv[2], sys.argv[3]
+fast, own = ar.PG_ANSWERS["msg_recv"], []
+def counted(*args):
+    answer = fast(*args)
+    own.append(answer is not None)
+    return answer
+ar.PG_ANSWERS["msg_recv"] = counted
+print("ready", flush=True)
+seen = []
+while True:
+    last = os.path.exists(done)
+    got = op("msg_recv", session_id=sid, limit=random.randint(1, 5))["messages"]
+    seen += [m["message_id"] for m in got]
+    if not got:
+        if last:
+            break
+        time.sleep(0.005)
+print(sum(own), " ".join(map(str, seen)))
+""", receiving, [sid, done])
+        for proc in receivers:
+            self.assertEqual(readline_within(proc.stdout, PIPE_TIMEOUT_S).strip(), "ready")
+        senders = self.workers("""
+index, each, sid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+me = op("room_join", room="pair", harness_key="ps%d" % index)["session_id"]
+for i in range(each):
+    op("msg_send", session_id=me, to=sid, subject="p %d %d" % (index, i))
+""", sending, [str(each), sid])
+        self.finish(senders)
+        open(done, "w").close()
+        outputs = [out.split() for out in self.finish(receivers)]
+        seen = [list(map(int, out[1:])) for out in outputs]
+        conn = self.connect()
+        sent = {r[0] for r in conn.execute("SELECT id FROM messages WHERE subject LIKE 'p %'")}
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state"))
+        read_total = conn.execute("SELECT read_total FROM sessions WHERE id = ?",
+                                  (sid,)).fetchone()[0]
+        logged = [json.loads(r[0])["messages"] for r in conn.execute(
+            "SELECT data FROM events WHERE kind = 'msg.read' AND session_id = ?", (sid,))]
+        conn.close()
+        self.counts("%d messages from %d senders, read by 2 receivers of one session (%s "
+                    "recvs by its own statement)" % (len(sent), sending,
+                                                     "+".join(o[0] for o in outputs)))
+        self.assertEqual(len(sent), total)
+        both = seen[0] + seen[1]
+        self.assertEqual(len(both), len(set(both)), "a message read twice")
+        self.assertEqual(set(both), sent, "a message never read")
+        for ids in seen:
+            self.assertEqual(ids, sorted(ids), "not oldest first")
+        self.assertEqual(states, {"read": total})
+        self.assertEqual(read_total, total)
+        self.assertEqual(sorted(i for ids in logged for i in ids), sorted(both))
+        if self.store == "postgresql":
+            self.assertTrue(all(int(o[0]) > 0 for o in outputs), outputs)
+
     def test_a_quiet_hook_never_misses_a_delivery(self):
         """The hook's fast path (no marker, no store) under concurrent senders
         and a consumer that reads and clears: whenever a send has returned,
@@ -9550,6 +9614,8 @@ class PgStoreTest(RoomTest):
         peer = call("room_join", label="peer", harness_key=run_key("k-peer"))["session_id"]
         call("msg_send", session_id=me, to=peer, subject="hello there")
         self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
+        # (A peek goes the door's way; a recv, its own statement: PG_ANSWERS.)
+        self.assertEqual(len(call("msg_recv", session_id=peer, peek=True)["messages"]), 1)
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
             "messages"]), 1)
@@ -9732,6 +9798,14 @@ class PgStoreTest(RoomTest):
         self.assertEqual(waiter.returncode, 0, err)
         self.assertIn("ping", out)
 
+    def lock_late(self):
+        """This process's calls read ahead and take the lock late, as across a
+        network, whatever the proxy's delay (AGENTS_ROOM_PG_NEAR_MS=0)."""
+        from unittest import mock
+        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
+        far.start()
+        self.addCleanup(far.stop)
+
     def far_store(self, delay_s):
         """A store reached through the benchmark's delay proxy (delay_s each
         way), and the proxy (its turns count the round trips)."""
@@ -9769,6 +9843,157 @@ class PgStoreTest(RoomTest):
                 self.assertEqual(len(answer["sessions"]), 5)
         self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
 
+    def test_recv_in_one_round_trip_answers_as_the_door(self):
+        """Issue 39: msg_recv on PostgreSQL is one statement of its own
+        (PG_ANSWERS), sent with BEGIN, the lock and the COMMIT.  Two sessions
+        are sent the same messages and receive them with the same arguments,
+        one that way and one the door's: the same answers (the byte budget's
+        cut-off, more, a thread, the empty inbox's block), delivery states,
+        counts and events.  What it does not take (peek, a sweep with work
+        to do) goes the door's way."""
+        from unittest import mock
+        roomy = mock.patch.dict(os.environ, {"AGENTS_ROOM_SESSION_STORED_MAX": str(64 << 20)})
+        roomy.start()
+        self.addCleanup(roomy.stop)
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        own, door, sender = [call("room_join", label=label, room="cmp", extra_rooms=[
+            "shared:cmp"], harness_key=run_key("k-cmp-" + label))["session_id"]
+            for label in ("own", "door", "sender")]
+        other = call("room_join", label="other", room="cmp")["session_id"]
+        fast = agents_room.PG_ANSWERS["msg_recv"]
+        taken = []
+
+        def spy(*args):
+            answer = fast(*args)
+            taken.append(answer is not None)
+            return answer
+
+        def both(**args):
+            """The same recv as own (its own statement) and as door (the
+            door's way): the two answers, and whether own's was its own."""
+            del taken[:]
+            with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_recv": spy}):
+                mine = call("msg_recv", session_id=own, **args)
+            with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+                theirs = call("msg_recv", session_id=door, **args)
+            return mine, theirs, taken == [True]
+
+        def send(**args):
+            return call("msg_send", session_id=args.pop("by", sender), to=[own, door],
+                        **args)["message_id"]
+        mine, theirs, own_way = both()                     # nothing yet
+        self.assertEqual((mine, own_way), (theirs, True))
+        self.assertEqual(mine["messages"], [])
+        root = send(subject="root", body="first")
+        send(subject="urgent", importance="urgent", ack_required=True, ack_by="10m")
+        send(by=other, subject="from one room only")
+        send(subject="a reply", reply_to=root)
+        send(body="no subject")
+        send(subject="another reply", reply_to=root, body="é" * 10)
+        # 1 MiB bodies: four fill the budget to the character, the fifth is cut.
+        big = [send(body=c * agents_room.BODY_MAX_BYTES) for c in "abcde"]
+        steps = [dict(limit=1), dict(limit=2, thread=root), dict(limit=2), dict(thread=root),
+                 dict(limit=1), {}, {}, {}, dict(thread=root), {}]
+        answers = []
+        for args in steps:
+            mine, theirs, own_way = both(**args)
+            self.assertTrue(own_way, args)
+            self.assertEqual(mine, theirs, args)
+            answers.append(([m["message_id"] for m in mine["messages"]], mine.get("more")))
+        self.assertEqual(answers[1], ([root + 3, root + 5], 8))
+        self.assertEqual(answers[3], ([], None))
+        self.assertEqual(answers[5], (big[:4], 1))         # the budget's cut-off
+        self.assertEqual(answers[6], (big[4:], None))
+        self.assertEqual(mine["inbox"]["read_total"], 11)
+        # Peek marks nothing: the door's way, the same answer.
+        send(subject="peeked")
+        mine, theirs, own_way = both(peek=True)
+        self.assertEqual((mine, own_way), (theirs, False))
+        # A sweep with work to do (a lease past its end): the door's way, once.
+        lease = call("lease_claim", session_id=other, path="soon.txt", ttl_s=1)["lease"]
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        conn.execute("UPDATE leases SET expires_at = expires_at - 5 WHERE fence = %s"
+                     % int(lease["fence"]))
+        conn.commit()
+        mine, theirs, own_way = both()
+        self.assertEqual((mine, own_way), (theirs, False))
+        self.assertEqual(self.event_count("lease.expire"), 1)
+        # The caller touched: last_seen and its verdict, as the door writes them.
+        conn.execute("UPDATE sessions SET last_seen = last_seen - 10, verdict = NULL")
+        conn.commit()
+        mine, theirs, own_way = both()
+        self.assertEqual((mine, own_way), (theirs, True))
+        rows = {}
+        for who in (own, door):
+            rows[who] = [
+                conn.execute("SELECT deliveries_total, read_total, verdict, last_seen > %r "
+                             "FROM sessions WHERE id = '%s'" % (time.time() - 5, who)
+                             ).fetchall(),
+                conn.execute("SELECT message_id, state, read_at IS NULL, wake_next_at, "
+                             "offered_at IS NULL FROM deliveries WHERE session_id = '%s' "
+                             "ORDER BY message_id" % who).fetchall(),
+                conn.execute("SELECT kind, room, subject, data FROM events WHERE "
+                             "session_id = '%s' AND kind LIKE 'msg.%%' ORDER BY id" % who
+                             ).fetchall()]
+            rows[who] = [[tuple(r) for r in part] for part in rows[who]]
+        self.assertEqual(rows[own], rows[door])
+        self.assertEqual(rows[own][0], [(12, 12, "alive", True)])
+        self.assertEqual([r[0] for r in rows[own][2]], ["msg.read"] * 7)
+
+    def test_a_recv_costs_one_round_trip(self):
+        """Issue 39, item 3: through the proxy, as across a network, msg_recv
+        is one round trip, a full inbox and an empty one alike: BEGIN, the
+        lock, its one statement (PG_ANSWERS) and the COMMIT in one flight
+        (the door's way: two, the reads ahead and then the lock, the checks,
+        the writes and the COMMIT)."""
+        from unittest import mock
+        self.lock_late()
+        store, proxy = self.far_store(0.005)
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key=run_key("k-recv-me"))["session_id"]
+        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
+        for i in range(40):
+            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                           "subject": "m%d" % i})
+
+        def turns(count, **args):
+            before, got = proxy.turns, []
+            for _ in range(count):
+                got += [m["subject"] for m in call("msg_recv", session_id=me,
+                                                   **args)["messages"]]
+            return (proxy.turns - before) / float(count), got
+        call("msg_recv", session_id=me, limit=1)            # the connection's clock
+        with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+            door, got = turns(3, limit=3)
+        self.assertEqual(got, ["m%d" % i for i in range(1, 10)])
+        full, got = turns(10, limit=2)
+        self.assertEqual(got, ["m%d" % i for i in range(10, 30)])
+        self.assertLessEqual(full, 1.5, "a recv of 2: %.1f turns (the door's way %.1f)"
+                             % (full, door))
+        # A sweep with work to do (a lease past its end): the statement says
+        # so, and the door's way follows with what its calls read (kept while
+        # recv went its own way), and the sweep's own reads (a lease freed is
+        # news to watches): four turns, not one a read.
+        lease = agents_room.call_tool(other, ctx, "lease_claim", {
+            "session_id": peer, "path": "soon.txt", "ttl_s": 1})["lease"]
+        with other.write() as conn:
+            conn.execute("UPDATE leases SET expires_at = expires_at - 5 WHERE fence = ?",
+                         (lease["fence"],))
+        swept, got = turns(1, limit=3)
+        self.assertEqual(got, ["m30", "m31", "m32"])
+        self.assertLessEqual(swept, 4, "a recv after the sweep's way: %d turns" % swept)
+        self.assertEqual(len(call("msg_recv", session_id=me, limit=500)["messages"]), 7)
+        empty, got = turns(5)
+        self.assertEqual(got, [])
+        self.assertLessEqual(empty, 1.5, "an empty recv: %.1f turns" % empty)
+
     def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
         """Issue 40: through the proxy, as across a network (the lock late),
         a claim of a file the last claims did not name reads ahead what it
@@ -9778,9 +10003,7 @@ class PgStoreTest(RoomTest):
         host's grant changed before its lock runs again holding the lock,
         reading ahead again: four in all (ten before)."""
         from unittest import mock
-        far = mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"})
-        far.start()
-        self.addCleanup(far.stop)
+        self.lock_late()
         store, proxy = self.far_store(0.002)
         other = agents_room.open_store(self.db)
         self.addCleanup(other.close)
