@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8732   285  hook front end
     9017   996  CLI
    10013    79  main
-   10102  3498  appendix: PostgreSQL store
-   13600   476  appendix: harness: Claude Code
-   14076   184  appendix: harness: Codex
-   14260   260  appendix: harness: Hermes
-   14520   211  appendix: harness: Qwen Code
-   14731   167  appendix: harness: Gemini CLI
-   14898   425  appendix: harness: Pi
-   15323   383  appendix: harness: OpenCode
-   15706    45  appendix: harness: Kilo Code
-   15751   187  appendix: harness: GitHub Copilot CLI
-   15938   120  appendix: store copy
-   16058    75  appendix: git pre-commit guard
-   16133   108  appendix: Claude Code plugin
-   16241  1174  appendix: benchmark
-   17415  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18601   981  appendix: operator page
-   19582   167  appendix: embedded sources
+   10102  3543  appendix: PostgreSQL store
+   13645   476  appendix: harness: Claude Code
+   14121   184  appendix: harness: Codex
+   14305   260  appendix: harness: Hermes
+   14565   211  appendix: harness: Qwen Code
+   14776   167  appendix: harness: Gemini CLI
+   14943   425  appendix: harness: Pi
+   15368   383  appendix: harness: OpenCode
+   15751    45  appendix: harness: Kilo Code
+   15796   187  appendix: harness: GitHub Copilot CLI
+   15983   120  appendix: store copy
+   16103    75  appendix: git pre-commit guard
+   16178   108  appendix: Claude Code plugin
+   16286  1174  appendix: benchmark
+   17460  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18646   981  appendix: operator page
+   19627   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -13541,7 +13541,9 @@ def _pg_recv(store, call, args, session_id):
         call._exchange(conn, [begin, recv, conn.notify(), conn.control("COMMIT")] + ahead,
                        ending=True)
     except PgError as error:
-        raise _pg_commit_failed(conn, error, store.path)
+        if not error.lost:
+            raise _pg_commit_failed(conn, error, store.path)
+        return _pg_recv_lost(store, conn, error, session_id, at)
     store.took(conn.first_answer_s)
     if begin.rows:
         store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
@@ -13562,6 +13564,49 @@ def _pg_recv(store, call, args, session_id):
     if more:
         answer["more"] = more
     return answer
+
+
+def _pg_recv_lost(store, conn, error, session_id, at):
+    """The connection went with recv's flight out, its COMMIT among it: the
+    door's way would see messages this flight marked read as read, and they
+    would be nobody's answer.  So the server is asked on a new connection,
+    once the old one's backend is gone (ended, so it cannot commit later):
+    committed, its event names what it marked, which is the answer again;
+    not, None, and the door's way reads them (nothing of it was kept but
+    perhaps the touch).  Unknowable (no new connection, the backend lives
+    on): the error, as one that may or may not have been committed."""
+    pid = conn.backend_pid
+    conn.close()
+    try:
+        with store.read() as again:
+            if pid is not None:
+                again.execute("SELECT pg_terminate_backend(?)", (pid,)).fetchall()
+        for _ in range(50):
+            with store.read() as again:
+                if not again.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ?",
+                                     (pid,)).fetchall():
+                    break
+            time.sleep(0.1)
+        else:
+            raise _pg_commit_failed(conn, error, store.path)
+        with store.read() as again:
+            logged = again.execute(
+                "SELECT data FROM events WHERE session_id = ? AND kind = 'msg.read' AND "
+                "at = ?", (session_id, at)).fetchall()
+            if not logged:
+                return None
+            ids = json.loads(logged[0][0])["messages"]
+            rows = again.execute(
+                "SELECT m.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)"
+                "::text FROM message_rooms WHERE message_id = m.id) AS in__ FROM messages m "
+                "LEFT JOIN sessions s ON s.id = m.sender WHERE m.id IN (%s) ORDER BY m.id"
+                % ",".join("?" * len(ids)), ids).fetchall()
+    except (PgError, StoreError):
+        raise _pg_commit_failed(conn, error, store.path)
+    return {"messages": [message_item(r, r["harness__"], json.loads(r["in__"] or "[]"))
+                         for r in rows],
+            "warning": "the connection was lost after this receive was kept: these are "
+                       "the messages it marked read, read again from the store"}
 
 
 PG_ANSWERS = {"msg_recv": _pg_recv}

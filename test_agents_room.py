@@ -504,6 +504,69 @@ class ThrowawayPostgres:
             pass
 
 
+class LosingProxy:
+    """A TCP proxy to a PostgreSQL server that, told to (lose), cuts the
+    next exchange: "flight", the client's next data is dropped and both
+    ends closed; "answer", the client's data goes on and the server's answer
+    is held until it carries a COMMIT's tag, then both ends are closed
+    (the server committed; the client never hears it)."""
+
+    def __init__(self, target):
+        self.target, self.lose, self.socks = target, None, []
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                if isinstance(self.target, str):
+                    upstream = socket.socket(socket.AF_UNIX)
+                    upstream.connect(self.target)
+                else:
+                    upstream = socket.create_connection(self.target)
+            except OSError:
+                return
+            self.socks += [client, upstream]
+            for source, sink, side in ((client, upstream, "client"),
+                                       (upstream, client, "server")):
+                threading.Thread(target=self._pump, args=(source, sink, side, client,
+                                                          upstream), daemon=True).start()
+
+    def _pump(self, source, sink, side, *ends):
+        held = b""
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if side == "client" and self.lose == "flight":
+                    self.lose = None
+                    break
+                if side == "server" and self.lose == "answer":
+                    held += data
+                    if b"C\x00\x00\x00\x0bCOMMIT\x00" in held:
+                        self.lose = None
+                        break
+                    continue
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in ends:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+        for sock in self.socks:
+            sock.close()
+
+
 class NetnsLink:
     """A network namespace joined to this one by a veth pair, with a TCP
     forwarder here from the pair's near address to a server on 127.0.0.1:
@@ -9993,6 +10056,40 @@ class PgStoreTest(RoomTest):
         empty, got = turns(5)
         self.assertEqual(got, [])
         self.assertLessEqual(empty, 1.5, "an empty recv: %.1f turns" % empty)
+
+    def test_a_recv_whose_connection_is_lost_loses_no_message(self):
+        """A recv's one flight carries its COMMIT: when the connection goes
+        with it out, the door's way would find what it marked read already
+        read, and those messages would be nobody's answer.  Lost after the
+        server committed (its answer cut at the COMMIT's tag): the same
+        call answers them, read again from the store, and says so.  Lost
+        before the server saw it: the door's way receives them.  Either
+        way every message comes exactly once."""
+        self.lock_late()
+        proxy = LosingProxy(agents_room._proxy_target(self.db))
+        self.addCleanup(proxy.close)
+        url = agents_room._url_via_proxy(self.db, proxy.port)
+        # In the clear: the proxy reads the answer for the COMMIT's tag.
+        store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
+        self.addCleanup(store.close)
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key=run_key("k-lost-me"))["session_id"]
+        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
+        for i in range(9):
+            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                           "subject": "m%d" % i})
+        got = [m["subject"] for m in call("msg_recv", session_id=me, limit=1)["messages"]]
+        for lose, warned in (("answer", True), ("flight", False)):
+            proxy.lose = lose
+            answer = call("msg_recv", session_id=me, limit=3)
+            self.assertIsNone(proxy.lose, "the proxy cut nothing: %s" % lose)
+            self.assertEqual("warning" in answer, warned, answer)
+            got += [m["subject"] for m in answer["messages"]]
+        got += [m["subject"] for m in call("msg_recv", session_id=me)["messages"]]
+        self.assertEqual(got, ["m%d" % i for i in range(9)])
 
     def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
         """Issue 40: through the proxy, as across a network (the lock late),
