@@ -80,45 +80,45 @@ Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
      206   120  constants
      326    56  errors
-     382   602  small utilities
-     984  1185  store
-    2169   989  harness adapters
-    3158   381  liveness (process scan)
-    3539   616  tool registry and the door
-    4155   222  results as text
-    4377   509  operations: sessions and rooms
-    4886   720  operations: messages
-    5606   618  operations: leases
-    6224   237  operations: work states and quiet windows
-    6461   168  operations: task board
-    6629   230  operations: watches
-    6859    91  operations: status
-    6950   121  operations: reads and drift
-    7071   452  operations: signals and wakes
-    7523   158  operations: housekeeping
-    7681   180  signals: wake levers
-    7861   573  MCP server
-    8434   345  harnesses: setup and doctor
-    8779   285  hook front end
-    9064   996  CLI
-   10060    79  main
-   10149  3336  appendix: PostgreSQL store
-   13485   476  appendix: harness: Claude Code
-   13961   184  appendix: harness: Codex
-   14145   260  appendix: harness: Hermes
-   14405   211  appendix: harness: Qwen Code
-   14616   167  appendix: harness: Gemini CLI
-   14783   425  appendix: harness: Pi
-   15208   383  appendix: harness: OpenCode
-   15591    45  appendix: harness: Kilo Code
-   15636   187  appendix: harness: GitHub Copilot CLI
-   15823   120  appendix: store copy
-   15943    75  appendix: git pre-commit guard
-   16018   108  appendix: Claude Code plugin
-   16126  1174  appendix: benchmark
-   17300  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18486   981  appendix: operator page
-   19467   167  appendix: embedded sources
+     382   629  small utilities
+    1011  1194  store
+    2205   989  harness adapters
+    3194   381  liveness (process scan)
+    3575   616  tool registry and the door
+    4191   222  results as text
+    4413   509  operations: sessions and rooms
+    4922   720  operations: messages
+    5642   618  operations: leases
+    6260   237  operations: work states and quiet windows
+    6497   168  operations: task board
+    6665   230  operations: watches
+    6895    91  operations: status
+    6986   121  operations: reads and drift
+    7107   452  operations: signals and wakes
+    7559   158  operations: housekeeping
+    7717   180  signals: wake levers
+    7897   571  MCP server
+    8468   345  harnesses: setup and doctor
+    8813   285  hook front end
+    9098   996  CLI
+   10094    79  main
+   10183  3336  appendix: PostgreSQL store
+   13519   476  appendix: harness: Claude Code
+   13995   184  appendix: harness: Codex
+   14179   260  appendix: harness: Hermes
+   14439   211  appendix: harness: Qwen Code
+   14650   167  appendix: harness: Gemini CLI
+   14817   425  appendix: harness: Pi
+   15242   383  appendix: harness: OpenCode
+   15625    45  appendix: harness: Kilo Code
+   15670   187  appendix: harness: GitHub Copilot CLI
+   15857   120  appendix: store copy
+   15977    75  appendix: git pre-commit guard
+   16052   108  appendix: Claude Code plugin
+   16160  1174  appendix: benchmark
+   17334  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18520   981  appendix: operator page
+   19501   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -621,6 +621,33 @@ def clean(text):
 def one_line(text, width=80):
     text = " ".join(clean(text).split())
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+_JSON_ENCODERS = {}
+
+
+def json_text(value, wire=False):
+    """json.dumps(value, sort_keys=True), as an event's data is kept, or with
+    wire as the MCP server writes a line (compact, not ASCII-escaped), by an
+    encoder made once: json.dumps makes one on each call, 2-3 us of each of a
+    send's four encodings.  (No check for a value holding itself.)"""
+    encode = _JSON_ENCODERS.get(wire)
+    if encode is None:
+        encode = _JSON_ENCODERS[wire] = _json_encoder(wire)
+    return encode(value)
+
+
+def _json_encoder(wire):
+    from json import encoder
+    plain = (json.JSONEncoder(ensure_ascii=False, separators=(",", ":")) if wire else
+             json.JSONEncoder(sort_keys=True))
+    if encoder.c_make_encoder is None:          # a Python without its C accelerator
+        return plain.encode
+    chunks = encoder.c_make_encoder(
+        None, plain.default, encoder.encode_basestring if wire else
+        encoder.encode_basestring_ascii, None, plain.key_separator, plain.item_separator,
+        plain.sort_keys, False, True)
+    return lambda value: "".join(chunks(value, 0))
 
 
 def quoted(text, width=80):
@@ -1935,7 +1962,7 @@ def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=No
         "VALUES (?, ?, ?, ?, ?, ?)",
         (now() if at is None else at, kind, session_id, room,
          None if subject is None else str(subject),
-         None if data is None else json.dumps(data, sort_keys=True)))
+         None if data is None else json_text(data)))
 
 
 class Moved:
@@ -2063,15 +2090,18 @@ def signal_text(conn, session_id):
                                             session_id), SIGNAL_MAX_CHARS)
 
 
+WINDOWS_DUE = ("state = 'pending' AND (expires_at <= ? OR ack_deadline <= ?)",
+               "state = 'active' AND expires_at <= ?")
+
+
 def sweep_windows(conn, at):
     """Windows move on with time: pending past its ack deadline without every
     ack, or any open window past its end, expires."""
-    # Asked by every call: one equality on the state each (an IN list builds
-    # a table of its values per run: 7.8 us against 2.0, when none is due).
+    # One equality on the state each (an IN list builds a table of its values
+    # per run: 7.8 us against 2.0); sweep asks first whether any is due.
     for window in conn.execute(
-            "SELECT * FROM windows WHERE state = 'pending' AND (expires_at <= ? OR "
-            "ack_deadline <= ?) UNION ALL SELECT * FROM windows WHERE state = 'active' "
-            "AND expires_at <= ?", (at, at, at)).fetchall():
+            "SELECT * FROM windows WHERE %s UNION ALL SELECT * FROM windows WHERE %s"
+            % WINDOWS_DUE, (at, at, at)).fetchall():
         required = set(json.loads(window["required"]))
         acked = set(json.loads(window["acked"]))
         if window["expires_at"] > at and required <= acked:
@@ -2123,8 +2153,13 @@ def sweep(conn, at, real=None):
     next scan never moves past the real clock (real: the store's, when it has
     one of its own: a server's).  Returns (leases expired, whether the
     once-a-minute beat came)."""
-    row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
-    swept_to = float(row[0]) if row else 0.0
+    # Every call asks this, so in one statement: the watermark, and whether any
+    # lease or window is due (most calls: none, and no statement for them).
+    row = conn.execute(
+        "SELECT (SELECT value FROM meta WHERE key='expiry_swept_to'), EXISTS (SELECT 1 "
+        "FROM leases WHERE expires_at <= ?), EXISTS (SELECT 1 FROM windows WHERE %s) OR "
+        "EXISTS (SELECT 1 FROM windows WHERE %s)" % WINDOWS_DUE, (at, at, at, at)).fetchone()
+    swept_to = float(row[0]) if row[0] is not None else 0.0
     mark = real_time(at) if real is None else min(at, real)
     if swept_to > mark + CLOCK_SLACK_S:
         # The clock stepped back past the watermark (an NTP step, a restored
@@ -2154,9 +2189,10 @@ def sweep(conn, at, real=None):
                      "('expiry_swept_to', ?)", (repr(mark),))
         if beat:
             retention(conn, mark)
-    sweep_windows(conn, at)
+    if row[2]:
+        sweep_windows(conn, at)
     expired = conn.execute("SELECT * FROM leases WHERE expires_at <= ? LIMIT ?",
-                           (at, SWEEP_BATCH)).fetchall()
+                           (at, SWEEP_BATCH)).fetchall() if row[1] else []
     for lease in expired:
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
         event(conn, "lease.expire", lease["session_id"], subject=lease["key"],
@@ -8055,6 +8091,7 @@ class McpServer:
         self.data_version = None
         self.wrote = False        # a tools/call since the last idle checkpoint
         self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
+        self.client_arguments = client_arguments()
 
     def handle_line(self, line):
         """One raw line (bytes) -> the response object or list, or None."""
@@ -8072,7 +8109,8 @@ class McpServer:
         except RecursionError:
             return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
                               % JSON_DEPTH_MAX)
-        if _too_deep(message):
+        # (Deeper than the bound takes more brackets than it: most lines skip the walk.)
+        if line.count(b"[") + line.count(b"{") > JSON_DEPTH_MAX and _too_deep(message):
             return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
                               % JSON_DEPTH_MAX)
         if isinstance(message, list):
@@ -8213,8 +8251,8 @@ class McpServer:
         if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
             return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
                               {"tools": [t["name"] for t in tool_listing(self.profile)]})
-        if isinstance(arguments, dict):
-            added = client_arguments() - set(TOOLS[name].params)
+        if isinstance(arguments, dict) and not self.client_arguments.isdisjoint(arguments):
+            added = self.client_arguments - set(TOOLS[name].params)
             arguments = {k: v for k, v in arguments.items() if k not in added}
         self.wrote = self.called = True
         self.ctx.signal = None
@@ -8242,7 +8280,7 @@ class McpServer:
             # and Codex 0.171.0 show the model one block, the result (make e2e,
             # b-mcp-session).
             result = dict({"framing": PEER_TEXT_NOTE}, **result)
-        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        text = json_text(result, wire=True)
         answer = {"content": [{"type": "text", "text": text}],
                   "structuredContent": result, "isError": False}
         if self.ctx.signal:
@@ -8266,13 +8304,9 @@ class ToolAnswer(dict):
         result = self["result"]
         return ('{"jsonrpc":"2.0","id":%s,"result":{"content":%s,"structuredContent":%s,'
                 '"isError":false%s}}' % (
-                    _json_line(self["id"]), _json_line(result["content"]), self.text,
-                    ',"_meta":' + _json_line(result["_meta"]) if "_meta" in result else ""))
-
-
-def _json_line(value):
-    """value as a line of the server's output holds it."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                    json_text(self["id"], True), json_text(result["content"], True),
+                    self.text, ',"_meta":' + json_text(result["_meta"], True)
+                    if "_meta" in result else ""))
 
 
 class LineReader:
@@ -8383,7 +8417,7 @@ def serve(store_path=None, profile=None):
     stdout = sys.stdout.buffer
 
     def emit(answer):
-        line = answer.line() if isinstance(answer, ToolAnswer) else _json_line(answer)
+        line = answer.line() if isinstance(answer, ToolAnswer) else json_text(answer, True)
         stdout.write(line.encode("utf-8", "backslashreplace") + b"\n")
         stdout.flush()
 
