@@ -81,44 +81,44 @@ prints it when it differs; Part I is at most 10,000 lines):
      206   120  constants
      326    56  errors
      382   629  small utilities
-    1011  1194  store
-    2205   989  harness adapters
-    3194   381  liveness (process scan)
-    3575   616  tool registry and the door
-    4191   222  results as text
-    4413   509  operations: sessions and rooms
-    4922   720  operations: messages
-    5642   618  operations: leases
-    6260   237  operations: work states and quiet windows
-    6497   168  operations: task board
-    6665   230  operations: watches
-    6895    91  operations: status
-    6986   121  operations: reads and drift
-    7107   452  operations: signals and wakes
-    7559   158  operations: housekeeping
-    7717   180  signals: wake levers
-    7897   571  MCP server
-    8468   345  harnesses: setup and doctor
-    8813   285  hook front end
-    9098   996  CLI
-   10094    79  main
-   10183  3336  appendix: PostgreSQL store
-   13519   476  appendix: harness: Claude Code
-   13995   184  appendix: harness: Codex
-   14179   260  appendix: harness: Hermes
-   14439   211  appendix: harness: Qwen Code
-   14650   167  appendix: harness: Gemini CLI
-   14817   425  appendix: harness: Pi
-   15242   383  appendix: harness: OpenCode
-   15625    45  appendix: harness: Kilo Code
-   15670   187  appendix: harness: GitHub Copilot CLI
-   15857   120  appendix: store copy
-   15977    75  appendix: git pre-commit guard
-   16052   108  appendix: Claude Code plugin
-   16160  1174  appendix: benchmark
-   17334  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18520   981  appendix: operator page
-   19501   167  appendix: embedded sources
+    1011  1201  store
+    2212   989  harness adapters
+    3201   381  liveness (process scan)
+    3582   613  tool registry and the door
+    4195   222  results as text
+    4417   509  operations: sessions and rooms
+    4926   720  operations: messages
+    5646   618  operations: leases
+    6264   237  operations: work states and quiet windows
+    6501   168  operations: task board
+    6669   230  operations: watches
+    6899    91  operations: status
+    6990   121  operations: reads and drift
+    7111   452  operations: signals and wakes
+    7563   158  operations: housekeeping
+    7721   180  signals: wake levers
+    7901   571  MCP server
+    8472   345  harnesses: setup and doctor
+    8817   285  hook front end
+    9102   996  CLI
+   10098    79  main
+   10187  3336  appendix: PostgreSQL store
+   13523   476  appendix: harness: Claude Code
+   13999   184  appendix: harness: Codex
+   14183   260  appendix: harness: Hermes
+   14443   211  appendix: harness: Qwen Code
+   14654   167  appendix: harness: Gemini CLI
+   14821   425  appendix: harness: Pi
+   15246   383  appendix: harness: OpenCode
+   15629    45  appendix: harness: Kilo Code
+   15674   187  appendix: harness: GitHub Copilot CLI
+   15861   120  appendix: store copy
+   15981    75  appendix: git pre-commit guard
+   16056   108  appendix: Claude Code plugin
+   16164  1174  appendix: benchmark
+   17338  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18524   981  appendix: operator page
+   19505   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1466,9 +1466,10 @@ class SqliteStore:
     # Read-only tools run in BEGIN IMMEDIATE too: a local lock costs
     # microseconds, and their sweep and last_seen write in the same breath.
     reads_apart = False
-    # What the work after a call reads (due wakes) is read in its write
-    # transaction: a statement there is local.
-    reads_in_writes = True
+    # A statement costs microseconds, no round trip: the work after a call
+    # asks its question (due wakes) in the call's write transaction, and a
+    # sweep asks in one statement whether anything is due.
+    local_statements = True
 
     @staticmethod
     def claims(path):
@@ -2144,21 +2145,27 @@ def retention(conn, at, batch=RETENTION_BATCH):
     return len(old_events), len(old_messages)
 
 
-def sweep(conn, at, real=None):
+def sweep(conn, at, real=None, ask_first=False):
     """Move the store to time `at` before an operation reads it: expire
     deliveries unread past their message's TTL, quiet windows past their end
     or ack deadline, and leases past their expiry; once a minute, a bounded
     retention batch.  Every operation runs it first (the door does), so no
     answer is computed from a stale moment.  The watermark that bounds the
     next scan never moves past the real clock (real: the store's, when it has
-    one of its own: a server's).  Returns (leases expired, whether the
-    once-a-minute beat came)."""
-    # Every call asks this, so in one statement: the watermark, and whether any
+    one of its own: a server's).  ask_first: ask in one statement whether any
+    lease or window is due, and read them only then.  Returns (leases expired,
+    whether the once-a-minute beat came)."""
+    # Every call asks this: in one statement, the watermark, and whether any
     # lease or window is due (most calls: none, and no statement for them).
-    row = conn.execute(
-        "SELECT (SELECT value FROM meta WHERE key='expiry_swept_to'), EXISTS (SELECT 1 "
-        "FROM leases WHERE expires_at <= ?), EXISTS (SELECT 1 FROM windows WHERE %s) OR "
-        "EXISTS (SELECT 1 FROM windows WHERE %s)" % WINDOWS_DUE, (at, at, at, at)).fetchone()
+    if ask_first:
+        row = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key='expiry_swept_to'), EXISTS (SELECT 1 "
+            "FROM leases WHERE expires_at <= ?), EXISTS (SELECT 1 FROM windows WHERE %s) "
+            "OR EXISTS (SELECT 1 FROM windows WHERE %s)" % WINDOWS_DUE,
+            (at, at, at, at)).fetchone()
+    else:
+        row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
+        row = (row[0] if row else None, True, True)
     swept_to = float(row[0]) if row[0] is not None else 0.0
     mark = real_time(at) if real is None else min(at, real)
     if swept_to > mark + CLOCK_SLACK_S:
@@ -3945,13 +3952,10 @@ def untold_signal(op):
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
     # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
-    # caller ever had by its primary key (PostgreSQL drops the hint); a state
-    # each, not an IN list (which builds a table of its values on every run).
-    if not op.conn.execute(
-            "SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE session_id=? AND "
-            "state = 'stored' AND offered_at IS NULL UNION ALL SELECT 1 FROM deliveries "
-            "INDEXED BY deliveries_state WHERE session_id=? AND state = 'undeliverable' "
-            "AND offered_at IS NULL LIMIT 1", (me, me)).fetchone():
+    # caller ever had by its primary key (PostgreSQL drops the hint).
+    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
+                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
+                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
@@ -3993,7 +3997,7 @@ AFTER_TOOL_EVENT = []
 
 # What that work asks of the store first (is a wake due?), asked at the end of
 # the call's own write transaction on a store whose statements are local
-# (reads_in_writes): there it is one statement; after the commit it would
+# (local_statements): there it is one statement; after the commit it would
 # begin a read transaction of its own too.  ask(op) keeps its answer on ctx.
 AFTER_TOOL_ASKS = []
 
@@ -4060,7 +4064,7 @@ def call_tool(store, ctx, name, args, public_only=False):
 def _run_op(op, tool_, args, session_id, harness_key):
     """An operation inside its transaction: the sweep, the caller (touched),
     the rule, the liveness verdicts it reached, and an untold signal."""
-    expired, beat = sweep(op.conn, op.at, op.store.real_now())
+    expired, beat = sweep(op.conn, op.at, op.store.real_now(), op.store.local_statements)
     op.freed = expired > 0
     op.caller = _find_caller(op, tool_, session_id, harness_key)
     result = tool_.fn(op, **args)
@@ -4072,7 +4076,7 @@ def _run_op(op, tool_, args, session_id, harness_key):
     if (op.ctx.via == "mcp" and op.caller is not None and tool_.public and
             not tool_.tells_mail):
         op.ctx.signal = untold_signal(op)
-    if tool_.after and op.later is None and op.store.reads_in_writes:
+    if tool_.after and op.later is None and op.store.local_statements:
         for ask in AFTER_TOOL_ASKS:
             ask(op)
     return result
@@ -11880,8 +11884,8 @@ class PgStore:
     # Read-only tools read a snapshot without the write lock (a lock held
     # while statements cross a network serialises the room on it).
     reads_apart = True
-    # Due wakes are asked after the answer, not in its transaction (a round trip).
-    reads_in_writes = False
+    # Statements cross the network: the door's reads stay as its plans learnt them.
+    local_statements = False
 
     @staticmethod
     def claims(path):
