@@ -78,47 +78,47 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     206   117  constants
-     323    56  errors
-     379   602  small utilities
-     981  1183  store
-    2164   989  harness adapters
-    3153   379  liveness (process scan)
-    3532   605  tool registry and the door
-    4137   222  results as text
-    4359   509  operations: sessions and rooms
-    4868   723  operations: messages
-    5591   618  operations: leases
-    6209   237  operations: work states and quiet windows
-    6446   168  operations: task board
-    6614   230  operations: watches
-    6844    91  operations: status
-    6935   121  operations: reads and drift
-    7056   452  operations: signals and wakes
-    7508   158  operations: housekeeping
-    7666   170  signals: wake levers
-    7836   551  MCP server
-    8387   345  harnesses: setup and doctor
-    8732   285  hook front end
-    9017   996  CLI
-   10013    79  main
-   10102  3543  appendix: PostgreSQL store
-   13645   476  appendix: harness: Claude Code
-   14121   184  appendix: harness: Codex
-   14305   260  appendix: harness: Hermes
-   14565   211  appendix: harness: Qwen Code
-   14776   167  appendix: harness: Gemini CLI
-   14943   425  appendix: harness: Pi
-   15368   383  appendix: harness: OpenCode
-   15751    45  appendix: harness: Kilo Code
-   15796   187  appendix: harness: GitHub Copilot CLI
-   15983   120  appendix: store copy
-   16103    75  appendix: git pre-commit guard
-   16178   108  appendix: Claude Code plugin
-   16286  1174  appendix: benchmark
-   17460  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18646   981  appendix: operator page
-   19627   167  appendix: embedded sources
+     206   121  constants
+     327    56  errors
+     383   629  small utilities
+    1012  1206  store
+    2218   989  harness adapters
+    3207   381  liveness (process scan)
+    3588   616  tool registry and the door
+    4204   222  results as text
+    4426   509  operations: sessions and rooms
+    4935   724  operations: messages
+    5659   618  operations: leases
+    6277   237  operations: work states and quiet windows
+    6514   168  operations: task board
+    6682   230  operations: watches
+    6912    91  operations: status
+    7003   121  operations: reads and drift
+    7124   452  operations: signals and wakes
+    7576   158  operations: housekeeping
+    7734   180  signals: wake levers
+    7914   571  MCP server
+    8485   345  harnesses: setup and doctor
+    8830   285  hook front end
+    9115   996  CLI
+   10111    79  main
+   10200  3545  appendix: PostgreSQL store
+   13745   476  appendix: harness: Claude Code
+   14221   184  appendix: harness: Codex
+   14405   260  appendix: harness: Hermes
+   14665   211  appendix: harness: Qwen Code
+   14876   167  appendix: harness: Gemini CLI
+   15043   425  appendix: harness: Pi
+   15468   383  appendix: harness: OpenCode
+   15851    45  appendix: harness: Kilo Code
+   15896   187  appendix: harness: GitHub Copilot CLI
+   16083   120  appendix: store copy
+   16203    75  appendix: git pre-commit guard
+   16278   108  appendix: Claude Code plugin
+   16386  1174  appendix: benchmark
+   17560  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18746   981  appendix: operator page
+   19727   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -249,6 +249,10 @@ RETENTION_EVERY_S = 60
 BUSY_TIMEOUT_MS = 60000
 WAL_LIMIT_BYTES = 4 * 1024 * 1024     # a checkpointed WAL is truncated to this
 WAL_CHECK_BYTES = 256 * 1024          # a WAL this big is set against the disk's room
+# A new SQLite store's page size: a COMMIT writes each page it changed to the
+# log (a send changes about 13), and a 1 KiB page costs about half a 4 KiB one
+# (issue 39); a store made with another size keeps it.
+PAGE_SIZE_BYTES = 1024
 RECONNECT_PAUSE_S = 1.0               # a follower's pause before it looks again
 WAIT_ASK_EVERY_S = 5.0                # a waiter asks at least this often
 # Signals and wakes (the messages and watches sections use them too).
@@ -620,6 +624,33 @@ def one_line(text, width=80):
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+_JSON_ENCODERS = {}
+
+
+def json_text(value, wire=False):
+    """json.dumps(value, sort_keys=True), as an event's data is kept, or with
+    wire as the MCP server writes a line (compact, not ASCII-escaped), by an
+    encoder made once: json.dumps makes one on each call, 2-3 us of each of a
+    send's four encodings.  (No check for a value holding itself.)"""
+    encode = _JSON_ENCODERS.get(wire)
+    if encode is None:
+        encode = _JSON_ENCODERS[wire] = _json_encoder(wire)
+    return encode(value)
+
+
+def _json_encoder(wire):
+    from json import encoder
+    plain = (json.JSONEncoder(ensure_ascii=False, separators=(",", ":")) if wire else
+             json.JSONEncoder(sort_keys=True))
+    if encoder.c_make_encoder is None:          # a Python without its C accelerator
+        return plain.encode
+    chunks = encoder.c_make_encoder(
+        None, plain.default, encoder.encode_basestring if wire else
+        encoder.encode_basestring_ascii, None, plain.key_separator, plain.item_separator,
+        plain.sort_keys, False, True)
+    return lambda value: "".join(chunks(value, 0))
+
+
 def quoted(text, width=80):
     """Another agent's words inside a line meant for a model: one line,
     bounded, in double quotes (escaped within), so where they end is plain."""
@@ -629,7 +660,7 @@ def quoted(text, width=80):
 def is_hex(text, length):
     """Whether text is exactly length lowercase hex digits (ids, digests)."""
     return (isinstance(text, str) and len(text) == length and
-            all(c in "0123456789abcdef" for c in text))
+            not text.strip("0123456789abcdef"))
 
 
 def is_session_id(value):
@@ -1436,6 +1467,10 @@ class SqliteStore:
     # Read-only tools run in BEGIN IMMEDIATE too: a local lock costs
     # microseconds, and their sweep and last_seen write in the same breath.
     reads_apart = False
+    # A statement costs microseconds, no round trip: the work after a call
+    # asks its question (due wakes) in the call's write transaction, and a
+    # sweep asks in one statement whether anything is due.
+    local_statements = True
 
     @staticmethod
     def claims(path):
@@ -1564,6 +1599,8 @@ class SqliteStore:
     def _migrate(self):
         conn = self.conn
         try:
+            # Before the first write only (an existing store ignores it).
+            conn.execute("PRAGMA page_size=%d" % PAGE_SIZE_BYTES)
             mode = self._set_wal()
             if mode.lower() != "wal":
                 raise StoreError("the store %s cannot use WAL mode (got %s)"
@@ -1932,7 +1969,7 @@ def event(conn, kind, session_id=None, room=None, subject=None, data=None, at=No
         "VALUES (?, ?, ?, ?, ?, ?)",
         (now() if at is None else at, kind, session_id, room,
          None if subject is None else str(subject),
-         None if data is None else json.dumps(data, sort_keys=True)))
+         None if data is None else json_text(data)))
 
 
 class Moved:
@@ -2060,13 +2097,18 @@ def signal_text(conn, session_id):
                                             session_id), SIGNAL_MAX_CHARS)
 
 
+WINDOWS_DUE = ("state = 'pending' AND (expires_at <= ? OR ack_deadline <= ?)",
+               "state = 'active' AND expires_at <= ?")
+
+
 def sweep_windows(conn, at):
     """Windows move on with time: pending past its ack deadline without every
     ack, or any open window past its end, expires."""
+    # One equality on the state each (an IN list builds a table of its values
+    # per run: 7.8 us against 2.0); sweep asks first whether any is due.
     for window in conn.execute(
-            "SELECT * FROM windows WHERE state IN %s AND "
-            "(expires_at <= ? OR (state = 'pending' AND ack_deadline <= ?))"
-            % WINDOW_OPEN_SQL, (at, at)).fetchall():
+            "SELECT * FROM windows WHERE %s UNION ALL SELECT * FROM windows WHERE %s"
+            % WINDOWS_DUE, (at, at, at)).fetchall():
         required = set(json.loads(window["required"]))
         acked = set(json.loads(window["acked"]))
         if window["expires_at"] > at and required <= acked:
@@ -2109,17 +2151,28 @@ def retention(conn, at, batch=RETENTION_BATCH):
     return len(old_events), len(old_messages)
 
 
-def sweep(conn, at, real=None):
+def sweep(conn, at, real=None, ask_first=False):
     """Move the store to time `at` before an operation reads it: expire
     deliveries unread past their message's TTL, quiet windows past their end
     or ack deadline, and leases past their expiry; once a minute, a bounded
     retention batch.  Every operation runs it first (the door does), so no
     answer is computed from a stale moment.  The watermark that bounds the
     next scan never moves past the real clock (real: the store's, when it has
-    one of its own: a server's).  Returns (leases expired, whether the
-    once-a-minute beat came)."""
-    row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
-    swept_to = float(row[0]) if row else 0.0
+    one of its own: a server's).  ask_first: ask in one statement whether any
+    lease or window is due, and read them only then.  Returns (leases expired,
+    whether the once-a-minute beat came)."""
+    # Every call asks this: in one statement, the watermark, and whether any
+    # lease or window is due (most calls: none, and no statement for them).
+    if ask_first:
+        row = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key='expiry_swept_to'), EXISTS (SELECT 1 "
+            "FROM leases WHERE expires_at <= ?), EXISTS (SELECT 1 FROM windows WHERE %s) "
+            "OR EXISTS (SELECT 1 FROM windows WHERE %s)" % WINDOWS_DUE,
+            (at, at, at, at)).fetchone()
+    else:
+        row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
+        row = (row[0] if row else None, True, True)
+    swept_to = float(row[0]) if row[0] is not None else 0.0
     mark = real_time(at) if real is None else min(at, real)
     if swept_to > mark + CLOCK_SLACK_S:
         # The clock stepped back past the watermark (an NTP step, a restored
@@ -2149,9 +2202,10 @@ def sweep(conn, at, real=None):
                      "('expiry_swept_to', ?)", (repr(mark),))
         if beat:
             retention(conn, mark)
-    sweep_windows(conn, at)
+    if row[2]:
+        sweep_windows(conn, at)
     expired = conn.execute("SELECT * FROM leases WHERE expires_at <= ? LIMIT ?",
-                           (at, SWEEP_BATCH)).fetchall()
+                           (at, SWEEP_BATCH)).fetchall() if row[1] else []
     for lease in expired:
         conn.execute("DELETE FROM leases WHERE id=?", (lease["id"],))
         event(conn, "lease.expire", lease["session_id"], subject=lease["key"],
@@ -3523,6 +3577,8 @@ class LazyScan:
     def record(self, conn):
         """Write the verdicts this scan reached that changed or grew old: the
         record another host reads (SPEC: liveness across hosts)."""
+        if not self.judged:
+            return              # (most calls: even an empty executemany is a statement)
         at = self.at if self.at is not None else real_time()
         conn.executemany("UPDATE sessions SET verdict=?, verdict_at=? WHERE id=?",
                          [(v, at, i) for i, v in sorted(self.judged.items())])
@@ -3815,6 +3871,7 @@ class Context:
         self.harness_pid, self.harness_start = harness_pid, harness_start
         self.harness_argv = None      # a hook's harness command line (for levers)
         self.signal = None            # the last MCP call's signal, if one was due
+        self.wakes_due = None         # asked in the last call's transaction (AFTER_TOOL_ASKS)
 
 
 class Op:
@@ -3944,6 +4001,12 @@ CONFLICT_TRIES = 5        # a call run again after a Conflict, at most
 # sit in a later section, and a section only calls earlier ones).
 AFTER_TOOL_EVENT = []
 
+# What that work asks of the store first (is a wake due?), asked at the end of
+# the call's own write transaction on a store whose statements are local
+# (local_statements): there it is one statement; after the commit it would
+# begin a read transaction of its own too.  ask(op) keeps its answer on ctx.
+AFTER_TOOL_ASKS = []
+
 
 # Who is told when the room changes in a way a session may watch for (a turn
 # ended, a session went, a lease ended, a work state changed, the door's
@@ -3971,6 +4034,7 @@ def call_tool(store, ctx, name, args, public_only=False):
             sorted(n for n, t in TOOLS.items() if t.public)))
     args = dict(args) if isinstance(args, dict) else args
     check_args(tool_, args)
+    ctx.wakes_due = None          # (what an earlier call asked is no answer for this one)
     args = {k: v for k, v in args.items() if v is not None}
     session_id = args.pop("session_id", None)
     harness_key = args.get("harness_key") if tool_.caller == "key" else None
@@ -4006,7 +4070,7 @@ def call_tool(store, ctx, name, args, public_only=False):
 def _run_op(op, tool_, args, session_id, harness_key):
     """An operation inside its transaction: the sweep, the caller (touched),
     the rule, the liveness verdicts it reached, and an untold signal."""
-    expired, beat = sweep(op.conn, op.at, op.store.real_now())
+    expired, beat = sweep(op.conn, op.at, op.store.real_now(), op.store.local_statements)
     op.freed = expired > 0
     op.caller = _find_caller(op, tool_, session_id, harness_key)
     result = tool_.fn(op, **args)
@@ -4018,6 +4082,9 @@ def _run_op(op, tool_, args, session_id, harness_key):
     if (op.ctx.via == "mcp" and op.caller is not None and tool_.public and
             not tool_.tells_mail):
         op.ctx.signal = untold_signal(op)
+    if tool_.after and op.later is None and op.store.local_statements:
+        for ask in AFTER_TOOL_ASKS:
+            ask(op)
     return result
 
 
@@ -5082,7 +5149,8 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
                      [(room, message_id) for room in rooms])
     for recipient in recipients:
         row = op.session(recipient)
-        wake = effective_autonomy(conn, row) == 2
+        # (Below wake level the rooms' caps need not be read: a cap only lowers.)
+        wake = row["autonomy"] >= 2 and effective_autonomy(conn, row) == 2
         conn.execute(
             "INSERT INTO deliveries (session_id, message_id, state, updated_at, "
             "wake_next_at) VALUES (?,?,?,?,?)",
@@ -7673,7 +7741,10 @@ def run_due_wakes(store, ctx):
     """Work that rides any tool event: fire the wakes due now for this user's
     sessions on this host (there is no daemon).  Socket levers run inline
     (bounded by 1 s); process levers run detached (see _spawn_wake)."""
-    if not _store_call(store, lambda conn: wakes_due(conn, store.now())):
+    due, ctx.wakes_due = ctx.wakes_due, None
+    if due is None:
+        due = _store_call(store, lambda conn: wakes_due(conn, store.now()))
+    if not due:
         return 0
     jobs = call_tool(store, ctx, "wake_plan", {})["jobs"]
     for job in jobs:
@@ -7706,6 +7777,13 @@ def after_tool_event(store, ctx):
 
 
 AFTER_TOOL_EVENT.append(after_tool_event)
+
+
+def _ask_wakes_due(op):
+    op.ctx.wakes_due = wakes_due(op.conn, op.store.now())
+
+
+AFTER_TOOL_ASKS.append(_ask_wakes_due)
 
 
 def listen_for_wakes(store_path=None, via="cli"):
@@ -8030,6 +8108,7 @@ class McpServer:
         self.data_version = None
         self.wrote = False        # a tools/call since the last idle checkpoint
         self.log = log or (lambda text: sys.stderr.write("agents-room: %s\n" % text))
+        self.client_arguments = client_arguments()
 
     def handle_line(self, line):
         """One raw line (bytes) -> the response object or list, or None."""
@@ -8047,7 +8126,8 @@ class McpServer:
         except RecursionError:
             return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
                               % JSON_DEPTH_MAX)
-        if _too_deep(message):
+        # (Deeper than the bound takes more brackets than it: most lines skip the walk.)
+        if line.count(b"[") + line.count(b"{") > JSON_DEPTH_MAX and _too_deep(message):
             return _rpc_error(None, -32600, "Invalid Request: nested deeper than %d"
                               % JSON_DEPTH_MAX)
         if isinstance(message, list):
@@ -8188,8 +8268,8 @@ class McpServer:
         if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
             return _rpc_error(id_, -32602, "Invalid params: unknown tool %r" % (name,),
                               {"tools": [t["name"] for t in tool_listing(self.profile)]})
-        if isinstance(arguments, dict):
-            added = client_arguments() - set(TOOLS[name].params)
+        if isinstance(arguments, dict) and not self.client_arguments.isdisjoint(arguments):
+            added = self.client_arguments - set(TOOLS[name].params)
             arguments = {k: v for k, v in arguments.items() if k not in added}
         self.wrote = self.called = True
         self.ctx.signal = None
@@ -8217,7 +8297,7 @@ class McpServer:
             # and Codex 0.171.0 show the model one block, the result (make e2e,
             # b-mcp-session).
             result = dict({"framing": PEER_TEXT_NOTE}, **result)
-        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        text = json_text(result, wire=True)
         answer = {"content": [{"type": "text", "text": text}],
                   "structuredContent": result, "isError": False}
         if self.ctx.signal:
@@ -8225,7 +8305,25 @@ class McpServer:
             # validate structuredContent against the outputSchema).
             answer["content"].append({"type": "text", "text": self.ctx.signal["text"]})
             answer["_meta"] = {"agents-room/unread": self.ctx.signal["count"]}
-        return _rpc_result(id_, answer)
+        return ToolAnswer(_rpc_result(id_, answer), text)
+
+
+class ToolAnswer(dict):
+    """A tools/call answer that knows its result's JSON (the text block is
+    that JSON), so its line reuses it as structuredContent: the result is
+    encoded once, not twice.  The line is the one json.dumps would write."""
+
+    def __init__(self, answer, text):
+        super().__init__(answer)
+        self.text = text
+
+    def line(self):
+        result = self["result"]
+        return ('{"jsonrpc":"2.0","id":%s,"result":{"content":%s,"structuredContent":%s,'
+                '"isError":false%s}}' % (
+                    json_text(self["id"], True), json_text(result["content"], True),
+                    self.text, ',"_meta":' + json_text(result["_meta"], True)
+                    if "_meta" in result else ""))
 
 
 class LineReader:
@@ -8336,8 +8434,8 @@ def serve(store_path=None, profile=None):
     stdout = sys.stdout.buffer
 
     def emit(answer):
-        stdout.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode(
-            "utf-8", "backslashreplace") + b"\n")
+        line = answer.line() if isinstance(answer, ToolAnswer) else json_text(answer, True)
+        stdout.write(line.encode("utf-8", "backslashreplace") + b"\n")
         stdout.flush()
 
     delay = [0.05]
@@ -11799,6 +11897,8 @@ class PgStore:
     # Read-only tools read a snapshot without the write lock (a lock held
     # while statements cross a network serialises the room on it).
     reads_apart = True
+    # Statements cross the network: the door's reads stay as its plans learnt them.
+    local_statements = False
 
     @staticmethod
     def claims(path):

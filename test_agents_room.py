@@ -1111,11 +1111,14 @@ class StoreTest(RoomTest):
     process = True
 
     def test_new_store_is_private_and_wal(self):
+        """... with 1 KiB pages (issue 39: a send's COMMIT writes each page it
+        changed, and a small page costs about half a 4 KiB one)."""
         self.join("--label", "a")
         self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(self.db)).st_mode), 0o700)
         self.assertEqual(stat.S_IMODE(os.stat(self.db).st_mode), 0o600)
         conn = self.connect()
         self.assertEqual(conn.execute("PRAGMA journal_mode").fetchone()[0], "wal")
+        self.assertEqual(conn.execute("PRAGMA page_size").fetchone()[0], 1024)
         self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0],
                          agents_room.SCHEMA_VERSION)
         conn.close()
