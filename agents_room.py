@@ -81,44 +81,44 @@ prints it when it differs; Part I is at most 10,000 lines):
      206   121  constants
      327    56  errors
      383   629  small utilities
-    1012  1206  store
-    2218   989  harness adapters
-    3207   381  liveness (process scan)
-    3588   616  tool registry and the door
-    4204   222  results as text
-    4426   509  operations: sessions and rooms
-    4935   724  operations: messages
-    5659   618  operations: leases
-    6277   237  operations: work states and quiet windows
-    6514   168  operations: task board
-    6682   230  operations: watches
-    6912    91  operations: status
-    7003   121  operations: reads and drift
-    7124   452  operations: signals and wakes
-    7576   158  operations: housekeeping
-    7734   180  signals: wake levers
-    7914   571  MCP server
-    8485   345  harnesses: setup and doctor
-    8830   285  hook front end
-    9115   996  CLI
-   10111    79  main
-   10200  3545  appendix: PostgreSQL store
-   13745   476  appendix: harness: Claude Code
-   14221   184  appendix: harness: Codex
-   14405   260  appendix: harness: Hermes
-   14665   211  appendix: harness: Qwen Code
-   14876   167  appendix: harness: Gemini CLI
-   15043   425  appendix: harness: Pi
-   15468   383  appendix: harness: OpenCode
-   15851    45  appendix: harness: Kilo Code
-   15896   187  appendix: harness: GitHub Copilot CLI
-   16083   120  appendix: store copy
-   16203    75  appendix: git pre-commit guard
-   16278   108  appendix: Claude Code plugin
-   16386  1174  appendix: benchmark
-   17560  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18746   981  appendix: operator page
-   19727   167  appendix: embedded sources
+    1012  1207  store
+    2219   989  harness adapters
+    3208   381  liveness (process scan)
+    3589   616  tool registry and the door
+    4205   222  results as text
+    4427   509  operations: sessions and rooms
+    4936   724  operations: messages
+    5660   618  operations: leases
+    6278   237  operations: work states and quiet windows
+    6515   168  operations: task board
+    6683   230  operations: watches
+    6913    91  operations: status
+    7004   121  operations: reads and drift
+    7125   452  operations: signals and wakes
+    7577   158  operations: housekeeping
+    7735   180  signals: wake levers
+    7915   571  MCP server
+    8486   345  harnesses: setup and doctor
+    8831   285  hook front end
+    9116   996  CLI
+   10112    79  main
+   10201  3575  appendix: PostgreSQL store
+   13776   476  appendix: harness: Claude Code
+   14252   184  appendix: harness: Codex
+   14436   260  appendix: harness: Hermes
+   14696   211  appendix: harness: Qwen Code
+   14907   167  appendix: harness: Gemini CLI
+   15074   425  appendix: harness: Pi
+   15499   383  appendix: harness: OpenCode
+   15882    45  appendix: harness: Kilo Code
+   15927   187  appendix: harness: GitHub Copilot CLI
+   16114   120  appendix: store copy
+   16234    75  appendix: git pre-commit guard
+   16309   108  appendix: Claude Code plugin
+   16417  1174  appendix: benchmark
+   17591  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18777   981  appendix: operator page
+   19758   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1720,8 +1720,9 @@ class SqliteStore:
         return _NoCall()
 
     def answer(self, call, tool, args, session_id):
-        """A call's answer the store gives its own way, whole (PostgreSQL's
-        msg_recv: one round trip); None: the door's way (always, here)."""
+        """A call's answer the store gives its own way, whole (a store kind
+        with one statement of its own for a tool); None: the door's way
+        (always, here)."""
         return None
 
     def derived(self, again, *inputs):
@@ -10618,6 +10619,7 @@ class PgConnection:
         self.named = 0                  # names are never reused, even after a failure
         self.notes = {"any": 0, "mail": 0}   # NOTIFYs from other connections
         self.backend_pid = None
+        self.opened_at = time.time()    # before the server's backend began
         self.mail = False               # the open transaction stores deliveries
         self.in_transaction = False
         self._queue = []                # statements not sent yet (see queries)
@@ -13528,19 +13530,26 @@ def _pg_bindable(params, types):
 # UPDATEs and an INSERT, the byte budget a running sum), the NOTIFY and the
 # COMMIT go in one flight.  It is msg_recv as the door runs it (the sweep,
 # the caller found and touched, the rule), said in SQL: where the statement
-# finds the sweep has work (anything due, the once-a-minute beat), the caller
-# missing or the clock not the one guessed, it writes nothing and says so,
-# and the door runs the call its own way.  So does every call it does not
-# take: peek, a store whose schema is not confirmed yet, a connection's
-# first call (no clock), one with news waiting.  PgStoreTest's
-# test_recv_in_one_round_trip_answers_as_the_door compares the two.
+# finds the sweep would change something (an unread delivery past its
+# message's TTL, a window or a lease due, the once-a-minute beat), the caller
+# missing, or the server's clock further than PG_CLOCK_SLACK_S from the
+# call's (a lock waited for, a skew guessed wrong), it writes nothing and
+# says so, and the door runs the call its own way.  (What the sweep would
+# only note, the watermark past messages with nothing unread, waits for the
+# beat: the range it bounds is then a minute wide at most.)  So does every
+# call it does not take: peek, a store whose schema is not confirmed yet, a
+# connection's first call (no clock), one whose connection has failed.
+# PgStoreTest's test_recv_in_one_round_trip_answers_as_the_door compares the
+# two.
 PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
     key = 'expiry_swept_to')::float8, 0) AS swept_to),
   due AS (SELECT (sw.swept_to > :mark + %(slack)s OR :mark - sw.swept_to > %(beat)s
-    OR (:at > sw.swept_to AND EXISTS (SELECT 1 FROM messages WHERE expires_at >
-      sw.swept_to - %(slack)s AND expires_at <= :at))
+    OR (:at > sw.swept_to AND EXISTS (SELECT 1 FROM messages m WHERE expires_at >
+      sw.swept_to - %(slack)s AND expires_at <= :at AND EXISTS (SELECT 1 FROM
+      deliveries WHERE message_id = m.id AND state IN %(unread)s)))
     OR EXISTS (SELECT 1 FROM windows WHERE state IN %(open)s AND (expires_at <= :at
-      OR (state = 'pending' AND ack_deadline <= :at)))
+      OR (state = 'pending' AND ack_deadline <= :at)) AND NOT (expires_at > :at
+      AND required::jsonb <@ acked::jsonb))
     OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= :at)
     OR abs(extract(epoch FROM clock_timestamp())::float8 - :real) > :off
     OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw),
@@ -13622,12 +13631,12 @@ def _pg_recv(store, call, args, session_id):
     except PgError:
         return None                    # the door's way connects again
     at, thread = call.at, args.get("thread")
-    # The clock the call was given, checked where the statement runs when
-    # it came from the file's skew (a guess): off by more, the door's way.
-    off = PG_CLOCK_SLACK_S if call.guessed is not None else 1e300
+    # The clock the call was given, checked where the statement runs, after
+    # the lock: a wait for it (or the file's skew, a guess) off by more than
+    # the slack, and the door's way reads the clock again.
     real = store.real_now()
     params = [session_id, at, min(at, real), args.get("limit", RECV_LIMIT), real,
-              off] + ([] if thread is None else [thread])
+              PG_CLOCK_SLACK_S] + ([] if thread is None else [thread])
     begin = conn.control(store.begin_text(True, True))
     recv = conn.statement(None, params, text=_pg_recv_text(thread))
     recv.write = True
@@ -13658,8 +13667,7 @@ def _pg_recv(store, call, args, session_id):
             "rooms": json.loads(head["rooms__"] or "[]"),
             "deliveries_total": head["total__"], "read_total": head["read__"],
             "last_created_at": iso(head["last__"])}}
-    answer = {"messages": [message_item(r, r["harness__"], json.loads(r["in__"] or "[]"))
-                           for r in kept]}
+    answer = {"messages": _pg_message_items(kept)}
     more = head["unread__"] - len(kept)
     if more:
         answer["more"] = more
@@ -13670,43 +13678,66 @@ def _pg_recv_lost(store, conn, error, session_id, at):
     """The connection went with recv's flight out, its COMMIT among it: the
     door's way would see messages this flight marked read as read, and they
     would be nobody's answer.  So the server is asked on a new connection,
-    once the old one's backend is gone (ended, so it cannot commit later):
-    committed, its event names what it marked, which is the answer again;
-    not, None, and the door's way reads them (nothing of it was kept but
-    perhaps the touch).  Unknowable (no new connection, the backend lives
+    once the old connection's backend is gone (ended, so it cannot commit
+    later) and under the lock (a flight still running holds it): committed,
+    its event names what it marked, which is the answer again; not, None,
+    and the door's way reads them (nothing of it was kept but perhaps the
+    touch).  Unknowable (no backend id, no new connection, the backend lives
     on): the error, as one that may or may not have been committed."""
     pid = conn.backend_pid
     conn.close()
+    if pid is None:
+        raise _pg_commit_failed(conn, error, store.path)
+    # The backend of that id only if the server has not started again since
+    # the connection was made (after a restart the id may be another's, and
+    # the old backend went with the restart).
+    ours = ("pid = ? AND pg_postmaster_start_time() < to_timestamp(?)",
+            (pid, conn.opened_at + (store.skew or 0.0)))
     try:
         with store.read() as again:
-            if pid is not None:
-                again.execute("SELECT pg_terminate_backend(?)", (pid,)).fetchall()
+            # Behind a pooler the id a connection is given is not its
+            # backend's: the old flight's backend cannot be found, nor ended.
+            if again.execute("SELECT pg_backend_pid()").fetchone()[0] != again.backend_pid:
+                raise _pg_commit_failed(conn, error, store.path)
+            again.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE %s"
+                          % ours[0], ours[1]).fetchall()
         for _ in range(50):
             with store.read() as again:
-                if not again.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ?",
-                                     (pid,)).fetchall():
+                if not again.execute("SELECT 1 FROM pg_stat_activity WHERE %s" % ours[0],
+                                     ours[1]).fetchall():
                     break
             time.sleep(0.1)
         else:
             raise _pg_commit_failed(conn, error, store.path)
-        with store.read() as again:
+        with store.write() as again:
             logged = again.execute(
                 "SELECT data FROM events WHERE session_id = ? AND kind = 'msg.read' AND "
                 "at = ?", (session_id, at)).fetchall()
             if not logged:
                 return None
-            ids = json.loads(logged[0][0])["messages"]
+            ids = [int(i) for i in json.loads(logged[0][0])["messages"]]
+            if not ids:
+                raise ValueError("a msg.read event names no message")
             rows = again.execute(
                 "SELECT m.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)"
                 "::text FROM message_rooms WHERE message_id = m.id) AS in__ FROM messages m "
                 "LEFT JOIN sessions s ON s.id = m.sender WHERE m.id IN (%s) ORDER BY m.id"
                 % ",".join("?" * len(ids)), ids).fetchall()
-    except (PgError, StoreError):
+            more = unread_count(again, session_id)
+    except (PgError, StoreError, ValueError, KeyError, TypeError):
         raise _pg_commit_failed(conn, error, store.path)
-    return {"messages": [message_item(r, r["harness__"], json.loads(r["in__"] or "[]"))
-                         for r in rows],
-            "warning": "the connection was lost after this receive was kept: these are "
-                       "the messages it marked read, read again from the store"}
+    answer = {"messages": _pg_message_items(rows),
+              "warning": "the connection was lost after this receive was kept: these are "
+                         "the messages it marked read, read again from the store"}
+    if more:
+        answer["more"] = more
+    return answer
+
+
+def _pg_message_items(rows):
+    """Messages as answers show them, from rows that carry their sender's
+    harness (harness__) and their rooms as a JSON array (in__)."""
+    return [message_item(r, r["harness__"], json.loads(r["in__"] or "[]")) for r in rows]
 
 
 PG_ANSWERS = {"msg_recv": _pg_recv}

@@ -504,65 +504,63 @@ class ThrowawayPostgres:
             pass
 
 
-class LosingProxy:
-    """A TCP proxy to a PostgreSQL server that, told to (lose), cuts the
-    next exchange: "flight", the client's next data is dropped and both
-    ends closed; "answer", the client's data goes on and the server's answer
-    is held until it carries a COMMIT's tag, then both ends are closed
-    (the server committed; the client never hears it)."""
-
-    def __init__(self, target):
-        self.target, self.lose, self.socks = target, None, []
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
+def forward(source, sink, take=None):
+    """Pass what source sends on to sink until either end closes; take(data)
+    may change it (b"": hold it back, None: cut both ends now).  Then both
+    ends are shut, so each side sees the other go."""
+    try:
         while True:
-            try:
-                client, _ = self.listener.accept()
-                if isinstance(self.target, str):
-                    upstream = socket.socket(socket.AF_UNIX)
-                    upstream.connect(self.target)
-                else:
-                    upstream = socket.create_connection(self.target)
-            except OSError:
-                return
-            self.socks += [client, upstream]
-            for source, sink, side in ((client, upstream, "client"),
-                                       (upstream, client, "server")):
-                threading.Thread(target=self._pump, args=(source, sink, side, client,
-                                                          upstream), daemon=True).start()
-
-    def _pump(self, source, sink, side, *ends):
-        held = b""
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                if side == "client" and self.lose == "flight":
-                    self.lose = None
-                    break
-                if side == "server" and self.lose == "answer":
-                    held += data
-                    if b"C\x00\x00\x00\x0bCOMMIT\x00" in held:
-                        self.lose = None
-                        break
+            data = source.recv(65536)
+            if data and take is not None:
+                data = take(data)
+                if data == b"":
                     continue
-                sink.sendall(data)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    for sock in (source, sink):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        for sock in ends:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+
+
+class LosingProxy(agents_room._DelayProxy):
+    """The benchmark's proxy (no delay) that, told to (lose), cuts the next
+    exchange: "flight", the client's next data is dropped and both ends
+    closed; "answer", the client's data goes on and the server's answer is
+    held until it carries a COMMIT's tag, then both ends are closed (the
+    server committed; the client never hears it)."""
+
+    def __init__(self, target):
+        self.lose, self.socks = None, []
+        agents_room._DelayProxy.__init__(self, target, 0)
+
+    def _pump(self, source, sink, spoke, side):
+        self.socks.append(source)
+        threading.Thread(target=self._losing, args=(source, sink, side),
+                         daemon=True).start()
+
+    def _losing(self, source, sink, side):
+        held = []
+
+        def take(data):
+            if side == "client" and self.lose == "flight":
+                self.lose = None
+                return None
+            if side == "server" and self.lose == "answer":
+                held.append(data)
+                if b"C\x00\x00\x00\x0bCOMMIT\x00" in b"".join(held):
+                    self.lose = None
+                    return None
+                return b""
+            return data
+        forward(source, sink, take)
 
     def close(self):
-        self.listener.close()
+        agents_room._DelayProxy.close(self)
         for sock in self.socks:
             sock.close()
 
@@ -631,24 +629,8 @@ class NetnsLink:
             except OSError:
                 return
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink),
+                threading.Thread(target=forward, args=(source, sink),
                                  daemon=True).start()
-
-    @staticmethod
-    def _pump(source, sink):
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def connections(self):
         """The namespace's TCP connections to the forwarder, established."""
@@ -9881,6 +9863,21 @@ class PgStoreTest(RoomTest):
         self.addCleanup(store.close)
         return store, proxy
 
+    def receiver_and_sender(self, store, key, messages=0):
+        """A session `me` joined through store (the calls under test) and a
+        peer on a store of its own that sends it `messages` messages, subjects
+        m0, m1, ...: (call on store, me, the other store, ctx, peer)."""
+        other = agents_room.open_store(self.db)
+        self.addCleanup(other.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        me = call("room_join", label="me", harness_key=run_key(key))["session_id"]
+        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
+        for i in range(messages):
+            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                           "subject": "m%d" % i})
+        return call, me, other, ctx, peer
+
     def test_a_call_costs_few_round_trips(self):
         """Issue 29: what a call reads is read ahead with its BEGIN, what it
         writes goes with its COMMIT, a read-only call reads apart from the
@@ -10019,15 +10016,7 @@ class PgStoreTest(RoomTest):
         from unittest import mock
         self.lock_late()
         store, proxy = self.far_store(0.005)
-        other = agents_room.open_store(self.db)
-        self.addCleanup(other.close)
-        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
-        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
-        me = call("room_join", label="me", harness_key=run_key("k-recv-me"))["session_id"]
-        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
-        for i in range(40):
-            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
-                                                           "subject": "m%d" % i})
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-recv-me", 40)
 
         def turns(count, **args):
             before, got = proxy.turns, []
@@ -10060,6 +10049,72 @@ class PgStoreTest(RoomTest):
         self.assertEqual(got, [])
         self.assertLessEqual(empty, 1.5, "an empty recv: %.1f turns" % empty)
 
+    def test_a_recv_goes_its_own_way_while_the_sweep_would_change_nothing(self):
+        """The review's finding: the statement sent every receive in the
+        store the door's way for five seconds after any message expired,
+        read or not, and for the whole life of a window acked in time but
+        past its ack deadline (which the sweep leaves alone): each such
+        receive cost the door's two round trips and more.  Now only what the
+        sweep would change sends it there: an unread delivery of a message
+        past its TTL does; a read one, or that window, does not."""
+        self.lock_late()
+        store, proxy = self.far_store(0.002)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-own-me")
+        third = agents_room.call_tool(other, ctx, "room_join", {"label": "third"})[
+            "session_id"]
+        short = lambda to: agents_room.call_tool(other, ctx, "msg_send", {
+            "session_id": peer, "to": to, "subject": "short", "ttl_s": 1})
+
+        def turns(count=4):
+            before = proxy.turns
+            for _ in range(count):
+                call("msg_recv", session_id=me)
+            return (proxy.turns - before) / float(count)
+        call("msg_recv", session_id=me)                   # the connection's clock
+        short(third)
+        agents_room.call_tool(other, ctx, "msg_recv", {"session_id": third})
+        agents_room.call_tool(other, ctx, "window_request", {
+            "session_id": peer, "resources": ["quiet.txt"], "purpose": "p",
+            "ack_timeout_s": 1})
+        time.sleep(1.3)                                   # both past their second
+        self.assertLessEqual(turns(), 1.5, "a read message expired, a window acked in "
+                             "time: the sweep changes nothing")
+        short(third)
+        time.sleep(1.3)
+        self.assertGreaterEqual(turns(1), 2, "an unread delivery expired: the door's way")
+        self.assertEqual(agents_room.call_tool(other, ctx, "msg_recv", {
+            "session_id": third})["messages"], [])
+
+    def test_a_recv_that_waited_for_the_lock_reads_the_clock_after_it(self):
+        """The review's finding: the statement kept the clock it was given
+        before it waited for the lock, so a receive behind a writer holding
+        the lock for a second stamped its reads and its event a second in
+        the past.  Now a clock further off than the slack sends it the
+        door's way, which reads the clock again."""
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-clock-me")
+        call("msg_recv", session_id=me)                   # the connection's clock
+        agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                       "subject": "late"})
+        held, released = threading.Event(), []
+
+        def hold():
+            with other.write():
+                held.set()
+                time.sleep(1.0)
+                released.append(other.clock())
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(30)
+        self.assertEqual(len(call("msg_recv", session_id=me)["messages"]), 1)
+        holder.join(30)
+        with other.read() as conn:
+            at = conn.execute("SELECT MAX(at) FROM events WHERE kind = 'msg.read' AND "
+                              "session_id = ?", (me,)).fetchone()[0]
+        self.assertGreater(at, released[0] - 0.3, "read %.2f s before the lock was free"
+                           % (released[0] - at))
+
     def test_a_recv_whose_connection_is_lost_loses_no_message(self):
         """A recv's one flight carries its COMMIT: when the connection goes
         with it out, the door's way would find what it marked read already
@@ -10075,15 +10130,7 @@ class PgStoreTest(RoomTest):
         # In the clear: the proxy reads the answer for the COMMIT's tag.
         store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
         self.addCleanup(store.close)
-        other = agents_room.open_store(self.db)
-        self.addCleanup(other.close)
-        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
-        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
-        me = call("room_join", label="me", harness_key=run_key("k-lost-me"))["session_id"]
-        peer = agents_room.call_tool(other, ctx, "room_join", {"label": "peer"})["session_id"]
-        for i in range(9):
-            agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
-                                                           "subject": "m%d" % i})
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-lost-me", 9)
         got = [m["subject"] for m in call("msg_recv", session_id=me, limit=1)["messages"]]
         for lose, warned in (("answer", True), ("flight", False)):
             proxy.lose = lose
