@@ -2158,31 +2158,31 @@ def sweep(conn, at, real=None, ask_first=False):
     retention batch.  Every operation runs it first (the door does), so no
     answer is computed from a stale moment.  The watermark that bounds the
     next scan never moves past the real clock (real: the store's, when it has
-    one of its own: a server's).  ask_first: ask in one statement whether any
-    lease or window is due, and read them only then.  Returns (leases expired,
-    whether the once-a-minute beat came)."""
-    # Every call asks this: in one statement, the watermark, and whether any
-    # lease or window is due (most calls: none, and no statement for them).
+    one of its own: a server's).  ask_first: ask with the watermark whether a
+    lease, a window or a message (from the watermark on) is due, and read
+    them only then (most calls: none).  Returns (leases expired, whether the
+    once-a-minute beat came)."""
     if ask_first:
         row = conn.execute(
             "SELECT (SELECT value FROM meta WHERE key='expiry_swept_to'), EXISTS (SELECT 1 "
             "FROM leases WHERE expires_at <= ?), EXISTS (SELECT 1 FROM windows WHERE %s) "
-            "OR EXISTS (SELECT 1 FROM windows WHERE %s)" % WINDOWS_DUE,
-            (at, at, at, at)).fetchone()
+            "OR EXISTS (SELECT 1 FROM windows WHERE %s), EXISTS (SELECT 1 FROM messages "
+            "WHERE expires_at > COALESCE((SELECT value FROM meta WHERE key="
+            "'expiry_swept_to'), 0) - ? AND expires_at <= ?)" % WINDOWS_DUE,
+            (at, at, at, at, CLOCK_SLACK_S, at)).fetchone()
     else:
-        row = conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
-        row = (row[0] if row else None, True, True)
+        row = ((conn.execute("SELECT value FROM meta WHERE key='expiry_swept_to'").fetchone()
+                or (None,))[0], True, True, True)
     swept_to = float(row[0]) if row[0] is not None else 0.0
     mark = real_time(at) if real is None else min(at, real)
-    if swept_to > mark + CLOCK_SLACK_S:
+    stepped = swept_to > mark + CLOCK_SLACK_S
+    if stepped:
         # The clock stepped back past the watermark (an NTP step, a restored
         # VM): sweep from here again, or what expires before the watermark
         # would never be swept.
-        swept_to = mark
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
-                     "('expiry_swept_to', ?)", (repr(mark),))
+        swept_to, row = mark, row[:3] + (True,)
     ids = []
-    if at > swept_to:
+    if at > swept_to and row[3]:
         # From a little before the watermark: another process's clock may
         # have run a little ahead (its expiries are looked at again, once).
         ids = [r[0] for r in conn.execute(
@@ -2197,7 +2197,7 @@ def sweep(conn, at, real=None, ask_first=False):
     # every call would add a page write to every transaction.  Retention rides
     # the same once-a-minute beat.
     beat = mark - swept_to > RETENTION_EVERY_S
-    if (ids and mark > swept_to) or beat:
+    if (ids and mark > swept_to) or beat or stepped:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES "
                      "('expiry_swept_to', ?)", (repr(mark),))
         if beat:
