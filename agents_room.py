@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8831   285  hook front end
     9116   996  CLI
    10112    79  main
-   10201  3575  appendix: PostgreSQL store
-   13776   476  appendix: harness: Claude Code
-   14252   184  appendix: harness: Codex
-   14436   260  appendix: harness: Hermes
-   14696   211  appendix: harness: Qwen Code
-   14907   167  appendix: harness: Gemini CLI
-   15074   425  appendix: harness: Pi
-   15499   383  appendix: harness: OpenCode
-   15882    45  appendix: harness: Kilo Code
-   15927   187  appendix: harness: GitHub Copilot CLI
-   16114   120  appendix: store copy
-   16234    75  appendix: git pre-commit guard
-   16309   108  appendix: Claude Code plugin
-   16417  1174  appendix: benchmark
-   17591  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18777   981  appendix: operator page
-   19758   167  appendix: embedded sources
+   10201  3774  appendix: PostgreSQL store
+   13975   476  appendix: harness: Claude Code
+   14451   184  appendix: harness: Codex
+   14635   260  appendix: harness: Hermes
+   14895   211  appendix: harness: Qwen Code
+   15106   167  appendix: harness: Gemini CLI
+   15273   425  appendix: harness: Pi
+   15698   383  appendix: harness: OpenCode
+   16081    45  appendix: harness: Kilo Code
+   16126   187  appendix: harness: GitHub Copilot CLI
+   16313   120  appendix: store copy
+   16433    75  appendix: git pre-commit guard
+   16508   108  appendix: Claude Code plugin
+   16616  1174  appendix: benchmark
+   17790  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18976   981  appendix: operator page
+   19957   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12277,7 +12277,7 @@ class PgStore:
 
     def answer(self, call, tool, args, session_id):
         """A call answered in one statement of its own where the store has
-        one for it (PG_ANSWERS: msg_recv), else None: the door's way."""
+        one for it (PG_ANSWERS: msg_recv, msg_send), else None: the door's way."""
         own = PG_ANSWERS.get(tool.name)
         return own(self, call, args, session_id) if own is not None else None
 
@@ -13541,7 +13541,11 @@ def _pg_bindable(params, types):
 # connection's first call (no clock), one whose connection has failed.
 # PgStoreTest's test_recv_in_one_round_trip_answers_as_the_door compares the
 # two.
-PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
+# The part the calls answered this way share (PG_ANSWERS): whether the door's
+# sweep would change something, the clock is off, or the caller is missing;
+# due, the call writes nothing and goes the door's way.  Its parameters:
+# :me, :at, :mark, :real, :off (see PG_OWN_PARAMS).
+PG_DUE_TEXT = """sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
     key = 'expiry_swept_to')::float8, 0) AS swept_to),
   due AS (SELECT (sw.swept_to > :mark + %(slack)s OR :mark - sw.swept_to > %(beat)s
     OR (:at > sw.swept_to AND EXISTS (SELECT 1 FROM messages m WHERE expires_at >
@@ -13552,7 +13556,12 @@ PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
       AND required::jsonb <@ acked::jsonb))
     OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= :at)
     OR abs(extract(epoch FROM clock_timestamp())::float8 - :real) > :off
-    OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw),
+    OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw)"""
+# The caller's last_seen as _find_caller touches it (and its verdict).
+PG_TOUCH_SETS = """last_seen = CASE WHEN %(touch)s THEN :at ELSE last_seen END,
+      verdict = CASE WHEN %(touch)s THEN 'alive' ELSE verdict END,
+      verdict_at = CASE WHEN %(touch)s THEN :at ELSE verdict_at END"""
+PG_RECV_TEXT = "WITH " + PG_DUE_TEXT + """,
   caller AS (SELECT * FROM sessions WHERE id = :me AND NOT (SELECT due FROM due)),
   pick AS (SELECT p.*, row_number() OVER w AS n__, sum(length(COALESCE(p.body, ''))
       + length(COALESCE(p.subject, ''))) OVER w AS size__
@@ -13564,9 +13573,7 @@ PG_RECV_TEXT = """WITH sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
   moved AS (UPDATE deliveries SET %(read)s WHERE session_id = :me AND message_id IN
     (SELECT id FROM kept) AND state IN %(unread)s RETURNING message_id),
   counted AS (UPDATE sessions SET read_total = read_total + (SELECT count(*) FROM kept),
-      last_seen = CASE WHEN %(touch)s THEN :at ELSE last_seen END,
-      verdict = CASE WHEN %(touch)s THEN 'alive' ELSE verdict END,
-      verdict_at = CASE WHEN %(touch)s THEN :at ELSE verdict_at END
+      """ + PG_TOUCH_SETS + """
     WHERE id = :me AND EXISTS (SELECT 1 FROM caller)
       AND (EXISTS (SELECT 1 FROM kept) OR %(touch)s) RETURNING id),
   logged AS (INSERT INTO events (at, kind, session_id, data)
@@ -13584,44 +13591,57 @@ SELECT due.due AS due__, c.deliveries_total AS total__, c.read_total AS read__,
     message_rooms WHERE message_id = k.id) AS in__
 FROM due LEFT JOIN caller c ON true LEFT JOIN kept k ON true
   LEFT JOIN sessions s ON s.id = k.sender ORDER BY k.id"""
-# Its parameters, in their order, each with its type (every use says it: an
-# untyped $3 beside an integer would be taken for one).
-PG_RECV_PARAMS = (("me", "text"), ("at", "float8"), ("mark", "float8"),
-                  ("limit", "bigint"), ("real", "float8"), ("off", "float8"),
-                  ("thread", "bigint"))
+# The parameters of PG_DUE_TEXT, first in each statement's: each with its
+# type (every use says it: an untyped $3 beside an integer would be taken for
+# one).
+PG_OWN_PARAMS = (("me", "text"), ("at", "float8"), ("mark", "float8"), ("real", "float8"),
+                 ("off", "float8"))
+PG_RECV_PARAMS = PG_OWN_PARAMS + (("limit", "bigint"), ("thread", "bigint"))
 
 
-_PG_RECV_TEXTS = {}
+_PG_OWN_TEXTS = {}
+
+
+def _pg_own_text(key, make):
+    """A statement of PG_ANSWERS, made once per key: make() gives its text,
+    its parameters (PG_OWN_PARAMS first) and the constants it says beyond
+    PG_DUE_TEXT's; its :names become numbered, typed parameters."""
+    done = _PG_OWN_TEXTS.get(key)
+    if done is not None:
+        return done
+    import re
+    text, params, constants = make()
+    text = text % dict(constants, slack=CLOCK_SLACK_S, beat=RETENTION_EVERY_S,
+                       open=WINDOW_OPEN_SQL, unread=UNREAD_SQL,
+                       touch=":at - last_seen >= %s" % TOUCH_EVERY_S)
+    numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in enumerate(params)}
+    done = _PG_OWN_TEXTS[key] = re.sub(r"(?<!:):([a-z]+)", lambda m: numbers[m.group(1)],
+                                       text)
+    return done
 
 
 def _pg_recv_text(thread):
     """PG_RECV_TEXT with the constants it says (and the thread's condition:
-    two texts, as msg_recv's, so each plan uses the inbox's index), made
-    once each."""
-    done = _PG_RECV_TEXTS.get(thread is None)
-    if done is not None:
-        return done
-    import re
-    _, stamps = TRANSITIONS["read"]
-    sets = ["state = 'read'", "updated_at = :at"] + [
-        "%s = NULL" % c if c == "wake_next_at" else "%s = COALESCE(%s, :at)" % (c, c)
-        for c in stamps]
-    text = PG_RECV_TEXT % {
-        "slack": CLOCK_SLACK_S, "beat": RETENTION_EVERY_S, "open": WINDOW_OPEN_SQL,
-        "unread": UNREAD_SQL, "budget": ANSWER_MAX_BYTES, "read": ", ".join(sets),
-        "touch": ":at - last_seen >= %s" % TOUCH_EVERY_S,
-        "thread": "" if thread is None else " AND m.thread_id = :thread"}
-    numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in
-               enumerate(PG_RECV_PARAMS)}
-    done = _PG_RECV_TEXTS[thread is None] = re.sub(r"(?<!:):([a-z]+)",
-                                                   lambda m: numbers[m.group(1)], text)
-    return done
+    two texts, as msg_recv's, so each plan uses the inbox's index)."""
+    def make():
+        _, stamps = TRANSITIONS["read"]
+        sets = ["state = 'read'", "updated_at = :at"] + [
+            "%s = NULL" % c if c == "wake_next_at" else "%s = COALESCE(%s, :at)" % (c, c)
+            for c in stamps]
+        return PG_RECV_TEXT, PG_RECV_PARAMS, {
+            "budget": ANSWER_MAX_BYTES, "read": ", ".join(sets),
+            "thread": "" if thread is None else " AND m.thread_id = :thread"}
+    return _pg_own_text(("msg_recv", thread is None), make)
 
 
-def _pg_recv(store, call, args, session_id):
-    """msg_recv in one flight (see PG_RECV_TEXT), or None: the door's way."""
+def _pg_own_conn(store, call, session_id):
+    """The store's connection for a call answered in one flight of its own,
+    or None (the door's way): not for a caller that is no session id, a
+    connection's first call (no clock), a store whose schema is not
+    confirmed yet, a call inside another, a connection failed or in a
+    transaction."""
     conn = store.conn
-    if (args.get("peek") or not is_session_id(session_id) or call.at is None or
+    if (not is_session_id(session_id) or call.at is None or
             store._schema_check is not None or conn is None or conn.sock is None or
             conn.in_transaction or len(store._calls) != 1):
         return None
@@ -13630,33 +13650,53 @@ def _pg_recv(store, call, args, session_id):
             pass
     except PgError:
         return None                    # the door's way connects again
-    at, thread = call.at, args.get("thread")
-    # The clock the call was given, checked where the statement runs, after
-    # the lock: a wait for it (or the file's skew, a guess) off by more than
-    # the slack, and the door's way reads the clock again.
-    real = store.real_now()
-    params = [session_id, at, min(at, real), args.get("limit", RECV_LIMIT), real,
-              PG_CLOCK_SLACK_S] + ([] if thread is None else [thread])
+    return conn
+
+
+def _pg_own_params(store, call, session_id):
+    """PG_OWN_PARAMS' values.  The clock the call was given is checked where
+    the statement runs, after the lock: a wait for it (or the file's skew, a
+    guess) off by more than the slack, and the door's way reads the clock
+    again."""
+    at, real = call.at, store.real_now()
+    return [session_id, at, min(at, real), real, PG_CLOCK_SLACK_S]
+
+
+def _pg_own_flight(store, call, conn, statement, mail):
+    """BEGIN with the lock, statement, the NOTIFY (mail: it stored
+    deliveries) and the COMMIT in one flight; its rows.  A PgError raised is
+    the caller's to say (the flight carried a COMMIT)."""
     begin = conn.control(store.begin_text(True, True))
-    recv = conn.statement(None, params, text=_pg_recv_text(thread))
-    recv.write = True
-    conn.mail = False
+    statement.write = True
+    conn.mail = mail
     # Behind the COMMIT, what the work after a call read last time (due
     # wakes), as the door's commit sends it (_PgCall.commit).
     ahead = call._ahead(conn, "after")
     for step in ahead:
         step.quiet = True
+    call._exchange(conn, [begin, statement, conn.notify(), conn.control("COMMIT")] + ahead,
+                   ending=True)
+    store.took(conn.first_answer_s)
+    if begin.rows:
+        store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
+    return statement.rows
+
+
+def _pg_recv(store, call, args, session_id):
+    """msg_recv in one flight (see PG_RECV_TEXT), or None: the door's way."""
+    conn = None if args.get("peek") else _pg_own_conn(store, call, session_id)
+    if conn is None:
+        return None
+    at, thread = call.at, args.get("thread")
+    params = _pg_own_params(store, call, session_id) + [
+        args.get("limit", RECV_LIMIT)] + ([] if thread is None else [thread])
+    recv = conn.statement(None, params, text=_pg_recv_text(thread))
     try:
-        call._exchange(conn, [begin, recv, conn.notify(), conn.control("COMMIT")] + ahead,
-                       ending=True)
+        rows = _pg_own_flight(store, call, conn, recv, False)
     except PgError as error:
         if not error.lost:
             raise _pg_commit_failed(conn, error, store.path)
         return _pg_recv_lost(store, conn, error, session_id, at)
-    store.took(conn.first_answer_s)
-    if begin.rows:
-        store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
-    rows = recv.rows
     head = rows[0]
     if head["due__"]:
         return None
@@ -13740,7 +13780,166 @@ def _pg_message_items(rows):
     return [message_item(r, r["harness__"], json.loads(r["in__"] or "[]")) for r in rows]
 
 
-PG_ANSWERS = {"msg_recv": _pg_recv}
+# msg_send in one round trip.  The door's way reads ahead with BEGIN (the
+# caller, its rooms, each recipient and its rooms' caps, the message's id)
+# and sends the lock, those reads checked again, the writes and the COMMIT
+# as a second.  Here BEGIN, the lock, one statement and the COMMIT go in one
+# flight: the statement reads under the lock who the message goes to and
+# writes what post_message writes (the message, its rooms, a delivery per
+# recipient with its wake scheduled as effective_autonomy says, the counts,
+# the sender's stored characters and its touch, the msg.send event), and says
+# why not where the door's way would answer otherwise: the sweep due, the
+# clock off (PG_DUE_TEXT); the caller gone or left, a recipient unknown,
+# left or sharing no room with it, nobody to send to (the door's warning),
+# the stored characters over the limit, a reply_to naming no message, or an
+# untold delivery of the caller's (over MCP the door's way says the signal
+# and marks it offered; this statement does not know the front end, so it
+# leaves every such send to the door).  Python decides what needs no reading
+# (the arguments' checks, to's selectors: '*' and session ids only, file:,
+# tag: and label: go the door's way, as does a reply without to), and
+# computes the texts the door computes from them (the selector, the
+# expiry, ack_by, the size, the event's subject and to in json_text's
+# form); the rooms and recipients in the event are said in SQL as json_text
+# says them (ASCII, \uXXXX: _pg_json_ascii).
+PG_SEND_TEXT = "WITH " + PG_DUE_TEXT + """,
+  caller AS (SELECT * FROM sessions WHERE id = :me AND left_at IS NULL
+    AND NOT (SELECT due FROM due)),
+  mates AS (SELECT DISTINCT m2.session_id AS id FROM memberships m1 JOIN memberships m2
+      ON m2.room = m1.room JOIN sessions s ON s.id = m2.session_id
+    WHERE m1.session_id = :me AND m2.session_id <> :me AND s.left_at IS NULL),
+  sel AS (SELECT s, n FROM jsonb_array_elements_text(:sels::jsonb) WITH ORDINALITY AS t(s, n)),
+  picked AS (SELECT row_number() OVER (ORDER BY sel.n, x.id) AS pos, x.id
+    FROM sel JOIN LATERAL (SELECT sel.s AS id WHERE sel.s <> '*' UNION ALL
+      SELECT id FROM mates WHERE sel.s = '*') x ON true WHERE x.id <> :me),
+  rcpt AS (SELECT id, min(pos) AS pos FROM picked GROUP BY id),
+  refused AS (SELECT NOT EXISTS (SELECT 1 FROM caller)
+      OR NOT EXISTS (SELECT 1 FROM rcpt)
+      OR EXISTS (SELECT 1 FROM rcpt WHERE id NOT IN (SELECT id FROM mates))
+      OR (SELECT stored_chars FROM caller) + :size > :most
+      OR EXISTS (SELECT 1 FROM deliveries WHERE session_id = :me
+        AND state IN ('stored', 'undeliverable') AND offered_at IS NULL)
+      OR (:reply IS NOT NULL AND NOT EXISTS (SELECT 1 FROM messages WHERE id = :reply))
+    AS refused),
+  ok AS (SELECT c.* FROM caller c WHERE NOT (SELECT refused FROM refused)),
+  taken AS (SELECT n.id FROM (SELECT nextval('messages_id_seq') AS id FROM ok) n,
+    LATERAL (SELECT %(idlock)s) l),
+  posted AS (INSERT INTO messages (id, sender, sender_label, selector, subject, body,
+      reply_to, created_at, expires_at, thread_id, importance, ack_required, ack_by)
+    SELECT t.id, o.id, o.label, :selector, :subject, :body, :reply, :at, :expires,
+      COALESCE((SELECT COALESCE(thread_id, id) FROM messages WHERE id = :reply), t.id),
+      :importance, :ackreq, :ackby FROM taken t, ok o RETURNING id),
+  filing AS (SELECT room, %(room)s AS json__ FROM memberships WHERE session_id = :me),
+  filed AS (INSERT INTO message_rooms (room, message_id)
+    SELECT f.room, t.id FROM filing f, taken t RETURNING message_id),
+  whom AS (SELECT r.pos, s.id, s.label, s.harness_key, %(rcpt)s AS json__,
+      s.autonomy >= 2 AND LEAST(s.autonomy, (SELECT MIN(c.cap) FROM memberships m
+        JOIN rooms c ON c.name = m.room WHERE m.session_id = s.id)) = 2 AS wake
+    FROM rcpt r JOIN sessions s ON s.id = r.id),
+  delivered AS (INSERT INTO deliveries (session_id, message_id, state, updated_at,
+      wake_next_at)
+    SELECT w.id, t.id, 'stored', :at, CASE WHEN w.wake THEN :at END FROM whom w, taken t
+    RETURNING message_id),
+  counted AS (UPDATE sessions SET deliveries_total = deliveries_total + 1
+    WHERE id IN (SELECT id FROM rcpt) AND EXISTS (SELECT 1 FROM taken) RETURNING id),
+  charged AS (UPDATE sessions SET stored_chars = stored_chars + :size,
+      """ + PG_TOUCH_SETS + """
+    WHERE id = :me AND EXISTS (SELECT 1 FROM taken) RETURNING id),
+  logged AS (INSERT INTO events (at, kind, session_id, subject, data)
+    SELECT :at, 'msg.send', :me, t.id::text, '{"recipients": [' || COALESCE((SELECT
+        string_agg(json__, ', ' ORDER BY pos) FROM whom), '') || '], "rooms": ['
+      || COALESCE((SELECT string_agg(json__, ', ' ORDER BY room) FROM filing), '')
+      || '], "subject": ' || :subjson || ', "to": ' || :tojson || '}'
+    FROM taken t RETURNING id)
+SELECT due.due AS due__, (SELECT refused FROM refused) AS refused__,
+  (SELECT id FROM taken) AS id__, w.id, w.label, w.harness_key
+FROM due LEFT JOIN whom w ON EXISTS (SELECT 1 FROM taken) ORDER BY w.pos"""
+PG_SEND_PARAMS = PG_OWN_PARAMS + (
+    ("sels", "text"), ("size", "bigint"), ("most", "float8"), ("reply", "bigint"),
+    ("selector", "text"), ("subject", "text"), ("body", "text"), ("expires", "float8"),
+    ("importance", "text"), ("ackreq", "bigint"), ("ackby", "float8"), ("subjson", "text"),
+    ("tojson", "text"))
+
+
+def _pg_json_ascii(expr):
+    """SQL for the text expr as json_text writes a string: in double quotes,
+    the short escapes (\\" \\\\ \\b \\f \\n \\r \\t), every other character
+    outside ' '-'~' as \\uXXXX (lowercase; past U+FFFF a surrogate pair),
+    where PostgreSQL's to_json leaves them raw.  (Backslashes as chr(92):
+    the text holds none, whatever standard_conforming_strings says.)"""
+    short = " ".join("WHEN c = chr(%d) THEN chr(92) || %s" % (code, out) for code, out in (
+        (34, "chr(34)"), (92, "chr(92)"), (8, "'b'"), (12, "'f'"), (10, "'n'"),
+        (13, "'r'"), (9, "'t'")))
+    return ("(chr(34) || COALESCE((SELECT string_agg(CASE %s WHEN ascii(c) BETWEEN 32 AND "
+            "126 THEN c WHEN ascii(c) < 65536 THEN chr(92) || 'u' || lpad(to_hex(ascii(c)), "
+            "4, '0') ELSE chr(92) || 'u' || to_hex(55296 + ((ascii(c) - 65536) >> 10)) || "
+            "chr(92) || 'u' || to_hex(56320 + ((ascii(c) - 65536) & 1023)) END, '' ORDER BY "
+            "i) FROM regexp_split_to_table(%s, '') WITH ORDINALITY AS j(c, i)), '') || "
+            "chr(34))" % (short, expr))
+
+
+def _pg_send(store, call, args, session_id):
+    """msg_send in one flight (see PG_SEND_TEXT), or None: the door's way."""
+    to, subject, body = args.get("to"), args.get("subject"), args.get("body")
+    reply_to, ack_by = args.get("reply_to"), args.get("ack_by")
+    if to is None or not (subject or body) or (body is not None and len(body.encode(
+            "utf-8", "surrogatepass")) > BODY_MAX_BYTES):
+        return None
+    selectors = [s.strip() for s in ([to] if isinstance(to, str) else to)]
+    if not 0 < len(selectors) <= SELECTORS_MAX or not all(
+            s == "*" or is_session_id(s) for s in selectors):
+        return None
+    conn = _pg_own_conn(store, call, session_id)
+    # (_pg_json_ascii reads characters' code points: a UTF-8 server's.)
+    if conn is None or conn.params.get("server_encoding") != "UTF8":
+        return None
+    at = call.at
+    try:
+        if isinstance(ack_by, int) or (ack_by is not None and not looks_iso(ack_by)):
+            ack_by = at + (ack_by if isinstance(ack_by, int) else parse_duration(ack_by))
+        elif ack_by is not None:
+            ack_by = parse_iso(ack_by)
+    except RoomError:
+        return None
+    ttl = args.get("ttl_s", MESSAGE_TTL_S)
+    params = _pg_own_params(store, call, session_id) + [
+        json.dumps(selectors), len(subject or "") + len(body or ""),
+        env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX), reply_to,
+        json.dumps(to), subject, body, at + ttl, args.get("importance", "normal"),
+        1 if args.get("ack_required") or ack_by else 0,
+        None if ack_by is None else float(ack_by), json_text(subject), json_text(to)]
+    if not _pg_bindable(params, tuple(type(v) for v in params)):
+        return None
+    send = conn.statement(None, params, text=_pg_own_text(("msg_send",), lambda: (
+        PG_SEND_TEXT, PG_SEND_PARAMS, {"idlock": PG_ID_LOCK % ("messages", "n.id"),
+                                       "room": _pg_json_ascii("room"),
+                                       "rcpt": _pg_json_ascii("s.id")})))
+    try:
+        rows = _pg_own_flight(store, call, conn, send, True)
+    except PgError as error:
+        # Lost with its COMMIT, or refused: a send is never sent again.
+        raise _pg_commit_failed(conn, error, store.path)
+    head = rows[0]
+    if head["due__"] or head["refused__"]:
+        return None
+    call.ended = call.own = True       # what the work after it reads is learned
+    recipients = [r for r in rows if r["id"] is not None]
+    # The recipients' signal markers, raised once, after the commit (the
+    # door's way raises them before it too, so that a process killed between
+    # its commit and its after-work leaves none unraised).  On PostgreSQL
+    # that is enough: markers are this host's files, and a quiet hook of a
+    # server's store finds no marker and still asks the server once its
+    # .checked stamp is REMOTE_CHECK_S old (quiet_hook), as it must for a
+    # send from another host, which raises none here; a hook that cleared a
+    # marker before this raise sees it next time.
+    for row in recipients:
+        if row["harness_key"]:
+            raise_marker(store.path, row["harness_key"])
+    ids = [r["id"] for r in recipients]
+    return {"message_id": head["id__"], "recipients": len(ids), "recipient_ids": ids,
+            "recipient_labels": [r["label"] or r["id"][:8] for r in recipients]}
+
+
+PG_ANSWERS = {"msg_recv": _pg_recv, "msg_send": _pg_send}
 
 STORE_KINDS.append(PgStore)
 

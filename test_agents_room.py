@@ -9671,9 +9671,10 @@ class PgStoreTest(RoomTest):
         call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
         me = call("room_join", label="me", harness_key=run_key("k-me"))["session_id"]
         peer = call("room_join", label="peer", harness_key=run_key("k-peer"))["session_id"]
-        call("msg_send", session_id=me, to=peer, subject="hello there")
+        # (A label: selector goes the door's way; an id, its own statement, as
+        # a recv does: PG_ANSWERS.  A peek goes the door's way.)
+        call("msg_send", session_id=me, to="label:peer", subject="hello there")
         self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
-        # (A peek goes the door's way; a recv, its own statement: PG_ANSWERS.)
         self.assertEqual(len(call("msg_recv", session_id=peer, peek=True)["messages"]), 1)
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
@@ -10151,6 +10152,267 @@ class PgStoreTest(RoomTest):
             got += [m["subject"] for m in answer["messages"]]
         got += [m["subject"] for m in call("msg_recv", session_id=me)["messages"]]
         self.assertEqual(got, ["m%d" % i for i in range(9)])
+
+    def send_worlds(self):
+        """Two stores of the same sessions (their ids too: a copy of the
+        rows, so that '*' picks them in one order in both): labels s, r1,
+        r2 at wake level, r3 at wake level in a room capped at hold, gone,
+        who has left, and stranger, in no room of s's; rooms with non-ASCII
+        names.  Each (store, call, {label: id}, {label: harness key})."""
+        worlds = []
+        for url in (self.db, PG_UNDER_TEST.schema_url(self)):
+            store = agents_room.open_store(url)
+            self.addCleanup(store.close)
+            ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+            worlds.append((store, lambda name, store=store, ctx=ctx, **args:
+                           agents_room.call_tool(store, ctx, name, args)))
+        call = worlds[0][1]
+        keys = {label: run_key("k-send-" + label)
+                for label in ("s", "r1", "r2", "r3", "gone", "stranger")}
+        ids = {}
+        for label, room, extra in (("s", "ré☃", ["shared:ü-😀"]), ("r1", "ré☃", []),
+                                   ("r2", "r2", ["shared:ü-😀"]), ("r3", "ré☃", ["shared:low"]),
+                                   ("gone", "ré☃", []), ("stranger", "elsewhere", [])):
+            ids[label] = call("room_join", label=label, room=room, extra_rooms=extra,
+                              harness_key=keys[label])["session_id"]
+        call("room_set_autonomy_cap", session_id=ids["r3"], room="shared:low", autonomy=1)
+        call("room_leave", session_id=ids["gone"])
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        conn.execute("UPDATE sessions SET autonomy = 2 WHERE id IN ('%s', '%s')"
+                     % (ids["r2"], ids["r3"]))
+        schemas = []
+        for store, _ in worlds:
+            with store.read() as schema:
+                schemas.append(schema.execute("SELECT current_schema()").fetchone()[0])
+        for table in ("rooms", "sessions", "memberships"):
+            conn.execute("INSERT INTO %s.%s SELECT * FROM %s.%s" % (
+                schemas[1], table, schemas[0], table))
+        conn.execute("INSERT INTO %s.meta SELECT * FROM %s.meta WHERE key = "
+                     "'expiry_swept_to'" % tuple(schemas[::-1]))
+        conn.commit()
+        for _, call in worlds:
+            call("msg_recv", session_id=ids["s"])           # the connection's clock
+        return [world + (ids, keys) for world in worlds]
+
+    def test_send_in_one_round_trip_answers_as_the_door(self):
+        """Issue 39: msg_send on PostgreSQL is one statement of its own
+        (PG_ANSWERS), sent with BEGIN, the lock and the COMMIT.  Two stores
+        of the same sessions and rooms are sent the same messages, one that
+        way and one the door's: the same answers and errors, message rows,
+        their rooms, deliveries (their wakes), the sessions' counts, stored
+        characters and touch, the events byte for byte, the markers raised.
+        What it does not take (an error's, nobody to send to) goes the door's
+        way."""
+        from unittest import mock
+        own, door = self.send_worlds()
+        fast = agents_room.PG_ANSWERS["msg_send"]
+        taken = []
+
+        def spy(*args):
+            answer = fast(*args)
+            taken.append(answer is not None)
+            return answer
+
+        def named(world, value):
+            """value with the world's session ids and store said by label."""
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True) if not isinstance(
+                value, str) else value
+            for label, id_ in world[2].items():
+                text = text.replace(id_, "<%s>" % label).replace(id_[:8], "<%s8>" % label)
+            return text.replace(world[0].shown, "<store>")
+
+        def markers(world):
+            found = set()
+            for label, key in world[3].items():
+                path = agents_room.signal_marker(world[0].path, key)
+                if os.path.exists(path):
+                    found.add(label)
+                    os.remove(path)
+            return found
+
+        def send(world, **args):
+            ids = lambda t: t.replace(t.strip(), world[2].get(t.strip(), t.strip()))
+            args = {k: [ids(t) for t in v] if isinstance(v, list) else ids(v)
+                    if k == "to" else v for k, v in args.items()}
+            markers(world)
+            try:
+                answer = world[1]("msg_send", session_id=world[2]["s"], **args)
+            except agents_room.RoomError as error:
+                answer = {"error": error.text()}
+            return named(world, answer), markers(world)
+
+        def both(own_way=True, **args):
+            del taken[:]
+            with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_send": spy}):
+                mine = send(own, **args)
+            with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+                theirs = send(door, **args)
+            self.assertEqual(mine, theirs, args)
+            self.assertEqual(taken, [own_way], args)
+            return mine
+        answer, raised = both(to="r1", subject="héllo ☃ 😀 \"q\"\n\x7f", body="bödy")
+        self.assertEqual((json.loads(answer)["recipient_ids"], raised), (["<r1>"], {"r1"}))
+        urgent, raised = both(to=["r1", "s", " r2", "r1", "r3"], subject="urgent",
+                              importance="urgent", ack_by="10m", ttl_s=3600)
+        self.assertEqual(json.loads(urgent)["recipient_ids"], ["<r1>", "<r2>", "<r3>"])
+        self.assertEqual(raised, {"r1", "r2", "r3"})
+        with own[0].write() as conn:                         # the caller's touch
+            conn.execute("UPDATE sessions SET last_seen = last_seen - 10, verdict = NULL")
+        with door[0].write() as conn:
+            conn.execute("UPDATE sessions SET last_seen = last_seen - 10, verdict = NULL")
+        both(to="*", body="to all", ack_required=True)
+        both(to=["*", "r1"], subject=None, body="é" * 10, reply_to=1)
+        # The door's way: s alone (its warning; stored), then errors with the
+        # same text: a session that left, an unknown id, one in no room of
+        # s's, more than a session may keep.
+        for to in ("s", "gone", "0123456789abcdef", "stranger"):
+            answer, _ = both(own_way=False, to=to, subject="no")
+            self.assertIn("error" if to != "s" else "warning", answer)
+        with mock.patch.dict(os.environ, {"AGENTS_ROOM_SESSION_STORED_MAX": "100"}):
+            answer, _ = both(own_way=False, to="r1", body="x" * 60)
+        self.assertIn("at most 100 per session", answer)
+        rows = []
+        for world in (own, door):
+            conn = PgTestConnection(world[0].path)
+            self.addCleanup(conn.close)
+            rows.append(named(world, [[list(r) for r in conn.execute(sql).fetchall()]
+                                      for sql in (
+                "SELECT id, sender, sender_label, selector, subject, body, reply_to, "
+                "expires_at - created_at, thread_id, importance, ack_required, ack_by - "
+                "created_at, retracted_at FROM messages ORDER BY id",
+                "SELECT room, message_id FROM message_rooms ORDER BY message_id, room",
+                "SELECT s.label, d.message_id, d.state, d.updated_at = m.created_at, "
+                "d.wake_next_at = m.created_at, d.wake_next_at IS NULL, d.offered_at, "
+                "d.wake_attempts FROM deliveries d JOIN messages m ON m.id = d.message_id "
+                "JOIN sessions s ON s.id = d.session_id ORDER BY d.message_id, s.label",
+                "SELECT label, deliveries_total, read_total, stored_chars, verdict, "
+                "CASE WHEN label = 's' THEN last_seen > %r END FROM sessions ORDER BY label"
+                % (time.time() - 5),
+                "SELECT kind, session_id, room, subject, data FROM events WHERE kind LIKE "
+                "'msg.%' OR kind LIKE 'wake.%' ORDER BY id")]))
+        self.assertEqual(rows[0], rows[1])
+        got = json.loads(rows[0])
+        self.assertEqual(len(got[0]), 5)                      # the messages
+        # A wake for r2 at each send to it (its lever, none here, says why
+        # not), none for r3 (its room's cap is hold) nor r1.
+        self.assertEqual({r[1] for r in got[4] if r[0].startswith("wake.")}, {"<r2>"})
+        self.assertEqual(len([r for r in got[4] if r[0].startswith("wake.")]), 3)
+        self.assertEqual(got[3][-2][:2], ["s", 0])
+        self.assertEqual(got[3][-2][4:], ["alive", 1])          # touched
+        self.assertEqual(got[4][0][0], "msg.send")
+        self.assertIn('"rooms": ["repo:r\\u00e9\\u2603", "shared:\\u00fc-\\ud83d\\ude00"], '
+                      '"subject": "h\\u00e9llo \\u2603 \\ud83d\\ude00 \\"q\\"\\n\\u007f"',
+                      got[4][0][4])
+
+    def test_a_send_costs_one_round_trip(self):
+        """Issue 39, item 3: through the proxy, as across a network, msg_send
+        is one round trip: BEGIN, the lock, its one statement (PG_ANSWERS)
+        and the COMMIT in one flight (the door's way: two, the reads ahead
+        and then the lock, the checks, the writes and the COMMIT)."""
+        from unittest import mock
+        self.lock_late()
+        store, proxy = self.far_store(0.005)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-me")
+        third = agents_room.call_tool(other, ctx, "room_join", {"label": "third"})[
+            "session_id"]
+
+        def turns(count, **args):
+            before = proxy.turns
+            for _ in range(count):
+                answer = call("msg_send", session_id=me, subject="s", **args)
+            return (proxy.turns - before) / float(count), answer
+        call("msg_recv", session_id=me)                   # the connection's clock
+        with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+            door, _ = turns(3, to=peer)
+        for to in (peer, [peer, me, third, peer], "*"):
+            own, answer = turns(6, to=to)
+            self.assertEqual(answer["recipient_ids"], [peer] if to == peer else
+                             sorted([peer, third]) if to == "*" else [peer, third])
+            self.assertLessEqual(own, 1.5, "a send to %s: %.1f turns (the door's way %.1f)"
+                                 % (to, own, door))
+        got = agents_room.call_tool(other, ctx, "msg_recv", {"session_id": peer,
+                                                              "limit": 500})["messages"]
+        self.assertEqual(len(got), 3 + 18)
+
+    def test_two_senders_and_a_receiver_at_once(self):
+        """Two sessions send at once, each on its own connection, its own way
+        (PG_ANSWERS), while a third receives: every message arrives once,
+        ids distinct and in the order they were given (a receive never sees
+        a smaller id after a larger one)."""
+        from unittest import mock
+        self.lock_late()
+        count = 40
+        stores = [agents_room.open_store(self.db) for _ in range(3)]
+        for store in stores:
+            self.addCleanup(store.close)
+        ctx = agents_room.Context(cwd=self.tmp, via="mcp")
+        ids = [agents_room.call_tool(store, ctx, "room_join", {
+            "label": "p%d" % i, "harness_key": run_key("k-two-%d" % i)})["session_id"]
+            for i, store in enumerate(stores)]
+        for store, me in zip(stores, ids):
+            agents_room.call_tool(store, ctx, "msg_recv", {"session_id": me})
+        fast = agents_room.PG_ANSWERS["msg_send"]
+        taken, sent, got, errors = [], [[], []], [], []
+
+        def spy(*args):
+            answer = fast(*args)
+            taken.append(answer is not None)
+            return answer
+
+        def sender(i):
+            try:
+                for n in range(count):
+                    sent[i].append(agents_room.call_tool(stores[i], ctx, "msg_send", {
+                        "session_id": ids[i], "to": ids[2], "subject": "%d-%d" % (i, n)}
+                        )["message_id"])
+            except Exception as error:         # noqa: said by the assert below
+                errors.append(error)
+
+        with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_send": spy}):
+            threads = [threading.Thread(target=sender, args=(i,)) for i in (0, 1)]
+            for thread in threads:
+                thread.start()
+            while any(t.is_alive() for t in threads) or len(got) < 2 * count:
+                batch = agents_room.call_tool(stores[2], ctx, "msg_recv", {
+                    "session_id": ids[2], "limit": 7})["messages"]
+                got += [m["message_id"] for m in batch]
+                if not batch and not any(t.is_alive() for t in threads):
+                    break
+            for thread in threads:
+                thread.join(60)
+        self.assertEqual(errors, [])
+        self.assertEqual(len(set(sent[0] + sent[1])), 2 * count)
+        self.assertEqual(got, sorted(sent[0] + sent[1]))
+        self.assertGreater(taken.count(True), count)
+        self.assertEqual(agents_room.call_tool(stores[2], ctx, "msg_unread", {
+            "session_id": ids[2]})["count"], 0)
+
+    def test_a_send_whose_connection_is_lost_is_not_sent_again(self):
+        """A send's one flight carries its COMMIT: lost with it, the call
+        says what the door's way says of a write lost with its COMMIT (it may
+        or may not have been committed) and sends nothing again.  Lost after
+        the server committed, the message is there once; lost before it saw
+        it, not at all."""
+        self.lock_late()
+        proxy = LosingProxy(agents_room._proxy_target(self.db))
+        self.addCleanup(proxy.close)
+        url = agents_room._url_via_proxy(self.db, proxy.port)
+        store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
+        self.addCleanup(store.close)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-lost")
+        call("msg_send", session_id=me, to=peer, subject="first")
+        for lose, stored in (("answer", ["first", "answer"]), ("flight", [])):
+            call("msg_recv", session_id=me)        # connected (again), the clock read
+            proxy.lose = lose
+            with self.assertRaises(agents_room.StoreError) as caught:
+                call("msg_send", session_id=me, to=peer, subject=lose)
+            self.assertIsNone(proxy.lose, "the proxy cut nothing: %s" % lose)
+            self.assertIn("may or may not have been committed", caught.exception.text())
+            got = agents_room.call_tool(other, ctx, "msg_recv", {"session_id": peer})
+            self.assertEqual([m["subject"] for m in got["messages"]], stored)
+        self.assertEqual(call("msg_send", session_id=me, to=peer, subject="again")[
+            "recipients"], 1)
 
     def test_a_claim_costs_two_round_trips_and_four_after_a_race(self):
         """Issue 40: through the proxy, as across a network (the lock late),
