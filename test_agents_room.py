@@ -9875,6 +9875,16 @@ class PgStoreTest(RoomTest):
         self.addCleanup(store.close)
         return store, proxy
 
+    def losing_store(self):
+        """A store reached through a LosingProxy, and the proxy; in the clear
+        (the proxy reads the answer for the COMMIT's tag)."""
+        proxy = LosingProxy(agents_room._proxy_target(self.db))
+        self.addCleanup(proxy.close)
+        url = agents_room._url_via_proxy(self.db, proxy.port)
+        store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
+        self.addCleanup(store.close)
+        return store, proxy
+
     def receiver_and_sender(self, store, key, messages=0):
         """A session `me` joined through store (the calls under test) and a
         peer on a store of its own that sends it `messages` messages, subjects
@@ -9889,6 +9899,19 @@ class PgStoreTest(RoomTest):
             agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
                                                            "subject": "m%d" % i})
         return call, me, other, ctx, peer
+
+    def own_way(self, tool):
+        """PG_ANSWERS[tool] wrapped to record, call by call, whether it
+        answered (True) or left the call to the door's way (False): (a patch
+        that puts it in PG_ANSWERS while it is entered, the record)."""
+        from unittest import mock
+        fast, taken = agents_room.PG_ANSWERS[tool], []
+
+        def spy(*args):
+            answer = fast(*args)
+            taken.append(answer is not None)
+            return answer
+        return mock.patch.dict(agents_room.PG_ANSWERS, {tool: spy}), taken
 
     def test_a_call_costs_few_round_trips(self):
         """Issue 29: what a call reads is read ahead with its BEGIN, what it
@@ -9938,19 +9961,13 @@ class PgStoreTest(RoomTest):
             "shared:cmp"], harness_key=run_key("k-cmp-" + label))["session_id"]
             for label in ("own", "door", "sender")]
         other = call("room_join", label="other", room="cmp")["session_id"]
-        fast = agents_room.PG_ANSWERS["msg_recv"]
-        taken = []
-
-        def spy(*args):
-            answer = fast(*args)
-            taken.append(answer is not None)
-            return answer
+        spy, taken = self.own_way("msg_recv")
 
         def both(**args):
             """The same recv as own (its own statement) and as door (the
             door's way): the two answers, and whether own's was its own."""
             del taken[:]
-            with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_recv": spy}):
+            with spy:
                 mine = call("msg_recv", session_id=own, **args)
             with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
                 theirs = call("msg_recv", session_id=door, **args)
@@ -10136,12 +10153,7 @@ class PgStoreTest(RoomTest):
         before the server saw it: the door's way receives them.  Either
         way every message comes exactly once."""
         self.lock_late()
-        proxy = LosingProxy(agents_room._proxy_target(self.db))
-        self.addCleanup(proxy.close)
-        url = agents_room._url_via_proxy(self.db, proxy.port)
-        # In the clear: the proxy reads the answer for the COMMIT's tag.
-        store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
-        self.addCleanup(store.close)
+        store, proxy = self.losing_store()
         call, me, other, ctx, peer = self.receiver_and_sender(store, "k-lost-me", 9)
         got = [m["subject"] for m in call("msg_recv", session_id=me, limit=1)["messages"]]
         for lose, warned in (("answer", True), ("flight", False)):
@@ -10206,13 +10218,7 @@ class PgStoreTest(RoomTest):
         way."""
         from unittest import mock
         own, door = self.send_worlds()
-        fast = agents_room.PG_ANSWERS["msg_send"]
-        taken = []
-
-        def spy(*args):
-            answer = fast(*args)
-            taken.append(answer is not None)
-            return answer
+        spy, taken = self.own_way("msg_send")
 
         def named(world, value):
             """value with the world's session ids and store said by label."""
@@ -10244,7 +10250,7 @@ class PgStoreTest(RoomTest):
 
         def both(own_way=True, **args):
             del taken[:]
-            with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_send": spy}):
+            with spy:
                 mine = send(own, **args)
             with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
                 theirs = send(door, **args)
@@ -10340,7 +10346,6 @@ class PgStoreTest(RoomTest):
         (PG_ANSWERS), while a third receives: every message arrives once,
         ids distinct and in the order they were given (a receive never sees
         a smaller id after a larger one)."""
-        from unittest import mock
         self.lock_late()
         count = 40
         stores = [agents_room.open_store(self.db) for _ in range(3)]
@@ -10352,13 +10357,8 @@ class PgStoreTest(RoomTest):
             for i, store in enumerate(stores)]
         for store, me in zip(stores, ids):
             agents_room.call_tool(store, ctx, "msg_recv", {"session_id": me})
-        fast = agents_room.PG_ANSWERS["msg_send"]
-        taken, sent, got, errors = [], [[], []], [], []
-
-        def spy(*args):
-            answer = fast(*args)
-            taken.append(answer is not None)
-            return answer
+        spy, taken = self.own_way("msg_send")
+        sent, got, errors = [[], []], [], []
 
         def sender(i):
             try:
@@ -10369,7 +10369,7 @@ class PgStoreTest(RoomTest):
             except Exception as error:         # noqa: said by the assert below
                 errors.append(error)
 
-        with mock.patch.dict(agents_room.PG_ANSWERS, {"msg_send": spy}):
+        with spy:
             threads = [threading.Thread(target=sender, args=(i,)) for i in (0, 1)]
             for thread in threads:
                 thread.start()
@@ -10395,11 +10395,7 @@ class PgStoreTest(RoomTest):
         the server committed, the message is there once; lost before it saw
         it, not at all."""
         self.lock_late()
-        proxy = LosingProxy(agents_room._proxy_target(self.db))
-        self.addCleanup(proxy.close)
-        url = agents_room._url_via_proxy(self.db, proxy.port)
-        store = agents_room.open_store(url + ("&" if "?" in url else "?") + "sslmode=disable")
-        self.addCleanup(store.close)
+        store, proxy = self.losing_store()
         call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-lost")
         call("msg_send", session_id=me, to=peer, subject="first")
         for lose, stored in (("answer", ["first", "answer"]), ("flight", [])):
