@@ -10341,6 +10341,22 @@ class PgStoreTest(RoomTest):
                                                               "limit": 500})["messages"]
         self.assertEqual(len(got), 3 + 18)
 
+    def test_a_send_tells_who_waits_for_mail(self):
+        """A send its own way (PG_ANSWERS) notifies as the door's commit does
+        when it stored deliveries: a waiter for mail (a parked msg_recv, the
+        rewake waiter) hears of it, rather than at its timeout."""
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-tell")
+        call("msg_recv", session_id=me)                   # the connection's clock
+        spy, taken = self.own_way("msg_send")
+        mark = other.change_mark(mail=True)
+        with spy:
+            call("msg_send", session_id=me, to=peer, subject="news")
+        other.wait_change(30, mail=True)
+        self.assertEqual(taken, [True])
+        self.assertNotEqual(other.change_mark(mail=True), mark)
+
     def test_two_senders_and_a_receiver_at_once(self):
         """Two sessions send at once, each on its own connection, its own way
         (PG_ANSWERS), while a third receives: every message arrives once,
