@@ -115,10 +115,10 @@ prints it when it differs; Part I is at most 10,000 lines):
    16114   120  appendix: store copy
    16234    75  appendix: git pre-commit guard
    16309   108  appendix: Claude Code plugin
-   16417  1174  appendix: benchmark
-   17591  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18777   981  appendix: operator page
-   19758   167  appendix: embedded sources
+   16417  1273  appendix: benchmark
+   17690  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18876   981  appendix: operator page
+   19857   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -16457,6 +16457,84 @@ BENCH_PLAIN_ECHO = BENCH_ECHO_PROGRAM % (
     '"isError": False}')
 BENCH_BLOCK = 50                  # calls in one block of the plain echo's comparison
 
+# The floors under a send, each a stdio server like the plain echo (a line
+# in, json.loads, the work, json.dumps of a small result, a line out), so
+# each pays what a server woken for each request pays (on a shared machine
+# the same statements take half again as long in a process that slept
+# before them as in a loop that never does):
+# - raw: one msg_send run through the door with its statements recorded,
+#   then for each line those statements (BEGIN to COMMIT, the same texts and
+#   values, the message's id taken afresh) by a bare loop: the floor under a
+#   send's SQL; below it only fewer statements or fewer pages written go;
+# - door: msg_send by call_tool, without the MCP server's framing or line.
+# The door's row less the raw one is the Python of a call; the MCP row less
+# the door's, the MCP server's part.
+BENCH_SEND_FLOOR = """
+import json, os, sys
+sys.path.insert(0, %r)
+import agents_room as ar
+mode = sys.argv[1]
+store = ar.open_store()
+store.serving()
+ctx = ar.Context(via="mcp", pid=os.getpid(), pid_start=ar.process_start(os.getpid()))
+me = ar.call_tool(store, ctx, "room_join", {"room": "bench-" + mode,
+                                            "harness_key": "bench-" + mode})["session_id"]
+peer = ar.call_tool(store, ar.Context(), "room_join", {"room": "bench-" + mode,
+                                                       "label": "peer"})["session_id"]
+send = {"session_id": me, "to": peer, "subject": "s"}
+real, recorded = store.conn, []
+class Recorder:
+    def __init__(self, conn):
+        self.conn = conn
+    def execute(self, sql, values=()):
+        recorded.append((sql, tuple(values), False))
+        return self.conn.execute(sql, values)
+    def executemany(self, sql, rows):
+        rows = [tuple(r) for r in rows]
+        recorded.append((sql, rows, True))
+        return self.conn.executemany(sql, rows)
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+for i in range(20):
+    ar.call_tool(store, ctx, "msg_send", send)
+store.conn = Recorder(real)
+try:
+    old = ar.call_tool(store, ctx, "msg_send", send)["message_id"]
+finally:
+    store.conn = real
+seq = "SELECT seq FROM sqlite_sequence WHERE name='messages'"
+if seq not in [sql for sql, _, _ in recorded]:
+    raise SystemExit("a send no longer takes its id from sqlite_sequence: %%r" %% recorded)
+def fresh(values, new):
+    return tuple(new if v == old and type(v) is int else str(new) if v == str(old)
+                 else v for v in values)
+def raw():
+    new = old
+    for sql, values, many in recorded:
+        if many:
+            real.executemany(sql, [fresh(r, new) for r in values])
+        elif sql == seq:
+            new = real.execute(sql).fetchone()[0] + 1
+        else:
+            real.execute(sql, fresh(values, new)).fetchall()
+    return {"message_id": new}
+def door():
+    return ar.call_tool(store, ctx, "msg_send", send)
+work = raw if mode == "raw" else door
+print(json.dumps({"statements": len(recorded)}), flush=True)
+read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
+while True:
+    line = read()
+    if not line:
+        break
+    message = json.loads(line)
+    result = work()
+    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
+        "content": [{"type": "text", "text": json.dumps(result)}],
+        "structuredContent": result, "isError": False}}).encode() + b"\\n")
+    flush()
+"""
+
 BENCH_WORKER = """
 import os, sys, time
 sys.path.insert(0, %r)
@@ -16867,22 +16945,43 @@ def _bench_mcp(b, store, ctx, env, workdir):
             " (over 1 ms: the machine was busy, so the p99 goal says little in this run)"
             if echo_row["p99"] > 1 else "")
         # The same send against the plain echo, in alternate blocks: the ratio
-        # the issue's bar quotes (goal: 8x, p99 under 1 ms).
-        plain_pipe = _Pipe([b.python, "-I", "-S", "-c", BENCH_PLAIN_ECHO], env, workdir)
+        # the issue's bar quotes (goal: 8x, p99 under 1 ms); on SQLite, with
+        # the floors under the send between them (BENCH_SEND_FLOOR).
+        pipes = [("plain echo", _Pipe([b.python, "-I", "-S", "-c", BENCH_PLAIN_ECHO],
+                                      env, workdir))]
+        floors = {}
         try:
-            plain, blocks = [], []
-            for i in range(warm):
-                timed(plain_pipe, "plain echo", send, i)
+            if not b.server:
+                for mode in ("raw", "door"):
+                    pipe = _Pipe([b.python, "-I", "-S", "-c", BENCH_SEND_FLOOR %
+                                  os.path.dirname(this_file()), mode], env, workdir)
+                    pipes.append((mode, pipe))
+                    floors[mode] = json.loads(pipe.proc.stdout.readline())
+            pipes.append(("msg_send to 1", server))
+            timings = {name: [] for name, _ in pipes}
+            for name, pipe in pipes[:-1]:
+                for i in range(warm):
+                    timed(pipe, name, send, i)
             for start in range(0, calls, BENCH_BLOCK):
-                plain += [timed(plain_pipe, "plain echo", send, i)
-                          for i in range(start, start + BENCH_BLOCK)]
-                blocks += [timed(server, "msg_send to 1", send, i)
-                           for i in range(start, start + BENCH_BLOCK)]
+                for name, pipe in pipes:
+                    timings[name] += [timed(pipe, name, send, i)
+                                      for i in range(start, start + BENCH_BLOCK)]
         finally:
-            plain_pipe.close()
+            for name, pipe in pipes[:-1]:
+                pipe.close()
+        plain, blocks = timings["plain echo"], timings["msg_send to 1"]
         plain_row = b.add("MCP plain echo floor (%d calls, blocks of %d)" % (
             len(plain), BENCH_BLOCK), plain, note="json.loads of the request, json.dumps "
             "of a small MCP-shaped result: the floor the issue's bar is set against")
+        if floors:
+            b.add("send's floor: its %d statements replayed raw (blocks of %d)" % (
+                floors["raw"]["statements"], BENCH_BLOCK), timings["raw"],
+                limit=plain_row["p50"], note="the plain echo running a send's BEGIN to "
+                "COMMIT, same texts and values, by a bare loop: the SQL alone")
+            b.add("send's floor: msg_send by call_tool (blocks of %d)" % BENCH_BLOCK,
+                  timings["door"], limit=plain_row["p50"], note="the plain echo calling "
+                  "the door: less the row above, the Python of a call; the next row "
+                  "less this, the MCP server's framing and line")
         row = b.add("MCP msg_send to 1 vs the plain echo (%d calls, blocks of %d)" % (
             len(blocks), BENCH_BLOCK), blocks, limit=plain_row["p50"],
             goal="p50 <= 2 ms" if b.server else "p50 <= 8x plain echo, p99 <= 1 ms",
