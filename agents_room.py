@@ -84,41 +84,41 @@ prints it when it differs; Part I is at most 10,000 lines):
     1013  1207  store
     2220   989  harness adapters
     3209   381  liveness (process scan)
-    3590   616  tool registry and the door
-    4206   222  results as text
-    4428   509  operations: sessions and rooms
-    4937   723  operations: messages
-    5660   618  operations: leases
-    6278   237  operations: work states and quiet windows
-    6515   168  operations: task board
-    6683   230  operations: watches
-    6913    91  operations: status
-    7004   121  operations: reads and drift
-    7125   452  operations: signals and wakes
-    7577   158  operations: housekeeping
-    7735   180  signals: wake levers
-    7915   571  MCP server
-    8486   345  harnesses: setup and doctor
-    8831   285  hook front end
-    9116   996  CLI
-   10112    79  main
-   10201  3575  appendix: PostgreSQL store
-   13776   476  appendix: harness: Claude Code
-   14252   184  appendix: harness: Codex
-   14436   260  appendix: harness: Hermes
-   14696   211  appendix: harness: Qwen Code
-   14907   167  appendix: harness: Gemini CLI
-   15074   425  appendix: harness: Pi
-   15499   383  appendix: harness: OpenCode
-   15882    45  appendix: harness: Kilo Code
-   15927   187  appendix: harness: GitHub Copilot CLI
-   16114   120  appendix: store copy
-   16234    75  appendix: git pre-commit guard
-   16309   108  appendix: Claude Code plugin
-   16417  1273  appendix: benchmark
-   17690  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18876   981  appendix: operator page
-   19857   167  appendix: embedded sources
+    3590   621  tool registry and the door
+    4211   222  results as text
+    4433   509  operations: sessions and rooms
+    4942   726  operations: messages
+    5668   618  operations: leases
+    6286   237  operations: work states and quiet windows
+    6523   168  operations: task board
+    6691   230  operations: watches
+    6921    91  operations: status
+    7012   121  operations: reads and drift
+    7133   452  operations: signals and wakes
+    7585   158  operations: housekeeping
+    7743   180  signals: wake levers
+    7923   571  MCP server
+    8494   345  harnesses: setup and doctor
+    8839   285  hook front end
+    9124   996  CLI
+   10120    79  main
+   10209  3575  appendix: PostgreSQL store
+   13784   476  appendix: harness: Claude Code
+   14260   184  appendix: harness: Codex
+   14444   260  appendix: harness: Hermes
+   14704   211  appendix: harness: Qwen Code
+   14915   167  appendix: harness: Gemini CLI
+   15082   425  appendix: harness: Pi
+   15507   383  appendix: harness: OpenCode
+   15890    45  appendix: harness: Kilo Code
+   15935   187  appendix: harness: GitHub Copilot CLI
+   16122   120  appendix: store copy
+   16242    75  appendix: git pre-commit guard
+   16317   108  appendix: Claude Code plugin
+   16425  1273  appendix: benchmark
+   17698  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18884   981  appendix: operator page
+   19865   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -3757,7 +3757,8 @@ def check_value(schema, value, where):
                 else "null"))
     if isinstance(value, str):
         try:
-            value.encode("utf-8")
+            if not value.isascii():       # (ASCII text, the most, holds no surrogate)
+                value.encode("utf-8")
         except UnicodeEncodeError:
             # What a shell's stdin of binary bytes, or a name that is not
             # UTF-8, becomes (surrogateescape): say so in those words.
@@ -3960,10 +3961,14 @@ def untold_signal(op):
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
     # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
-    # caller ever had by its primary key (PostgreSQL drops the hint).
-    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
-                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
-                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
+    # caller ever had by its primary key (PostgreSQL drops the hint); one
+    # equality on the state each (an IN list builds a table of its values on
+    # each run: 2.9 us against 1.4).
+    if not op.conn.execute(
+            "SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE session_id=? AND "
+            "state = 'stored' AND offered_at IS NULL UNION ALL SELECT 1 FROM deliveries "
+            "INDEXED BY deliveries_state WHERE session_id=? AND state = 'undeliverable' "
+            "AND offered_at IS NULL LIMIT 1", (me, me)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
@@ -5113,7 +5118,10 @@ def charge_stored(conn, sender, size):
     """Count size characters of text against what the session may keep in
     the store (messages, task titles, bodies and notes), or refuse."""
     limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
-    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
+    try:
+        stored = sender["stored_chars"]
+    except (IndexError, KeyError):      # (sqlite3.Row's, PgRow's and a dict's miss)
+        stored = 0
     if stored + size > limit:
         # One session cannot fill the disk for everyone: what it stored goes
         # when retention removes its messages (90 days after they expire).
