@@ -115,10 +115,10 @@ prints it when it differs; Part I is at most 10,000 lines):
    16122   120  appendix: store copy
    16242    75  appendix: git pre-commit guard
    16317   108  appendix: Claude Code plugin
-   16425  1273  appendix: benchmark
-   17698  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18884   981  appendix: operator page
-   19865   167  appendix: embedded sources
+   16425  1277  appendix: benchmark
+   17702  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18888   981  appendix: operator page
+   19869   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -16961,8 +16961,12 @@ def _bench_mcp(b, store, ctx, env, workdir):
         try:
             if not b.server:
                 for mode in ("raw", "door"):
+                    # A store each: a commit of another connection empties
+                    # SQLite's page cache, the server's too.
                     pipe = _Pipe([b.python, "-I", "-S", "-c", BENCH_SEND_FLOOR %
-                                  os.path.dirname(this_file()), mode], env, workdir)
+                                  os.path.dirname(this_file()), mode], dict(
+                        env, AGENTS_ROOM_DB=os.path.join(workdir, "floor-%s.db" % mode)),
+                        workdir)
                     pipes.append((mode, pipe))
                     floors[mode] = json.loads(pipe.proc.stdout.readline())
             pipes.append(("msg_send to 1", server))
