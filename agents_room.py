@@ -115,10 +115,10 @@ prints it when it differs; Part I is at most 10,000 lines):
    16122   120  appendix: store copy
    16242    75  appendix: git pre-commit guard
    16317   108  appendix: Claude Code plugin
-   16425  1277  appendix: benchmark
-   17702  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18888   981  appendix: operator page
-   19869   167  appendix: embedded sources
+   16425  1270  appendix: benchmark
+   17695  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18881   981  appendix: operator page
+   19862   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -16529,19 +16529,12 @@ def raw():
 def door():
     return ar.call_tool(store, ctx, "msg_send", send)
 work = raw if mode == "raw" else door
-print(json.dumps({"statements": len(recorded)}), flush=True)
-read, write, flush = sys.stdin.buffer.readline, sys.stdout.buffer.write, sys.stdout.flush
-while True:
-    line = read()
-    if not line:
-        break
-    message = json.loads(line)
+def answer():
     result = work()
-    write(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "result": {
-        "content": [{"type": "text", "text": json.dumps(result)}],
-        "structuredContent": result, "isError": False}}).encode() + b"\\n")
-    flush()
-"""
+    return {"content": [{"type": "text", "text": json.dumps(result)}],
+            "structuredContent": result, "isError": False}
+print(json.dumps({"statements": len(recorded)}), flush=True)
+""" + (BENCH_ECHO_PROGRAM % "answer()").replace("%", "%%")
 
 BENCH_WORKER = """
 import os, sys, time
