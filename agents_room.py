@@ -84,41 +84,41 @@ prints it when it differs; Part I is at most 10,000 lines):
     1013  1207  store
     2220   989  harness adapters
     3209   381  liveness (process scan)
-    3590   621  tool registry and the door
-    4211   222  results as text
-    4433   509  operations: sessions and rooms
-    4942   726  operations: messages
-    5668   618  operations: leases
-    6286   237  operations: work states and quiet windows
-    6523   168  operations: task board
-    6691   230  operations: watches
-    6921    91  operations: status
-    7012   121  operations: reads and drift
-    7133   452  operations: signals and wakes
-    7585   158  operations: housekeeping
-    7743   180  signals: wake levers
-    7923   571  MCP server
-    8494   345  harnesses: setup and doctor
-    8839   285  hook front end
-    9124   996  CLI
-   10120    79  main
-   10209  3575  appendix: PostgreSQL store
-   13784   476  appendix: harness: Claude Code
-   14260   184  appendix: harness: Codex
-   14444   260  appendix: harness: Hermes
-   14704   211  appendix: harness: Qwen Code
-   14915   167  appendix: harness: Gemini CLI
-   15082   425  appendix: harness: Pi
-   15507   383  appendix: harness: OpenCode
-   15890    45  appendix: harness: Kilo Code
-   15935   187  appendix: harness: GitHub Copilot CLI
-   16122   120  appendix: store copy
-   16242    75  appendix: git pre-commit guard
-   16317   108  appendix: Claude Code plugin
-   16425  1270  appendix: benchmark
-   17695  1186  appendix: the operator page's HTML, CSS and JavaScript
-   18881   981  appendix: operator page
-   19862   167  appendix: embedded sources
+    3590   617  tool registry and the door
+    4207   222  results as text
+    4429   509  operations: sessions and rooms
+    4938   726  operations: messages
+    5664   618  operations: leases
+    6282   237  operations: work states and quiet windows
+    6519   168  operations: task board
+    6687   230  operations: watches
+    6917    91  operations: status
+    7008   121  operations: reads and drift
+    7129   452  operations: signals and wakes
+    7581   158  operations: housekeeping
+    7739   180  signals: wake levers
+    7919   571  MCP server
+    8490   345  harnesses: setup and doctor
+    8835   285  hook front end
+    9120   996  CLI
+   10116    79  main
+   10205  3575  appendix: PostgreSQL store
+   13780   476  appendix: harness: Claude Code
+   14256   184  appendix: harness: Codex
+   14440   260  appendix: harness: Hermes
+   14700   211  appendix: harness: Qwen Code
+   14911   167  appendix: harness: Gemini CLI
+   15078   425  appendix: harness: Pi
+   15503   383  appendix: harness: OpenCode
+   15886    45  appendix: harness: Kilo Code
+   15931   187  appendix: harness: GitHub Copilot CLI
+   16118   120  appendix: store copy
+   16238    75  appendix: git pre-commit guard
+   16313   108  appendix: Claude Code plugin
+   16421  1270  appendix: benchmark
+   17691  1186  appendix: the operator page's HTML, CSS and JavaScript
+   18877   981  appendix: operator page
+   19858   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -3961,14 +3961,10 @@ def untold_signal(op):
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
     # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
-    # caller ever had by its primary key (PostgreSQL drops the hint); one
-    # equality on the state each (an IN list builds a table of its values on
-    # each run: 2.9 us against 1.4).
-    if not op.conn.execute(
-            "SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE session_id=? AND "
-            "state = 'stored' AND offered_at IS NULL UNION ALL SELECT 1 FROM deliveries "
-            "INDEXED BY deliveries_state WHERE session_id=? AND state = 'undeliverable' "
-            "AND offered_at IS NULL LIMIT 1", (me, me)).fetchone():
+    # caller ever had by its primary key (PostgreSQL drops the hint).
+    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
+                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
+                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
