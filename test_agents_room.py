@@ -9674,7 +9674,10 @@ class PgStoreTest(RoomTest):
         # (A label: selector goes the door's way; an id, its own statement, as
         # a recv does: PG_ANSWERS.  A peek goes the door's way.)
         call("msg_send", session_id=me, to="label:peer", subject="hello there")
-        self.assertTrue(call("lease_claim", session_id=me, path="f.txt")["ok"])
+        # (Over MCP a call asks whether its caller has untold mail: UNTOLD_SQL.)
+        mcp = agents_room.Context(cwd=self.tmp, via="mcp")
+        self.assertTrue(agents_room.call_tool(store, mcp, "lease_claim", {
+            "session_id": me, "path": "f.txt"})["ok"])
         self.assertEqual(len(call("msg_recv", session_id=peer, peek=True)["messages"]), 1)
         self.assertEqual(len(call("msg_recv", session_id=peer)["messages"]), 1)
         self.assertEqual(len(call("room_history", session_id=me, query="hello")[
