@@ -84,41 +84,41 @@ prints it when it differs; Part I is at most 10,000 lines):
     1013  1207  store
     2220   989  harness adapters
     3209   381  liveness (process scan)
-    3590   617  tool registry and the door
-    4207   222  results as text
-    4429   509  operations: sessions and rooms
-    4938   726  operations: messages
-    5664   618  operations: leases
-    6282   237  operations: work states and quiet windows
-    6519   168  operations: task board
-    6687   230  operations: watches
-    6917    91  operations: status
-    7008   121  operations: reads and drift
-    7129   452  operations: signals and wakes
-    7581   158  operations: housekeeping
-    7739   180  signals: wake levers
-    7919   571  MCP server
-    8490   345  harnesses: setup and doctor
-    8835   285  hook front end
-    9120   996  CLI
-   10116    79  main
-   10205  3774  appendix: PostgreSQL store
-   13979   476  appendix: harness: Claude Code
-   14455   184  appendix: harness: Codex
-   14639   260  appendix: harness: Hermes
-   14899   211  appendix: harness: Qwen Code
-   15110   167  appendix: harness: Gemini CLI
-   15277   425  appendix: harness: Pi
-   15702   383  appendix: harness: OpenCode
-   16085    45  appendix: harness: Kilo Code
-   16130   187  appendix: harness: GitHub Copilot CLI
-   16317   120  appendix: store copy
-   16437    75  appendix: git pre-commit guard
-   16512   108  appendix: Claude Code plugin
-   16620  1270  appendix: benchmark
-   17890  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19076   981  appendix: operator page
-   20057   167  appendix: embedded sources
+    3590   623  tool registry and the door
+    4213   222  results as text
+    4435   509  operations: sessions and rooms
+    4944   723  operations: messages
+    5667   618  operations: leases
+    6285   237  operations: work states and quiet windows
+    6522   168  operations: task board
+    6690   230  operations: watches
+    6920    91  operations: status
+    7011   121  operations: reads and drift
+    7132   452  operations: signals and wakes
+    7584   158  operations: housekeeping
+    7742   180  signals: wake levers
+    7922   571  MCP server
+    8493   345  harnesses: setup and doctor
+    8838   285  hook front end
+    9123   996  CLI
+   10119    79  main
+   10208  3809  appendix: PostgreSQL store
+   14017   476  appendix: harness: Claude Code
+   14493   184  appendix: harness: Codex
+   14677   260  appendix: harness: Hermes
+   14937   211  appendix: harness: Qwen Code
+   15148   167  appendix: harness: Gemini CLI
+   15315   425  appendix: harness: Pi
+   15740   383  appendix: harness: OpenCode
+   16123    45  appendix: harness: Kilo Code
+   16168   187  appendix: harness: GitHub Copilot CLI
+   16355   120  appendix: store copy
+   16475    75  appendix: git pre-commit guard
+   16550   108  appendix: Claude Code plugin
+   16658  1275  appendix: benchmark
+   17933  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19119   981  appendix: operator page
+   20100   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1720,7 +1720,7 @@ class SqliteStore:
         (PostgreSQL); nothing here."""
         return _NoCall()
 
-    def answer(self, call, tool, args, session_id):
+    def answer(self, call, tool, args, session_id, ctx):
         """A call's answer the store gives its own way, whole (a store kind
         with one statement of its own for a tool); None: the door's way
         (always, here)."""
@@ -3955,16 +3955,22 @@ def resource_keys(base, path=None, resources=None):
     return out
 
 
+# Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
+# caller ever had by its primary key; one equality on the state each, as an IN
+# list builds a table of its values on each run (27,000 instructions of a send's
+# 700,000).  PostgreSQL asks its own form (PG_DIALECT).
+UNTOLD_SQL = ("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE session_id=? AND "
+              "state = 'stored' AND offered_at IS NULL UNION ALL SELECT 1 FROM deliveries "
+              "INDEXED BY deliveries_state WHERE session_id=? AND state = 'undeliverable' "
+              "AND offered_at IS NULL LIMIT 1")
+
+
 def untold_signal(op):
     """For MCP clients without hooks: the one-line signal while the caller has
     unread deliveries it was never told about (then they count as offered), so
     mail reaches a model through any tool result; None otherwise."""
     me = op.me
-    # Asked on every MCP call: INDEXED BY, or SQLite walks every delivery the
-    # caller ever had by its primary key (PostgreSQL drops the hint).
-    if not op.conn.execute("SELECT 1 FROM deliveries INDEXED BY deliveries_state WHERE "
-                           "session_id=? AND state IN ('stored', 'undeliverable') AND "
-                           "offered_at IS NULL LIMIT 1", (me,)).fetchone():
+    if not op.conn.execute(UNTOLD_SQL, (me, me)).fetchone():
         return None
     text = signal_text(op.conn, me)
     advance(op.conn, "offered", op.at, "session_id=?", (me,))
@@ -4101,7 +4107,7 @@ def _through_door(store, ctx, tool_, name, args, session_id, harness_key, call):
             op.caller = _find_caller(op, tool_, session_id, harness_key, touch=False)
             prepared = tool_.prepare(op, **args)
         try:
-            answer = store.answer(call, tool_, args, session_id)
+            answer = store.answer(call, tool_, args, session_id, ctx)
             if answer is not None:
                 return answer
             if tool_.read_only and store.reads_apart:
@@ -5114,10 +5120,7 @@ def charge_stored(conn, sender, size):
     """Count size characters of text against what the session may keep in
     the store (messages, task titles, bodies and notes), or refuse."""
     limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
-    try:
-        stored = sender["stored_chars"]
-    except (IndexError, KeyError):      # (sqlite3.Row's, PgRow's and a dict's miss)
-        stored = 0
+    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
     if stored + size > limit:
         # One session cannot fill the disk for everyone: what it stored goes
         # when retention removes its messages (90 days after they expire).
@@ -11754,6 +11757,12 @@ PG_DIALECT = {
         "SELECT m.* FROM deliveries d JOIN messages m ON m.id = d.message_id "
         "WHERE d.session_id=? AND d.state IN %s ORDER BY d.message_id + 0 "
         "LIMIT ?" % UNREAD_SQL,
+    # The untold mail: one SELECT, whose analysis keys it to the caller's
+    # deliveries (a UNION is not keyed, and a send's own delivery would then
+    # send it again after the writes: a round trip), and no IN table here;
+    # the caller's id twice, as SQLite's form takes it.
+    UNTOLD_SQL: "SELECT 1 FROM deliveries WHERE session_id=? AND session_id=? AND state "
+                "IN ('stored', 'undeliverable') AND offered_at IS NULL LIMIT 1",
 }
 PG_UPSERT_KEYS = {"meta": "key", "work": "session_id, scope", "reads": "session_id, path",
                   "sessions": "id", "rooms": "name"}
@@ -12279,11 +12288,11 @@ class PgStore:
         calling.call.pessimistic = calling.call.pessimistic or lock_first
         return calling
 
-    def answer(self, call, tool, args, session_id):
+    def answer(self, call, tool, args, session_id, ctx):
         """A call answered in one statement of its own where the store has
         one for it (PG_ANSWERS: msg_recv, msg_send), else None: the door's way."""
         own = PG_ANSWERS.get(tool.name)
-        return own(self, call, args, session_id) if own is not None else None
+        return own(self, call, args, session_id, ctx) if own is not None else None
 
     def derived(self, again, *inputs):
         """Values the operation of the door's call derived from its arguments
@@ -13686,7 +13695,7 @@ def _pg_own_flight(store, call, conn, statement, mail):
     return statement.rows
 
 
-def _pg_recv(store, call, args, session_id):
+def _pg_recv(store, call, args, session_id, ctx):
     """msg_recv in one flight (see PG_RECV_TEXT), or None: the door's way."""
     conn = None if args.get("peek") else _pg_own_conn(store, call, session_id)
     if conn is None:
@@ -13718,16 +13727,17 @@ def _pg_recv(store, call, args, session_id):
     return answer
 
 
-def _pg_recv_lost(store, conn, error, session_id, at):
-    """The connection went with recv's flight out, its COMMIT among it: the
-    door's way would see messages this flight marked read as read, and they
-    would be nobody's answer.  So the server is asked on a new connection,
-    once the old connection's backend is gone (ended, so it cannot commit
-    later) and under the lock (a flight still running holds it): committed,
-    its event names what it marked, which is the answer again; not, None,
-    and the door's way reads them (nothing of it was kept but perhaps the
-    touch).  Unknowable (no backend id, no new connection, the backend lives
-    on): the error, as one that may or may not have been committed."""
+def _pg_flight_lost(store, conn, error, kind, session_id, at, answer):
+    """The connection went with a call's one flight out, its COMMIT among it
+    (PG_ANSWERS): whether it was kept is asked on a new connection, once the
+    old connection's backend is gone (ended, so it cannot commit later) and
+    under the lock (a flight still running holds it).  Kept, the call's
+    event of that kind is there (the caller's, at the call's clock), and
+    answer(conn, its subject and data) is the call's answer; not, None, and
+    the door's way runs the call (nothing of the flight was kept).
+    Unknowable (no backend id, no new connection, the backend lives on, the
+    event not as the flight writes it): the error, as one that may or may
+    not have been committed."""
     pid = conn.backend_pid
     conn.close()
     if pid is None:
@@ -13755,27 +13765,52 @@ def _pg_recv_lost(store, conn, error, session_id, at):
             raise _pg_commit_failed(conn, error, store.path)
         with store.write() as again:
             logged = again.execute(
-                "SELECT data FROM events WHERE session_id = ? AND kind = 'msg.read' AND "
-                "at = ?", (session_id, at)).fetchall()
-            if not logged:
-                return None
-            ids = [int(i) for i in json.loads(logged[0][0])["messages"]]
-            if not ids:
-                raise ValueError("a msg.read event names no message")
-            rows = again.execute(
-                "SELECT m.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)"
-                "::text FROM message_rooms WHERE message_id = m.id) AS in__ FROM messages m "
-                "LEFT JOIN sessions s ON s.id = m.sender WHERE m.id IN (%s) ORDER BY m.id"
-                % ",".join("?" * len(ids)), ids).fetchall()
-            more = unread_count(again, session_id)
+                "SELECT subject, data FROM events WHERE session_id = ? AND kind = ? AND "
+                "at = ?", (session_id, kind, at)).fetchall()
+            return answer(again, *logged[0]) if logged else None
     except (PgError, StoreError, ValueError, KeyError, TypeError):
         raise _pg_commit_failed(conn, error, store.path)
-    answer = {"messages": _pg_message_items(rows),
-              "warning": "the connection was lost after this receive was kept: these are "
-                         "the messages it marked read, read again from the store"}
-    if more:
-        answer["more"] = more
-    return answer
+
+
+def _pg_recv_lost(store, conn, error, session_id, at):
+    """recv's flight lost (_pg_flight_lost): the door's way would see the
+    messages it marked read as read, and they would be nobody's answer; kept,
+    its event names them, and they are the answer again."""
+    def answer(again, subject, data):
+        ids = [int(i) for i in json.loads(data)["messages"]]
+        if not ids:
+            raise ValueError("a msg.read event names no message")
+        rows = again.execute(
+            "SELECT m.*, s.harness AS harness__, (SELECT json_agg(room ORDER BY room)"
+            "::text FROM message_rooms WHERE message_id = m.id) AS in__ FROM messages m "
+            "LEFT JOIN sessions s ON s.id = m.sender WHERE m.id IN (%s) ORDER BY m.id"
+            % ",".join("?" * len(ids)), ids).fetchall()
+        kept = {"messages": _pg_message_items(rows),
+                "warning": "the connection was lost after this receive was kept: these "
+                           "are the messages it marked read, read again from the store"}
+        more = unread_count(again, session_id)
+        return dict(kept, more=more) if more else kept
+    return _pg_flight_lost(store, conn, error, "msg.read", session_id, at, answer)
+
+
+def _pg_send_lost(store, conn, error, session_id, at):
+    """send's flight lost (_pg_flight_lost): not kept, the door's way sends
+    it, once (as it would a send whose first flight found the connection
+    gone); kept, its event names the message and its recipients."""
+    def answer(again, subject, data):
+        recipients = [str(r) for r in json.loads(data)["recipients"]]
+        rows = {r[0]: r for r in again.execute(
+            "SELECT id, label, harness_key FROM sessions WHERE id IN (%s)" % ",".join(
+                "?" * len(recipients)), recipients).fetchall()} if recipients else {}
+        for row in rows.values():
+            if row[2]:
+                raise_marker(store.path, row[2])      # (as _pg_send does, after it)
+        return {"message_id": int(subject), "recipients": len(recipients),
+                "recipient_ids": recipients, "recipient_labels": [
+                    (rows[r][1] if r in rows else None) or r[:8] for r in recipients],
+                "warning": "the connection was lost after this send was kept: it was "
+                           "stored once, as this says"}
+    return _pg_flight_lost(store, conn, error, "msg.send", session_id, at, answer)
 
 
 def _pg_message_items(rows):
@@ -13796,9 +13831,9 @@ def _pg_message_items(rows):
 # clock off (PG_DUE_TEXT); the caller gone or left, a recipient unknown,
 # left or sharing no room with it, nobody to send to (the door's warning),
 # the stored characters over the limit, a reply_to naming no message, or an
-# untold delivery of the caller's (over MCP the door's way says the signal
-# and marks it offered; this statement does not know the front end, so it
-# leaves every such send to the door).  Python decides what needs no reading
+# untold delivery of a caller over MCP (the door's way says the signal and
+# marks it offered; no other front end is told of mail this way).
+# Python decides what needs no reading
 # (the arguments' checks, to's selectors: '*' and session ids only, file:,
 # tag: and label: go the door's way, as does a reply without to), and
 # computes the texts the door computes from them (the selector, the
@@ -13820,8 +13855,8 @@ PG_SEND_TEXT = "WITH " + PG_DUE_TEXT + """,
       OR NOT EXISTS (SELECT 1 FROM rcpt)
       OR EXISTS (SELECT 1 FROM rcpt WHERE id NOT IN (SELECT id FROM mates))
       OR (SELECT stored_chars FROM caller) + :size > :most
-      OR EXISTS (SELECT 1 FROM deliveries WHERE session_id = :me
-        AND state IN ('stored', 'undeliverable') AND offered_at IS NULL)
+      OR (:mcp AND EXISTS (SELECT 1 FROM deliveries WHERE session_id = :me
+        AND state IN ('stored', 'undeliverable') AND offered_at IS NULL))
       OR (:reply IS NOT NULL AND NOT EXISTS (SELECT 1 FROM messages WHERE id = :reply))
     AS refused),
   ok AS (SELECT c.* FROM caller c WHERE NOT (SELECT refused FROM refused)),
@@ -13861,7 +13896,7 @@ PG_SEND_PARAMS = PG_OWN_PARAMS + (
     ("sels", "text"), ("size", "bigint"), ("most", "float8"), ("reply", "bigint"),
     ("selector", "text"), ("subject", "text"), ("body", "text"), ("expires", "float8"),
     ("importance", "text"), ("ackreq", "bigint"), ("ackby", "float8"), ("subjson", "text"),
-    ("tojson", "text"))
+    ("tojson", "text"), ("mcp", "boolean"))
 
 
 def _pg_json_ascii(expr):
@@ -13869,7 +13904,8 @@ def _pg_json_ascii(expr):
     the short escapes (\\" \\\\ \\b \\f \\n \\r \\t), every other character
     outside ' '-'~' as \\uXXXX (lowercase; past U+FFFF a surrogate pair),
     where PostgreSQL's to_json leaves them raw.  (Backslashes as chr(92):
-    the text holds none, whatever standard_conforming_strings says.)"""
+    the text holds none, whatever standard_conforming_strings says.  The
+    empty text splits into one empty piece: not a character.)"""
     short = " ".join("WHEN c = chr(%d) THEN chr(92) || %s" % (code, out) for code, out in (
         (34, "chr(34)"), (92, "chr(92)"), (8, "'b'"), (12, "'f'"), (10, "'n'"),
         (13, "'r'"), (9, "'t'")))
@@ -13877,11 +13913,11 @@ def _pg_json_ascii(expr):
             "126 THEN c WHEN ascii(c) < 65536 THEN chr(92) || 'u' || lpad(to_hex(ascii(c)), "
             "4, '0') ELSE chr(92) || 'u' || to_hex(55296 + ((ascii(c) - 65536) >> 10)) || "
             "chr(92) || 'u' || to_hex(56320 + ((ascii(c) - 65536) & 1023)) END, '' ORDER BY "
-            "i) FROM regexp_split_to_table(%s, '') WITH ORDINALITY AS j(c, i)), '') || "
-            "chr(34))" % (short, expr))
+            "i) FROM regexp_split_to_table(%s, '') WITH ORDINALITY AS j(c, i) WHERE c <> ''), "
+            "'') || chr(34))" % (short, expr))
 
 
-def _pg_send(store, call, args, session_id):
+def _pg_send(store, call, args, session_id, ctx):
     """msg_send in one flight (see PG_SEND_TEXT), or None: the door's way."""
     to, subject, body = args.get("to"), args.get("subject"), args.get("body")
     reply_to, ack_by = args.get("reply_to"), args.get("ack_by")
@@ -13910,7 +13946,8 @@ def _pg_send(store, call, args, session_id):
         env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX), reply_to,
         json.dumps(to), subject, body, at + ttl, args.get("importance", "normal"),
         1 if args.get("ack_required") or ack_by else 0,
-        None if ack_by is None else float(ack_by), json_text(subject), json_text(to)]
+        None if ack_by is None else float(ack_by), json_text(subject), json_text(to),
+        ctx.via == "mcp"]
     if not _pg_bindable(params, tuple(type(v) for v in params)):
         return None
     send = conn.statement(None, params, text=_pg_own_text(("msg_send",), lambda: (
@@ -13920,8 +13957,9 @@ def _pg_send(store, call, args, session_id):
     try:
         rows = _pg_own_flight(store, call, conn, send, True)
     except PgError as error:
-        # Lost with its COMMIT, or refused: a send is never sent again.
-        raise _pg_commit_failed(conn, error, store.path)
+        if not error.lost:
+            raise _pg_commit_failed(conn, error, store.path)
+        return _pg_send_lost(store, conn, error, session_id, at)
     head = rows[0]
     if head["due__"] or head["refused__"]:
         return None
@@ -17156,7 +17194,11 @@ def _bench_mcp(b, store, ctx, env, workdir):
                         env, AGENTS_ROOM_DB=os.path.join(workdir, "floor-%s.db" % mode)),
                         workdir)
                     pipes.append((mode, pipe))
-                    floors[mode] = json.loads(pipe.proc.stdout.readline())
+                    first = pipe.proc.stdout.readline()
+                    if not first:
+                        raise RoomError("bench: the send's %s floor ended before it "
+                                        "answered (exit %s)" % (mode, pipe.proc.wait(10)))
+                    floors[mode] = json.loads(first)
             pipes.append(("msg_send to 1", server))
             timings = {name: [] for name, _ in pipes}
             for name, pipe in pipes[:-1]:
@@ -17167,8 +17209,9 @@ def _bench_mcp(b, store, ctx, env, workdir):
                     timings[name] += [timed(pipe, name, send, i)
                                       for i in range(start, start + BENCH_BLOCK)]
         finally:
-            for name, pipe in pipes[:-1]:
-                pipe.close()
+            for name, pipe in pipes:
+                if pipe is not server:
+                    pipe.close()
         plain, blocks = timings["plain echo"], timings["msg_send to 1"]
         plain_row = b.add("MCP plain echo floor (%d calls, blocks of %d)" % (
             len(plain), BENCH_BLOCK), plain, note="json.loads of the request, json.dumps "

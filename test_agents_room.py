@@ -10344,6 +10344,25 @@ class PgStoreTest(RoomTest):
                                                               "limit": 500})["messages"]
         self.assertEqual(len(got), 3 + 18)
 
+    def test_untold_mail_sends_only_an_mcp_caller_the_doors_way(self):
+        """A sender with a delivery it was not told of: over MCP the door's
+        way says the signal and marks it offered, so such a send goes that
+        way; from any other front end (told of mail by hooks, or not at all)
+        the door does nothing of the kind, and the send goes its own way."""
+        store = agents_room.open_store(self.db)
+        self.addCleanup(store.close)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-untold", 1)
+        cli = agents_room.Context(cwd=self.tmp, via="cli")
+        call("room_who", session_id=peer)                 # the connection's clock
+        spy, taken = self.own_way("msg_send")
+        with spy:
+            agents_room.call_tool(store, cli, "msg_send", {
+                "session_id": me, "to": peer, "subject": "from the command line"})
+            self.assertIsNone(cli.signal)
+            call("msg_send", session_id=me, to=peer, subject="over MCP")
+        self.assertEqual(taken, [True, False])
+        self.assertIn("1 unread", ctx.signal["text"])
+
     def test_a_send_tells_who_waits_for_mail(self):
         """A send its own way (PG_ANSWERS) notifies as the door's commit does
         when it stored deliveries: a waiter for mail (a parked msg_recv, the
@@ -10407,25 +10426,29 @@ class PgStoreTest(RoomTest):
         self.assertEqual(agents_room.call_tool(stores[2], ctx, "msg_unread", {
             "session_id": ids[2]})["count"], 0)
 
-    def test_a_send_whose_connection_is_lost_is_not_sent_again(self):
-        """A send's one flight carries its COMMIT: lost with it, the call
-        says what the door's way says of a write lost with its COMMIT (it may
-        or may not have been committed) and sends nothing again.  Lost after
-        the server committed, the message is there once; lost before it saw
-        it, not at all."""
+    def test_a_send_whose_connection_is_lost_is_sent_once(self):
+        """A send's one flight carries its COMMIT: with the connection lost,
+        the call asks a new one, once the old backend is gone, whether it was
+        kept.  Lost after the server committed: the answer is the message its
+        event names, with a warning, stored once.  Lost before the server saw
+        it: the door's way sends it, once, as it would a send whose first
+        flight found the connection gone (it used to be refused as one that
+        may or may not have been committed)."""
         self.lock_late()
         store, proxy = self.losing_store()
         call, me, other, ctx, peer = self.receiver_and_sender(store, "k-send-lost")
         call("msg_send", session_id=me, to=peer, subject="first")
-        for lose, stored in (("answer", ["first", "answer"]), ("flight", [])):
+        agents_room.call_tool(other, ctx, "msg_recv", {"session_id": peer})
+        for lose, warned in (("answer", True), ("flight", False)):
             call("msg_recv", session_id=me)        # connected (again), the clock read
             proxy.lose = lose
-            with self.assertRaises(agents_room.StoreError) as caught:
-                call("msg_send", session_id=me, to=peer, subject=lose)
+            sent = call("msg_send", session_id=me, to=peer, subject=lose)
             self.assertIsNone(proxy.lose, "the proxy cut nothing: %s" % lose)
-            self.assertIn("may or may not have been committed", caught.exception.text())
+            self.assertEqual(("warning" in sent, sent["recipient_ids"],
+                              sent["recipient_labels"]), (warned, [peer], ["peer"]), lose)
             got = agents_room.call_tool(other, ctx, "msg_recv", {"session_id": peer})
-            self.assertEqual([m["subject"] for m in got["messages"]], stored)
+            self.assertEqual([(m["message_id"], m["subject"]) for m in got["messages"]],
+                             [(sent["message_id"], lose)])
         self.assertEqual(call("msg_send", session_id=me, to=peer, subject="again")[
             "recipients"], 1)
 
