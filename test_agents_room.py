@@ -10363,6 +10363,20 @@ class PgStoreTest(RoomTest):
         self.assertEqual(taken, [True, False])
         self.assertIn("1 unread", ctx.signal["text"])
 
+    def test_json_said_in_sql_is_json_text(self):
+        """The event's rooms and recipients are said in SQL as json_text says
+        a string (_pg_json_ascii): for any text a store may hold, byte for
+        byte (quotes, backslashes, control characters, non-ASCII, past U+FFFF,
+        the empty text)."""
+        conn = self.connect()
+        self.addCleanup(conn.close)
+        texts = ["", "a", "repo:api", 'q"u\\o/te', "\x01\x08\t\n\x0c\r\x1f\x7f",
+                 "caf\u00e9", "\u2028\u2029", "\ufeff\uffff", "\U0001f600x", "\u65e5\u672c"]
+        for text in texts:
+            said = conn.execute("SELECT %s" % agents_room._pg_json_ascii("CAST(? AS TEXT)"),
+                                (text,)).fetchone()[0]
+            self.assertEqual(said, agents_room.json_text(text), repr(text))
+
     def test_a_send_tells_who_waits_for_mail(self):
         """A send its own way (PG_ANSWERS) notifies as the door's commit does
         when it stored deliveries: a waiter for mail (a parked msg_recv, the
