@@ -18,9 +18,10 @@ deadline, and a program that misses one fails its test.
 Test seam: AGENTS_ROOM_TEST_PROCESSES=1 runs every CLI call of the suite as a
 real process (slower; shows that the in-process layer hides nothing).
 AGENTS_ROOM_TEST_STRESS=1 (make stress) runs the races at full size.  A plain
-run deals its classes out to AGENTS_ROOM_TEST_JOBS workers (3; 1 runs them in
-this process, as naming classes does), each with a PostgreSQL cluster of its
-own.  The suite is hermetic: whatever harness it is run from, its processes get none of
+run hands its classes to AGENTS_ROOM_TEST_JOBS workers (3; 1 runs them in
+this process, as naming classes does), each taking the next when it is free
+(from the file AGENTS_ROOM_TEST_QUEUE names), each with a PostgreSQL cluster
+of its own.  The suite is hermetic: whatever harness it is run from, its processes get none of
 that harness's variables (hermetic_env, from the adapters' declarations), and
 every harness key a test gives a session is the run's own (run_key), so a second
 copy of the suite running beside this one gives the same verdict.
@@ -11531,13 +11532,20 @@ REAL_HOME = os.path.expanduser("~")
 
 # make test on a few processes: the suite waits more than it works (child
 # processes, a server restart, timeouts run out on purpose: one process kept a
-# core 59 % busy), so its classes are dealt out to JOBS workers, each a
-# `python3 test_agents_room.py CLASS ...` of its own with a throwaway
-# PostgreSQL cluster of its own (PgStoreTest restarts and kills its cluster:
-# only its own worker's classes share it, one after another, as before).
+# core 59 % busy), so its classes are run by JOBS workers, each a `python3
+# test_agents_room.py` of its own with a throwaway PostgreSQL cluster of its
+# own (PgStoreTest restarts and kills its cluster: only its own worker's
+# classes share it, one after another, as before).  A worker takes the next
+# class of a queue when it is free, most tests first (no count foretells a
+# class's time: ReadmeTest's one test takes 26 s, AdapterSeamTest's three 28.
+# From one run's class times: dealt out beforehand by counts, the busiest
+# worker had 251 s of the suite's 670; taken from a queue, 233).
 # AGENTS_ROOM_TEST_JOBS=1 runs everything in this process; naming classes
 # does too.
 JOBS = int(os.environ.get("AGENTS_ROOM_TEST_JOBS", "3") or "1")
+# A worker's: the queue's file (taken out of the environment, so that a suite
+# a test runs in a child of its own runs the classes it names, not the queue).
+QUEUE = os.environ.pop("AGENTS_ROOM_TEST_QUEUE", None)
 _PROGRESS = re.compile(r"^(\S+Test +\d+ tests .*|  \S+ running, \d+ s since the last line)$")
 _CLOSING = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?; (.*)$")
 
@@ -11556,26 +11564,52 @@ def _test_classes():
     return found
 
 
+class QueuedClasses(unittest.TestSuite):
+    """The classes of a worker: each the next of the queue's file (a JSON
+    list of names and the index of the next), taken under a lock on it when
+    the class before has run."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self._cleanup = False           # (it would index the tests it holds)
+
+    def __iter__(self):
+        module = sys.modules[__name__]
+        while True:
+            with open(self.path, "r+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                queue = json.load(handle)
+                if queue["next"] >= len(queue["names"]):
+                    return
+                name = queue["names"][queue["next"]]
+                queue["next"] += 1
+                handle.seek(0)
+                handle.truncate()
+                json.dump(queue, handle)
+            yield unittest.defaultTestLoader.loadTestsFromTestCase(getattr(module, name))
+
+
 def run_in_workers(jobs):
-    """Deal the classes out to jobs workers (most tests first, each to the
-    lightest worker; a PostgreSQL class weighs more), print their class lines
-    as they come and everything else of a worker when it ends, and close
-    with one line as a single run would.  Returns the exit status."""
-    weights = [0.0] * jobs
-    shares = [[] for _ in range(jobs)]
-    for name, count in sorted(_test_classes(), key=lambda c: -c[1] * (
-            2 if c[0].startswith("Pg") else 1)):
-        lightest = weights.index(min(weights))
-        shares[lightest].append(name)
-        weights[lightest] += count * (2 if name.startswith("Pg") else 1)
+    """Run the classes in jobs workers, each taking the next class of a queue
+    when it is free (most tests first; a PostgreSQL class weighs more), print
+    their class lines as they come and everything else of a worker when it
+    ends, and close with one line as a single run would.  Returns the exit
+    status."""
+    names = [name for name, count in sorted(_test_classes(), key=lambda c: -c[1] * (
+        2 if c[0].startswith("Pg") else 1))]
+    fd, path = tempfile.mkstemp(prefix="agents-room-test-queue-")
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"names": names, "next": 0}, handle)
     print("the suite in %d workers (AGENTS_ROOM_TEST_JOBS=1: one process)" % jobs,
           flush=True)
     began = time.time()
-    workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sorted(share),
+    workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                env=dict(os.environ, AGENTS_ROOM_TEST_JOBS="1"))
-               for share in shares if share]
+                                env=dict(os.environ, AGENTS_ROOM_TEST_JOBS="1",
+                                         AGENTS_ROOM_TEST_QUEUE=path))
+               for _ in range(min(jobs, len(names)))]
     rest = [[] for _ in workers]
     lock = threading.Lock()
 
@@ -11594,6 +11628,7 @@ def run_in_workers(jobs):
     codes = [w.wait() for w in workers]
     for reader in readers:
         reader.join()
+    os.unlink(path)
     passed = failed = skipped = on_pg = 0
     pg_words = []
     for index, lines in enumerate(rest):
@@ -11645,14 +11680,17 @@ if __name__ == "__main__":
     atexit.register(shutil.rmtree, SUITE_HOME, True)
     runner = unittest.TextTestRunner(resultclass=ClassProgress,
                                      verbosity=int(os.environ.get("VERBOSE", "1")))
-    # make stress: the races at full size; the classes named, or all of them.
-    argv = sys.argv + list(STRESS_CLASSES) if STRESS and len(sys.argv) == 1 else sys.argv
-    program = unittest.main(argv=argv, exit=False, testRunner=runner)
+    if QUEUE:
+        result = runner.run(QueuedClasses(QUEUE))
+    else:
+        # make stress: the races at full size; the classes named, or all of them.
+        argv = sys.argv + list(STRESS_CLASSES) if STRESS and len(sys.argv) == 1 else sys.argv
+        result = unittest.main(argv=argv, exit=False, testRunner=runner).result
     PG_UNDER_TEST.stop()
     touched = sorted(set(_home_state().items()) ^ set(home_before.items()))
     if touched:
         # Every test gets a HOME of its own; something escaped it.
         print("FAILED: the suite changed the real HOME: %s" % ", ".join(
             sorted({p for p, _ in touched})[:5]))
-    print(_summary(program.result) + "; " + _pg_line())
-    sys.exit(0 if program.result.wasSuccessful() and not touched else 1)
+    print(_summary(result) + "; " + _pg_line())
+    sys.exit(0 if result.wasSuccessful() and not touched else 1)
