@@ -78,16 +78,16 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     206   122  constants
-     328    56  errors
-     384   629  small utilities
-    1013  1207  store
-    2220   989  harness adapters
-    3209   381  liveness (process scan)
-    3590   623  tool registry and the door
-    4213   222  results as text
-    4435   509  operations: sessions and rooms
-    4944   723  operations: messages
+     206   123  constants
+     329    56  errors
+     385   629  small utilities
+    1014  1207  store
+    2221   989  harness adapters
+    3210   381  liveness (process scan)
+    3591   627  tool registry and the door
+    4218   222  results as text
+    4440   509  operations: sessions and rooms
+    4949   718  operations: messages
     5667   618  operations: leases
     6285   237  operations: work states and quiet windows
     6522   168  operations: task board
@@ -224,6 +224,7 @@ TAGS_MAX = 32
 ROOMS_MAX = 64
 SELECTORS_MAX = 100
 SEND_COLUMNS = "id, label, left_at, autonomy, harness_key"   # of a recipient: 2.4 us, * 6.3
+SENDER_COLUMNS = "id, label, left_at, last_seen, stored_chars, cwd"   # all 28: a send +6%
 PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
 TOUCH_EVERY_S = 2                     # last_seen is written at most this often
@@ -3605,16 +3606,16 @@ CALLER_FORMS = ("required", "present", "optional", "key", "none")
 class Tool:
     """Everything about one operation, for every front end: its MCP metadata,
     its command (cli, positional, flags, example, cli_extra), how the command
-    renders its answer and which answers exit 1 (refusal: ok is false), and
-    how the door runs it (caller, prepare, after, degrades).  parks names the
-    argument that makes a call wait (the MCP server parks it, the CLI polls);
-    tells_mail: the answer is about the caller's mail, so no signal rides it."""
+    renders its answer and which answers exit 1 (refusal: ok is false), how
+    the door runs it (caller, caller_columns, prepare, after, degrades).  parks
+    names the argument that makes a call wait (the MCP server parks it, the CLI
+    polls); tells_mail: the answer is about the caller's mail (no signal rides it)."""
 
-    # Keywords only: 25 fields in a row are read by name, never by place.
+    # Keywords only: 26 fields in a row are read by name, never by place.
     def __init__(self, fn, *, name, title, params, required, output, cli, positional,
                  flags, example, read_only, destructive, idempotent, caller, prepare,
                  public, after, degrades, render, refusal, parks, tells_mail,
-                 cli_extra, core, peer_text):
+                 cli_extra, core, peer_text, caller_columns):
         self.fn, self.name, self.title = fn, name, title
         self.params, self.required, self.output = params, tuple(required), output
         self.cli, self.positional, self.flags = cli, positional, flags
@@ -3629,6 +3630,7 @@ class Tool:
         self.peer_text = peer_text
         self.read_only = read_only
         self.caller, self.prepare, self.public, self.after = caller, prepare, public, after
+        self.caller_columns = caller_columns          # what of its row the door reads
         # Answered from a plain read when the disk is full (op.readonly): a
         # read-only tool, or one that says how it degrades (msg_recv).
         self.degrades = degrades or read_only
@@ -3684,7 +3686,8 @@ def holds_peer_text(schema):
 def tool(name, title, params, required=(), output=None, cli=None, positional=(),
          flags=None, example="", read_only=False, destructive=False, idempotent=False,
          caller=None, prepare=None, public=True, after=True, degrades=False, render=None,
-         refusal=False, parks=None, tells_mail=False, cli_extra=None, core=False):
+         refusal=False, parks=None, tells_mail=False, cli_extra=None, core=False,
+         caller_columns="*"):
     """Register an operation.  public=False keeps it off tools/list and out of
     the MCP server (the hook front end and guard use such operations).  An
     answer that can hold peer text (holds_peer_text) gets a framing field,
@@ -3712,7 +3715,8 @@ def tool(name, title, params, required=(), output=None, cli=None, positional=(),
             read_only=read_only, destructive=destructive, idempotent=idempotent,
             caller=caller, prepare=prepare, public=public, after=after, degrades=degrades,
             render=render, refusal=refusal, parks=parks, tells_mail=tells_mail,
-            cli_extra=cli_extra or CliExtra(), core=core, peer_text=peer_text)
+            cli_extra=cli_extra or CliExtra(), core=core, peer_text=peer_text,
+            caller_columns=caller_columns)
         return fn
     return register
 
@@ -3816,8 +3820,8 @@ def check_args(tool_, args):
             check_value(tool_.params[name], value, name)
 
 
-def session_row(conn, session_id):
-    return conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+def session_row(conn, session_id, columns="*"):
+    return conn.execute("SELECT %s FROM sessions WHERE id=?" % columns, (session_id,)).fetchone()
 
 
 def unknown_session(conn, value, path):
@@ -3988,7 +3992,8 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
         row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
                            (harness_key,)).fetchone() if harness_key else None
     elif form != "none" and (session_id is not None or form in ("required", "present")):
-        row = session_row(conn, session_id) if is_session_id(session_id) else None
+        row = (session_row(conn, session_id, tool_.caller_columns)
+               if is_session_id(session_id) else None)
         if row is None:
             raise unknown_session(conn, session_id, op.store.shown)
         if form == "present" and row["left_at"] is not None:
@@ -4952,15 +4957,6 @@ def _roommates(conn, session_id):
         (session_id, session_id))]
 
 
-def _shares_a_room(conn, session_id, other):
-    """Whether other shares a room with session_id: one look-up (_roommates
-    reads every member of every room); other's presence is the caller's."""
-    return conn.execute(
-        "SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = m1.room "
-        "WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
-        (session_id, other)).fetchone() is not None
-
-
 def lease_forms(lease, holder_cwd):
     """The forms a file: selector is matched against, for one lease: the
     absolute path (as typed and resolved), relative to the holder's cwd (the
@@ -5046,8 +5042,12 @@ def resolve_selectors(op, sender, to):
                 raise error
             if row["id"] == sender["id"]:
                 continue
-            mate = (row["id"] in mates if mates is not None else
-                    row["left_at"] is None and _shares_a_room(conn, sender["id"], row["id"]))
+            # Whether it shares a room with the sender: one look-up (_roommates
+            # reads every member of every room).
+            mate = row["id"] in mates if mates is not None else row["left_at"] is None and (
+                conn.execute("SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = "
+                             "m1.room WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
+                             (sender["id"], row["id"])).fetchone() is not None)
             if not mate:
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
@@ -5204,7 +5204,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
                       warning={"type": "string"}),
     cli="send", flags={"ttl_s": "--ttl"}, caller="present",
     example='send --session $ID --to file:src/api/users.go --subject "need a phone field"',
-    render=_render_send, core=True)
+    render=_render_send, core=True, caller_columns=SENDER_COLUMNS)
 def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
              importance="normal", ack_required=False, ack_by=None):
     """Send to the sessions sharing a room with you that `to` picks: '*', a
