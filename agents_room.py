@@ -224,7 +224,7 @@ TAGS_MAX = 32
 ROOMS_MAX = 64
 SELECTORS_MAX = 100
 SEND_COLUMNS = "id, label, left_at, autonomy, harness_key"   # of a recipient: 2.4 us, * 6.3
-SENDER_COLUMNS = "id, label, left_at, last_seen, stored_chars, cwd"   # all 28: a send +6%
+CALLER_COLUMNS = "id, label, left_at, last_seen, stored_chars, cwd"   # send, recv: not 28
 PATH_MAX_CHARS = 4096
 LIMIT_MAX = 1000
 TOUCH_EVERY_S = 2                     # last_seen is written at most this often
@@ -5075,7 +5075,7 @@ def within_budget(rows):
 def message_dict(op, row):
     """A message as answers show it, with its sender as the store recorded it
     (label, session, harness): who wrote it is not the message's to say."""
-    sender = op.session(row["sender"])
+    sender = op.session(row["sender"], "harness")
     return message_item(row, sender["harness"] if sender is not None else None, [
         r[0] for r in op.conn.execute(
             "SELECT room FROM message_rooms WHERE message_id=? ORDER BY room",
@@ -5204,7 +5204,7 @@ def post_message(op, sender, recipients, subject, body, reply_to, ttl, selector,
                       warning={"type": "string"}),
     cli="send", flags={"ttl_s": "--ttl"}, caller="present",
     example='send --session $ID --to file:src/api/users.go --subject "need a phone field"',
-    render=_render_send, core=True, caller_columns=SENDER_COLUMNS)
+    render=_render_send, core=True, caller_columns=CALLER_COLUMNS)
 def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
              importance="normal", ack_required=False, ack_by=None):
     """Send to the sessions sharing a room with you that `to` picks: '*', a
@@ -5269,7 +5269,7 @@ def msg_send(op, to=None, subject=None, body=None, reply_to=None, ttl_s=None,
                         more={"type": "integer"}, warning={"type": "string"}),
       cli="recv", flags={"wait_s": "--timeout"}, example="recv --session $ID",
       degrades=True, parks="wait_s", tells_mail=True,
-      render=_render_recv, core=True)
+      render=_render_recv, core=True, caller_columns=CALLER_COLUMNS)
 def msg_recv(op, limit=RECV_LIMIT, peek=False, thread=None, wait_s=None):
     """Fetch your unread messages (of one thread, if given), oldest first, and
     mark them read (peek: mark nothing). wait_s: wait up to that long for one.
