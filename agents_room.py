@@ -7788,7 +7788,7 @@ AFTER_TOOL_EVENT.append(after_tool_event)
 
 
 def _ask_wakes_due(op):
-    op.ctx.wakes_due = wakes_due(op.conn, op.store.now())
+    op.ctx.wakes_due = wakes_due(op.conn, op.at)        # (the call's clock: one reading)
 
 
 AFTER_TOOL_ASKS.append(_ask_wakes_due)
