@@ -3989,8 +3989,8 @@ def _find_caller(op, tool_, session_id, harness_key=None, touch=True):
     form = tool_.caller
     row = None
     if form == "key":
-        row = conn.execute("SELECT * FROM sessions WHERE harness_key=?",
-                           (harness_key,)).fetchone() if harness_key else None
+        row = conn.execute("SELECT %s FROM sessions WHERE harness_key=?" % (
+            tool_.caller_columns), (harness_key,)).fetchone() if harness_key else None
     elif form != "none" and (session_id is not None or form in ("required", "present")):
         row = (session_row(conn, session_id, tool_.caller_columns)
                if is_session_id(session_id) else None)
@@ -5120,7 +5120,7 @@ def charge_stored(conn, sender, size):
     """Count size characters of text against what the session may keep in
     the store (messages, task titles, bodies and notes), or refuse."""
     limit = env_number("AGENTS_ROOM_SESSION_STORED_MAX", SESSION_STORED_MAX)
-    stored = sender["stored_chars"] if "stored_chars" in sender.keys() else 0
+    stored = sender["stored_chars"]          # (in every sender's row, CALLER_COLUMNS too)
     if stored + size > limit:
         # One session cannot fill the disk for everyone: what it stored goes
         # when retention removes its messages (90 days after they expire).

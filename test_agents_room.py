@@ -10426,7 +10426,9 @@ class PgStoreTest(RoomTest):
             threads = [threading.Thread(target=sender, args=(i,)) for i in (0, 1)]
             for thread in threads:
                 thread.start()
+            deadline = time.time() + 120
             while True:
+                self.assertLess(time.time(), deadline, "a sender hung: %s" % errors)
                 # Whether a sender was still sending is asked before the
                 # receive: asked after it, a send that committed meanwhile
                 # would be taken for none and missed (it was, once, in a full run).
