@@ -84,10 +84,10 @@ prints it when it differs; Part I is at most 10,000 lines):
     1014  1207  store
     2221   989  harness adapters
     3210   381  liveness (process scan)
-    3591   627  tool registry and the door
-    4218   222  results as text
-    4440   509  operations: sessions and rooms
-    4949   718  operations: messages
+    3591   626  tool registry and the door
+    4217   222  results as text
+    4439   509  operations: sessions and rooms
+    4948   719  operations: messages
     5667   618  operations: leases
     6285   237  operations: work states and quiet windows
     6522   168  operations: task board
@@ -3916,8 +3916,7 @@ class Op:
     def session(self, session_id, columns="*"):
         """A session row (those columns of it), read once per operation."""
         if (session_id, columns) not in self._rows:
-            self._rows[session_id, columns] = self.conn.execute(
-                "SELECT %s FROM sessions WHERE id=?" % columns, (session_id,)).fetchone()
+            self._rows[session_id, columns] = session_row(self.conn, session_id, columns)
         return self._rows[session_id, columns]
 
     def resources(self, path=None, resources=None):
@@ -5042,12 +5041,13 @@ def resolve_selectors(op, sender, to):
                 raise error
             if row["id"] == sender["id"]:
                 continue
-            # Whether it shares a room with the sender: one look-up (_roommates
-            # reads every member of every room).
-            mate = row["id"] in mates if mates is not None else row["left_at"] is None and (
-                conn.execute("SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = "
-                             "m1.room WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
-                             (sender["id"], row["id"])).fetchone() is not None)
+            if mates is not None:
+                mate = row["id"] in mates
+            else:       # one look-up: _roommates reads every member of every room
+                mate = row["left_at"] is None and conn.execute(
+                    "SELECT 1 FROM memberships m1 JOIN memberships m2 ON m2.room = m1.room "
+                    "WHERE m1.session_id=? AND m2.session_id=? LIMIT 1",
+                    (sender["id"], row["id"])).fetchone() is not None
             if not mate:
                 raise RoomError(
                     "session %s (label %s) shares no room with you" % (
