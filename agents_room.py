@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3809  appendix: PostgreSQL store
-   14017   476  appendix: harness: Claude Code
-   14493   184  appendix: harness: Codex
-   14677   260  appendix: harness: Hermes
-   14937   211  appendix: harness: Qwen Code
-   15148   167  appendix: harness: Gemini CLI
-   15315   425  appendix: harness: Pi
-   15740   383  appendix: harness: OpenCode
-   16123    45  appendix: harness: Kilo Code
-   16168   187  appendix: harness: GitHub Copilot CLI
-   16355   120  appendix: store copy
-   16475    75  appendix: git pre-commit guard
-   16550   108  appendix: Claude Code plugin
-   16658  1281  appendix: benchmark
-   17939  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19125   981  appendix: operator page
-   20106   167  appendix: embedded sources
+   10208  3828  appendix: PostgreSQL store
+   14036   476  appendix: harness: Claude Code
+   14512   184  appendix: harness: Codex
+   14696   260  appendix: harness: Hermes
+   14956   211  appendix: harness: Qwen Code
+   15167   167  appendix: harness: Gemini CLI
+   15334   425  appendix: harness: Pi
+   15759   383  appendix: harness: OpenCode
+   16142    45  appendix: harness: Kilo Code
+   16187   187  appendix: harness: GitHub Copilot CLI
+   16374   120  appendix: store copy
+   16494    75  appendix: git pre-commit guard
+   16569   108  appendix: Claude Code plugin
+   16677  1281  appendix: benchmark
+   17958  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19144   981  appendix: operator page
+   20125   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12292,7 +12292,12 @@ class PgStore:
         """A call answered in one statement of its own where the store has
         one for it (PG_ANSWERS: msg_recv, msg_send), else None: the door's way."""
         own = PG_ANSWERS.get(tool.name)
-        return own(self, call, args, session_id, ctx) if own is not None else None
+        answer = own(self, call, args, session_id, ctx) if own is not None else None
+        if answer is None and call.at is not None:
+            # Its flight, if it ran one, may have waited for the lock (and
+            # found the clock off): the door's way runs on the clock now.
+            call.at = self.clock()
+        return answer
 
     def derived(self, again, *inputs):
         """Values the operation of the door's call derived from its arguments
@@ -12518,7 +12523,7 @@ class _PgTransaction:
 #     the call again, holding the lock from BEGIN.  The lock is held for the
 #     server's work on one pipeline, not for round trips.  Ids taken before
 #     the lock (nextval) are made to commit in their order (PG_DIALECT,
-#     _pg_id_wait): a reader never sees a smaller id arrive after a larger.
+#     _pg_lock_waits): a reader never sees a smaller id arrive after a larger.
 #     A server nearer than PG_NEAR_S is cheaper to hold the lock across, and
 #     the hook front end's operations (they remove signal markers, a change
 #     outside the store that only the lock orders) always hold it from BEGIN.
@@ -12725,12 +12730,25 @@ def _pg_validation(conn, read):
     return check
 
 
-def _pg_id_wait(conn, read):
-    """The lock on the id before the one a sequence read took (see PG_DIALECT)."""
+def _pg_lock_waits(conn, sequences):
+    """The lock as _PgCall._lock takes it: first the ids just before those
+    the sequence reads took (see PG_DIALECT), then the room's, in one
+    statement (each nested wait runs before the one around it), which
+    divides by zero when they took longer than PG_CLOCK_SLACK_S: the call's
+    clock, read before its BEGIN, is then late (a lease it takes would end
+    early, its event stamped before the writer it waited for)."""
     import re
-    table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
-    return conn.statement(None, (read.rows[0][0],), text="SELECT " + PG_ID_LOCK % (
-        table, "$1::bigint"))
+    waits = "SELECT 1"
+    for i, read in enumerate(sequences):
+        table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+        waits = "SELECT %s FROM (%s) AS w%d" % (PG_ID_LOCK % (table, "$%d::bigint" % (i + 1)),
+                                               waits, i)
+    text = ("SELECT 1 / (extract(epoch FROM clock_timestamp() - statement_timestamp()) <= %s)"
+            "::int FROM (%s FROM (%s) AS w) AS l" % (
+                PG_CLOCK_SLACK_S, PG_LOCK, waits))
+    check = conn.statement(None, tuple(read.rows[0][0] for read in sequences), text=text)
+    check.role = "check"
+    return check
 
 
 def _pg_sequence_check(conn, read):
@@ -13171,9 +13189,10 @@ class _PgCall:
         """The lock, then every read answered before it, checked again."""
         # First the ids just before those taken (each sequence read answers
         # the id before its new one): their calls end before this commits.
-        # (Before the room's lock, which those calls may wait for.)
-        steps = [_pg_id_wait(conn, read) for read in self.sequences]
-        steps.append(conn.statement(None, (), text=PG_LOCK))
+        # (Before the room's lock, which those calls may wait for.)  Waited
+        # for longer than the slack, the call runs again with the lock from
+        # BEGIN, which reads the clock after it.
+        steps = [_pg_lock_waits(conn, self.sequences)]
         steps += [_pg_validation(conn, read) for read in self.consumed.values()]
         steps += [_pg_sequence_check(conn, read) for read in self.sequences]
         # What was read ahead before the lock and not yet asked for is read

@@ -10123,30 +10123,71 @@ class PgStoreTest(RoomTest):
         before it waited for the lock, so a receive behind a writer holding
         the lock for a second stamped its reads and its event a second in
         the past.  Now a clock further off than the slack sends it the
-        door's way, which reads the clock again."""
-        store = agents_room.open_store(self.db)
-        self.addCleanup(store.close)
-        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-clock-me")
-        call("msg_recv", session_id=me)                   # the connection's clock
-        agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
-                                                       "subject": "late"})
-        held, released = threading.Event(), []
+        door's way, which reads the clock again.  So does the door far from
+        the server (AGENTS_ROOM_PG_NEAR_MS=0), where it takes the lock only
+        before its first write: the clock it read at BEGIN was a second old
+        once it had it (found when a busy machine's round trips passed the
+        2 ms that count as near, 2 December), and the call runs again with
+        the lock from BEGIN."""
+        from unittest import mock
+        for near in ("2", "0"):
+            with self.subTest(near_ms=near), mock.patch.dict(
+                    os.environ, {"AGENTS_ROOM_PG_NEAR_MS": near}):
+                store = agents_room.open_store(self.db)
+                self.addCleanup(store.close)
+                call, me, other, ctx, peer = self.receiver_and_sender(
+                    store, "k-clock-me-" + near)
+                call("msg_recv", session_id=me)               # the connection's clock
+                agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                               "subject": "late"})
+                held, released = threading.Event(), []
 
-        def hold():
-            with other.write():
-                held.set()
-                time.sleep(1.0)
-                released.append(other.clock())
-        holder = threading.Thread(target=hold)
-        holder.start()
-        held.wait(30)
-        self.assertEqual(len(call("msg_recv", session_id=me)["messages"]), 1)
-        holder.join(30)
-        with other.read() as conn:
-            at = conn.execute("SELECT MAX(at) FROM events WHERE kind = 'msg.read' AND "
-                              "session_id = ?", (me,)).fetchone()[0]
-        self.assertGreater(at, released[0] - 0.3, "read %.2f s before the lock was free"
-                           % (released[0] - at))
+                def hold():
+                    with other.write():
+                        held.set()
+                        time.sleep(1.0)
+                        released.append(other.clock())
+                holder = threading.Thread(target=hold)
+                holder.start()
+                held.wait(30)
+                self.assertEqual(len(call("msg_recv", session_id=me)["messages"]), 1)
+                holder.join(30)
+                with other.read() as conn:
+                    at = conn.execute("SELECT MAX(at) FROM events WHERE kind = 'msg.read' "
+                                      "AND session_id = ?", (me,)).fetchone()[0]
+                self.assertGreater(at, released[0] - 0.3, "read %.2f s before the lock "
+                                   "was free" % (released[0] - at))
+
+    def test_a_far_claim_that_waited_for_the_lock_reads_the_clock_after_it(self):
+        """Far from the server the door takes the lock only with its writes;
+        a claim that waited a second there for a writer holding it kept the
+        clock it read before its BEGIN, and its lease would end a second
+        early.  The lock's statement times its own wait, and one longer than
+        the slack runs the claim again with the lock from BEGIN."""
+        from unittest import mock
+        with mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"}):
+            store = agents_room.open_store(self.db)
+            self.addCleanup(store.close)
+            call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-claim")
+            for path in ("a.txt", "b.txt"):               # what a claim reads, learned
+                self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
+            held, released = threading.Event(), []
+
+            def hold():
+                with other.write():
+                    held.set()
+                    time.sleep(1.0)
+                    released.append(other.clock())
+            holder = threading.Thread(target=hold)
+            holder.start()
+            held.wait(30)
+            self.assertTrue(call("lease_claim", session_id=me, path="c.txt")["ok"])
+            holder.join(30)
+            with other.read() as conn:
+                at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
+                                  "path LIKE '%c.txt'", (me,)).fetchone()[0]
+            self.assertGreater(at, released[0] - 0.3, "claimed %.2f s before the lock was "
+                               "free" % (released[0] - at))
 
     def test_a_recv_whose_connection_is_lost_loses_no_message(self):
         """A recv's one flight carries its COMMIT: when the connection goes
