@@ -10118,6 +10118,25 @@ class PgStoreTest(RoomTest):
         self.assertEqual(agents_room.call_tool(other, ctx, "msg_recv", {
             "session_id": third})["messages"], [])
 
+    def behind_a_held_lock(self, other, work):
+        """work() while another thread holds the store other's lock for a
+        second: (its answer, other's clock just before the lock was free)."""
+        held, released = threading.Event(), []
+
+        def hold():
+            with other.write():
+                held.set()
+                time.sleep(1.0)
+                released.append(other.clock())
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(30)
+        try:
+            answer = work()
+        finally:
+            holder.join(30)
+        return answer, released[0]
+
     def test_a_recv_that_waited_for_the_lock_reads_the_clock_after_it(self):
         """The review's finding: the statement kept the clock it was given
         before it waited for the lock, so a receive behind a writer holding
@@ -10140,23 +10159,14 @@ class PgStoreTest(RoomTest):
                 call("msg_recv", session_id=me)               # the connection's clock
                 agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
                                                                "subject": "late"})
-                held, released = threading.Event(), []
-
-                def hold():
-                    with other.write():
-                        held.set()
-                        time.sleep(1.0)
-                        released.append(other.clock())
-                holder = threading.Thread(target=hold)
-                holder.start()
-                held.wait(30)
-                self.assertEqual(len(call("msg_recv", session_id=me)["messages"]), 1)
-                holder.join(30)
+                answer, released = self.behind_a_held_lock(
+                    other, lambda: call("msg_recv", session_id=me))
+                self.assertEqual(len(answer["messages"]), 1)
                 with other.read() as conn:
                     at = conn.execute("SELECT MAX(at) FROM events WHERE kind = 'msg.read' "
                                       "AND session_id = ?", (me,)).fetchone()[0]
-                self.assertGreater(at, released[0] - 0.3, "read %.2f s before the lock "
-                                   "was free" % (released[0] - at))
+                self.assertGreater(at, released - 0.3, "read %.2f s before the lock was "
+                                   "free" % (released - at))
 
     def test_a_far_claim_that_waited_for_the_lock_reads_the_clock_after_it(self):
         """Far from the server the door takes the lock only with its writes;
@@ -10171,23 +10181,14 @@ class PgStoreTest(RoomTest):
             call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-claim")
             for path in ("a.txt", "b.txt"):               # what a claim reads, learned
                 self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
-            held, released = threading.Event(), []
-
-            def hold():
-                with other.write():
-                    held.set()
-                    time.sleep(1.0)
-                    released.append(other.clock())
-            holder = threading.Thread(target=hold)
-            holder.start()
-            held.wait(30)
-            self.assertTrue(call("lease_claim", session_id=me, path="c.txt")["ok"])
-            holder.join(30)
+            answer, released = self.behind_a_held_lock(
+                other, lambda: call("lease_claim", session_id=me, path="c.txt"))
+            self.assertTrue(answer["ok"], answer)
             with other.read() as conn:
                 at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
                                   "path LIKE '%c.txt'", (me,)).fetchone()[0]
-            self.assertGreater(at, released[0] - 0.3, "claimed %.2f s before the lock was "
-                               "free" % (released[0] - at))
+            self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
+                               "free" % (released - at))
 
     def test_a_recv_whose_connection_is_lost_loses_no_message(self):
         """A recv's one flight carries its COMMIT: when the connection goes
