@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3828  appendix: PostgreSQL store
-   14036   476  appendix: harness: Claude Code
-   14512   184  appendix: harness: Codex
-   14696   260  appendix: harness: Hermes
-   14956   211  appendix: harness: Qwen Code
-   15167   167  appendix: harness: Gemini CLI
-   15334   425  appendix: harness: Pi
-   15759   383  appendix: harness: OpenCode
-   16142    45  appendix: harness: Kilo Code
-   16187   187  appendix: harness: GitHub Copilot CLI
-   16374   120  appendix: store copy
-   16494    75  appendix: git pre-commit guard
-   16569   108  appendix: Claude Code plugin
-   16677  1281  appendix: benchmark
-   17958  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19144   981  appendix: operator page
-   20125   167  appendix: embedded sources
+   10208  3840  appendix: PostgreSQL store
+   14048   476  appendix: harness: Claude Code
+   14524   184  appendix: harness: Codex
+   14708   260  appendix: harness: Hermes
+   14968   211  appendix: harness: Qwen Code
+   15179   167  appendix: harness: Gemini CLI
+   15346   425  appendix: harness: Pi
+   15771   383  appendix: harness: OpenCode
+   16154    45  appendix: harness: Kilo Code
+   16199   187  appendix: harness: GitHub Copilot CLI
+   16386   120  appendix: store copy
+   16506    75  appendix: git pre-commit guard
+   16581   108  appendix: Claude Code plugin
+   16689  1281  appendix: benchmark
+   17970  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19156   981  appendix: operator page
+   20137   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12550,7 +12550,10 @@ PG_AHEAD_ROWS = 100                # rows of one read that further reads follow
 # times in a row still reads ahead what its grant needs: its fence).
 PG_TEMPLATE_CALLS = 8
 PG_TEMPLATES_MAX = 400             # templates kept per tool
-PG_CLOCK_SLACK_S = 0.25            # a call's clock, at most this before its lock
+# A call's clock (read before its BEGIN) may be this much older than its
+# lock, and its round trips before it: a wait for the lock longer than this,
+# and the call runs on the clock read again.
+PG_CLOCK_SLACK_S = 0.25
 PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
 # A server this near (a round trip, at least) is cheaper to hold the lock
 # across than to check again: a call then takes it at BEGIN (measured on a
@@ -12747,7 +12750,7 @@ def _pg_lock_waits(conn, sequences):
             "::int FROM (%s FROM (%s) AS w) AS l" % (
                 PG_CLOCK_SLACK_S, PG_LOCK, waits))
     check = conn.statement(None, tuple(read.rows[0][0] for read in sequences), text=text)
-    check.role = "check"
+    check.role = "late"                # (its other errors, a lock timeout say, are raised)
     return check
 
 
@@ -13232,6 +13235,9 @@ class _PgCall:
                 conn.run([conn.control("ROLLBACK")])
             except PgError:
                 pass
+        if first.role == "late" and first.error.sqlstate == "22012":
+            self.pessimistic = True            # the lock waited for: see _pg_lock_waits
+            raise Conflict()
         if first.role in ("check", "order"):
             if first.error.sqlstate != "22012":
                 self.store.optimistic = False      # no md5 here: hold the lock instead
@@ -13564,11 +13570,12 @@ def _pg_bindable(params, types):
 # the caller found and touched, the rule), said in SQL: where the statement
 # finds the sweep would change something (an unread delivery past its
 # message's TTL, a window or a lease due, the once-a-minute beat), the caller
-# missing, or the server's clock further than PG_CLOCK_SLACK_S from the
-# call's (a lock waited for, a skew guessed wrong), it writes nothing and
-# says so, and the door runs the call its own way.  (What the sweep would
-# only note, the watermark past messages with nothing unread, waits for the
-# beat: the range it bounds is then a minute wide at most.)  So does every
+# missing, the lock waited for longer than PG_CLOCK_SLACK_S, or the server's
+# clock further than that and a round trip from the call's (a skew guessed
+# wrong), it writes nothing and says so, and the door runs the call its own
+# way.  (What the sweep would only note, the watermark past messages with
+# nothing unread, waits for the beat: the range it bounds is then a minute
+# wide at most.)  So does every
 # call it does not take: peek, a store whose schema is not confirmed yet, a
 # connection's first call (no clock), one whose connection has failed.
 # PgStoreTest's test_recv_in_one_round_trip_answers_as_the_door compares the
@@ -13588,6 +13595,7 @@ PG_DUE_TEXT = """sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
       AND required::jsonb <@ acked::jsonb))
     OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= :at)
     OR abs(extract(epoch FROM clock_timestamp())::float8 - :real) > :off
+    OR extract(epoch FROM clock_timestamp() - transaction_timestamp()) > %(waited)s
     OR NOT EXISTS (SELECT 1 FROM sessions WHERE id = :me)) AS due FROM sw)"""
 # The caller's last_seen as _find_caller touches it (and its verdict).
 PG_TOUCH_SETS = """last_seen = CASE WHEN %(touch)s THEN :at ELSE last_seen END,
@@ -13643,7 +13651,8 @@ def _pg_own_text(key, make):
         return done
     import re
     text, params, constants = make()
-    text = text % dict(constants, slack=CLOCK_SLACK_S, beat=RETENTION_EVERY_S,
+    text = text % dict(constants, slack=CLOCK_SLACK_S, waited=PG_CLOCK_SLACK_S,
+                       beat=RETENTION_EVERY_S,
                        open=WINDOW_OPEN_SQL, unread=UNREAD_SQL,
                        touch=":at - last_seen >= %s" % TOUCH_EVERY_S)
     numbers = {name: "$%d::%s" % (i + 1, kind) for i, (name, kind) in enumerate(params)}
@@ -13687,11 +13696,14 @@ def _pg_own_conn(store, call, session_id):
 
 def _pg_own_params(store, call, session_id):
     """PG_OWN_PARAMS' values.  The clock the call was given is checked where
-    the statement runs, after the lock: a wait for it (or the file's skew, a
-    guess) off by more than the slack, and the door's way reads the clock
-    again."""
+    the statement runs, after the lock: waited for longer than the slack (the
+    server's own count, from its BEGIN), or the clock off by more than the
+    slack and a round trip (the file's skew, a guess), and the door's way
+    reads the clock again.  (A clock read from a BEGIN's answer is short of
+    the server's by the way back, so when the statement runs it is behind by
+    about a round trip: at 300 ms every call was refused.)"""
     at, real = call.at, store.real_now()
-    return [session_id, at, min(at, real), real, PG_CLOCK_SLACK_S]
+    return [session_id, at, min(at, real), real, PG_CLOCK_SLACK_S + (store.rtt or 0.0)]
 
 
 def _pg_own_flight(store, call, conn, statement, mail):

@@ -9945,6 +9945,29 @@ class PgStoreTest(RoomTest):
                 self.assertEqual(len(answer["sessions"]), 5)
         self.assertEqual(call("msg_unread", session_id=peers[0])["count"], 40 + 8 - 3 * 8)
 
+    def test_a_far_server_answers_recv_and_send_in_their_own_flight(self):
+        """The clock a BEGIN's answer gives is short of the server's by the
+        way back, so where the one-flight statement runs it was behind by a
+        round trip: at 300 ms every msg_recv and msg_send was refused as a
+        clock off by more than the slack, and cost three round trips instead
+        of one.  The slack allows the round trip; a lock waited for is the
+        server's own count."""
+        near = agents_room.open_store(self.db)
+        self.addCleanup(near.close)
+        _, me, other, ctx, peer = self.receiver_and_sender(near, "k-far-own", 2)
+        store, proxy = self.far_store(0.15)
+        call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
+        call("msg_unread", session_id=me)                 # its connection and clock
+        recv, received = self.own_way("msg_recv")
+        send, sent = self.own_way("msg_send")
+        with recv, send:
+            got = [m["subject"] for m in call("msg_recv", session_id=me, limit=1)["messages"]]
+            got += [m["subject"] for m in call("msg_recv", session_id=me)["messages"]]
+            call("msg_send", session_id=me, to=peer, subject="back")
+        self.assertEqual(got, ["m0", "m1"])
+        self.assertEqual((received, sent), ([True, True], [True]),
+                         "round trip %.3f s" % store.rtt)
+
     def test_recv_in_one_round_trip_answers_as_the_door(self):
         """Issue 39: msg_recv on PostgreSQL is one statement of its own
         (PG_ANSWERS), sent with BEGIN, the lock and the COMMIT.  Two sessions
@@ -10142,14 +10165,13 @@ class PgStoreTest(RoomTest):
         before it waited for the lock, so a receive behind a writer holding
         the lock for a second stamped its reads and its event a second in
         the past.  Now a clock further off than the slack sends it the
-        door's way, which reads the clock again.  So does the door far from
-        the server (AGENTS_ROOM_PG_NEAR_MS=0), where it takes the lock only
-        before its first write: the clock it read at BEGIN was a second old
-        once it had it (found when a busy machine's round trips passed the
-        2 ms that count as near, 2 December), and the call runs again with
-        the lock from BEGIN."""
+        door's way, on the clock read again.  Near the server (a round trip
+        under AGENTS_ROOM_PG_NEAR_MS=1000) the door's BEGIN took the lock
+        and read it anyway; far (=0) the door takes the lock only with its
+        writes, and nothing did (found when a busy machine's round trips
+        passed the 2 ms that count as near, 2 December)."""
         from unittest import mock
-        for near in ("2", "0"):
+        for near in ("1000", "0"):
             with self.subTest(near_ms=near), mock.patch.dict(
                     os.environ, {"AGENTS_ROOM_PG_NEAR_MS": near}):
                 store = agents_room.open_store(self.db)
@@ -10189,6 +10211,32 @@ class PgStoreTest(RoomTest):
                                   "path LIKE '%c.txt'", (me,)).fetchone()[0]
             self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
                                "free" % (released - at))
+
+    def test_a_far_claim_behind_a_lock_never_freed_times_out_once(self):
+        """The review's finding: the lock's timeout, raised by the statement
+        that times the lock's wait, was taken for a read that changed, so the
+        call ran again and waited the whole timeout once more, and the store
+        gave up reading ahead for good.  It is the call's error, as before."""
+        from unittest import mock
+        with mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"}):
+            store = agents_room.open_store(self.db, busy_ms=400)
+            self.addCleanup(store.close)
+            call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-timeout")
+            for path in ("a.txt", "b.txt"):               # what a claim reads, learned
+                self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
+            begin = agents_room._PgCall.begin
+
+            def claim():
+                with mock.patch.object(agents_room._PgCall, "begin", autospec=True,
+                                       side_effect=begin) as begins:
+                    with self.assertRaises(agents_room.StoreError) as raised:
+                        call("lease_claim", session_id=me, path="c.txt")
+                return begins.call_count, raised.exception
+            (begins, error), _ = self.behind_a_held_lock(other, claim)
+            self.assertIn("lock", str(error).lower())
+            self.assertEqual(begins, 1, "the lock's timeout (0.4 s) waited for twice")
+            self.assertTrue(store.optimistic, "a timeout made the store hold the lock "
+                            "across round trips")
 
     def test_a_recv_whose_connection_is_lost_loses_no_message(self):
         """A recv's one flight carries its COMMIT: when the connection goes
@@ -10752,7 +10800,14 @@ class PgStoreTest(RoomTest):
         has the server read it again under the lock before it writes: a
         change in between (a rename while a send is on its way) runs the call
         again, so the message carries the label the room had when it was
-        stored, never a stale one."""
+        stored, never a stale one.  (Through the door's way: a send answered
+        by its own statement reads under the lock.  At this distance every
+        send went the door's way until 3 December, when the statement's clock
+        check stopped refusing them.)"""
+        from unittest import mock
+        door = mock.patch.dict(agents_room.PG_ANSWERS, clear=True)
+        door.start()
+        self.addCleanup(door.stop)
         store, proxy = self.far_store(0.15)
         ctx = agents_room.Context(cwd=self.tmp)
         call = lambda name, **args: agents_room.call_tool(store, ctx, name, args)
