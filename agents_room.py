@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3840  appendix: PostgreSQL store
-   14048   476  appendix: harness: Claude Code
-   14524   184  appendix: harness: Codex
-   14708   260  appendix: harness: Hermes
-   14968   211  appendix: harness: Qwen Code
-   15179   167  appendix: harness: Gemini CLI
-   15346   425  appendix: harness: Pi
-   15771   383  appendix: harness: OpenCode
-   16154    45  appendix: harness: Kilo Code
-   16199   187  appendix: harness: GitHub Copilot CLI
-   16386   120  appendix: store copy
-   16506    75  appendix: git pre-commit guard
-   16581   108  appendix: Claude Code plugin
-   16689  1281  appendix: benchmark
-   17970  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19156   981  appendix: operator page
-   20137   167  appendix: embedded sources
+   10208  3847  appendix: PostgreSQL store
+   14055   476  appendix: harness: Claude Code
+   14531   184  appendix: harness: Codex
+   14715   260  appendix: harness: Hermes
+   14975   211  appendix: harness: Qwen Code
+   15186   167  appendix: harness: Gemini CLI
+   15353   425  appendix: harness: Pi
+   15778   383  appendix: harness: OpenCode
+   16161    45  appendix: harness: Kilo Code
+   16206   187  appendix: harness: GitHub Copilot CLI
+   16393   120  appendix: store copy
+   16513    75  appendix: git pre-commit guard
+   16588   108  appendix: Claude Code plugin
+   16696  1281  appendix: benchmark
+   17977  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19163   981  appendix: operator page
+   20144   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -13186,7 +13186,14 @@ class _PgCall:
             end.write = False
             conn.send([end])
             return
-        self._exchange(conn, steps + [end], ending=True)
+        try:
+            self._exchange(conn, steps + [end], ending=True)
+        except PgError as failed:
+            if steps:
+                # The check could not run (the lock timed out, say): the
+                # refusal is unchecked, and the call's answer is this error.
+                raise explain_pg(failed, self.store.path)
+            raise
 
     def _lock(self, conn):
         """The lock, then every read answered before it, checked again."""

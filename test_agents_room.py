@@ -10238,6 +10238,29 @@ class PgStoreTest(RoomTest):
             self.assertTrue(store.optimistic, "a timeout made the store hold the lock "
                             "across round trips")
 
+    def test_a_far_refusal_whose_check_timed_out_is_not_answered(self):
+        """The second review's finding: far away, a refusal reached from reads
+        not yet checked is checked under the lock first; a lock that timed
+        out meanwhile let the refusal out unchecked.  The call's answer is
+        the store's error instead."""
+        from unittest import mock
+        with mock.patch.dict(os.environ, {"AGENTS_ROOM_PG_NEAR_MS": "0"}), \
+                mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+            store = agents_room.open_store(self.db, busy_ms=400)
+            self.addCleanup(store.close)
+            call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-refusal")
+            for _ in range(2):                                # what a send reads, learned
+                call("msg_send", session_id=me, to=peer, subject="warm")
+
+            def refused():
+                try:
+                    return call("msg_send", session_id=me, to="0123456789abcdef",
+                                subject="nobody")
+                except agents_room.RoomError as error:
+                    return error
+            error, _ = self.behind_a_held_lock(other, refused)
+            self.assertIsInstance(error, agents_room.StoreError, error)
+
     def test_a_recv_whose_connection_is_lost_loses_no_message(self):
         """A recv's one flight carries its COMMIT: when the connection goes
         with it out, the door's way would find what it marked read already
