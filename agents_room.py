@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3847  appendix: PostgreSQL store
-   14055   476  appendix: harness: Claude Code
-   14531   184  appendix: harness: Codex
-   14715   260  appendix: harness: Hermes
-   14975   211  appendix: harness: Qwen Code
-   15186   167  appendix: harness: Gemini CLI
-   15353   425  appendix: harness: Pi
-   15778   383  appendix: harness: OpenCode
-   16161    45  appendix: harness: Kilo Code
-   16206   187  appendix: harness: GitHub Copilot CLI
-   16393   120  appendix: store copy
-   16513    75  appendix: git pre-commit guard
-   16588   108  appendix: Claude Code plugin
-   16696  1281  appendix: benchmark
-   17977  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19163   981  appendix: operator page
-   20144   167  appendix: embedded sources
+   10208  3851  appendix: PostgreSQL store
+   14059   476  appendix: harness: Claude Code
+   14535   184  appendix: harness: Codex
+   14719   260  appendix: harness: Hermes
+   14979   211  appendix: harness: Qwen Code
+   15190   167  appendix: harness: Gemini CLI
+   15357   425  appendix: harness: Pi
+   15782   383  appendix: harness: OpenCode
+   16165    45  appendix: harness: Kilo Code
+   16210   187  appendix: harness: GitHub Copilot CLI
+   16397   120  appendix: store copy
+   16517    75  appendix: git pre-commit guard
+   16592   108  appendix: Claude Code plugin
+   16700  1281  appendix: benchmark
+   17981  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19167   981  appendix: operator page
+   20148   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12733,6 +12733,12 @@ def _pg_validation(conn, read):
     return check
 
 
+def _pg_sequence_table(read):
+    """The table whose id a sequence read took (its nextval's)."""
+    import re
+    return re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+
+
 def _pg_lock_waits(conn, sequences):
     """The lock as _PgCall._lock takes it: first the ids just before those
     the sequence reads took (see PG_DIALECT), then the room's, in one
@@ -12740,10 +12746,9 @@ def _pg_lock_waits(conn, sequences):
     divides by zero when they took longer than PG_CLOCK_SLACK_S: the call's
     clock, read before its BEGIN, is then late (a lease it takes would end
     early, its event stamped before the writer it waited for)."""
-    import re
     waits = "SELECT 1"
     for i, read in enumerate(sequences):
-        table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+        table = _pg_sequence_table(read)
         waits = "SELECT %s FROM (%s) AS w%d" % (PG_ID_LOCK % (table, "$%d::bigint" % (i + 1)),
                                                waits, i)
     text = ("SELECT 1 / (extract(epoch FROM clock_timestamp() - statement_timestamp()) <= %s)"
@@ -12759,8 +12764,7 @@ def _pg_sequence_check(conn, read):
     a greater id than the value taken before the lock is there already: ids
     are in the order of their commits (a reader that saw one never sees a
     smaller one come later), as they are when taken under the lock."""
-    import re
-    table = re.search(r"nextval\('(\w+)_id_seq'\)", read.text).group(1)
+    table = _pg_sequence_table(read)
     check = conn.statement(None, (read.rows[0][0],), text=(
         "SELECT 1 / (NOT EXISTS (SELECT 1 FROM %s WHERE id > $1))::int" % table))
     check.role = "order"
