@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3851  appendix: PostgreSQL store
-   14059   476  appendix: harness: Claude Code
-   14535   184  appendix: harness: Codex
-   14719   260  appendix: harness: Hermes
-   14979   211  appendix: harness: Qwen Code
-   15190   167  appendix: harness: Gemini CLI
-   15357   425  appendix: harness: Pi
-   15782   383  appendix: harness: OpenCode
-   16165    45  appendix: harness: Kilo Code
-   16210   187  appendix: harness: GitHub Copilot CLI
-   16397   120  appendix: store copy
-   16517    75  appendix: git pre-commit guard
-   16592   108  appendix: Claude Code plugin
-   16700  1281  appendix: benchmark
-   17981  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19167   981  appendix: operator page
-   20148   167  appendix: embedded sources
+   10208  3900  appendix: PostgreSQL store
+   14108   476  appendix: harness: Claude Code
+   14584   184  appendix: harness: Codex
+   14768   260  appendix: harness: Hermes
+   15028   211  appendix: harness: Qwen Code
+   15239   167  appendix: harness: Gemini CLI
+   15406   425  appendix: harness: Pi
+   15831   383  appendix: harness: OpenCode
+   16214    45  appendix: harness: Kilo Code
+   16259   187  appendix: harness: GitHub Copilot CLI
+   16446   120  appendix: store copy
+   16566    75  appendix: git pre-commit guard
+   16641   108  appendix: Claude Code plugin
+   16749  1281  appendix: benchmark
+   18030  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19216   981  appendix: operator page
+   20197   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -10284,6 +10284,13 @@ PG_ID_LOCK = ("pg_advisory_xact_lock(hashtext(current_schema() || '.%s'), "
 PG_STATEMENTS_MAX = 400              # prepared statements kept per connection
 PG_PIPELINE_ROWS = 500               # executemany rows sent before one Sync
 PG_CONNECT_TIMEOUT_S = 10            # the whole startup: connect, TLS, authentication
+# TLS 1.3 sends one key share with its first hello.  PostgreSQL up to 17
+# accepts one curve (ssl_ecdh_curve, prime256v1 unless set), and the ssl
+# module offers X25519 first: the server asks again, a round trip more for
+# every connection.  Where this host saw such a server (the .ahead file's
+# "curve"), the hello offers its curve alone.
+PG_TLS_CURVE = "prime256v1"
+PG_TLS_CURVE_UNTIL = 17              # the last major version with one curve only
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
 # A request's answer must be complete within the lock timeout plus this (the
 # lock wait is the one long wait the server has; the statements are small),
@@ -10619,8 +10626,13 @@ class PgConnection:
     sslmode, and the extended query protocol with bound parameters (values
     never enter the SQL text).  Statements are prepared once per connection."""
 
-    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S, answer_s=None, pipelined=False):
+    def __init__(self, url, timeout=PG_CONNECT_TIMEOUT_S, answer_s=None, pipelined=False,
+                 curve=None):
         self.url = url
+        # The one key share TLS offers (PG_TLS_CURVE), where this host saw the
+        # server ask for it; None: the ssl module's own.  A server that
+        # refuses it is connected to again with the module's (curve_refused).
+        self.curve, self.curve_refused = curve, False
         self.sock = None
         self.statements = {}            # sql -> (name, column names, decoders)
         self.named = 0                  # names are never reused, even after a failure
@@ -10653,7 +10665,13 @@ class PgConnection:
         # before the first answers (see _authenticate).
         self._pipelined = pipelined
         self._authenticating = None     # the rest of the startup, while it is due
-        self._connect(timeout)
+        try:
+            self._connect(timeout)
+        except PgError:
+            if not self.curve_refused:
+                raise
+            self._buffer, self._at, self.curve = bytearray(), 0, None
+            self._connect(timeout)
 
     # -- connecting --
     def _settings(self):
@@ -10808,10 +10826,16 @@ class PgConnection:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        if self.curve is not None:
+            try:
+                context.set_ecdh_curve(self.curve)
+            except (ValueError, ssl.SSLError):
+                self.curve = None
         self._settle()                  # the handshake as a whole within what is left
         try:
             self.sock = context.wrap_socket(self.sock, server_hostname=host)
         except ssl.SSLError as error:
+            self.curve_refused = self.curve is not None
             raise PgError("TLS with the server at %s failed: %s" % (host, error.reason
                                                                       or error), "08006")
         except OSError as error:
@@ -12020,8 +12044,9 @@ class PgStore:
         self._ahead_path = _pg_ahead_path(url)
         known = _pg_ahead_load(self._ahead_path)
         self._learned, self.skew = known["tools"], known["skew"]
-        self._ahead_schema = known["schema"]
-        self._ahead_text = _pg_ahead_text(self._learned, self.skew, self._ahead_schema)
+        self._ahead_schema, self._curve = known["schema"], known["curve"]
+        self._ahead_text = _pg_ahead_text(self._learned, self.skew, self._ahead_schema,
+                                          self._curve)
         self.optimistic = True    # a call reads before it takes the lock (_PgCall)
         self.rtt = None           # the round trip to the server, at least (took)
         self.near_s = env_number("AGENTS_ROOM_PG_NEAR_MS", PG_NEAR_S * 1000) / 1000.0
@@ -12054,7 +12079,8 @@ class PgStore:
             # Where this host knows the store, the startup's end, the schema's
             # check and the first transaction go in one flight (_open).
             self.conn = PgConnection(url, answer_s=self.answer_s,
-                                     pipelined=self._ahead_schema == SCHEMA_VERSION)
+                                     pipelined=self._ahead_schema == SCHEMA_VERSION,
+                                     curve=self._offered())
             # A read is checked again under the lock by the md5 of its rows'
             # text, which this side computes over UTF-8 (an encoding not yet
             # told is taken to be it, and judged with the schema's check: a
@@ -12209,7 +12235,14 @@ class PgStore:
         trips, never this call)."""
         if not getattr(self, "skew_read", False):
             return                      # nothing was asked of the server
-        text = _pg_ahead_text(self._learned, self.skew, SCHEMA_VERSION)
+        conn = self.conn
+        if conn is not None and conn.curve_refused:
+            self._curve = "refused"
+        elif conn is not None and self._curve != "refused" and conn._encrypted():
+            version = conn.params.get("server_version", "")
+            major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+            self._curve = PG_TLS_CURVE if 10 <= major <= PG_TLS_CURVE_UNTIL else None
+        text = _pg_ahead_text(self._learned, self.skew, SCHEMA_VERSION, self._curve)
         if text == self._ahead_text or len(text) > PG_AHEAD_FILE_MAX:
             return
         try:
@@ -12233,7 +12266,8 @@ class PgStore:
         """The connection, made again if the last one was lost."""
         if self.conn is None or self.conn.sock is None:
             try:
-                self.conn = PgConnection(self.path, answer_s=self.answer_s)
+                self.conn = PgConnection(self.path, answer_s=self.answer_s,
+                                         curve=self._offered())
             except PgError as error:
                 raise explain_pg(error, self.path)
             self._listening = False
@@ -12323,6 +12357,10 @@ class PgStore:
             return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
         return "BEGIN ISOLATION LEVEL READ COMMITTED%s%s%s" % (
             self.set_local, "; " + PG_LOCK if lock else "", clock)
+
+    def _offered(self):
+        """The key share a TLS hello offers alone (PG_TLS_CURVE), or None."""
+        return PG_TLS_CURVE if self._curve == PG_TLS_CURVE else None
 
     def took(self, seconds):
         """A BEGIN's answer came this long after it was sent: the round trip
@@ -12418,7 +12456,8 @@ class _PgTransaction:
             conn = store.conn
             try:
                 if conn is None or conn.sock is None:
-                    store.conn = conn = PgConnection(store.path, answer_s=store.answer_s)
+                    store.conn = conn = PgConnection(store.path, answer_s=store.answer_s,
+                                                     curve=store._offered())
                     store._listening = False
                 conn.planner = self.call
                 conn.mail = False
@@ -12904,10 +12943,11 @@ def _pg_tuples(value):
 
 def _pg_ahead_load(path):
     """{"tools": {tool: _PgLearned}, "skew": float or None, "schema": int or
-    None} from the file at path; empty where there is none, or one that is
-    not this user's private file, or does not parse."""
+    None, "curve": PG_TLS_CURVE, "refused" or None} from the file at path;
+    empty where there is none, or one that is not this user's private file,
+    or does not parse."""
     import stat
-    empty = {"tools": {}, "skew": None, "schema": None}
+    empty = {"tools": {}, "skew": None, "schema": None, "curve": None}
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
                      getattr(os, "O_NONBLOCK", 0))
@@ -12937,13 +12977,15 @@ def _pg_ahead_load(path):
             tools[str(tool)] = learned
         skew = data.get("skew")
         schema = data.get("schema")
+        curve = data.get("curve")
         return {"tools": tools, "skew": float(skew) if isinstance(skew, (int, float))
-                else None, "schema": schema if isinstance(schema, int) else None}
+                else None, "schema": schema if isinstance(schema, int) else None,
+                "curve": curve if curve in (PG_TLS_CURVE, "refused") else None}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return empty
 
 
-def _pg_ahead_text(tools, skew, schema):
+def _pg_ahead_text(tools, skew, schema, curve=None):
     """The file's text: every template whose values JSON keeps as they are."""
     out = {}
     for tool, learned in sorted(tools.items()):
@@ -12960,7 +13002,8 @@ def _pg_ahead_text(tools, skew, schema):
             if _pg_tuples(json.loads(text)[1]) == sources:     # kept as it is
                 templates.append(row)
         out[tool] = {"calls": learned.calls, "templates": templates}
-    return json.dumps({"schema": schema, "skew": skew, "tools": out}, sort_keys=True)
+    return json.dumps({"schema": schema, "skew": skew, "tools": out, "curve": curve},
+                      sort_keys=True)
 
 
 class _PgCalling:
@@ -13131,6 +13174,10 @@ class _PgCall:
         if self.at is not None:
             ahead = self._ahead(conn, "tx") + (self._ahead(conn, "after") if not write
                                                else [])
+        # The clock the call was given is behind the server's by a round
+        # trip where the lock's clock is read (the skew is short by the way
+        # back, the BEGIN takes the way there): the wait is what is beyond.
+        trip = self.store.rtt or 0.0
         try:
             self._exchange(conn, [begin] + ahead)
             self.store.took(conn.first_answer_s)
@@ -13138,7 +13185,7 @@ class _PgCall:
             if begin.error is None and begin.rows:
                 clock = float(begin.rows[-1][0])
                 self.store.skew, self.store.skew_read = clock - time.time(), True
-                if self.at is None or (lock and clock - self.at > PG_CLOCK_SLACK_S) or (
+                if self.at is None or (lock and clock - self.at - trip > PG_CLOCK_SLACK_S) or (
                         self.guessed is not None and abs(
                             self.store.skew - self.guessed) > PG_CLOCK_SLACK_S):
                     # The first call of a connection (without the file's
@@ -13594,7 +13641,8 @@ def _pg_bindable(params, types):
 # The part the calls answered this way share (PG_ANSWERS): whether the door's
 # sweep would change something, the clock is off, or the caller is missing;
 # due, the call writes nothing and goes the door's way.  Its parameters:
-# :me, :at, :mark, :real, :off (see PG_OWN_PARAMS).
+# :me, :at, :mark, :real (the server's clock as expected where the statement
+# runs), :off (see PG_OWN_PARAMS and _pg_own_params).
 PG_DUE_TEXT = """sw AS (SELECT COALESCE((SELECT value FROM meta WHERE
     key = 'expiry_swept_to')::float8, 0) AS swept_to),
   due AS (SELECT (sw.swept_to > :mark + %(slack)s OR :mark - sw.swept_to > %(beat)s
@@ -13709,12 +13757,13 @@ def _pg_own_params(store, call, session_id):
     """PG_OWN_PARAMS' values.  The clock the call was given is checked where
     the statement runs, after the lock: waited for longer than the slack (the
     server's own count, from its BEGIN), or the clock off by more than the
-    slack and a round trip (the file's skew, a guess), and the door's way
-    reads the clock again.  (A clock read from a BEGIN's answer is short of
-    the server's by the way back, so when the statement runs it is behind by
-    about a round trip: at 300 ms every call was refused.)"""
+    slack either way (the file's skew, a guess), and the door's way reads
+    the clock again.  A clock read from a BEGIN's answer is short of the
+    server's by the way back, and the flight takes the way there: where the
+    statement runs, the clock is expected a round trip behind (at 300 ms,
+    every call was refused before that was counted)."""
     at, real = call.at, store.real_now()
-    return [session_id, at, min(at, real), real, PG_CLOCK_SLACK_S + (store.rtt or 0.0)]
+    return [session_id, at, min(at, real), real + (store.rtt or 0.0), PG_CLOCK_SLACK_S]
 
 
 def _pg_own_flight(store, call, conn, statement, mail):

@@ -9950,8 +9950,8 @@ class PgStoreTest(RoomTest):
         way back, so where the one-flight statement runs it was behind by a
         round trip: at 300 ms every msg_recv and msg_send was refused as a
         clock off by more than the slack, and cost three round trips instead
-        of one.  The slack allows the round trip; a lock waited for is the
-        server's own count."""
+        of one.  The clock is expected a round trip behind, within the slack
+        either way; a lock waited for is the server's own count."""
         near = agents_room.open_store(self.db)
         self.addCleanup(near.close)
         _, me, other, ctx, peer = self.receiver_and_sender(near, "k-far-own", 2)
@@ -9967,6 +9967,21 @@ class PgStoreTest(RoomTest):
         self.assertEqual(got, ["m0", "m1"])
         self.assertEqual((received, sent), ([True, True], [True]),
                          "round trip %.3f s" % store.rtt)
+        # A clock ahead of the server's by more than the slack (a skew
+        # guessed wrong, a server's clock stepped back) is refused as well:
+        # allowing the round trip on one side only took 0.85 s ahead here.
+        agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
+                                                       "subject": "ahead"})
+        store.skew += 0.6
+        del received[:]
+        with recv:
+            got = [m["subject"] for m in call("msg_recv", session_id=me)["messages"]]
+        now = other.clock()
+        self.assertEqual((got, received), (["ahead"], [False]))
+        with other.read() as conn:
+            at = conn.execute("SELECT MAX(at) FROM events WHERE kind = 'msg.read' "
+                              "AND session_id = ?", (me,)).fetchone()[0]
+        self.assertLess(at, now + 0.1, "read %.2f s ahead of the server" % (at - now))
 
     def test_recv_in_one_round_trip_answers_as_the_door(self):
         """Issue 39: msg_recv on PostgreSQL is one statement of its own
@@ -10169,16 +10184,21 @@ class PgStoreTest(RoomTest):
         under AGENTS_ROOM_PG_NEAR_MS=1000) the door's BEGIN took the lock
         and read it anyway; far (=0) the door takes the lock only with its
         writes, and nothing did (found when a busy machine's round trips
-        passed the 2 ms that count as near, 2 December)."""
+        passed the 2 ms that count as near, 2 December).  A round trip
+        taken for longer than it is (a slow BEGIN a moment ago) puts the
+        expected clock as far ahead as the wait put the server's: the
+        server's own count of the wait still refuses it."""
         from unittest import mock
-        for near in ("1000", "0"):
-            with self.subTest(near_ms=near), mock.patch.dict(
+        for near, trip in (("1000", None), ("0", None), ("0", 1.0)):
+            with self.subTest(near_ms=near, trip=trip), mock.patch.dict(
                     os.environ, {"AGENTS_ROOM_PG_NEAR_MS": near}):
                 store = agents_room.open_store(self.db)
                 self.addCleanup(store.close)
                 call, me, other, ctx, peer = self.receiver_and_sender(
-                    store, "k-clock-me-" + near)
+                    store, "k-clock-me-%s-%s" % (near, trip))
                 call("msg_recv", session_id=me)               # the connection's clock
+                if trip is not None:
+                    store.rtt = trip
                 agents_room.call_tool(other, ctx, "msg_send", {"session_id": peer, "to": me,
                                                                "subject": "late"})
                 answer, released = self.behind_a_held_lock(
@@ -10211,6 +10231,36 @@ class PgStoreTest(RoomTest):
                                   "path LIKE '%c.txt'", (me,)).fetchone()[0]
             self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
                                "free" % (released - at))
+
+    def test_a_far_call_that_locks_at_begin_keeps_what_it_read_ahead(self):
+        """The second review's finding: a call that takes the lock at BEGIN
+        (a store that cannot check its reads under the lock, a call run
+        again) judged its wait as the lock's clock minus its own, which far
+        away includes a round trip: from about 250 ms every such call took
+        itself for one that waited, read the clock again and dropped what it
+        had read ahead (3 client turns a send at 300 ms, not 2).  A wait
+        beyond the round trip still reads the clock again."""
+        from unittest import mock
+        store, proxy = self.far_store(0.15)
+        call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-lock")
+        store.optimistic = False                 # every write locks at BEGIN
+        with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
+            turns = []
+            for i in range(3):
+                before = proxy.turns
+                call("msg_send", session_id=me, to=peer, subject="s%d" % i)
+                turns.append(proxy.turns - before)
+            self.assertEqual(turns[1:], [2, 2], "round trip %.3f s" % store.rtt)
+            for path in ("a.txt", "b.txt"):               # what a claim reads, learned
+                self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
+            answer, released = self.behind_a_held_lock(
+                other, lambda: call("lease_claim", session_id=me, path="c.txt"))
+        self.assertTrue(answer["ok"], answer)
+        with other.read() as conn:
+            at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
+                              "path LIKE '%c.txt'", (me,)).fetchone()[0]
+        self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
+                           "free" % (released - at))
 
     def test_a_far_claim_behind_a_lock_never_freed_times_out_once(self):
         """The review's finding: the lock's timeout, raised by the statement
@@ -10759,6 +10809,112 @@ class PgStoreTest(RoomTest):
         wrong = far.replace(":%s@" % agents_room.url_password(far), ":wrong@")
         self.assertNotEqual(wrong, far)
         self.fails(wrong, "refused the password", command=("unread", "--session", me))
+
+    def test_tls_offers_alone_the_curve_the_server_asked_for(self):
+        """Issue 39: PostgreSQL up to 17 takes one curve (prime256v1 unless
+        set) and the ssl module's hello offers X25519: the server asks again
+        (a HelloRetryRequest), a round trip more for every connection.  Where
+        this host's .ahead file says the server is such a one, the hello
+        offers prime256v1 alone: one ServerHello, not two.  A file that says
+        the server refused it (another curve set) offers the module's."""
+        cluster = self.cluster()
+        if cluster.ca_file is None:
+            self.skipTest("the suite's cluster has no certificate (no openssl)")
+        hellos = []
+
+        class Tap:
+            """The server's side of one connection, its bytes kept."""
+            def __init__(self, sock):
+                self.sock, self.seen = sock, bytearray()
+                hellos.append(self.seen)
+
+            def recv(self, size):
+                data = self.sock.recv(size)
+                self.seen.extend(data)
+                return data
+
+        class CountingProxy(agents_room._DelayProxy):
+            def _pump(self, source, sink, spoke, side):
+                super()._pump(Tap(source) if side == "server" else source, sink,
+                              spoke, side)
+
+        def server_hellos(seen):
+            """ServerHellos in the clear (a HelloRetryRequest is one): after
+            the answer to SSLRequest, handshake records whose message is 2."""
+            count, at = 0, 1
+            while at + 5 < len(seen):
+                kind, size = seen[at], int.from_bytes(seen[at + 3:at + 5], "big")
+                count += kind == 22 and seen[at + 5] == 2
+                at += 5 + size
+            return count
+        direct = self.url(sslmode="require")
+        proxy = CountingProxy(agents_room._proxy_target(direct), 0)
+        self.addCleanup(proxy.close)
+        env = {"AGENTS_ROOM_DB": agents_room._url_via_proxy(direct, proxy.port)}
+        path = os.path.join(self.home, ".agents-room", agents_room.PgStore.marker_dir(
+            env["AGENTS_ROOM_DB"]) + ".ahead")
+        conn = self.connect()
+        major = int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000
+        curve = "prime256v1" if major <= 17 else None
+        counts = []
+        for _ in range(3):
+            del hellos[:]
+            self.cli_json("who", env=env, process=True)
+            counts.append(sum(server_hellos(seen) for seen in hellos))
+            with open(path) as handle:
+                self.assertEqual(json.load(handle)["curve"], curve)
+        # The first process knew nothing (the server's default curve asks
+        # again up to 17); the next ones offer it alone.
+        self.assertEqual(counts, [2 if curve else 1, 1, 1], major)
+        with open(path) as handle:
+            known = json.load(handle)
+        known["curve"] = "refused"
+        agents_room.write_private(path, json.dumps(known), 0o600)
+        del hellos[:]
+        self.cli_json("who", env=env, process=True)
+        self.assertEqual(sum(server_hellos(seen) for seen in hellos), 2 if curve else 1)
+        with open(path) as handle:
+            self.assertEqual(json.load(handle)["curve"], "refused")
+
+    def test_a_server_that_refuses_the_curve_is_connected_to_again(self):
+        """A server set to another curve refuses a hello that offers
+        prime256v1 alone: the connection is made again with the ssl module's
+        hello, and the startup goes on (here, to the fake server's refusal)."""
+        import ssl
+        cluster = self.cluster()
+        if cluster.ca_file is None:
+            self.skipTest("the suite's cluster has no certificate (no openssl)")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cluster.ca_file, os.path.join(
+            os.path.dirname(cluster.ca_file), "server.key"))
+        context.set_ecdh_curve("secp384r1")
+        tried = []
+
+        def script(peer):
+            size = int.from_bytes(peer.exact(4), "big")
+            peer.exact(size - 4)                         # SSLRequest
+            peer.conn.sendall(b"S")
+            try:
+                peer.conn = context.wrap_socket(peer.conn, server_side=True)
+            except (ssl.SSLError, OSError) as error:
+                tried.append("refused: %s" % error)
+                return
+            tried.append("accepted")
+            size = int.from_bytes(peer.exact(4), "big")
+            peer.exact(size - 4)                         # the startup message
+            peer.send((b"E", b"SFATAL\0C28000\0Mthe fake says no\0\0"))
+        server = HostilePostgres(self, script)
+        url = server.url(query="sslmode=require")
+        with self.assertRaises(agents_room.PgError) as caught:
+            agents_room.PgConnection(url, curve="prime256v1")
+        self.assertIn("the fake says no", str(caught.exception))
+        self.assertEqual(len(tried), 2, tried)
+        self.assertTrue(tried[0].startswith("refused"), tried)
+        self.assertEqual(tried[1], "accepted")
+        del tried[:]
+        with self.assertRaises(agents_room.PgError) as caught:
+            agents_room.PgConnection(url)                # the module's hello: once
+        self.assertEqual(tried, ["accepted"])
 
     def refused_ahead(self, tool, phase, mode):
         """While in effect, the reads tool sends ahead in phase (and the
