@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3900  appendix: PostgreSQL store
-   14108   476  appendix: harness: Claude Code
-   14584   184  appendix: harness: Codex
-   14768   260  appendix: harness: Hermes
-   15028   211  appendix: harness: Qwen Code
-   15239   167  appendix: harness: Gemini CLI
-   15406   425  appendix: harness: Pi
-   15831   383  appendix: harness: OpenCode
-   16214    45  appendix: harness: Kilo Code
-   16259   187  appendix: harness: GitHub Copilot CLI
-   16446   120  appendix: store copy
-   16566    75  appendix: git pre-commit guard
-   16641   108  appendix: Claude Code plugin
-   16749  1281  appendix: benchmark
-   18030  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19216   981  appendix: operator page
-   20197   167  appendix: embedded sources
+   10208  3912  appendix: PostgreSQL store
+   14120   476  appendix: harness: Claude Code
+   14596   184  appendix: harness: Codex
+   14780   260  appendix: harness: Hermes
+   15040   211  appendix: harness: Qwen Code
+   15251   167  appendix: harness: Gemini CLI
+   15418   425  appendix: harness: Pi
+   15843   383  appendix: harness: OpenCode
+   16226    45  appendix: harness: Kilo Code
+   16271   187  appendix: harness: GitHub Copilot CLI
+   16458   120  appendix: store copy
+   16578    75  appendix: git pre-commit guard
+   16653   108  appendix: Claude Code plugin
+   16761  1281  appendix: benchmark
+   18042  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19228   981  appendix: operator page
+   20209   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12039,6 +12039,7 @@ class PgStore:
         self.skew_read = False    # on this connection (else: the file's, a guess)
         self._calls = []          # the door's calls under way (nested: after-work)
         self._learned = {}        # tool -> _PgLearned: what its calls read
+        self._contended = {}      # tool -> its calls left that lock at BEGIN (_PgCall)
         self._schema_check = None   # the schema's check sent with the startup (_open)
         # What the last processes of this host learned (see _pg_ahead_load).
         self._ahead_path = _pg_ahead_path(url)
@@ -12594,6 +12595,7 @@ PG_TEMPLATES_MAX = 400             # templates kept per tool
 # and the call runs on the clock read again.
 PG_CLOCK_SLACK_S = 0.25
 PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
+PG_CONTENDED_CALLS = 4             # a tool's calls that lock at BEGIN after a read changed
 # A server this near (a round trip, at least) is cheaper to hold the lock
 # across than to check again: a call then takes it at BEGIN (measured on a
 # local cluster: msg_send 1.6 ms so, 1.9 ms checking; 4 writers 450 msg/s so,
@@ -13045,6 +13047,14 @@ class _PgCall:
         self.guessed = store.skew if not store.skew_read else None
         self.pessimistic = not store.optimistic or (store.rtt is not None and
                                                     store.rtt < store.near_s)
+        # A tool whose reads changed under the lock lately (a file claimed by
+        # several at once) takes the lock at BEGIN for its next calls: the
+        # attempt that would be checked, found changed and run again is the
+        # cost it saves, the lock held across a round trip the one it pays.
+        left = store._contended.get(tool, 0)
+        if left:
+            store._contended[tool] = left - 1
+            self.pessimistic = True
         self.ahead = True                 # read ahead (not after it failed once)
         self.mode = None
         self.ended = False                # the transaction ended: what follows is after
@@ -13306,6 +13316,8 @@ class _PgCall:
             self.orders += first.role == "order"
             if first.role == "check" or self.orders >= PG_ORDER_TRIES:
                 self.pessimistic = True
+            if first.role == "check":
+                self.store._contended[self.tool] = PG_CONTENDED_CALLS
             raise Conflict()
         if first.role in ("ahead", "sequence", "after", "lateral") and self.ahead:
             self.ahead, self.pessimistic = False, True

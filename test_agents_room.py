@@ -11023,6 +11023,21 @@ class PgStoreTest(RoomTest):
         got = agents_room.call_tool(near, ctx, "msg_recv", {"session_id": peer})["messages"]
         self.assertEqual(got[-1]["message_id"], sent["message_id"])
         self.assertEqual(got[-1]["sender_label"], "after")
+        # A tool whose reads changed under the lock takes it at BEGIN for its
+        # next calls (three claimers on one file at 80 ms: 5.0 client turns a
+        # claim, 2.7 so), then reads without it again.
+        proxy.__class__ = agents_room._DelayProxy
+        begins = []
+        begin_text = store.begin_text
+
+        def spy(write, lock):
+            if write:
+                begins.append(lock)
+            return begin_text(write, lock)
+        with mock.patch.object(store, "begin_text", spy):
+            for _ in range(agents_room.PG_CONTENDED_CALLS + 1):
+                call("msg_send", session_id=me, to=peer, subject="after the race")
+        self.assertEqual(begins, [True] * agents_room.PG_CONTENDED_CALLS + [False])
 
 
 def _i32(value):
