@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3912  appendix: PostgreSQL store
-   14120   476  appendix: harness: Claude Code
-   14596   184  appendix: harness: Codex
-   14780   260  appendix: harness: Hermes
-   15040   211  appendix: harness: Qwen Code
-   15251   167  appendix: harness: Gemini CLI
-   15418   425  appendix: harness: Pi
-   15843   383  appendix: harness: OpenCode
-   16226    45  appendix: harness: Kilo Code
-   16271   187  appendix: harness: GitHub Copilot CLI
-   16458   120  appendix: store copy
-   16578    75  appendix: git pre-commit guard
-   16653   108  appendix: Claude Code plugin
-   16761  1281  appendix: benchmark
-   18042  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19228   981  appendix: operator page
-   20209   167  appendix: embedded sources
+   10208  3930  appendix: PostgreSQL store
+   14138   476  appendix: harness: Claude Code
+   14614   184  appendix: harness: Codex
+   14798   260  appendix: harness: Hermes
+   15058   211  appendix: harness: Qwen Code
+   15269   167  appendix: harness: Gemini CLI
+   15436   425  appendix: harness: Pi
+   15861   383  appendix: harness: OpenCode
+   16244    45  appendix: harness: Kilo Code
+   16289   187  appendix: harness: GitHub Copilot CLI
+   16476   120  appendix: store copy
+   16596    75  appendix: git pre-commit guard
+   16671   108  appendix: Claude Code plugin
+   16779  1281  appendix: benchmark
+   18060  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19246   981  appendix: operator page
+   20227   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -10291,6 +10291,8 @@ PG_CONNECT_TIMEOUT_S = 10            # the whole startup: connect, TLS, authenti
 # "curve"), the hello offers its curve alone.
 PG_TLS_CURVE = "prime256v1"
 PG_TLS_CURVE_UNTIL = 17              # the last major version with one curve only
+PG_TLS_REFUSALS = ("SSLV3_ALERT_HANDSHAKE_FAILURE", "NO_SHARED_GROUP",
+                   "NO_SUITABLE_KEY_SHARE", "TLSV1_ALERT_INSUFFICIENT_SECURITY")
 PG_IDLE_TX_MS = 30000                # the server ends a transaction idle this long
 # A request's answer must be complete within the lock timeout plus this (the
 # lock wait is the one long wait the server has; the statements are small),
@@ -10670,8 +10672,9 @@ class PgConnection:
         except PgError:
             if not self.curve_refused:
                 raise
+            # Within what is left of the startup's deadline.
             self._buffer, self._at, self.curve = bytearray(), 0, None
-            self._connect(timeout)
+            self._connect(timeout, until=self._deadline)
 
     # -- connecting --
     def _settings(self):
@@ -10710,7 +10713,7 @@ class PgConnection:
                     "PGREQUIREAUTH") or "").split(",") if m],
                 "timeout": timeout}
 
-    def _connect(self, timeout):
+    def _connect(self, timeout, until=None):
         import socket
         settings = self._settings()
         self.settings = settings
@@ -10720,6 +10723,9 @@ class PgConnection:
         # server that drips a ParameterStatus a second is refused in time.
         self._startup = settings["timeout"] or timeout
         self._deadline = time.monotonic() + self._startup
+        if until is not None:
+            self._deadline = min(self._deadline, until)
+            self._startup = max(0.001, self._deadline - time.monotonic())
         try:
             if host.startswith("/"):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -10835,7 +10841,11 @@ class PgConnection:
         try:
             self.sock = context.wrap_socket(self.sock, server_hostname=host)
         except ssl.SSLError as error:
-            self.curve_refused = self.curve is not None
+            # The hello's one curve refused (the server's alert), nothing else
+            # (a certificate refused, a connection closed): made again with
+            # the ssl module's hello.
+            self.curve_refused = self.curve is not None and not isinstance(
+                error, ssl.SSLCertVerificationError) and error.reason in PG_TLS_REFUSALS
             raise PgError("TLS with the server at %s failed: %s" % (host, error.reason
                                                                       or error), "08006")
         except OSError as error:
@@ -12079,9 +12089,7 @@ class PgStore:
         try:
             # Where this host knows the store, the startup's end, the schema's
             # check and the first transaction go in one flight (_open).
-            self.conn = PgConnection(url, answer_s=self.answer_s,
-                                     pipelined=self._ahead_schema == SCHEMA_VERSION,
-                                     curve=self._offered())
+            self.conn = self._new_connection(pipelined=self._ahead_schema == SCHEMA_VERSION)
             # A read is checked again under the lock by the md5 of its rows'
             # text, which this side computes over UTF-8 (an encoding not yet
             # told is taken to be it, and judged with the schema's check: a
@@ -12237,9 +12245,7 @@ class PgStore:
         if not getattr(self, "skew_read", False):
             return                      # nothing was asked of the server
         conn = self.conn
-        if conn is not None and conn.curve_refused:
-            self._curve = "refused"
-        elif conn is not None and self._curve != "refused" and conn._encrypted():
+        if conn is not None and self._curve != "refused" and conn._encrypted():
             version = conn.params.get("server_version", "")
             major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
             self._curve = PG_TLS_CURVE if 10 <= major <= PG_TLS_CURVE_UNTIL else None
@@ -12267,8 +12273,7 @@ class PgStore:
         """The connection, made again if the last one was lost."""
         if self.conn is None or self.conn.sock is None:
             try:
-                self.conn = PgConnection(self.path, answer_s=self.answer_s,
-                                         curve=self._offered())
+                self.conn = self._new_connection()
             except PgError as error:
                 raise explain_pg(error, self.path)
             self._listening = False
@@ -12353,22 +12358,40 @@ class PgStore:
         commit before it; REPEATABLE READ would keep a snapshot from before
         the lock, and two claims could both succeed), lock: taking the lock
         first; a read, a snapshot."""
-        clock = "; SELECT extract(epoch FROM clock_timestamp())"
+        clock = ("; SELECT extract(epoch FROM clock_timestamp()), "
+                 "extract(epoch FROM clock_timestamp() - statement_timestamp())")
         if not write:
             return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" + clock
         return "BEGIN ISOLATION LEVEL READ COMMITTED%s%s%s" % (
             self.set_local, "; " + PG_LOCK if lock else "", clock)
 
-    def _offered(self):
-        """The key share a TLS hello offers alone (PG_TLS_CURVE), or None."""
-        return PG_TLS_CURVE if self._curve == PG_TLS_CURVE else None
+    def _new_connection(self, pipelined=False):
+        """A connection to the store, its TLS hello offering the curve this
+        host saw the server ask for (PG_TLS_CURVE), if any; a server that
+        refused it is not offered it again."""
+        conn = PgConnection(self.path, answer_s=self.answer_s, pipelined=pipelined,
+                            curve=PG_TLS_CURVE if self._curve == PG_TLS_CURVE else None)
+        if conn.curve_refused:
+            self._curve = "refused"
+        return conn
 
     def took(self, seconds):
-        """A BEGIN's answer came this long after it was sent: the round trip
-        is at most that (the lower edge of what BEGINs take, rising slowly if
-        the path does)."""
+        """A BEGIN's answer came this long after it was sent, less its wait
+        for the lock: the round trip is at most that (the lower edge of what
+        BEGINs take, rising slowly if the path does)."""
         self.rtt = seconds if self.rtt is None else min(seconds, self.rtt * 0.9 +
                                                         seconds * 0.1)
+
+    def began(self, conn, begin):
+        """A BEGIN answered (begin_text's clock and its wait for the lock, by
+        the server's count): the skew read again and the round trip taken
+        (the wait not counted: a writer that waited for others is no sign of
+        a longer path); (the server's clock, the round trip)."""
+        clock, waited = (float(v) for v in begin.rows[-1][:2])
+        self.skew, self.skew_read = clock - time.time(), True
+        trip = max(0.0, (conn.first_answer_s or 0.0) - waited)
+        self.took(trip)
+        return clock, trip
 
     def write_later(self, statements):
         """Writes nobody reads, after a call that read apart (a Later's): a
@@ -12457,8 +12480,7 @@ class _PgTransaction:
             conn = store.conn
             try:
                 if conn is None or conn.sock is None:
-                    store.conn = conn = PgConnection(store.path, answer_s=store.answer_s,
-                                                     curve=store._offered())
+                    store.conn = conn = store._new_connection()
                     store._listening = False
                 conn.planner = self.call
                 conn.mail = False
@@ -13184,17 +13206,14 @@ class _PgCall:
         if self.at is not None:
             ahead = self._ahead(conn, "tx") + (self._ahead(conn, "after") if not write
                                                else [])
-        # The clock the call was given is behind the server's by a round
-        # trip where the lock's clock is read (the skew is short by the way
-        # back, the BEGIN takes the way there): the wait is what is beyond.
-        trip = self.store.rtt or 0.0
         try:
             self._exchange(conn, [begin] + ahead)
-            self.store.took(conn.first_answer_s)
         finally:
             if begin.error is None and begin.rows:
-                clock = float(begin.rows[-1][0])
-                self.store.skew, self.store.skew_read = clock - time.time(), True
+                # The clock the call was given is behind the lock's by this
+                # BEGIN's round trip (the skew is short by the way back, the
+                # BEGIN takes the way there): what is beyond is its age.
+                clock, trip = self.store.began(conn, begin)
                 if self.at is None or (lock and clock - self.at - trip > PG_CLOCK_SLACK_S) or (
                         self.guessed is not None and abs(
                             self.store.skew - self.guessed) > PG_CLOCK_SLACK_S):
@@ -13641,8 +13660,8 @@ def _pg_bindable(params, types):
 # finds the sweep would change something (an unread delivery past its
 # message's TTL, a window or a lease due, the once-a-minute beat), the caller
 # missing, the lock waited for longer than PG_CLOCK_SLACK_S, or the server's
-# clock further than that and a round trip from the call's (a skew guessed
-# wrong), it writes nothing and says so, and the door runs the call its own
+# clock further than that from where the call's is expected, a round trip
+# behind (a skew guessed wrong), it writes nothing and says so, and the door runs the call its own
 # way.  (What the sweep would only note, the watermark past messages with
 # nothing unread, waits for the beat: the range it bounds is then a minute
 # wide at most.)  So does every
@@ -13792,9 +13811,8 @@ def _pg_own_flight(store, call, conn, statement, mail):
         step.quiet = True
     call._exchange(conn, [begin, statement, conn.notify(), conn.control("COMMIT")] + ahead,
                    ending=True)
-    store.took(conn.first_answer_s)
     if begin.rows:
-        store.skew, store.skew_read = float(begin.rows[-1][0]) - time.time(), True
+        store.began(conn, begin)
     return statement.rows
 
 
