@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3930  appendix: PostgreSQL store
-   14138   476  appendix: harness: Claude Code
-   14614   184  appendix: harness: Codex
-   14798   260  appendix: harness: Hermes
-   15058   211  appendix: harness: Qwen Code
-   15269   167  appendix: harness: Gemini CLI
-   15436   425  appendix: harness: Pi
-   15861   383  appendix: harness: OpenCode
-   16244    45  appendix: harness: Kilo Code
-   16289   187  appendix: harness: GitHub Copilot CLI
-   16476   120  appendix: store copy
-   16596    75  appendix: git pre-commit guard
-   16671   108  appendix: Claude Code plugin
-   16779  1281  appendix: benchmark
-   18060  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19246   981  appendix: operator page
-   20227   167  appendix: embedded sources
+   10208  3959  appendix: PostgreSQL store
+   14167   476  appendix: harness: Claude Code
+   14643   184  appendix: harness: Codex
+   14827   260  appendix: harness: Hermes
+   15087   211  appendix: harness: Qwen Code
+   15298   167  appendix: harness: Gemini CLI
+   15465   425  appendix: harness: Pi
+   15890   383  appendix: harness: OpenCode
+   16273    45  appendix: harness: Kilo Code
+   16318   187  appendix: harness: GitHub Copilot CLI
+   16505   120  appendix: store copy
+   16625    75  appendix: git pre-commit guard
+   16700   108  appendix: Claude Code plugin
+   16808  1281  appendix: benchmark
+   18089  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19275   981  appendix: operator page
+   20256   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -11241,8 +11241,14 @@ class PgConnection:
             self._send_raw(b"".join(out))
         except OSError as error:
             raise self._lost(error, any(s.write for s in statements))
+        # Its answer is timed (first_answer_s) only where no write sent before
+        # is still to be answered (a put-off write may wait for the lock): else
+        # the time it queued behind that is in it.
+        timed = not any(s.write for group in self._flight for s in group)
         self._flight.extend(groups)
-        self._probe, self._sent_at = groups[0], time.monotonic()
+        self._probe, self._sent_at = groups[0] if timed else None, time.monotonic()
+        if not timed:
+            self.first_answer_s = None
         for statement in statements:
             if statement.state is not None:
                 self.in_transaction = statement.state
@@ -11281,7 +11287,7 @@ class PgConnection:
                 group = self._flight[0]
                 if group is self._probe:
                     self._probe = None
-                    self._peek()
+                    self._first_answer()
                     self.first_answer_s = time.monotonic() - self._sent_at
                 if group[0].simple:
                     self._read_simple(group[0])
@@ -11299,6 +11305,20 @@ class PgConnection:
                 raise ended
             sent = any(s.write for group in self._flight for s in group)
             raise self._lost(error, sent)
+
+    def _first_answer(self):
+        """Wait for the first bytes of an answer that is not news: a NOTIFY or
+        a notice may come at any time (a listening connection holds them while
+        idle), and timed, a round trip would be taken for none."""
+        while True:
+            self._peek()
+            head = self._buffer[self._at:self._at + 5]
+            if (len(head) < 5 or head[:1] not in (b"A", b"N") or
+                    len(self._buffer) - self._at < 1 + int.from_bytes(head[1:5], "big")):
+                return
+            kind, body = self._message()
+            if kind == b"A":
+                self._note(body)
 
     def _peek(self):
         """Wait for the next bytes of the answer (bounded by the deadline)."""
@@ -12389,9 +12409,18 @@ class PgStore:
         a longer path); (the server's clock, the round trip)."""
         clock, waited = (float(v) for v in begin.rows[-1][:2])
         self.skew, self.skew_read = clock - time.time(), True
-        trip = max(0.0, (conn.first_answer_s or 0.0) - waited)
-        self.took(trip)
-        return clock, trip
+        known = self.rtt
+        sample = None if conn.first_answer_s is None else conn.first_answer_s - waited
+        if sample is not None and sample > 0:
+            self.took(sample)
+        else:
+            sample = None               # queued behind another answer, or a clock step
+        # This BEGIN's own trip may hold a wait the server does not count (it
+        # queued behind another transaction, a pooler's): the shorter of it
+        # and the path's is the trip, and the rest counts as the call's age.
+        if known is None:
+            return clock, sample or 0.0
+        return clock, known if sample is None else min(sample, known)
 
     def write_later(self, statements):
         """Writes nobody reads, after a call that read apart (a Later's): a
