@@ -10175,6 +10175,19 @@ class PgStoreTest(RoomTest):
             holder.join(30)
         return answer, released[0]
 
+    def claimed_after_the_lock(self, other, call, me, path, claim=None, seconds=1.0):
+        """me's claim of path (or claim()) behind a lock the store other holds
+        for seconds: granted, and the lease stamped after the lock was free
+        (the slack allowed)."""
+        answer, released = self.behind_a_held_lock(other, claim or (lambda: call(
+            "lease_claim", session_id=me, path=path)), seconds)
+        self.assertTrue(answer["ok"], answer)
+        with other.read() as conn:
+            at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
+                              "path LIKE ?", (me, "%" + path)).fetchone()[0]
+        self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
+                           "free" % (released - at))
+
     def test_a_recv_that_waited_for_the_lock_reads_the_clock_after_it(self):
         """The review's finding: the statement kept the clock it was given
         before it waited for the lock, so a receive behind a writer holding
@@ -10223,14 +10236,7 @@ class PgStoreTest(RoomTest):
             call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-claim")
             for path in ("a.txt", "b.txt"):               # what a claim reads, learned
                 self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
-            answer, released = self.behind_a_held_lock(
-                other, lambda: call("lease_claim", session_id=me, path="c.txt"))
-            self.assertTrue(answer["ok"], answer)
-            with other.read() as conn:
-                at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
-                                  "path LIKE '%c.txt'", (me,)).fetchone()[0]
-            self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
-                               "free" % (released - at))
+            self.claimed_after_the_lock(other, call, me, "c.txt")
 
     def test_a_far_call_that_locks_at_begin_keeps_what_it_read_ahead(self):
         """The second review's finding: a call that takes the lock at BEGIN
@@ -10253,14 +10259,7 @@ class PgStoreTest(RoomTest):
             self.assertEqual(turns[1:], [2, 2], "round trip %.3f s" % store.rtt)
             for path in ("a.txt", "b.txt"):               # what a claim reads, learned
                 self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
-            answer, released = self.behind_a_held_lock(
-                other, lambda: call("lease_claim", session_id=me, path="c.txt"))
-        self.assertTrue(answer["ok"], answer)
-        with other.read() as conn:
-            at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
-                              "path LIKE '%c.txt'", (me,)).fetchone()[0]
-        self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
-                           "free" % (released - at))
+            self.claimed_after_the_lock(other, call, me, "c.txt")
 
     def test_a_wait_for_the_lock_is_not_taken_for_a_longer_path(self):
         """The third review's finding: a BEGIN that takes the lock is
@@ -10283,14 +10282,7 @@ class PgStoreTest(RoomTest):
             self.behind_a_held_lock(other, lambda: call("lease_claim", session_id=me,
                                                         path="c.txt"), seconds=2.0)
             self.assertLess(store.rtt, trip + 0.05, (trip, store.rtt))
-            answer, released = self.behind_a_held_lock(
-                other, lambda: call("lease_claim", session_id=me, path="d.txt"))
-            self.assertTrue(answer["ok"], answer)
-            with other.read() as conn:
-                at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
-                                  "path LIKE '%d.txt'", (me,)).fetchone()[0]
-            self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
-                               "free" % (released - at))
+            self.claimed_after_the_lock(other, call, me, "d.txt")
             # A new store on the same link: its first call (room_join takes
             # the lock at BEGIN) keeps its clock and what it read ahead.
             joined = []
@@ -10348,15 +10340,9 @@ class PgStoreTest(RoomTest):
                 store.write_later([("UPDATE sessions SET last_seen = last_seen WHERE id = ?",
                                     (me,))])
                 return call("lease_claim", session_id=me, path="e.txt")
-            answer, released = self.behind_a_held_lock(other, behind_a_put_off_write,
-                                                       seconds=2.0)
-        self.assertTrue(answer["ok"], answer)
+            self.claimed_after_the_lock(other, call, me, "e.txt", behind_a_put_off_write,
+                                        seconds=2.0)
         self.assertLess(store.rtt, trip + 0.05, (trip, store.rtt))
-        with other.read() as conn:
-            at = conn.execute("SELECT acquired_at FROM leases WHERE session_id = ? AND "
-                              "path LIKE '%e.txt'", (me,)).fetchone()[0]
-        self.assertGreater(at, released - 0.3, "claimed %.2f s before the lock was "
-                           "free" % (released - at))
 
     def test_a_far_claim_behind_a_lock_never_freed_times_out_once(self):
         """The review's finding: the lock's timeout, raised by the statement
