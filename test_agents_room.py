@@ -7283,7 +7283,10 @@ class OperatorPageTest(RoomTest):
         # is a guard against a page that never closes them, not the property.
         guard = time.time() + agents_room.UI_READ_S + 60
         closed = set()
-        while time.time() < guard and len(closed) < len(held):
+        # (The drip's close is counted apart: counted with the others, it
+        # ended the wait one socket early, 71 of 72 seen closed, CI's
+        # rehearsal of 9215a27 under Python 3.9.)
+        while time.time() < guard and len(closed - {"drip"}) < len(held):
             try:
                 drip.sendall(b"G")                      # a byte now and then
             except OSError:
