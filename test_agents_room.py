@@ -10178,6 +10178,19 @@ class PgStoreTest(RoomTest):
             holder.join(30)
         return answer, released[0]
 
+    def clock_kept(self):
+        """_PgCall.begin wrapped to record, BEGIN by BEGIN, whether the call
+        kept the clock it was given (True) or read it again: (a patch that
+        puts it in place while it is entered, the record)."""
+        from unittest import mock
+        begin, kept = agents_room._PgCall.begin, []
+
+        def spy(call, conn, write):
+            before = call.at
+            begin(call, conn, write)
+            kept.append(before is not None and call.at == before)
+        return mock.patch.object(agents_room._PgCall, "begin", spy), kept
+
     def claimed_after_the_lock(self, other, call, me, path, claim=None, seconds=1.0):
         """me's claim of path (or claim()) behind a lock the store other holds
         for seconds: granted, and the lease stamped after the lock was free
@@ -10288,18 +10301,12 @@ class PgStoreTest(RoomTest):
             self.claimed_after_the_lock(other, call, me, "d.txt")
             # A new store on the same link: its first call (room_join takes
             # the lock at BEGIN) keeps its clock and what it read ahead.
-            joined = []
-            begin = agents_room._PgCall.begin
-
-            def spy(call_, conn, write):
-                before = call_.at
-                begin(call_, conn, write)
-                joined.append(before is not None and call_.at == before)
+            spy, joined = self.clock_kept()
             store.close()                                 # its .ahead file written
             fresh = agents_room.open_store(store.path)
             self.addCleanup(fresh.close)
             self.assertIsNotNone(fresh.skew)              # the file's: a guess
-            with mock.patch.object(agents_room._PgCall, "begin", spy):
+            with spy:
                 agents_room.call_tool(fresh, ctx, "room_join", {
                     "label": "again", "harness_key": run_key("k-far-wait")})
             self.assertIn(True, joined, joined)
@@ -10319,13 +10326,7 @@ class PgStoreTest(RoomTest):
         call, me, other, ctx, peer = self.receiver_and_sender(store, "k-far-news")
         store.optimistic = False                 # every write locks at BEGIN
         store.change_mark()                      # LISTEN, as a waiting MCP server does
-        kept = []
-        begin = agents_room._PgCall.begin
-
-        def spy(call_, conn, write):
-            before = call_.at
-            begin(call_, conn, write)
-            kept.append(before is not None and call_.at == before)
+        spy, kept = self.clock_kept()
         with mock.patch.dict(agents_room.PG_ANSWERS, clear=True):
             for path in ("a.txt", "b.txt"):               # what a claim reads, learned
                 self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
@@ -10334,7 +10335,7 @@ class PgStoreTest(RoomTest):
                 agents_room.call_tool(other, ctx, "msg_send", {
                     "session_id": peer, "to": me, "subject": "n%d" % i})
                 time.sleep(0.4)                  # its NOTIFY here before the BEGIN
-                with mock.patch.object(agents_room._PgCall, "begin", spy):
+                with spy:
                     self.assertTrue(call("lease_claim", session_id=me, path=path)["ok"])
             self.assertEqual(kept, [True, True])
             self.assertGreater(store.rtt, trip * 0.5, (trip, store.rtt))
