@@ -102,23 +102,23 @@ prints it when it differs; Part I is at most 10,000 lines):
     8838   285  hook front end
     9123   996  CLI
    10119    79  main
-   10208  3959  appendix: PostgreSQL store
-   14167   476  appendix: harness: Claude Code
-   14643   184  appendix: harness: Codex
-   14827   260  appendix: harness: Hermes
-   15087   211  appendix: harness: Qwen Code
-   15298   167  appendix: harness: Gemini CLI
-   15465   425  appendix: harness: Pi
-   15890   383  appendix: harness: OpenCode
-   16273    45  appendix: harness: Kilo Code
-   16318   187  appendix: harness: GitHub Copilot CLI
-   16505   120  appendix: store copy
-   16625    75  appendix: git pre-commit guard
-   16700   108  appendix: Claude Code plugin
-   16808  1281  appendix: benchmark
-   18089  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19275   981  appendix: operator page
-   20256   167  appendix: embedded sources
+   10208  3961  appendix: PostgreSQL store
+   14169   476  appendix: harness: Claude Code
+   14645   184  appendix: harness: Codex
+   14829   260  appendix: harness: Hermes
+   15089   211  appendix: harness: Qwen Code
+   15300   167  appendix: harness: Gemini CLI
+   15467   425  appendix: harness: Pi
+   15892   383  appendix: harness: OpenCode
+   16275    45  appendix: harness: Kilo Code
+   16320   187  appendix: harness: GitHub Copilot CLI
+   16507   120  appendix: store copy
+   16627    75  appendix: git pre-commit guard
+   16702   108  appendix: Claude Code plugin
+   16810  1281  appendix: benchmark
+   18091  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19277   981  appendix: operator page
+   20258   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -12069,7 +12069,7 @@ class PgStore:
         self.skew_read = False    # on this connection (else: the file's, a guess)
         self._calls = []          # the door's calls under way (nested: after-work)
         self._learned = {}        # tool -> _PgLearned: what its calls read
-        self._contended = {}      # tool -> its calls left that lock at BEGIN (_PgCall)
+        self._contended = {}      # tool -> (its calls left that lock at BEGIN, until when)
         self._schema_check = None   # the schema's check sent with the startup (_open)
         # What the last processes of this host learned (see _pg_ahead_load).
         self._ahead_path = _pg_ahead_path(url)
@@ -12647,6 +12647,7 @@ PG_TEMPLATES_MAX = 400             # templates kept per tool
 PG_CLOCK_SLACK_S = 0.25
 PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
 PG_CONTENDED_CALLS = 4             # a tool's calls that lock at BEGIN after a read changed
+PG_CONTENDED_S = 10                # ... made within this long of it (a burst is over then)
 # A server this near (a round trip, at least) is cheaper to hold the lock
 # across than to check again: a call then takes it at BEGIN (measured on a
 # local cluster: msg_send 1.6 ms so, 1.9 ms checking; 4 writers 450 msg/s so,
@@ -13102,9 +13103,9 @@ class _PgCall:
         # several at once) takes the lock at BEGIN for its next calls: the
         # attempt that would be checked, found changed and run again is the
         # cost it saves, the lock held across a round trip the one it pays.
-        left = store._contended.get(tool, 0)
-        if left:
-            store._contended[tool] = left - 1
+        left, until = store._contended.get(tool, (0, 0))
+        if left and time.monotonic() < until:
+            store._contended[tool] = (left - 1, until)
             self.pessimistic = True
         self.ahead = True                 # read ahead (not after it failed once)
         self.mode = None
@@ -13365,7 +13366,8 @@ class _PgCall:
             if first.role == "check" or self.orders >= PG_ORDER_TRIES:
                 self.pessimistic = True
             if first.role == "check":
-                self.store._contended[self.tool] = PG_CONTENDED_CALLS
+                self.store._contended[self.tool] = (PG_CONTENDED_CALLS,
+                                                    time.monotonic() + PG_CONTENDED_S)
             raise Conflict()
         if first.role in ("ahead", "sequence", "after", "lateral") and self.ahead:
             self.ahead, self.pessimistic = False, True

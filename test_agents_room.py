@@ -10912,13 +10912,13 @@ class PgStoreTest(RoomTest):
         cluster = self.cluster()
         if cluster.ca_file is None:
             self.skipTest("the suite's cluster has no certificate (no openssl)")
-        hellos = []
+        hellos, offers = [], []
 
         class Tap:
-            """The server's side of one connection, its bytes kept."""
-            def __init__(self, sock):
+            """One side of one connection, its bytes kept in kept."""
+            def __init__(self, sock, kept):
                 self.sock, self.seen = sock, bytearray()
-                hellos.append(self.seen)
+                kept.append(self.seen)
 
             def recv(self, size):
                 data = self.sock.recv(size)
@@ -10927,8 +10927,27 @@ class PgStoreTest(RoomTest):
 
         class CountingProxy(agents_room._DelayProxy):
             def _pump(self, source, sink, spoke, side):
-                super()._pump(Tap(source) if side == "server" else source, sink,
+                super()._pump(Tap(source, hellos if side == "server" else offers), sink,
                               spoke, side)
+
+        def groups_offered(seen):
+            """The supported_groups of the ClientHello after the SSLRequest
+            (8 bytes): what the client's hello offers, whatever the system's
+            policy would have drawn from the server."""
+            at = 8 + 5 + 4 + 2 + 32                  # record, handshake, version, random
+            at += 1 + seen[at]                                     # session id
+            at += 2 + int.from_bytes(seen[at:at + 2], "big")       # cipher suites
+            at += 1 + seen[at]                                     # compression
+            end = at + 2 + int.from_bytes(seen[at:at + 2], "big")
+            at += 2
+            while at < end:
+                kind, size = (int.from_bytes(seen[at:at + 2], "big"),
+                              int.from_bytes(seen[at + 2:at + 4], "big"))
+                if kind == 10:
+                    return [int.from_bytes(seen[k:k + 2], "big")
+                            for k in range(at + 6, at + 4 + size, 2)]
+                at += 4 + size
+            return None
 
         def server_hellos(seen):
             """ServerHellos in the clear (a HelloRetryRequest is one): after
@@ -10948,25 +10967,30 @@ class PgStoreTest(RoomTest):
         conn = self.connect()
         major = int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000
         curve = "prime256v1" if major <= 17 else None
-        counts = []
+        counts, groups = [], []
         for _ in range(3):
-            del hellos[:]
+            del hellos[:], offers[:]
             self.cli_json("who", env=env, process=True)
             counts.append(sum(server_hellos(seen) for seen in hellos))
+            groups.append([groups_offered(seen) for seen in offers])
             with open(path) as handle:
                 self.assertEqual(json.load(handle)["curve"], curve)
         # The first process knew nothing (the server's default curve asks
         # again up to 17, where the system's policy puts X25519 first); the
-        # next ones offer it alone.
+        # next ones offer it alone (secp256r1 is group 23), so the server
+        # answers once, whatever the system's default would have drawn.
         self.assertEqual(counts[1:], [1, 1], (major, counts))
         self.assertIn(counts[0], (1, 2), counts)
+        if curve:
+            self.assertEqual(groups[1:], [[[23]], [[23]]], groups)
         with open(path) as handle:
             known = json.load(handle)
         known["curve"] = "refused"
         agents_room.write_private(path, json.dumps(known), 0o600)
-        del hellos[:]
+        del hellos[:], offers[:]
         self.cli_json("who", env=env, process=True)
         self.assertEqual(sum(server_hellos(seen) for seen in hellos), counts[0])
+        self.assertEqual([groups_offered(seen) for seen in offers], groups[0])
         with open(path) as handle:
             self.assertEqual(json.load(handle)["curve"], "refused")
 
@@ -11148,6 +11172,13 @@ class PgStoreTest(RoomTest):
             for _ in range(agents_room.PG_CONTENDED_CALLS + 1):
                 call("msg_send", session_id=me, to=peer, subject="after the race")
         self.assertEqual(begins, [True] * agents_room.PG_CONTENDED_CALLS + [False])
+        # ... within PG_CONTENDED_S of the race: a call after that is no longer
+        # taken for one of a burst.
+        store._contended["msg_send"] = (agents_room.PG_CONTENDED_CALLS, time.monotonic() - 1)
+        del begins[:]
+        with mock.patch.object(store, "begin_text", spy):
+            call("msg_send", session_id=me, to=peer, subject="long after the race")
+        self.assertEqual(begins, [False])
 
 
 def _i32(value):
