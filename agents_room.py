@@ -12646,8 +12646,8 @@ PG_TEMPLATES_MAX = 400             # templates kept per tool
 # and the call runs on the clock read again.
 PG_CLOCK_SLACK_S = 0.25
 PG_ORDER_TRIES = 3                 # attempts an id may lose its order, then the lock
-PG_CONTENDED_CALLS = 4             # a tool's calls that lock at BEGIN after a read changed
-PG_CONTENDED_S = 10                # ... made within this long of it (a burst is over then)
+PG_CONTENDED_CALLS = 4             # a tool's calls that lock at BEGIN after a read changed,
+PG_CONTENDED_S = 10                # if made within this long of it (a burst is over then)
 # A server this near (a round trip, at least) is cheaper to hold the lock
 # across than to check again: a call then takes it at BEGIN (measured on a
 # local cluster: msg_send 1.6 ms so, 1.9 ms checking; 4 writers 450 msg/s so,

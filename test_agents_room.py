@@ -10915,7 +10915,7 @@ class PgStoreTest(RoomTest):
         hellos, offers = [], []
 
         class Tap:
-            """One side of one connection, its bytes kept in kept."""
+            """One side of one connection, its bytes appended to a list."""
             def __init__(self, sock, kept):
                 self.sock, self.seen = sock, bytearray()
                 kept.append(self.seen)
@@ -10934,7 +10934,7 @@ class PgStoreTest(RoomTest):
             """The supported_groups of the ClientHello after the SSLRequest
             (8 bytes): what the client's hello offers, whatever the system's
             policy would have drawn from the server."""
-            at = 8 + 5 + 4 + 2 + 32                  # record, handshake, version, random
+            at = 8 + 5 + 4 + 2 + 32                                # headers, version, random
             at += 1 + seen[at]                                     # session id
             at += 2 + int.from_bytes(seen[at:at + 2], "big")       # cipher suites
             at += 1 + seen[at]                                     # compression
@@ -11161,6 +11161,9 @@ class PgStoreTest(RoomTest):
         # next calls (three claimers on one file at 80 ms: 5.0 client turns a
         # claim, 2.7 so), then reads without it again.
         proxy.__class__ = agents_room._DelayProxy
+        left, until = store._contended["msg_send"]
+        self.assertEqual(left, agents_room.PG_CONTENDED_CALLS)
+        self.assertLessEqual(until - time.monotonic(), agents_room.PG_CONTENDED_S)
         begins = []
         begin_text = store.begin_text
 
