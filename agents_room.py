@@ -67,6 +67,7 @@ Part II, the appendices, register themselves in tables the core reads
   appendix: harness: Kilo Code         OpenCode's fork: its adapter and resume lever
   appendix: harness: GitHub Copilot CLI
                                        its adapter and resume lever
+  appendix: watch                      watch: the room's events as they come
   appendix: store copy                 store copy: a room from one store to another
   appendix: git pre-commit guard       install-guard: a hook running guard --staged
   appendix: Claude Code plugin         plugin: a marketplace folder for Claude Code
@@ -78,47 +79,48 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     206   123  constants
-     329    56  errors
-     385   629  small utilities
-    1014  1207  store
-    2221   989  harness adapters
-    3210   381  liveness (process scan)
-    3591   626  tool registry and the door
-    4217   222  results as text
-    4439   509  operations: sessions and rooms
-    4948   719  operations: messages
-    5667   618  operations: leases
-    6285   237  operations: work states and quiet windows
-    6522   168  operations: task board
-    6690   230  operations: watches
-    6920    91  operations: status
-    7011   121  operations: reads and drift
-    7132   452  operations: signals and wakes
-    7584   158  operations: housekeeping
-    7742   180  signals: wake levers
-    7922   571  MCP server
-    8493   345  harnesses: setup and doctor
-    8838   285  hook front end
-    9123   996  CLI
-   10119    79  main
-   10208  3961  appendix: PostgreSQL store
-   14169   476  appendix: harness: Claude Code
-   14645   184  appendix: harness: Codex
-   14829   260  appendix: harness: Hermes
-   15089   211  appendix: harness: Qwen Code
-   15300   167  appendix: harness: Gemini CLI
-   15467   425  appendix: harness: Pi
-   15892   383  appendix: harness: OpenCode
-   16275    45  appendix: harness: Kilo Code
-   16320   187  appendix: harness: GitHub Copilot CLI
-   16507   120  appendix: store copy
-   16627    75  appendix: git pre-commit guard
-   16702   108  appendix: Claude Code plugin
-   16810  1281  appendix: benchmark
-   18091  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19277   981  appendix: operator page
-   20258   167  appendix: embedded sources
+     208   123  constants
+     331    56  errors
+     387   664  small utilities
+    1051  1253  store
+    2304   989  harness adapters
+    3293   391  liveness (process scan)
+    3684   630  tool registry and the door
+    4314   242  results as text
+    4556   510  operations: sessions and rooms
+    5066   719  operations: messages
+    5785   622  operations: leases
+    6407   237  operations: work states and quiet windows
+    6644   168  operations: task board
+    6812   230  operations: watches
+    7042    91  operations: status
+    7133   121  operations: reads and drift
+    7254   450  operations: signals and wakes
+    7704   123  operations: housekeeping
+    7827   180  signals: wake levers
+    8007   575  MCP server
+    8582   345  harnesses: setup and doctor
+    8927   285  hook front end
+    9212   880  CLI
+   10092    85  main
+   10187  3961  appendix: PostgreSQL store
+   14148   476  appendix: harness: Claude Code
+   14624   184  appendix: harness: Codex
+   14808   260  appendix: harness: Hermes
+   15068   211  appendix: harness: Qwen Code
+   15279   167  appendix: harness: Gemini CLI
+   15446   425  appendix: harness: Pi
+   15871   383  appendix: harness: OpenCode
+   16254    45  appendix: harness: Kilo Code
+   16299   187  appendix: harness: GitHub Copilot CLI
+   16486   159  appendix: watch
+   16645   120  appendix: store copy
+   16765    75  appendix: git pre-commit guard
+   16840   108  appendix: Claude Code plugin
+   16948  1281  appendix: benchmark
+   18229  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19415   981  appendix: operator page
+   20396   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -603,22 +605,42 @@ def parse_int(text):
 # Everything printed for a human or passed to a model from the store goes
 # through clean (and one_line where it must stay one line): no terminal
 # control characters, no bidirectional overrides, no zero-width characters.
-_CONTROL = None
+_CONTROL = []
+
+
+def _control():
+    """The characters clean removes, as one compiled pattern (made once)."""
+    if not _CONTROL:
+        import re
+        _CONTROL.append(re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
+                                   "\u200b-\u200f\u2028-\u202e\u2060-\u2069\u3164"
+                                   "\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
+                                   "\U000e0100-\U000e01ef]"))
+    return _CONTROL[0]
 
 
 def clean(text):
     """Strip control, bidi and zero-width characters from text shown to a human
     or a model (newlines and tabs stay)."""
-    global _CONTROL
     if text is None:
         return ""
-    if _CONTROL is None:
-        import re
-        _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e"
-                              "\u200b-\u200f\u2028-\u202e\u2060-\u2069\u3164"
-                              "\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
-                              "\U000e0100-\U000e01ef]")
-    return _CONTROL.sub("", str(text))
+    return _control().sub("", str(text))
+
+
+def json_escaped(text):
+    """JSON text with clean's characters written as \\u escapes: the same
+    value decoded, but nothing in it that a terminal or a tool's display would
+    act on or hide (JSON escapes only the C0 controls itself)."""
+    if not _control().search(text):
+        return text
+
+    def escape(match):
+        code = ord(match.group())
+        if code < 0x10000:
+            return "\\u%04x" % code
+        code -= 0x10000
+        return "\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+    return _control().sub(escape, text)
 
 
 def one_line(text, width=80):
@@ -657,6 +679,21 @@ def quoted(text, width=80):
     """Another agent's words inside a line meant for a model: one line,
     bounded, in double quotes (escaped within), so where they end is plain."""
     return json.dumps(one_line(text, width), ensure_ascii=False)
+
+
+_TOKEN = []
+
+
+def token_or_quoted(text, width=80):
+    """A value the store holds where a name, id or state stands in a line meant
+    for a model (a room, a branch, a lease's mode): as it is when it is one
+    token of letters, digits and ./@+:_-, else quoted (a member may have
+    written a sentence there)."""
+    if not _TOKEN:
+        import re
+        _TOKEN.append(re.compile(r"[\w./@+:-]+", re.ASCII))
+    text = "" if text is None else str(text)
+    return text if len(text) <= width and _TOKEN[0].fullmatch(text) else quoted(text, width)
 
 
 def is_hex(text, length):
@@ -1939,29 +1976,73 @@ def marker_path(store_path):
     return os.path.join(kind.local_dir(store_path), kind.marker_dir(store_path))
 
 
+def _marker_dir(directory, create):
+    """The markers' directory, opened as a directory without following a link
+    in its place: in a shared store it sits in a directory the group can
+    write, so another member could put a link there, and every marker would
+    then be made or renewed where the link points.  create: make it if it is
+    missing, 0700; a shared store's is the group's (its senders raise their
+    markers in it), widened by its owner if an older agents-room made it 0700."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(directory, flags)
+    except FileNotFoundError:
+        if not create:
+            raise
+        os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(directory, flags)
+    if create and os.environ.get("AGENTS_ROOM_SHARED_STORE") == "1":
+        try:
+            info = os.fstat(fd)          # by the descriptor: the name may be a link by now
+            if info.st_uid == os.getuid() and info.st_mode & 0o070 != 0o070:
+                os.fchmod(fd, (info.st_mode & 0o7777) | 0o070)
+        except OSError:
+            os.close(fd)
+            raise
+    return fd
+
+
 def raise_marker(store_path, harness_key):
     """Create (or for a .checked stamp, renew) a marker file."""
-    path = signal_marker(store_path, harness_key)
-    if os.utime in os.supports_follow_symlinks:
-        # There already (a send's second raise, after its commit): one system
-        # call, which renews a link planted there, never what it points to.
-        try:
-            os.utime(path, follow_symlinks=False)
-            return
-        except OSError:
-            pass
-    flags = os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+    directory, name = os.path.split(signal_marker(store_path, harness_key))
     try:
+        fd = _marker_dir(directory, create=True)
         try:
-            fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            fd = os.open(path, flags, 0o600)
-        try:
-            os.utime(fd)
+            try:
+                # There already (a send's second raise, after its commit): one
+                # system call, which renews a link planted there, never what
+                # it points to.
+                os.utime(name, dir_fd=fd, follow_symlinks=False)
+                return
+            except FileNotFoundError:
+                pass
+            # (O_NONBLOCK: a FIFO put there meanwhile refuses, never blocks.)
+            marker = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_NONBLOCK |
+                             getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=fd)
+            try:
+                os.utime(marker)
+            finally:
+                os.close(marker)
         finally:
             os.close(fd)
-    except OSError:
+    except (OSError, NotImplementedError):        # (no *at calls: an old macOS)
+        pass
+
+
+def lower_marker(store_path, harness_key):
+    """Remove a marker file (in its directory as raise_marker finds it)."""
+    directory, name = os.path.split(signal_marker(store_path, harness_key))
+    try:
+        fd = _marker_dir(directory, create=False)
+        try:
+            os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+    except (OSError, NotImplementedError):
         pass
 
 
@@ -2093,11 +2174,13 @@ def signal_text(conn, session_id):
     total, senders, urgent = row[0], row[1], row[2]
     if not total:
         return None
-    return one_line("agents-room: %d unread message%s%s (from %d sender%s); call msg_recv "
-                    "with session_id %s" % (total, "" if total == 1 else "s",
-                                            ", %d urgent" % urgent if urgent else "",
-                                            senders, "" if senders == 1 else "s",
-                                            session_id), SIGNAL_MAX_CHARS)
+    # The id is the row's, found by the harness's key: a member who wrote a
+    # row of other words under that key gets them into no turn.
+    call = ("call msg_recv with session_id %s" % session_id if is_session_id(session_id)
+            else "your session's id in the store is not one agents-room makes: join again")
+    return one_line("agents-room: %d unread message%s%s (from %d sender%s); %s" % (
+        total, "" if total == 1 else "s", ", %d urgent" % urgent if urgent else "",
+        senders, "" if senders == 1 else "s", call), SIGNAL_MAX_CHARS)
 
 
 WINDOWS_DUE = ("state = 'pending' AND (expires_at <= ? OR ack_deadline <= ?)",
@@ -3501,10 +3584,14 @@ class ProcessScan:
         return True
 
     def liveness(self, harness_key, pid, pid_start, ended=False):
-        """alive / gone / unknown, as SPEC §6 defines them.  A recorded process
-        that runs decides; when it is gone the harness key decides, except for
-        a session whose harness said it ended (SessionEnd): a child that
-        inherited the key must not keep it alive."""
+        """alive / gone / unknown, as SPEC §6 defines them.  A session whose
+        harness said it ended (SessionEnd) is gone, whatever still runs: the
+        recorded process may outlive it (a harness's daemon serving several of
+        its sessions, a harness going on after it cleared one), and a child may
+        have inherited the key.  Otherwise a recorded process that runs
+        decides, and when it is gone the harness key."""
+        if ended:
+            return "gone"
         if pid:
             if pid in self.own and self.kind == "proc" and _proc_zombie(self.root, pid):
                 pass                        # killed, not reaped: gone, not alive
@@ -3516,11 +3603,14 @@ class ProcessScan:
                     return "alive"
             elif self.runs_elsewhere(pid):
                 return "unknown"            # EPERM is not absence
-            if ended or not harness_key:
+            if not harness_key:
                 return "gone"
         if harness_key:
-            return "alive" if harness_key in self.keys and not ended else "gone"
+            return "alive" if harness_key in self.keys else "gone"
         return "unknown"
+
+
+VERDICTS = ("alive", "gone", "unknown")
 
 
 class LazyScan:
@@ -3551,6 +3641,8 @@ class LazyScan:
     def __call__(self, row):
         self._mine()
         keys = row.keys()
+        if "ended_at" in keys and row["ended_at"] is not None:
+            return "gone"           # its harness said so, whatever runs (ProcessScan)
         if "host" in keys and (row["host"] not in (None, self.host) or (
                 row["uid"] is not None and row["uid"] != os.getuid())):
             # Another host's session, or another user's: its processes are not
@@ -3561,7 +3653,8 @@ class LazyScan:
             if at is None or clock - at > env_number("AGENTS_ROOM_VERDICT_STALE_S",
                                                      VERDICT_STALE_S):
                 return "unknown"
-            return row["verdict"] or "unknown"
+            # (A verdict is words another member may have written: only ours.)
+            return row["verdict"] if row["verdict"] in VERDICTS else "unknown"
         if (self.key and row["harness_key"] == self.key) or (
                 self.pid and row["pid"] == self.pid and row["pid_start"] == self.pid_start):
             verdict = "alive"
@@ -3831,10 +3924,13 @@ def unknown_session(conn, value, path):
     text = value.strip()
     row = conn.execute("SELECT id, label FROM sessions WHERE harness_key=?",
                        (text,)).fetchone()
-    if row:
+    if row and is_session_id(row["id"]):
         return UnknownSession(
             "that is a harness key; your session id is %s" % row["id"],
             "pass session_id=%s (room_join returns it)" % row["id"])
+    if row:           # (a row another member wrote under the key: its id is words)
+        return UnknownSession("that is a harness key, and the store's session under it "
+                              "has no id agents-room makes", "join again with room_join")
     candidates = []
     lowered = text.lower()
     if 4 <= len(lowered) < 16 and all(c in "0123456789abcdef" for c in lowered):
@@ -3845,8 +3941,9 @@ def unknown_session(conn, value, path):
         candidates = conn.execute(
             "SELECT id, label FROM sessions WHERE label = ? COLLATE NOCASE "
             "ORDER BY last_seen DESC LIMIT 6", (text,)).fetchall()
+    candidates = [r for r in candidates if is_session_id(r["id"])]
     if candidates:
-        names = ["%s (label %s)" % (r["id"], one_line(r["label"] or "-", 40))
+        names = ["%s (label %s)" % (r["id"], quoted(r["label"] or "-", 40))
                  for r in candidates[:5]]
         return UnknownSession("no session %r; did you mean %s?"
                               % (one_line(text, 80), " or ".join(names)),
@@ -4176,7 +4273,7 @@ S_MESSAGE_ID = {"type": "integer", "minimum": 1, "maximum": ID_MAX}
 S_AUTONOMY = {"type": ["integer", "string"],
               "description": "0/notify, 1/hold or 2/wake"}
 S_TIME = {"type": ["string", "null"], "description": "ISO-8601 UTC"}
-S_LIVENESS = {"type": "string", "enum": ["alive", "gone", "unknown"]}
+S_LIVENESS = {"type": "string", "enum": list(VERDICTS)}
 S_LEASE = {"type": "object", "properties": {
     "session_id": {"type": "string"}, "label": {"type": ["string", "null"]},
     "path": {"type": "string"}, "resource": {"type": "string"},
@@ -4277,6 +4374,26 @@ def paint(text, what):
     """text in the colour of what it is (PAINT), when colour is on."""
     code = PAINT.get(what)
     return "\x1b[%sm%s\x1b[0m" % (code, text) if COLOR["on"] and code and text else text
+
+
+_PAINTED = []
+
+
+def shown(text, as_json=False):
+    """The one way store-made text reaches a terminal (main, watch): clean's
+    characters removed and paint's own colour codes kept, whatever a renderer
+    forgot (a member writes any column: a verdict, a state, an event's kind);
+    JSON has them written as \\u escapes instead (json_escaped)."""
+    if as_json:
+        return json_escaped(text)
+    if not COLOR["on"]:
+        return clean(text)
+    if not _PAINTED:
+        import re
+        _PAINTED.append(re.compile("(\x1b\\[(?:%s)m)" % "|".join(
+            re.escape(code) for code in sorted(set(PAINT.values()) | {"0"}))))
+    parts = _PAINTED[0].split(text)
+    return "".join(part if i % 2 else clean(part) for i, part in enumerate(parts))
 
 
 def _table(rows, styles=None):
@@ -4576,10 +4693,11 @@ def where_text(row):
     """' Worktree api-feature, branch fix-1.' as far as known, for a digest."""
     parts = []
     if row["worktree"]:
-        parts.append("worktree " + one_line(row["worktree"], 60))
+        parts.append("worktree " + token_or_quoted(row["worktree"], 60))
     if row["branch"]:
-        parts.append("branch " + one_line(row["branch"], 60))
-    return (" " + ", ".join(parts).capitalize() + ".") if parts else ""
+        parts.append("branch " + token_or_quoted(row["branch"], 60))
+    text = ", ".join(parts)
+    return (" " + text[:1].upper() + text[1:] + ".") if parts else ""   # (branch's case kept)
 
 
 def waiter_armed(row, at):
@@ -5840,10 +5958,14 @@ def _covers(granted, lease):
 
 
 def _holder_text(lease):
+    """Who holds a lease, for a refusal or a PreToolUse reason: its label and
+    purpose are the holder's words, quoted (and its id and mode as they stand
+    only when they are one plain token)."""
     return "%s (label %s, %s, %s until %s%s)" % (
-        lease["session_id"], one_line(lease["label"] or "-", 40), lease["liveness"],
-        lease["mode"], lease["expires_at"], ", for: %s" % one_line(lease["purpose"], 80)
-        if lease.get("purpose") else "")
+        token_or_quoted(lease["session_id"], 40),
+        quoted(lease["label"], 40) if lease["label"] else "-",
+        lease["liveness"], token_or_quoted(lease["mode"], 20), lease["expires_at"],
+        ", for: %s" % quoted(lease["purpose"], 80) if lease.get("purpose") else "")
 
 
 def _refuse_broad(resources, broad, what):
@@ -6673,8 +6795,8 @@ def _task_finish(op, row, action, note):
     """done, fail or release: the claimant's own."""
     conn, me = op.conn, op.me
     if not _task_mine(op, row):
-        raise RoomError("task %d is not claimed by you (%s)" % (row["id"], row["state"]),
-                        "claim it first")
+        raise RoomError("task %d is not claimed by you (%s)" % (
+            row["id"], token_or_quoted(row["state"], 20)), "claim it first")
     state = {"done": "done", "fail": "failed", "release": "open"}[action]
     if note:
         charge_stored(conn, op.caller, len(note))
@@ -7232,10 +7354,7 @@ def signal_tool_event(op, harness_key, turn_start=False, prompt=None, lever_fact
     if not unread_count(op.conn, row["id"]):
         # Under the write lock, so no send can commit between the count and
         # this: the next send raises the marker again after its commit.
-        try:
-            os.unlink(signal_marker(op.store.path, harness_key))
-        except OSError:
-            pass
+        lower_marker(op.store.path, harness_key)
         if op.store.shared_by_hosts:
             # Asked just now: a quiet hook may skip the store for a while.
             raise_marker(op.store.path, harness_key + ".checked")
@@ -7301,8 +7420,8 @@ def session_end(op, harness_key):
         return {"ok": False}
     release_all(op, row["id"], "session end")
     end_windows(op, row["id"], "session end")
-    op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL WHERE id=?",
-                    (op.at, row["id"]))
+    op.conn.execute("UPDATE sessions SET ended_at=?, waiter_pid=NULL, verdict='gone', "
+                    "verdict_at=? WHERE id=?", (op.at, op.at, row["id"]))
     if row["lever"] in LEVERS and LEVERS[row["lever"]].inline:
         # A socket lever ends with its process (its file goes below): the row
         # names none, so neither doctor nor a wake takes the missing file for
@@ -7335,9 +7454,9 @@ def session_digest(op, cwd=None):
             (root.key, low, high, me, op.at)):
         shown = lease_dict(conn, lease, op.liveness)
         blockers.append("%s (%s by %s %s, %s, until %s)" % (
-            quoted(os.path.relpath(lease["key"], root.key), 120), shown["mode"],
-            shown["session_id"], quoted(shown["label"] or "-", 40), shown["liveness"],
-            shown["expires_at"]))
+            quoted(os.path.relpath(lease["key"], root.key), 120),
+            token_or_quoted(shown["mode"], 20), token_or_quoted(shown["session_id"], 40),
+            quoted(shown["label"] or "-", 40), shown["liveness"], shown["expires_at"]))
     if blockers:
         lines.append("Leased by others here: " + "; ".join(blockers))
     count = unread_count(conn, me)
@@ -7345,15 +7464,16 @@ def session_digest(op, cwd=None):
         lines.append("%d unread message%s: call msg_recv." % (
             count, "" if count == 1 else "s"))
     lines.append("Rooms: %s. Autonomy: %s.%s" % (
-        ", ".join(rooms), autonomy_name(effective_autonomy(conn, row)), where_text(row)))
+        ", ".join(token_or_quoted(room, ROOM_NAME_MAX_CHARS) for room in rooms),
+        autonomy_name(effective_autonomy(conn, row)), where_text(row)))
     others = []
     for room in rooms:
         for mate in conn.execute(
                 "SELECT s.* FROM memberships m JOIN sessions s ON s.id = m.session_id "
                 "WHERE m.room=? AND s.id != ? AND s.left_at IS NULL LIMIT 20",
                 (room, me)):
-            entry = "%s %s (%s)" % (quoted(mate["label"] or "-", 40), mate["id"],
-                                    op.liveness(mate))
+            entry = "%s %s (%s)" % (quoted(mate["label"] or "-", 40),
+                                    token_or_quoted(mate["id"], 40), op.liveness(mate))
             if entry not in others:
                 others.append(entry)
     lines.append("Here: %s." % (", ".join(others[:20]) if others else "nobody else"))
@@ -7687,41 +7807,6 @@ def events_tail(op, room=None, limit=50):
 def session_label(op, of):
     row = session_row(op.conn, of)
     return {"label": row["label"] if row else None}
-
-
-def follow_events(room=None, since=None, poll_s=0.5, store=None):
-    """Yield event rows as dicts, oldest first, forever: those after `since`
-    (epoch seconds; default: from now on), only of `room`'s sessions when given.
-    Polls the store with an indexed read of new event ids: no write, no busy
-    loop."""
-    store = store or open_store()
-    try:
-        last = _store_call(store, lambda conn: conn.execute(
-            "SELECT COALESCE(MAX(id), 0) FROM events" + (
-                " WHERE at < ?" if since is not None else ""),
-            () if since is None else (since,)).fetchone()[0])
-        full = _store_call(store, lambda conn: resolve_room(conn, room)) if room else None
-        labels = {}
-
-        def newer(conn):
-            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id "
-                                "LIMIT 500", (last,)).fetchall()
-            return [(row["id"], _event_item(conn, row, full, labels)) for row in rows]
-        while True:
-            try:
-                items = _store_call(store, newer)
-            except RoomError as error:
-                if not _passing(error):
-                    raise
-                time.sleep(RECONNECT_PAUSE_S)   # a server restarting: look again
-                continue
-            for last, item in items:
-                if item is not None:
-                    yield item
-            if not items:
-                time.sleep(poll_s)
-    finally:
-        store.close()
 
 
 def version_info():
@@ -8243,8 +8328,7 @@ class McpServer:
                     if _passing(error) and at < deadline:
                         continue          # a server restarting: wait it out
                     self.waits.remove(wait)
-                    answers.append(_rpc_result(id_, {"content": [
-                        {"type": "text", "text": error.text()}], "isError": True}))
+                    answers.append(self.refusal(id_, error))
                     continue
             if result["messages"] or at >= deadline:
                 self.waits.remove(wait)
@@ -8269,8 +8353,7 @@ class McpServer:
             try:
                 name, arguments = room_call_target(arguments)
             except RoomError as error:
-                return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
-                                         "isError": True})
+                return self.refusal(id_, error)
             if name is None:
                 return self.answer(id_, arguments)            # op "help": the answer
         if not isinstance(name, str) or name not in TOOLS or not TOOLS[name].public:
@@ -8286,8 +8369,7 @@ class McpServer:
                 self.store = open_store(self.store_path)
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
-            return _rpc_result(id_, {"content": [{"type": "text", "text": error.text()}],
-                                     "isError": True})
+            return self.refusal(id_, error)
         parks = TOOLS[name].parks
         if parks and arguments.get(parks) and not result["messages"] and not self.in_batch:
             # Parked, not slept on: the loop goes on answering other requests
@@ -8297,6 +8379,13 @@ class McpServer:
             return None
         return self.answer(id_, result, name)
 
+    @staticmethod
+    def refusal(id_, error):
+        """A tool's error as its answer (isError), its text cleaned: it may
+        quote what the store holds."""
+        return _rpc_result(id_, {"content": [{"type": "text", "text": clean(error.text())}],
+                                 "isError": True})
+
     def answer(self, id_, result, name=None):
         if name in TOOLS and TOOLS[name].peer_text:
             # What the model reads: other agents' words, framed once per answer
@@ -8305,7 +8394,7 @@ class McpServer:
             # and Codex 0.171.0 show the model one block, the result (make e2e,
             # b-mcp-session).
             result = dict({"framing": PEER_TEXT_NOTE}, **result)
-        text = json_text(result, wire=True)
+        text = json_escaped(json_text(result, wire=True))
         answer = {"content": [{"type": "text", "text": text}],
                   "structuredContent": result, "isError": False}
         if self.ctx.signal:
@@ -9652,125 +9741,6 @@ def stop_on_signals():
     signal.signal(signal.SIGTERM, stop)
 
 
-def _watch_arguments(sub):
-    sub.add_argument("--room", help="only events of this room's sessions")
-    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
-                                     "(10m, 2h)")
-    sub.add_argument("--last", type=parse_int, metavar="N",
-                     help="print the last N events and exit (does not follow)")
-    sub.add_argument("--type", action="append", metavar="KIND",
-                     help="only events of this kind or family (msg, lease.claim); "
-                          "repeatable")
-    sub.add_argument("--from", dest="sender", metavar="SESSION",
-                     help="only events of this session (id or label)")
-    sub.add_argument("--to-me", action="store_true",
-                     help="only messages sent to your session (--session)")
-    sub.add_argument("--session", dest="session_id", metavar="ID",
-                     help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
-
-
-def _event_value(key, value):
-    """An event's field as a person reads it: times as times, a selector as
-    what it names, a path under a repository as written there."""
-    if (isinstance(value, (int, float)) and not isinstance(value, bool) and
-            key.endswith("_at") and value > 1e8):
-        return iso(value)
-    if isinstance(value, str):
-        if value.startswith("@") and "/" in value:
-            return value.split("/", 1)[1]       # a repository key: the path under it
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        (kind, what), = value.items()
-        return "%s #%s" % (kind, what) if isinstance(what, int) else "%s %s" % (
-            kind, _event_value(key, what))
-    if isinstance(value, list) and all(isinstance(x, (str, int)) for x in value):
-        return ",".join(_event_value(key, x) if isinstance(x, str) else str(x)
-                        for x in value)
-    return json.dumps(value, ensure_ascii=False)
-
-
-@command("watch", "Follow the room's events live, like tail -f.",
-         "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
-         "releases, windows, work states.  --since replays from a time, --last N\n"
-         "prints the newest N and exits.  Ctrl-C stops (exit 0).",
-         "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
-def run_watch(args):
-    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
-    stop_on_signals()
-    me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
-    if args.to_me and not me:
-        raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
-    store = open_store()
-    listen_for_wakes(store.path, "cli")
-    since = parse_since(args.since) if args.since else None
-    last = None
-    if args.last is not None:
-        last = args.last
-        since = 0.0
-    sender = None
-    if args.sender:
-        sender = args.sender if is_session_id(args.sender) else args.sender.lower()
-    if last is None and not args.json:
-        sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
-            store.shown, " (room %s)" % args.room if args.room else ""))
-        sys.stderr.flush()
-
-    def wanted(item):
-        if args.type and not any(item["kind"] == t or item["kind"].startswith(
-                t.rstrip(".") + ".") for t in args.type):
-            return False
-        if sender and item["session_id"] != sender and (
-                (item["label"] or "").lower() != sender):
-            return False
-        if args.to_me and not (item["kind"] == "msg.send" and me in (
-                item["data"].get("recipients") or [])):
-            return False
-        return True
-    labels = {}
-
-    def label_of(sid):
-        if sid not in labels:
-            labels[sid] = call_tool(store, Context(via="cli"), "session_label",
-                                    {"of": sid})["label"]
-        return labels[sid]
-
-    def line_of(item):
-        if args.json:
-            return json.dumps({k: v for k, v in item.items() if k != "ts"},
-                              ensure_ascii=False)
-        data = dict(item["data"])
-        for field in ("recipients", "holders", "required", "lowered"):
-            if isinstance(data.get(field), list):
-                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
-        detail = ", ".join("%s=%s" % (k, one_line(_event_value(k, v), 60))
-                           for k, v in sorted(data.items()) if v not in (None, [], {})
-                           and k != "shown")
-        who = (_who_name(item) + " ") if item["session_id"] else ""
-        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
-                                      one_line(_event_value("subject", data.get("shown") or
-                                                            item["subject"] or
-                                                            item["room"] or ""), 200),
-                                      ("  " + detail) if detail else "")
-    try:
-        if last is not None:
-            items = [i for i in call_tool(store, Context(via="cli"), "events_tail", {
-                "room": args.room, "limit": max(1, min(last * 20, 100000))})["events"]
-                if wanted(i)][-last:] if last else []
-            for item in items:
-                sys.stdout.write(line_of(item) + "\n")
-            sys.stdout.flush()
-            return "", 0
-        for item in follow_events(args.room, since, store=store):
-            if wanted(item):
-                sys.stdout.write(line_of(item) + "\n")
-                sys.stdout.flush()
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:
-        _quiet_stdout()
-    return "", 0
-
-
 def _shim_arguments(sub):
     sub.add_argument("--dir", metavar="DIR",
                      help="where to write it (default ~/.local/bin)")
@@ -10084,15 +10054,18 @@ def _group_overview(group, as_json):
             if status else {})
     finally:
         store.close()
+    listed = [t.cli.split()[1] for t in verbs]
     if as_json:
-        return json.dumps(dict(result, verbs=[t.cli.split()[1] for t in verbs]),
-                          indent=2), 0
+        text = (_cli_json(status, dict(result, verbs=listed)) if status else
+                json.dumps({"verbs": listed}, indent=2))
+        sys.stdout.write(shown(text, True) + "\n")
+        return 0
     lines = ["usage: %s %s <verb> ...  (%s <verb> --help for each)" % (
         CALLED["prog"], group, group), ""]
     lines += ["  %-9s %s" % (t.cli.split()[1], t.title) for t in verbs]
     if status:
         lines += ["", status.render(result)]
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write(shown("\n".join(lines)) + "\n")
     return 0
 
 
@@ -10133,6 +10106,9 @@ def main(argv=None):
     except (AttributeError, ValueError):
         pass
     want_json = "--json" in argv
+    # --get prints one value for a script: as it is, unless a person's terminal
+    # reads it.
+    bare = any(a == "--get" or a.startswith("--get=") for a in argv)
     COLOR["on"] = (not want_json and not os.environ.get("NO_COLOR") and
         os.environ.get("TERM") != "dumb" and sys.stdout.isatty())
     try:
@@ -10179,7 +10155,8 @@ def main(argv=None):
             error.hint = ("your shell expanded * into file names: quote it, "
                           "--to '*'")
         if want_json:
-            sys.stdout.write(json.dumps(error.as_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(shown(json.dumps(error.as_dict(), ensure_ascii=False), True) +
+                             "\n")
         sys.stderr.write("error: %s\n" % clean(cli_words(error.message)))
         if error.hint:
             sys.stderr.write("hint: %s\n" % clean(cli_words(error.hint)))
@@ -10188,6 +10165,8 @@ def main(argv=None):
         return 130
     try:
         if text:
+            if not bare or sys.stdout.isatty():
+                text = shown(text, want_json and not bare)
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
     except BrokenPipeError:
@@ -16502,6 +16481,165 @@ class CopilotCli(Harness):
 
 
 register_harness(CopilotCli())
+
+
+# ---- appendix: watch ------------------------------------------------------
+# `watch`: the event log as it grows, for a person's terminal, like tail -f.
+# Registered here as a command; it reads the log through the core's events.
+
+
+def follow_events(room=None, since=None, poll_s=0.5, store=None):
+    """Yield event rows as dicts, oldest first, forever: those after `since`
+    (epoch seconds; default: from now on), only of `room`'s sessions when given.
+    Polls the store with an indexed read of new event ids: no write, no busy
+    loop."""
+    store = store or open_store()
+    try:
+        last = _store_call(store, lambda conn: conn.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM events" + (
+                " WHERE at < ?" if since is not None else ""),
+            () if since is None else (since,)).fetchone()[0])
+        full = _store_call(store, lambda conn: resolve_room(conn, room)) if room else None
+        labels = {}
+
+        def newer(conn):
+            rows = conn.execute("SELECT * FROM events WHERE id > ? ORDER BY id "
+                                "LIMIT 500", (last,)).fetchall()
+            return [(row["id"], _event_item(conn, row, full, labels)) for row in rows]
+        while True:
+            try:
+                items = _store_call(store, newer)
+            except RoomError as error:
+                if not _passing(error):
+                    raise
+                time.sleep(RECONNECT_PAUSE_S)   # a server restarting: look again
+                continue
+            for last, item in items:
+                if item is not None:
+                    yield item
+            if not items:
+                time.sleep(poll_s)
+    finally:
+        store.close()
+
+
+def _watch_arguments(sub):
+    sub.add_argument("--room", help="only events of this room's sessions")
+    sub.add_argument("--since", help="replay from a time: ISO-8601, or a duration ago "
+                                     "(10m, 2h)")
+    sub.add_argument("--last", type=parse_int, metavar="N",
+                     help="print the last N events and exit (does not follow)")
+    sub.add_argument("--type", action="append", metavar="KIND",
+                     help="only events of this kind or family (msg, lease.claim); "
+                          "repeatable")
+    sub.add_argument("--from", dest="sender", metavar="SESSION",
+                     help="only events of this session (id or label)")
+    sub.add_argument("--to-me", action="store_true",
+                     help="only messages sent to your session (--session)")
+    sub.add_argument("--session", dest="session_id", metavar="ID",
+                     help="your session id, for --to-me (default $AGENTS_ROOM_SESSION)")
+
+
+def _event_value(key, value):
+    """An event's field as a person reads it: times as times, a selector as
+    what it names, a path under a repository as written there."""
+    if (isinstance(value, (int, float)) and not isinstance(value, bool) and
+            key.endswith("_at") and value > 1e8):
+        return iso(value)
+    if isinstance(value, str):
+        if value.startswith("@") and "/" in value:
+            return value.split("/", 1)[1]       # a repository key: the path under it
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, what), = value.items()
+        return "%s #%s" % (kind, what) if isinstance(what, int) else "%s %s" % (
+            kind, _event_value(key, what))
+    if isinstance(value, list) and all(isinstance(x, (str, int)) for x in value):
+        return ",".join(_event_value(key, x) if isinstance(x, str) else str(x)
+                        for x in value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+@command("watch", "Follow the room's events live, like tail -f.",
+         "Follow the audit log as it grows: joins, leaves, sends, reads, claims,\n"
+         "releases, windows, work states.  --since replays from a time, --last N\n"
+         "prints the newest N and exits.  Ctrl-C stops (exit 0).",
+         "watch --room shared:storefront --since 10m --type msg", _watch_arguments)
+def run_watch(args):
+    """watch: print events as they come, until Ctrl-C or SIGTERM (exit 0)."""
+    stop_on_signals()
+    me = args.session_id or os.environ.get("AGENTS_ROOM_SESSION")
+    if args.to_me and not me:
+        raise UsageError("--to-me needs your session (--session or AGENTS_ROOM_SESSION)")
+    store = open_store()
+    listen_for_wakes(store.path, "cli")
+    since = parse_since(args.since) if args.since else None
+    last = None
+    if args.last is not None:
+        last = args.last
+        since = 0.0
+    sender = None
+    if args.sender:
+        sender = args.sender if is_session_id(args.sender) else args.sender.lower()
+    if last is None and not args.json:
+        sys.stderr.write("agents-room watch: following %s%s; Ctrl-C stops\n" % (
+            store.shown, " (room %s)" % args.room if args.room else ""))
+        sys.stderr.flush()
+
+    def wanted(item):
+        if args.type and not any(item["kind"] == t or item["kind"].startswith(
+                t.rstrip(".") + ".") for t in args.type):
+            return False
+        if sender and item["session_id"] != sender and (
+                (item["label"] or "").lower() != sender):
+            return False
+        if args.to_me and not (item["kind"] == "msg.send" and me in (
+                item["data"].get("recipients") or [])):
+            return False
+        return True
+    labels = {}
+
+    def label_of(sid):
+        if sid not in labels:
+            labels[sid] = call_tool(store, Context(via="cli"), "session_label",
+                                    {"of": sid})["label"]
+        return labels[sid]
+
+    def line_of(item):
+        if args.json:
+            return json.dumps({k: v for k, v in item.items() if k != "ts"},
+                              ensure_ascii=False)
+        data = dict(item["data"])
+        for field in ("recipients", "holders", "required", "lowered"):
+            if isinstance(data.get(field), list):
+                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
+        detail = ", ".join("%s=%s" % (k, one_line(_event_value(k, v), 60))
+                           for k, v in sorted(data.items()) if v not in (None, [], {})
+                           and k != "shown")
+        who = (_who_name(item) + " ") if item["session_id"] else ""
+        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
+                                      one_line(_event_value("subject", data.get("shown") or
+                                                            item["subject"] or
+                                                            item["room"] or ""), 200),
+                                      ("  " + detail) if detail else "")
+    try:
+        if last is not None:
+            items = [i for i in call_tool(store, Context(via="cli"), "events_tail", {
+                "room": args.room, "limit": max(1, min(last * 20, 100000))})["events"]
+                if wanted(i)][-last:] if last else []
+            for item in items:
+                sys.stdout.write(shown(line_of(item), args.json) + "\n")
+            sys.stdout.flush()
+            return "", 0
+        for item in follow_events(args.room, since, store=store):
+            if wanted(item):
+                sys.stdout.write(shown(line_of(item), args.json) + "\n")
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        _quiet_stdout()
+    return "", 0
 
 
 # ---- appendix: store copy -------------------------------------------------

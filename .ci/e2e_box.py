@@ -187,6 +187,7 @@ class Harness:
     no_session_before_prompt = {}   # mode -> why no session exists before a first prompt
     alive_after_exit = {}   # mode -> why `who` may still see the session alive after an
                             # exit (h-exit: skipped with it, once its other checks pass)
+    exit_wait_s = {}        # mode -> seconds its SessionEnd may take after an exit (15)
 
     def cases(self):
         return list(COMMON)
@@ -952,7 +953,7 @@ def run_room(box, step):
                             ", '--resume' offered" if "--resume" in screen else "")
         alive = harness.alive_after_exit.get(box.mode)
         want_end = (box.kind == "tui" or harness.oneshot_session_end) and not alive
-        end = time.time() + (5 if alive else 15)
+        end = time.time() + (5 if alive else harness.exit_wait_s.get(box.mode, 15))
         while time.time() < end:
             found = box.session(sid) or {}
             if found.get("liveness") != "alive" and (found.get("ended") or not want_end):

@@ -16,7 +16,8 @@ through tmux.  A TUI run fails on either dialog after that, and any run on a
 scripted call of a tool the request did not offer (Codex offers our tools in
 the namespace mcp__agents_room).  Codex 0.171's TUI runs its threads, MCP
 servers included, in an app-server daemon that outlives it by design: not
-counted as left after an exit.
+counted as left after an exit, and its SessionEnd comes when the thread
+unloads, a minute after /exit (h-exit waits for it).
 
 Codex fires SessionStart at the first prompt (and `codex queue` needs the
 thread's rollout, written then): no session exists before it, so
@@ -58,10 +59,10 @@ class Codex(e2e_box.Harness):
     no_session_before_prompt = {
         "codex-tui": "Codex has no session before its first prompt (SessionStart fires at "
                      "the first prompt; codex queue needs the rollout)"}
-    alive_after_exit = {
-        "codex-tui": "Codex 0.171's TUI runs its thread in an app-server daemon that "
-                     "outlives it by design: after /exit `who` still sees the session "
-                     "alive, and its SessionEnd comes when the daemon ends"}
+    # Codex 0.171's TUI runs its thread in an app-server daemon that outlives
+    # it by design; the daemon unloads the thread, and SessionEnd comes, when
+    # the thread has been idle thread_unload_delay_secs (60 s by default).
+    exit_wait_s = {"codex-tui": 90}
     wake_quiet = 4.0        # a second lever's turn would show by then
     arm_s = 2.0
     requires = ("git", "node")
