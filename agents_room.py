@@ -84,25 +84,25 @@ prints it when it differs; Part I is at most 10,000 lines):
      387   664  small utilities
     1051  1253  store
     2304   989  harness adapters
-    3293   391  liveness (process scan)
-    3684   630  tool registry and the door
-    4314   242  results as text
-    4556   510  operations: sessions and rooms
-    5066   719  operations: messages
-    5785   622  operations: leases
-    6407   237  operations: work states and quiet windows
-    6644   168  operations: task board
-    6812   230  operations: watches
-    7042    91  operations: status
-    7133   121  operations: reads and drift
-    7254   450  operations: signals and wakes
-    7704   123  operations: housekeeping
-    7827   180  signals: wake levers
-    8007   575  MCP server
-    8582   345  harnesses: setup and doctor
-    8927   285  hook front end
-    9212   880  CLI
-   10092    85  main
+    3293   388  liveness (process scan)
+    3681   630  tool registry and the door
+    4311   242  results as text
+    4553   510  operations: sessions and rooms
+    5063   719  operations: messages
+    5782   622  operations: leases
+    6404   237  operations: work states and quiet windows
+    6641   168  operations: task board
+    6809   230  operations: watches
+    7039    91  operations: status
+    7130   121  operations: reads and drift
+    7251   450  operations: signals and wakes
+    7701   123  operations: housekeeping
+    7824   180  signals: wake levers
+    8004   575  MCP server
+    8579   345  harnesses: setup and doctor
+    8924   285  hook front end
+    9209   877  CLI
+   10086    91  main
    10187  3961  appendix: PostgreSQL store
    14148   476  appendix: harness: Claude Code
    14624   184  appendix: harness: Codex
@@ -3583,15 +3583,10 @@ class ProcessScan:
             return False
         return True
 
-    def liveness(self, harness_key, pid, pid_start, ended=False):
-        """alive / gone / unknown, as SPEC §6 defines them.  A session whose
-        harness said it ended (SessionEnd) is gone, whatever still runs: the
-        recorded process may outlive it (a harness's daemon serving several of
-        its sessions, a harness going on after it cleared one), and a child may
-        have inherited the key.  Otherwise a recorded process that runs
-        decides, and when it is gone the harness key."""
-        if ended:
-            return "gone"
+    def liveness(self, harness_key, pid, pid_start):
+        """alive / gone / unknown, as SPEC §6 defines them, of a session its
+        harness has not said ended (LazyScan answers those): a recorded process
+        that runs decides, and when it is gone the harness key."""
         if pid:
             if pid in self.own and self.kind == "proc" and _proc_zombie(self.root, pid):
                 pass                        # killed, not reaped: gone, not alive
@@ -3642,7 +3637,11 @@ class LazyScan:
         self._mine()
         keys = row.keys()
         if "ended_at" in keys and row["ended_at"] is not None:
-            return "gone"           # its harness said so, whatever runs (ProcessScan)
+            # Its harness said so (SessionEnd), on every host and whatever still
+            # runs: the recorded process may outlive it (a harness's daemon
+            # serving several of its sessions, a harness going on after it
+            # cleared one), and a child may have inherited the key.
+            return "gone"
         if "host" in keys and (row["host"] not in (None, self.host) or (
                 row["uid"] is not None and row["uid"] != os.getuid())):
             # Another host's session, or another user's: its processes are not
@@ -3661,9 +3660,7 @@ class LazyScan:
         else:
             if self._scan is None:
                 self._scan = ProcessScan()
-            ended = "ended_at" in keys and row["ended_at"] is not None
-            verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"],
-                                          ended)
+            verdict = self._scan.liveness(row["harness_key"], row["pid"], row["pid_start"])
         clock = self.at if self.at is not None else real_time()
         if "verdict" in keys and (row["verdict"] != verdict or row["verdict_at"] is None
                                   or clock - row["verdict_at"] > VERDICT_REFRESH_S):
@@ -10045,7 +10042,7 @@ def _verbs_of(name):
 
 def _group_overview(group, as_json):
     """A bare group (window): its verbs, and what is open now (as git stash
-    lists the stash): exit 0."""
+    lists the stash): (text, exit 0), as a command's runner answers."""
     verbs = [t for t in TOOLS.values() if t.public and t.cli and t.cli.split()[0] == group]
     status = next((t for t in verbs if t.read_only), None)
     store = open_store()
@@ -10056,17 +10053,14 @@ def _group_overview(group, as_json):
         store.close()
     listed = [t.cli.split()[1] for t in verbs]
     if as_json:
-        text = (_cli_json(status, dict(result, verbs=listed)) if status else
-                json.dumps({"verbs": listed}, indent=2))
-        sys.stdout.write(shown(text, True) + "\n")
-        return 0
+        return (_cli_json(status, dict(result, verbs=listed)) if status else
+                json.dumps({"verbs": listed}, indent=2)), 0
     lines = ["usage: %s %s <verb> ...  (%s <verb> --help for each)" % (
         CALLED["prog"], group, group), ""]
     lines += ["  %-9s %s" % (t.cli.split()[1], t.title) for t in verbs]
     if status:
         lines += ["", status.render(result)]
-    sys.stdout.write(shown("\n".join(lines)) + "\n")
-    return 0
+    return "\n".join(lines), 0
 
 
 def _looks_globbed(argv):
@@ -10127,7 +10121,7 @@ def main(argv=None):
         rest = [a for i, a in enumerate(argv[1:]) if a != "--session" and not
                 a.startswith("--session=") and (i == 0 or argv[i] != "--session")]
         if name in groups and rest in ([], ["--json"]):
-            return _group_overview(name, "--json" in argv)
+            return _write_answer(*_group_overview(name, want_json), want_json, bare)
         verbs = _verbs_of(name)
         if verbs and not rest:
             sys.stdout.write("usage: %s %s <%s> ...  (%s --help for the options)\n\n%s\n"
@@ -10163,10 +10157,16 @@ def main(argv=None):
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    return _write_answer(text, code, want_json, bare)
+
+
+def _write_answer(text, code, as_json, bare):
+    """A command's answer on stdout, through shown (JSON, or a person's
+    terminal), or as it is (--get's one value, read by a script); code back."""
     try:
         if text:
             if not bare or sys.stdout.isatty():
-                text = shown(text, want_json and not bare)
+                text = shown(text, as_json and not bare)
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
     except BrokenPipeError:

@@ -1046,6 +1046,35 @@ class RoomTest(unittest.TestCase):
         os.chmod(path, 0o755)
         return path
 
+    def on_a_terminal(self, *args, env=None):
+        """PROGRAM args as a real process with a terminal for its stdout (colour
+        on, as for a person), and what it wrote there; it must exit 0."""
+        import pty
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.Popen(PROGRAM + list(args), cwd=self.tmp, stdin=subprocess.DEVNULL,
+                                    stdout=follower, stderr=subprocess.DEVNULL,
+                                    env=dict(self.env, TERM="xterm", **(env or {})))
+        finally:
+            os.close(follower)
+        self.procs.append(proc)
+        out, deadline = b"", time.time() + CALL_TIMEOUT_S
+        try:
+            while time.time() < deadline:
+                if not select.select([leader], [], [], 1)[0]:
+                    continue
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break                                   # (EIO: the child closed it)
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            os.close(leader)
+        self.assertEqual(proc.wait(CALL_TIMEOUT_S), 0)
+        return out
+
     def keep_alive(self, key):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
                                 env=clean_env(AGENTS_ROOM_HARNESS_KEY=key))
@@ -3353,28 +3382,11 @@ class CliSpeaksCliTest(RoomTest):
         self.assertNotIn("warn Claude Code MCP entry", done.stdout)
 
     def test_colour_only_on_a_terminal(self):
-        import pty
         me = self.join("--label", "me", key=run_key("k-col"), live=True)["session_id"]
         plain = self.run_cli("who", "--session", me, process=True, check=0).stdout
         self.assertNotIn("\x1b[", plain)
         for extra, coloured in (({}, True), ({"NO_COLOR": "1"}, False)):
-            leader, follower = pty.openpty()
-            proc = subprocess.Popen(PROGRAM + ["who", "--session", me], stdout=follower,
-                                    stderr=subprocess.PIPE, env=dict(self.env, TERM="xterm",
-                                                                     **extra), cwd=self.tmp)
-            os.close(follower)
-            self.procs.append(proc)
-            proc.wait(CALL_TIMEOUT_S)
-            out = b""
-            while True:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            os.close(leader)
+            out = self.on_a_terminal("who", "--session", me, env=extra)
             self.assertEqual(b"\x1b[32malive" in out, coloured, (extra, out[:300]))
 
 
@@ -9198,37 +9210,14 @@ class PeerWordsFramedTest(SignalBase):
                 done = subprocess.run(PROGRAM + argv, cwd=self.tmp, env=self.env,
                                       capture_output=True, timeout=CALL_TIMEOUT_S)
                 self.assertEqual(done.returncode, 0, done.stderr)
-                for bad in (b"\x1b", b"\x07", b"\r", "\u202e".encode(), "\u200b".encode()):
+                for bad in RAW_ESCAPES:
                     self.assertNotIn(bad, done.stdout + done.stderr, argv)
         # not vacuous: the words themselves are shown, without what acts
         done = subprocess.run(PROGRAM + ["watch", "--last", "20"], cwd=self.tmp,
                               env=self.env, capture_output=True, timeout=CALL_TIMEOUT_S)
         self.assertIn(b"msg.sendx]0;owned", done.stdout)
         # On a terminal (colour on) paint's codes stay and the member's go.
-        import pty
-        leader, follower = pty.openpty()
-        try:
-            proc = subprocess.Popen(PROGRAM + ["who"], cwd=self.tmp, stdin=subprocess.DEVNULL,
-                                    stdout=follower, stderr=subprocess.DEVNULL,
-                                    env=dict(self.env, TERM="xterm"))
-            os.close(follower)
-            follower = None
-            data, deadline = b"", time.time() + CALL_TIMEOUT_S
-            while time.time() < deadline:
-                if not select.select([leader], [], [], 1)[0]:
-                    continue
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    break                                   # (EIO: the child closed it)
-                if not chunk:
-                    break
-                data += chunk
-            self.assertEqual(proc.wait(CALL_TIMEOUT_S), 0)
-        finally:
-            os.close(leader)
-            if follower is not None:
-                os.close(follower)
+        data = self.on_a_terminal("who")
         self.assertIn(b"\x1b[32malive", data)                   # my own session, painted
         for bad in (b"\x1b]", b"\x07", b"\x1b[2J"):
             self.assertNotIn(bad, data)

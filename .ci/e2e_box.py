@@ -185,8 +185,6 @@ class Harness:
     wake_quiet = 1.0        # s without a request before a woken turn's turns are counted
     arm_s = 0.5             # s after a TUI turn before a wake (a turn-end waiter arms)
     no_session_before_prompt = {}   # mode -> why no session exists before a first prompt
-    alive_after_exit = {}   # mode -> why `who` may still see the session alive after an
-                            # exit (h-exit: skipped with it, once its other checks pass)
     exit_wait_s = {}        # mode -> seconds its SessionEnd may take after an exit (15)
 
     def cases(self):
@@ -951,21 +949,19 @@ def run_room(box, step):
             screen = box.end()
             how = "%s%s" % ("/".join(harness.quit_keys),
                             ", '--resume' offered" if "--resume" in screen else "")
-        alive = harness.alive_after_exit.get(box.mode)
-        want_end = (box.kind == "tui" or harness.oneshot_session_end) and not alive
-        end = time.time() + (5 if alive else harness.exit_wait_s.get(box.mode, 15))
+        want_end = box.kind == "tui" or harness.oneshot_session_end
+        end = time.time() + harness.exit_wait_s.get(box.mode, 15)
         while time.time() < end:
             found = box.session(sid) or {}
             if found.get("liveness") != "alive" and (found.get("ended") or not want_end):
                 break
             time.sleep(0.3)
-        check(alive or found.get("liveness") != "alive", "session %s still alive after the "
-              "exit" % sid)
+        check(found.get("liveness") != "alive", "session %s still alive after the exit" % sid)
         if want_end:
             check(found.get("ended"), "`who` does not show session %s ended after the exit "
                   "(liveness %s): no SessionEnd?" % (sid, found.get("liveness")))
         ended = ("ended (SessionEnd)" if found.get("ended") else
-                 "not ended: this mode fires no SessionEnd" if not alive else "not ended")
+                 "not ended: this mode fires no SessionEnd")
         left = box.wait_unmarked(10)
         check(not left, "processes left after the exit: %s" % "; ".join(
             "%d %s" % (p, one_line(c, 80)) for p, c in sorted(left.items())))
@@ -973,8 +969,6 @@ def run_room(box, step):
         check(not files, "the wake files are left after the exit: %s" % files)
         detail = "%s; who: %s, %s; no process%s left" % (
             how, found.get("liveness"), ended, "" if files is None else " or wake file")
-        if alive and (found.get("liveness") == "alive" or not found.get("ended")):
-            raise Skip("%s (%s)" % (alive, detail))
         return detail
     step("h-exit", exit_)
 
