@@ -185,7 +185,8 @@ class Harness:
     wake_quiet = 1.0        # s without a request before a woken turn's turns are counted
     arm_s = 0.5             # s after a TUI turn before a wake (a turn-end waiter arms)
     no_session_before_prompt = {}   # mode -> why no session exists before a first prompt
-    exit_wait_s = {}        # mode -> seconds its SessionEnd may take after an exit (15)
+    exit_wait_s = {}        # mode -> seconds its SessionEnd may take after an exit (15;
+                            # longer: checked at the lane's end, Later)
 
     def cases(self):
         return list(COMMON)
@@ -778,6 +779,29 @@ class Box:
         shutil.rmtree(self.run, ignore_errors=True)
 
 
+class Later:
+    """What a step returns when its check must wait for the harness (Codex's
+    SessionEnd comes a minute after /exit): its lane runs its next runs
+    meanwhile, then the check (which returns the row's detail or raises), and
+    only then ends the run's processes and removes its box."""
+
+    def __init__(self, check):
+        self.check = check
+
+
+def outcome(fn):
+    """(status, detail) of a step's function: PASS with what it returned,
+    FAIL or SKIP with why; a broken step is a failure, never a crash."""
+    try:
+        return "PASS", fn()
+    except Failure as error:
+        return "FAIL", str(error)
+    except Skip as error:
+        return "SKIP", str(error)
+    except Exception as error:
+        return "FAIL", "error: %s: %s" % (type(error).__name__, error)
+
+
 # ---- what the model was shown --------------------------------------------------------
 
 def new_text(req, before):
@@ -950,10 +974,18 @@ def run_room(box, step):
             how = "%s%s" % ("/".join(harness.quit_keys),
                             ", '--resume' offered" if "--resume" in screen else "")
         want_end = box.kind == "tui" or harness.oneshot_session_end
-        end = time.time() + harness.exit_wait_s.get(box.mode, 15)
-        while time.time() < end:
+        wait = harness.exit_wait_s.get(box.mode, 15)
+        end = time.time() + wait
+        if wait > 15:       # the lane goes on meanwhile (Later)
+            return Later(lambda: settle(sid, how, want_end, end))
+        return settle(sid, how, want_end, end)
+
+    def settle(sid, how, want_end, end):
+        while True:
             found = box.session(sid) or {}
             if found.get("liveness") != "alive" and (found.get("ended") or not want_end):
+                break
+            if time.time() >= end:
                 break
             time.sleep(0.3)
         check(found.get("liveness") != "alive", "session %s still alive after the exit" % sid)
@@ -1571,28 +1603,33 @@ class Suite:
             mock = Mock(getattr(self.harness, "request_class", mock_model.GeminiRequest),
                         log=log, require_offered=self.harness.require_offered).start()
             self.mocks.append(mock)
-            thread = threading.Thread(target=lambda lane=lane, mock=mock: [
-                self.run(case, mode, mock) for case, mode in lane], daemon=True)
+            thread = threading.Thread(target=self.lane, args=(lane, mock), daemon=True)
             thread.start()
             threads.append(thread)
         for thread in threads:
             thread.join()
 
+    def lane(self, lane, mock):
+        """A lane's runs one after another, then the checks they left for
+        later (Later), in the order of their runs."""
+        finishes = [self.run(case, mode, mock) for case, mode in lane]
+        for finish in finishes:
+            finish()
+
     def run(self, case, mode, mock):
+        """One run: its box, its steps; returns what finishes it (its Later
+        checks, the box's cleanup, its rows), done at once when it left none."""
         wanted = case.rows_in(self.harness, mode)
         started = time.time()
-        rows, box = [], None
+        rows, box, later = [], None, []
 
         def step(row_name, fn):
             name = "%s/%s" % (row_name, mode)
-            try:
-                status, detail = "PASS", fn()
-            except Failure as error:
-                status, detail = "FAIL", str(error)
-            except Skip as error:
-                status, detail = "SKIP", str(error)
-            except Exception as error:  # a broken step is a failure, never a crash
-                status, detail = "FAIL", "error: %s: %s" % (type(error).__name__, error)
+            status, detail = outcome(fn)
+            if status == "PASS" and isinstance(detail, Later):
+                later.append((name, detail.check))
+                log("LATER %s" % name)
+                return
             rows.append((name, status, detail))
             log("%s %s: %s" % (status, name, one_line(detail)))
 
@@ -1608,25 +1645,39 @@ class Suite:
             wrong = list(mock.problems[:2])
             if box is not None and box.dialog_shown():
                 wrong.append(box.dialog_shown())
-            rows = [(c, "FAIL", "%s [%s]" % (d, "; ".join(one_line(w, 300) for w in wrong)))
-                    if wrong and st != "SKIP" else (c, st, d) for c, st, d in rows]
             if box is not None:
                 try:
                     mock.dump(os.path.join(box.dir, "requests.json"))
                 except OSError:
                     pass
+        ran = time.time() - started
+
+        def finish():
+            nonlocal rows
+            for name, check_later in later:
+                status, detail = outcome(check_later)
+                rows.append((name, status, detail))
+                log("%s %s: %s" % (status, name, one_line(detail)))
+            rows = [(c, "FAIL", "%s [%s]" % (d, "; ".join(one_line(w, 300) for w in wrong)))
+                    if wrong and st != "SKIP" else (c, st, d) for c, st, d in rows]
+            if box is not None:
                 box.cleanup()
-        if box is not None and box.errors:
-            rows = [(c, st, d + (" [%s]" % "; ".join(box.errors[:2]) if st == "FAIL" else ""))
-                    for c, st, d in rows]
-        done = {name for name, _, _ in rows}
-        rows += [(name, "FAIL", error) for name in wanted if name not in done]
-        with self.lock:
-            for name, status, detail in rows:
-                self.results[name] = (status, detail)
-                print("%-4s %-36s %s" % (status, name, one_line(detail)), flush=True)
-            print("     %-36s %.1f s" % ("(run %s/%s)" % (case.name, mode),
-                                         time.time() - started), flush=True)
+            if box is not None and box.errors:
+                rows = [(c, st, d + (" [%s]" % "; ".join(box.errors[:2]) if st == "FAIL"
+                                     else "")) for c, st, d in rows]
+            done = {name for name, _, _ in rows}
+            rows += [(name, "FAIL", error) for name in wanted if name not in done]
+            with self.lock:
+                for name, status, detail in rows:
+                    self.results[name] = (status, detail)
+                    print("%-4s %-36s %s" % (status, name, one_line(detail)), flush=True)
+                print("     %-36s %.1f s%s" % (
+                    "(run %s/%s)" % (case.name, mode), ran,
+                    "; %s checked at the lane's end" % ", ".join(n for n, _ in later)
+                    if later else ""), flush=True)
+        if not later:
+            finish()
+        return finish if later else (lambda: None)
 
     def close(self):
         for mock in self.mocks:

@@ -61,7 +61,8 @@ class Codex(e2e_box.Harness):
                      "the first prompt; codex queue needs the rollout)"}
     # Codex 0.171's TUI runs its thread in an app-server daemon that outlives
     # it by design; the daemon unloads the thread, and SessionEnd comes, when
-    # the thread has been idle thread_unload_delay_secs (60 s by default).
+    # the thread has been idle thread_unload_delay_secs (60 s by default):
+    # h-exit is checked at the lane's end, its next runs going on meanwhile.
     exit_wait_s = {"codex-tui": 90}
     wake_quiet = 4.0        # a second lever's turn would show by then
     arm_s = 2.0
