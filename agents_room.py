@@ -13677,7 +13677,7 @@ def _pg_bindable(params, types):
 # wide at most.)  So does every
 # call it does not take: peek, a store whose schema is not confirmed yet, a
 # connection's first call (no clock), one whose connection has failed.
-# PgStoreTest's test_recv_in_one_round_trip_answers_as_the_door compares the
+# PgRoundTripTest's test_recv_in_one_round_trip_answers_as_the_door compares the
 # two.
 # The part the calls answered this way share (PG_ANSWERS): whether the door's
 # sweep would change something, the clock is off, or the caller is missing;

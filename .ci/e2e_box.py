@@ -783,7 +783,10 @@ class Later:
     """What a step returns when its check must wait for the harness (Codex's
     SessionEnd comes a minute after /exit): its lane runs its next runs
     meanwhile, then the check (which returns the row's detail or raises), and
-    only then ends the run's processes and removes its box."""
+    only then ends the run's processes and removes its box.  The lane's mock
+    serves the next runs meanwhile: a harness that asks the model after its
+    exit would show in their requests (Codex's daemon, unloading the thread,
+    does not)."""
 
     def __init__(self, check):
         self.check = check
@@ -1611,10 +1614,18 @@ class Suite:
 
     def lane(self, lane, mock):
         """A lane's runs one after another, then the checks they left for
-        later (Later), in the order of their runs."""
-        finishes = [self.run(case, mode, mock) for case, mode in lane]
-        for finish in finishes:
-            finish()
+        later (Later), in the order of their runs: each, whatever broke
+        before it, so every run's box is cleaned up."""
+        finishes = []
+        try:
+            for case, mode in lane:
+                finishes.append(self.run(case, mode, mock))
+        finally:
+            for finish in finishes:
+                try:
+                    finish()
+                except Exception as error:  # its rows count as failed (_run)
+                    log("FAIL finishing a run: %s: %s" % (type(error).__name__, error))
 
     def run(self, case, mode, mock):
         """One run: its box, its steps; returns what finishes it (its Later
@@ -1661,7 +1672,10 @@ class Suite:
             rows = [(c, "FAIL", "%s [%s]" % (d, "; ".join(one_line(w, 300) for w in wrong)))
                     if wrong and st != "SKIP" else (c, st, d) for c, st, d in rows]
             if box is not None:
-                box.cleanup()
+                try:
+                    box.cleanup()
+                except Exception as error:  # the rows are still recorded
+                    box.errors.append("cleanup: %s: %s" % (type(error).__name__, error))
             if box is not None and box.errors:
                 rows = [(c, st, d + (" [%s]" % "; ".join(box.errors[:2]) if st == "FAIL"
                                      else "")) for c, st, d in rows]
@@ -1807,8 +1821,9 @@ def _run(harness, args, bins, selected, tag):
         suite.lanes(selected, args.jobs)
     finally:
         suite.close()
-    ordered = [(name,) + suite.results[name] for case, mode in selected
-               for name in case.rows_in(harness, mode) if name in suite.results]
+    # A row no run recorded (its lane broke) is a failure, never left out.
+    ordered = [(name,) + suite.results.get(name, ("FAIL", "not recorded: its lane broke"))
+               for case, mode in selected for name in case.rows_in(harness, mode)]
     print("\n%-4s  %-36s  %s" % ("", "row", "why"))
     for name, status, detail in ordered:
         print("%-4s  %-36s  %s" % (status, name, one_line(detail, 200)))
