@@ -12302,9 +12302,11 @@ JOBS = int(os.environ.get("AGENTS_ROOM_TEST_JOBS", "3") or "1")
 # a test runs in a child of its own runs the classes it names, not the queue).
 QUEUE = os.environ.pop("AGENTS_ROOM_TEST_QUEUE", None)
 _PROGRESS = re.compile(r"^(\S+Test +\d+ tests .*|  \S+ running, \d+ s since the last line)$")
+_CLOSING = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?; (.*)$")
 # AGENTS_ROOM_TEST_SLOWEST=N: the run ends with its N slowest tests (where a
-# suite near its five minutes spends them).
-SLOWEST = int(re.sub(r"\D", "", os.environ.get("AGENTS_ROOM_TEST_SLOWEST", "")) or "0")
+# suite near its five minutes spends them); anything but digits is none.
+_SLOWEST = os.environ.get("AGENTS_ROOM_TEST_SLOWEST", "")
+SLOWEST = int(_SLOWEST) if _SLOWEST.isdigit() else 0
 _SLOW = re.compile(r"^  slow: +([\d.]+) s  cpu +[\d.]+ s  (\S+)$")
 
 
@@ -12313,7 +12315,6 @@ def _cpu_seconds():
     own, children = (resource.getrusage(who) for who in (
         resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-_CLOSING = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?; (.*)$")
 
 
 def _test_classes():
