@@ -98,29 +98,29 @@ prints it when it differs; Part I is at most 10,000 lines):
     7251   450  operations: signals and wakes
     7701   123  operations: housekeeping
     7824   180  signals: wake levers
-    8004   575  MCP server
-    8579   345  harnesses: setup and doctor
-    8924   285  hook front end
-    9209   877  CLI
-   10086    91  main
-   10187  3961  appendix: PostgreSQL store
-   14148   476  appendix: harness: Claude Code
-   14624   184  appendix: harness: Codex
-   14808   260  appendix: harness: Hermes
-   15068   211  appendix: harness: Qwen Code
-   15279   167  appendix: harness: Gemini CLI
-   15446   425  appendix: harness: Pi
-   15871   383  appendix: harness: OpenCode
-   16254    45  appendix: harness: Kilo Code
-   16299   187  appendix: harness: GitHub Copilot CLI
-   16486   159  appendix: watch
-   16645   120  appendix: store copy
-   16765    75  appendix: git pre-commit guard
-   16840   108  appendix: Claude Code plugin
-   16948  1283  appendix: benchmark
-   18231  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19417   981  appendix: operator page
-   20398   167  appendix: embedded sources
+    8004   597  MCP server
+    8601   345  harnesses: setup and doctor
+    8946   285  hook front end
+    9231   877  CLI
+   10108    91  main
+   10209  3961  appendix: PostgreSQL store
+   14170   476  appendix: harness: Claude Code
+   14646   184  appendix: harness: Codex
+   14830   260  appendix: harness: Hermes
+   15090   211  appendix: harness: Qwen Code
+   15301   167  appendix: harness: Gemini CLI
+   15468   425  appendix: harness: Pi
+   15893   383  appendix: harness: OpenCode
+   16276    45  appendix: harness: Kilo Code
+   16321   187  appendix: harness: GitHub Copilot CLI
+   16508   159  appendix: watch
+   16667   120  appendix: store copy
+   16787    75  appendix: git pre-commit guard
+   16862   108  appendix: Claude Code plugin
+   16970  1283  appendix: benchmark
+   18253  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19439   981  appendix: operator page
+   20420   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -8188,8 +8188,9 @@ class McpServer:
     out.  No input can end the loop: every line gets its answer (or, for a
     notification or a response, none) and the next line is read."""
 
-    def __init__(self, store, ctx, log=None, store_path=None, profile="lean"):
+    def __init__(self, store, ctx, log=None, store_path=None, profile="lean", opening=None):
         self.store, self.ctx, self.store_path = store, ctx, store_path
+        self.opening = opening    # a StoreOpening, until a call takes its store
         self.profile = profile
         self.protocol = None
         self.waits = []           # parked msg_recv calls: [id, arguments, deadline]
@@ -8264,9 +8265,7 @@ class McpServer:
         if message.get("jsonrpc") != "2.0" or not isinstance(message["method"], str):
             return _rpc_error(id_ if has_id else None, -32600,
                               "Invalid Request: needs jsonrpc \"2.0\" and a string method")
-        params = message.get("params", {})
-        if params is None:
-            params = {}
+        params = {} if message.get("params") is None else message["params"]
         if not isinstance(params, dict):
             if not has_id:
                 return None
@@ -8343,9 +8342,7 @@ class McpServer:
 
     def call(self, id_, params):
         name = params.get("name")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
+        arguments = {} if params.get("arguments") is None else params["arguments"]
         if name == ROOM_CALL:
             try:
                 name, arguments = room_call_target(arguments)
@@ -8363,7 +8360,7 @@ class McpServer:
         self.ctx.signal = None
         try:
             if self.store is None:
-                self.store = open_store(self.store_path)
+                self.store = self.opened()
             result = call_tool(self.store, self.ctx, name, arguments, public_only=True)
         except RoomError as error:
             return self.refusal(id_, error)
@@ -8375,6 +8372,18 @@ class McpServer:
                                time.time() + arguments[parks], result])
             return None
         return self.answer(id_, result, name)
+
+    def opened(self):
+        """The store for a call, once the one opening beside the first answers
+        is open (its failure is this call's); after a failure, opened again."""
+        opening, self.opening = self.opening, None
+        if opening:
+            opening.thread.join()
+            if opening.error:
+                raise opening.error
+        store = (opening and opening.store) or open_store(self.store_path)
+        store.serving()           # a long run: the store's upkeep waits for pauses
+        return store
 
     @staticmethod
     def refusal(id_, error):
@@ -8400,6 +8409,26 @@ class McpServer:
             answer["content"].append({"type": "text", "text": self.ctx.signal["text"]})
             answer["_meta"] = {"agents-room/unread": self.ctx.signal["count"]}
         return ToolAnswer(_rpc_result(id_, answer), text)
+
+
+class StoreOpening:
+    """serve's store, opened on a thread while initialize, ping and tools/list
+    (which need none) are answered: a slow store (a far PostgreSQL's connection
+    and schema check) keeps no client from its tools.  If it fails, serve goes
+    on: each call says why (and tries again), no dead server."""
+
+    def __init__(self, store_path):
+        import threading
+        self.store = self.error = None
+        self.thread = threading.Thread(target=self._open, args=(store_path,), daemon=True)
+        self.thread.start()
+
+    def _open(self, store_path):
+        try:
+            self.store = open_store(store_path)
+        except RoomError as error:
+            self.error = error
+            sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
 
 
 class ToolAnswer(dict):
@@ -8510,21 +8539,13 @@ def serve(store_path=None, profile=None):
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        store = open_store(store_path)
-    except StoreError as error:
-        # Serve anyway: every call answers why (and tries the store again), so
-        # the agent reads the reason instead of finding a dead server.
-        sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
-        store = None
-    if store is not None:
-        store.serving()         # a long run: the store's upkeep waits for pauses
+    opening = StoreOpening(store_path)
     listen_for_wakes(store_path, "mcp")     # it connects (and again) by itself
     pid = os.getpid()
     harness = harness_pid(os.getppid())
     ctx = Context(via="mcp", pid=pid, pid_start=process_start(pid), harness_pid=harness,
                   harness_start=process_start(harness) if harness else None)
-    server = McpServer(store, ctx, store_path=store_path, profile=profile)
+    server = McpServer(None, ctx, store_path=store_path, profile=profile, opening=opening)
     stdout = sys.stdout.buffer
 
     def emit(answer):
@@ -8571,8 +8592,9 @@ def serve(store_path=None, profile=None):
     except BrokenPipeError:
         pass
     finally:
-        if server.store is not None:
-            server.store.close()
+        # A store still opening is not waited for: the process is ending.
+        for store in {server.store, opening.store} - {None}:
+            store.close()
     return 0
 
 

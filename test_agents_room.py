@@ -8448,10 +8448,15 @@ class TrustTest(RoomTest):
 
 
 def _summary(result):
-    run = result.testsRun
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    skipped = len(result.skipped)
-    return "%d passed, %d failed" % (run - failed - skipped, failed) + (
+    """Tests, not subtests: a test two of whose subtests failed is one failure
+    (before, 1 test ran and "-1 passed, 2 failed")."""
+    def tests(entries):
+        return {getattr(test, "test_case", test).id() for test in entries}
+    failed = tests([test for test, _ in result.failures + result.errors] +
+                   list(result.unexpectedSuccesses))
+    skipped = len(tests(test for test, _ in result.skipped) - failed)
+    return "%d passed, %d failed" % (result.testsRun - len(failed) - skipped,
+                                     len(failed)) + (
         ", %d skipped" % skipped if skipped else "")
 
 
@@ -11931,6 +11936,42 @@ class PgTrustTest(RoomTest):
             self.assertEqual([m["subject"] for m in self.cli_json(
                 "history", "--session", me["session_id"], env={"AGENTS_ROOM_DB": again})[
                     "messages"]], ["carried"])
+
+    def test_8_serve_answers_its_handshake_while_its_store_is_connecting(self):
+        """A slow server (or a far one) keeps no client from its tools: serve
+        answers initialize, ping and tools/list while its connections wait,
+        and the first tools/call waits for the store and says why it failed.
+        (Before, serve opened the store first: a handshake in 2 s on a
+        far store, and once Claude Code's first turn had no agents-room tools.)"""
+        release, started = threading.Event(), []
+
+        def held(peer):
+            started.append(peer.startup())
+            release.wait(PIPE_TIMEOUT_S * 2)   # then hung up, unanswered
+        server = HostilePostgres(self, held)
+        # A deadline past the client's own read: a serve that waited for the
+        # store would answer nothing in time.
+        client = McpClient(self, env={"AGENTS_ROOM_DB": server.url(
+            "sslmode=disable&connect_timeout=%d" % (PIPE_TIMEOUT_S * 3))})
+        self.wait_for(lambda: len(started) >= 2, PIPE_TIMEOUT_S,
+                      "serve's store and its wake listener connecting")
+        self.assertEqual(client.initialize()["result"]["serverInfo"]["name"], "agents-room")
+        self.assertEqual(client.request("ping")["result"], {})
+        self.assertIn("room_join", [t["name"] for t in client.request("tools/list")[
+            "result"]["tools"]])
+        self.assertFalse(release.is_set())     # answered while both were held
+        release.set()
+        for attempt in ("the open that was waited for", "opened again"):
+            with self.subTest(call=attempt):
+                answer = client.call("room_join", room="x")
+                self.assertTrue(answer["isError"], answer)
+                self.assertIn("the server closed the connection", answer["content"][0]["text"])
+                self.assertNotIn("hunter2", answer["content"][0]["text"])
+        self.assertEqual(client.request("ping")["result"], {})
+        client.proc.stdin.close()
+        self.assertEqual(client.proc.wait(PIPE_TIMEOUT_S), 0)
+        self.assertNotIn(b"Traceback", client.err.rest())
+
 
 # The store and operation tests again, on PostgreSQL.
 # ---- what no peer has: fences, watches, retract ---------------------------------
