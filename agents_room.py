@@ -86,41 +86,41 @@ prints it when it differs; Part I is at most 10,000 lines):
     2304   989  harness adapters
     3293   388  liveness (process scan)
     3681   630  tool registry and the door
-    4311   242  results as text
-    4553   510  operations: sessions and rooms
-    5063   719  operations: messages
-    5782   622  operations: leases
-    6404   237  operations: work states and quiet windows
-    6641   168  operations: task board
-    6809   230  operations: watches
-    7039    91  operations: status
-    7130   121  operations: reads and drift
-    7251   450  operations: signals and wakes
-    7701   123  operations: housekeeping
-    7824   180  signals: wake levers
-    8004   597  MCP server
-    8601   345  harnesses: setup and doctor
-    8946   285  hook front end
-    9231   877  CLI
-   10108    91  main
-   10209  3961  appendix: PostgreSQL store
-   14170   476  appendix: harness: Claude Code
-   14646   184  appendix: harness: Codex
-   14830   260  appendix: harness: Hermes
-   15090   211  appendix: harness: Qwen Code
-   15301   167  appendix: harness: Gemini CLI
-   15468   425  appendix: harness: Pi
-   15893   383  appendix: harness: OpenCode
-   16276    45  appendix: harness: Kilo Code
-   16321   187  appendix: harness: GitHub Copilot CLI
-   16508   159  appendix: watch
-   16667   120  appendix: store copy
-   16787    75  appendix: git pre-commit guard
-   16862   108  appendix: Claude Code plugin
-   16970  1283  appendix: benchmark
-   18253  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19439   981  appendix: operator page
-   20420   167  appendix: embedded sources
+    4311   238  results as text
+    4549   510  operations: sessions and rooms
+    5059   719  operations: messages
+    5778   622  operations: leases
+    6400   237  operations: work states and quiet windows
+    6637   168  operations: task board
+    6805   230  operations: watches
+    7035    91  operations: status
+    7126   121  operations: reads and drift
+    7247   450  operations: signals and wakes
+    7697   123  operations: housekeeping
+    7820   180  signals: wake levers
+    8000   597  MCP server
+    8597   345  harnesses: setup and doctor
+    8942   285  hook front end
+    9227   877  CLI
+   10104    92  main
+   10206  3961  appendix: PostgreSQL store
+   14167   476  appendix: harness: Claude Code
+   14643   184  appendix: harness: Codex
+   14827   260  appendix: harness: Hermes
+   15087   211  appendix: harness: Qwen Code
+   15298   167  appendix: harness: Gemini CLI
+   15465   425  appendix: harness: Pi
+   15890   383  appendix: harness: OpenCode
+   16273    45  appendix: harness: Kilo Code
+   16318   187  appendix: harness: GitHub Copilot CLI
+   16505   159  appendix: watch
+   16664   120  appendix: store copy
+   16784    75  appendix: git pre-commit guard
+   16859   108  appendix: Claude Code plugin
+   16967  1283  appendix: benchmark
+   18250  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19436   981  appendix: operator page
+   20417   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -4362,35 +4362,31 @@ def _render_messages(messages, empty):
 
 # Colour for the few things a person scans for (liveness, refusals, unread
 # mail), as gh and git do: only on a terminal, never with NO_COLOR or
-# TERM=dumb, and never in --json.  main() decides, once.
-COLOR = {"on": False}
+# TERM=dumb, and never in --json.  main() decides, once, and makes the word
+# paint marks its codes with: shown keeps those and no member's (a peer's
+# state painted "alive").
+COLOR = {"on": False, "mark": ""}
 PAINT = {"alive": "32", "gone": "31", "unknown": "33", "refused": "31", "unread": "1;33"}
 
 
 def paint(text, what):
-    """text in the colour of what it is (PAINT), when colour is on."""
-    code = PAINT.get(what)
-    return "\x1b[%sm%s\x1b[0m" % (code, text) if COLOR["on"] and code and text else text
-
-
-_PAINTED = []
+    """text in the colour of what it is (PAINT), when colour is on: marked
+    codes that shown makes real."""
+    code, mark = PAINT.get(what), COLOR["mark"]
+    on = COLOR["on"] and code and text
+    return "\x1b%s[%sm%s\x1b%s[0m" % (mark, code, text, mark) if on else text
 
 
 def shown(text, as_json=False):
     """The one way store-made text reaches a terminal (main, watch): clean's
-    characters removed and paint's own colour codes kept, whatever a renderer
-    forgot (a member writes any column: a verdict, a state, an event's kind);
-    JSON has them written as \\u escapes instead (json_escaped)."""
+    characters removed, whatever a renderer forgot (a member writes any
+    column: a verdict, a state, an event's kind), and paint's own codes made
+    real; JSON has those characters written as \\u escapes (json_escaped)."""
     if as_json:
         return json_escaped(text)
     if not COLOR["on"]:
         return clean(text)
-    if not _PAINTED:
-        import re
-        _PAINTED.append(re.compile("(\x1b\\[(?:%s)m)" % "|".join(
-            re.escape(code) for code in sorted(set(PAINT.values()) | {"0"}))))
-    parts = _PAINTED[0].split(text)
-    return "".join(part if i % 2 else clean(part) for i, part in enumerate(parts))
+    return "\x1b".join(clean(part) for part in text.split("\x1b" + COLOR["mark"]))
 
 
 def _table(rows, styles=None):
@@ -10127,6 +10123,7 @@ def main(argv=None):
     bare = any(a == "--get" or a.startswith("--get=") for a in argv)
     COLOR["on"] = (not want_json and not os.environ.get("NO_COLOR") and
         os.environ.get("TERM") != "dumb" and sys.stdout.isatty())
+    COLOR["mark"] = os.urandom(6).hex() if COLOR["on"] else ""
     try:
         groups = {t.cli.split()[0] for t in TOOLS.values() if t.public and t.cli and
                   " " in t.cli}

@@ -9216,7 +9216,8 @@ class PeerWordsFramedTest(SignalBase):
         lease's mode and an importance: a title, the clipboard (OSC 52) and
         a cleared screen, from a member's UPDATE.  Everything the CLI prints
         now goes through the sanitiser on its way out; colour stays."""
-        evil = "x\x1b]0;owned\x07\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\r\u202e\u200b"
+        evil = ("x\x1b]0;owned\x07\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\r\u202e\u200b"
+                "\x1b[32mforged\x1b[0m")
         me, peer, message = self.member_wrote_every_column(evil)
         commands = [["who"], ["status"], ["leases", "--session", me], ["history", "--session", me],
                     ["show", "--session", me, str(message)], ["watch", "--last", "20"],
@@ -9237,6 +9238,10 @@ class PeerWordsFramedTest(SignalBase):
         self.assertIn(b"\x1b[32malive", data)                   # my own session, painted
         for bad in (b"\x1b]", b"\x07", b"\x1b[2J"):
             self.assertNotIn(bad, data)
+        # ... and only paint's: the colour code in the peer's work state is
+        # no more than words (it would have painted anything green).
+        self.assertIn(b"[32mforged", data)
+        self.assertNotIn(b"\x1b[32mforged", data)
 
     def test_json_answers_write_invisible_characters_as_escapes(self):
         """The fifth trust review: bidirectional and zero-width characters in a
