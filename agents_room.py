@@ -98,29 +98,29 @@ prints it when it differs; Part I is at most 10,000 lines):
     7247   450  operations: signals and wakes
     7697   123  operations: housekeeping
     7820   180  signals: wake levers
-    8000   597  MCP server
-    8597   345  harnesses: setup and doctor
-    8942   285  hook front end
-    9227   877  CLI
-   10104    92  main
-   10206  3961  appendix: PostgreSQL store
-   14167   476  appendix: harness: Claude Code
-   14643   184  appendix: harness: Codex
-   14827   260  appendix: harness: Hermes
-   15087   211  appendix: harness: Qwen Code
-   15298   167  appendix: harness: Gemini CLI
-   15465   425  appendix: harness: Pi
-   15890   383  appendix: harness: OpenCode
-   16273    45  appendix: harness: Kilo Code
-   16318   187  appendix: harness: GitHub Copilot CLI
-   16505   159  appendix: watch
-   16664   120  appendix: store copy
-   16784    75  appendix: git pre-commit guard
-   16859   108  appendix: Claude Code plugin
-   16967  1283  appendix: benchmark
-   18250  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19436   981  appendix: operator page
-   20417   167  appendix: embedded sources
+    8000   599  MCP server
+    8599   345  harnesses: setup and doctor
+    8944   285  hook front end
+    9229   877  CLI
+   10106    92  main
+   10208  3968  appendix: PostgreSQL store
+   14176   476  appendix: harness: Claude Code
+   14652   184  appendix: harness: Codex
+   14836   260  appendix: harness: Hermes
+   15096   211  appendix: harness: Qwen Code
+   15307   167  appendix: harness: Gemini CLI
+   15474   425  appendix: harness: Pi
+   15899   383  appendix: harness: OpenCode
+   16282    45  appendix: harness: Kilo Code
+   16327   187  appendix: harness: GitHub Copilot CLI
+   16514   159  appendix: watch
+   16673   120  appendix: store copy
+   16793    75  appendix: git pre-commit guard
+   16868   108  appendix: Claude Code plugin
+   16976  1283  appendix: benchmark
+   18259  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19445   981  appendix: operator page
+   20426   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -8425,6 +8425,8 @@ class StoreOpening:
         except RoomError as error:
             self.error = error
             sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
+        except Exception as error:   # a bug: the first call's internal error, no thread's trace
+            self.error = error
 
 
 class ToolAnswer(dict):
@@ -13984,8 +13986,10 @@ def _pg_message_items(rows):
 # untold delivery of a caller over MCP (the door's way says the signal and
 # marks it offered; no other front end is told of mail this way).
 # Python decides what needs no reading
-# (the arguments' checks, to's selectors: '*' and session ids only, file:,
-# tag: and label: go the door's way, as does a reply without to), and
+# (the arguments' checks, to's selectors: '*', session ids, tag: and label:
+# (a mate's tags read as JSON only for a tag:, CASE's order: a member's bad
+# tags fail only the sends the door's json.loads fails); file: goes the
+# door's way, as does a reply without to), and
 # computes the texts the door computes from them (the selector, the
 # expiry, ack_by, the size, the event's subject and to in json_text's
 # form); the rooms and recipients in the event are said in SQL as json_text
@@ -13993,13 +13997,17 @@ def _pg_message_items(rows):
 PG_SEND_TEXT = "WITH " + PG_DUE_TEXT + """,
   caller AS (SELECT * FROM sessions WHERE id = :me AND left_at IS NULL
     AND NOT (SELECT due FROM due)),
-  mates AS (SELECT DISTINCT m2.session_id AS id FROM memberships m1 JOIN memberships m2
-      ON m2.room = m1.room JOIN sessions s ON s.id = m2.session_id
+  mates AS (SELECT DISTINCT m2.session_id AS id, s.label, s.tags FROM memberships m1
+      JOIN memberships m2 ON m2.room = m1.room JOIN sessions s ON s.id = m2.session_id
     WHERE m1.session_id = :me AND m2.session_id <> :me AND s.left_at IS NULL),
-  sel AS (SELECT s, n FROM jsonb_array_elements_text(:sels::jsonb) WITH ORDINALITY AS t(s, n)),
+  sel AS (SELECT s, n, substr(s, 1, strpos(s, ':')) AS how, substr(s, strpos(s, ':') + 1)
+    AS what FROM jsonb_array_elements_text(:sels::jsonb) WITH ORDINALITY AS t(s, n)),
   picked AS (SELECT row_number() OVER (ORDER BY sel.n, x.id) AS pos, x.id
-    FROM sel JOIN LATERAL (SELECT sel.s AS id WHERE sel.s <> '*' UNION ALL
-      SELECT id FROM mates WHERE sel.s = '*') x ON true WHERE x.id <> :me),
+    FROM sel JOIN LATERAL (SELECT sel.s AS id WHERE sel.s <> '*' AND sel.how = ''
+      UNION ALL SELECT id FROM mates WHERE sel.s = '*'
+      UNION ALL SELECT id FROM mates WHERE sel.how = 'label:' AND label = sel.what
+      UNION ALL SELECT id FROM mates WHERE CASE WHEN sel.how = 'tag:'
+        THEN tags::jsonb @> jsonb_build_array(sel.what) END) x ON true WHERE x.id <> :me),
   rcpt AS (SELECT id, min(pos) AS pos FROM picked GROUP BY id),
   refused AS (SELECT NOT EXISTS (SELECT 1 FROM caller)
       OR NOT EXISTS (SELECT 1 FROM rcpt)
@@ -14076,7 +14084,8 @@ def _pg_send(store, call, args, session_id, ctx):
         return None
     selectors = [s.strip() for s in ([to] if isinstance(to, str) else to)]
     if not 0 < len(selectors) <= SELECTORS_MAX or not all(
-            s == "*" or is_session_id(s) for s in selectors):
+            s == "*" or is_session_id(s) or s.partition(":")[0] in ("tag", "label") and
+            s.partition(":")[2] for s in selectors):
         return None
     conn = _pg_own_conn(store, call, session_id)
     # (_pg_json_ascii reads characters' code points: a UTF-8 server's.)
