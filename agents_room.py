@@ -81,46 +81,46 @@ Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
      208   123  constants
      331    56  errors
-     387   664  small utilities
-    1051  1253  store
-    2304   989  harness adapters
-    3293   388  liveness (process scan)
-    3681   630  tool registry and the door
-    4311   238  results as text
-    4549   510  operations: sessions and rooms
-    5059   719  operations: messages
-    5778   622  operations: leases
-    6400   237  operations: work states and quiet windows
-    6637   168  operations: task board
-    6805   230  operations: watches
-    7035    91  operations: status
-    7126   121  operations: reads and drift
-    7247   450  operations: signals and wakes
-    7697   123  operations: housekeeping
-    7820   180  signals: wake levers
-    8000   599  MCP server
-    8599   345  harnesses: setup and doctor
-    8944   285  hook front end
-    9229   877  CLI
-   10106    92  main
-   10208  3968  appendix: PostgreSQL store
-   14176   476  appendix: harness: Claude Code
-   14652   184  appendix: harness: Codex
-   14836   260  appendix: harness: Hermes
-   15096   211  appendix: harness: Qwen Code
-   15307   167  appendix: harness: Gemini CLI
-   15474   425  appendix: harness: Pi
-   15899   383  appendix: harness: OpenCode
-   16282    45  appendix: harness: Kilo Code
-   16327   187  appendix: harness: GitHub Copilot CLI
-   16514   159  appendix: watch
-   16673   120  appendix: store copy
-   16793    75  appendix: git pre-commit guard
-   16868   108  appendix: Claude Code plugin
-   16976  1283  appendix: benchmark
-   18259  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19445   981  appendix: operator page
-   20426   167  appendix: embedded sources
+     387   685  small utilities
+    1072  1253  store
+    2325   975  harness adapters
+    3300   388  liveness (process scan)
+    3688   630  tool registry and the door
+    4318   238  results as text
+    4556   510  operations: sessions and rooms
+    5066   717  operations: messages
+    5783   622  operations: leases
+    6405   237  operations: work states and quiet windows
+    6642   168  operations: task board
+    6810   230  operations: watches
+    7040    91  operations: status
+    7131   121  operations: reads and drift
+    7252   450  operations: signals and wakes
+    7702   123  operations: housekeeping
+    7825   180  signals: wake levers
+    8005   601  MCP server
+    8606   345  harnesses: setup and doctor
+    8951   285  hook front end
+    9236   872  CLI
+   10108    92  main
+   10210  3971  appendix: PostgreSQL store
+   14181   476  appendix: harness: Claude Code
+   14657   198  appendix: harness: Codex
+   14855   260  appendix: harness: Hermes
+   15115   211  appendix: harness: Qwen Code
+   15326   167  appendix: harness: Gemini CLI
+   15493   425  appendix: harness: Pi
+   15918   383  appendix: harness: OpenCode
+   16301    45  appendix: harness: Kilo Code
+   16346   187  appendix: harness: GitHub Copilot CLI
+   16533   166  appendix: watch
+   16699   120  appendix: store copy
+   16819    75  appendix: git pre-commit guard
+   16894   108  appendix: Claude Code plugin
+   17002  1283  appendix: benchmark
+   18285  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19471   981  appendix: operator page
+   20452   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -673,6 +673,27 @@ def _json_encoder(wire):
         encoder.encode_basestring_ascii, None, plain.key_separator, plain.item_separator,
         plain.sort_keys, False, True)
     return lambda value: "".join(chunks(value, 0))
+
+
+def stored_json(text, default, kinds=None):
+    """A JSON column as the store holds it (tags, acks, an event's data), or
+    default where it is none or not of default's type (or kinds): a member may
+    write any text there (tags that were no JSON made `who` fail for the room)."""
+    try:
+        value = json.loads(text) if text else default
+    except (TypeError, ValueError):
+        return default
+    return value if isinstance(value, kinds or type(default)) else default
+
+
+def stored_number(data, key, default):
+    """data[key] where it is a number (a lease's end, a message's id), else default."""
+    return data.get(key) if type(data.get(key)) in (int, float) else default
+
+
+def stored_strings(text):
+    """A JSON list of strings as the store holds it (tags, acks): its strings."""
+    return [item for item in stored_json(text, []) if isinstance(item, str)]
 
 
 def quoted(text, width=80):
@@ -2195,8 +2216,8 @@ def sweep_windows(conn, at):
     for window in conn.execute(
             "SELECT * FROM windows WHERE %s UNION ALL SELECT * FROM windows WHERE %s"
             % WINDOWS_DUE, (at, at, at)).fetchall():
-        required = set(json.loads(window["required"]))
-        acked = set(json.loads(window["acked"]))
+        required = set(stored_strings(window["required"]))
+        acked = set(stored_strings(window["acked"]))
         if window["expires_at"] > at and required <= acked:
             continue          # acked in time: it may still activate until it ends
         move_window(conn, window["id"], "expired", at, window["session_id"], {
@@ -2642,20 +2663,6 @@ def write_private(path, text, mode=None):
         except OSError:
             pass
         raise
-
-
-def _toml_string(text):
-    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
-    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
-    out = []
-    for char in text:
-        if ord(char) > 0xFFFF:
-            out.append("\\U%08X" % ord(char))
-        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(json.dumps(char)[1:-1])
-        else:
-            out.append(char)
-    return '"%s"' % "".join(out)
 
 
 def _configured(path, needle):
@@ -4628,7 +4635,7 @@ def session_dict(conn, row, liveness, at=None):
     lever = current_lever(row, at if at is not None else now())
     return {
         "session_id": row["id"], "label": row["label"], "harness": row["harness"],
-        "cwd": row["cwd"], "tags": json.loads(row["tags"]),
+        "cwd": row["cwd"], "tags": stored_strings(row["tags"]),
         "rooms": rooms_of(conn, row["id"]),
         "autonomy": effective_autonomy(conn, row),
         "autonomy_requested": row["autonomy"],
@@ -5138,10 +5145,8 @@ def resolve_selectors(op, sender, to):
             tag = selector[4:]
             if not tag:
                 raise UsageError("tag: needs a tag, e.g. tag:backend")
-            for session_id in sorted(mates):
-                tags = json.loads(session_row(conn, session_id)["tags"])
-                if tag in tags:
-                    found.append(session_id)
+            found.extend(s for s in sorted(mates)
+                         if tag in stored_strings(session_row(conn, s)["tags"]))
         else:
             row = op.session(selector, SEND_COLUMNS) if is_session_id(selector) else None
             if row is None:
@@ -5784,8 +5789,8 @@ def room_history(op, room=None, limit=50, before=None, query=None, thread=None):
 # digest, selectors) sees one identity.
 
 def window_dict(conn, window, liveness=None):
-    required = json.loads(window["required"])
-    acked = json.loads(window["acked"])
+    required = stored_strings(window["required"])
+    acked = stored_strings(window["acked"])
     return {"window_id": window["id"], "session_id": window["session_id"],
             "label": (session_row(conn, window["session_id"]) or {"label": None})["label"],
             "purpose": window["purpose"], "state": window["state"],
@@ -6173,7 +6178,7 @@ def lease_renew(op, path=None, resources=None, ttl_s=LEASE_TTL_S):
                 (resource.key, me)).fetchone()
             if expired:
                 # When the lease ran out, not when a sweep noticed it.
-                ended = json.loads(expired[1] or "{}").get("expires_at", expired[0])
+                ended = stored_number(stored_json(expired[1], {}), "expires_at", expired[0])
                 raise RoomError("your lease on %s expired at %s; it was not renewed"
                                 % (resource.shown, iso(ended)),
                                 "claim it again (lease_claim): someone may have "
@@ -6545,7 +6550,7 @@ def window_ack(op, window_id):
         raise RoomError("too late: the ack deadline of quiet window #%d passed at %s"
                         % (window_id, iso(window["ack_deadline"])),
                         "its requester has to ask again")
-    acked = json.loads(window["acked"])
+    acked = stored_strings(window["acked"])
     if op.me not in acked:
         acked.append(op.me)
         op.conn.execute("UPDATE windows SET acked=? WHERE id=?", (json.dumps(acked),
@@ -7173,8 +7178,8 @@ def lease_holders_between(conn, key, session_id, start, end, real=None):
             "('lease.claim', 'lease.renew') AND session_id != ? AND %s ORDER BY at" % (
                 marks, EVENTS_SUBJECT_WHERE),
             covering + [horizon, end, session_id]).fetchall():
-        data = json.loads(claim["data"] or "{}")
-        until = data.get("expires_at", claim["at"])
+        data = stored_json(claim["data"], {})
+        until = stored_number(data, "expires_at", claim["at"])
         released = conn.execute(
             "SELECT MIN(at) FROM events WHERE subject=? AND session_id=? AND at >= ? AND "
             "kind IN ('lease.release', 'lease.takeover') AND " + EVENTS_SUBJECT_WHERE,
@@ -7780,7 +7785,7 @@ def _event_item(conn, row, room, labels):
     return {"id": row["id"], "at": iso(row["at"]), "ts": row["at"], "kind": row["kind"],
             "session_id": sid, "label": labels.get(sid), "room": row["room"],
             "subject": row["subject"],
-            "data": json.loads(row["data"]) if row["data"] else {}}
+            "data": stored_json(row["data"], {})}
 
 
 @tool("events_tail", "The newest events", {
@@ -8409,9 +8414,8 @@ class McpServer:
 
 class StoreOpening:
     """serve's store, opened on a thread while initialize, ping and tools/list
-    (which need none) are answered: a slow store (a far PostgreSQL's connection
-    and schema check) keeps no client from its tools.  If it fails, serve goes
-    on: each call says why (and tries again), no dead server."""
+    are answered: a far or slow store keeps no client from its tools.  If it
+    fails, serve goes on: each call says why (and tries again), no dead server."""
 
     def __init__(self, store_path):
         import threading
@@ -8422,11 +8426,10 @@ class StoreOpening:
     def _open(self, store_path):
         try:
             self.store = open_store(store_path)
-        except RoomError as error:
+        except Exception as error:   # explained, or a bug (the first call's, no thread's trace)
             self.error = error
-            sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
-        except Exception as error:   # a bug: the first call's internal error, no thread's trace
-            self.error = error
+            if isinstance(error, RoomError):
+                sys.stderr.write("agents-room: %s\n" % error.text().replace("\n", "; "))
 
 
 class ToolAnswer(dict):
@@ -8590,9 +8593,13 @@ def serve(store_path=None, profile=None):
     except BrokenPipeError:
         pass
     finally:
-        # A store still opening is not waited for: the process is ending.
+        # A store still opening gets a moment, then the process ends at once: a
+        # thread inside sqlite3 as Python finalized crashed it (1 in 240, at EOF).
+        opening.thread.join(1.0)
         for store in {server.store, opening.store} - {None}:
             store.close()
+    if opening.thread.is_alive():
+        os._exit(0)             # every answer was written and flushed
     return 0
 
 
@@ -9917,11 +9924,6 @@ def _wake_run_arguments(sub):
          _wake_run_arguments, hidden=True)
 def run_wake_run(args):
     return "", wake_run(args.payload)
-
-
-def parse_since(text):
-    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
-    return parse_iso(text) if looks_iso(text) else now() - parse_duration(text)
 
 
 def staged_paths(cwd):
@@ -13987,9 +13989,9 @@ def _pg_message_items(rows):
 # marks it offered; no other front end is told of mail this way).
 # Python decides what needs no reading
 # (the arguments' checks, to's selectors: '*', session ids, tag: and label:
-# (a mate's tags read as JSON only for a tag:, CASE's order: a member's bad
-# tags fail only the sends the door's json.loads fails); file: goes the
-# door's way, as does a reply without to), and
+# (a mate's tags are read as JSON for a tag: alone, CASE's order; tags that
+# are no JSON fail the statement, and the door's way, which reads them as
+# none, sends it); file: goes the door's way, as does a reply without to), and
 # computes the texts the door computes from them (the selector, the
 # expiry, ack_by, the size, the event's subject and to in json_text's
 # form); the rooms and recipients in the event are said in SQL as json_text
@@ -14116,9 +14118,12 @@ def _pg_send(store, call, args, session_id, ctx):
     try:
         rows = _pg_own_flight(store, call, conn, send, True)
     except PgError as error:
-        if not error.lost:
-            raise _pg_commit_failed(conn, error, store.path)
-        return _pg_send_lost(store, conn, error, session_id, at)
+        if error.lost:
+            return _pg_send_lost(store, conn, error, session_id, at)
+        failed = _pg_commit_failed(conn, error, store.path)     # rolled back
+        if error.sqlstate == "22P02" and any(s.startswith("tag:") for s in selectors):
+            return None     # a mate's tags that are no JSON: the door's way reads none
+        raise failed
     head = rows[0]
     if head["due__"] or head["refused__"]:
         return None
@@ -14651,6 +14656,20 @@ def _claude_rejected(root, state):
 
 # ---- appendix: harness: Codex --------------------------------------------
 # Codex: its adapter, the queue and resume levers.
+
+def _toml_string(text):
+    """A TOML basic string: JSON's escapes are TOML's, except that TOML has no
+    surrogate pairs, so characters outside the BMP are written as \\UXXXXXXXX."""
+    out = []
+    for char in text:
+        if ord(char) > 0xFFFF:
+            out.append("\\U%08X" % ord(char))
+        elif char == '"' or char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(json.dumps(char)[1:-1])
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
+
 
 class CodexQueue(Lever):
     """codex queue --thread <thread> --message <signal>: a turn in an idle
@@ -16516,6 +16535,11 @@ register_harness(CopilotCli())
 # Registered here as a command; it reads the log through the core's events.
 
 
+def parse_since(text):
+    """--since: an ISO-8601 UTC time, or a duration ago (90s, 10m, 2h, 1d)."""
+    return parse_iso(text) if looks_iso(text) else now() - parse_duration(text)
+
+
 def follow_events(room=None, since=None, poll_s=0.5, store=None):
     """Yield event rows as dicts, oldest first, forever: those after `since`
     (epoch seconds; default: from now on), only of `room`'s sessions when given.
@@ -16621,8 +16645,9 @@ def run_watch(args):
         if sender and item["session_id"] != sender and (
                 (item["label"] or "").lower() != sender):
             return False
-        if args.to_me and not (item["kind"] == "msg.send" and me in (
-                item["data"].get("recipients") or [])):
+        recipients = item["data"].get("recipients")
+        if args.to_me and not (item["kind"] == "msg.send" and isinstance(recipients, list)
+                               and me in recipients):
             return False
         return True
     labels = {}
@@ -16640,7 +16665,8 @@ def run_watch(args):
         data = dict(item["data"])
         for field in ("recipients", "holders", "required", "lowered"):
             if isinstance(data.get(field), list):
-                data[field] = [one_line(label_of(s) or s[:8], 20) for s in data[field]]
+                data[field] = [one_line(label_of(s) or s[:8], 20) if isinstance(s, str)
+                               else s for s in data[field]]
         detail = ", ".join("%s=%s" % (k, one_line(_event_value(k, v), 60))
                            for k, v in sorted(data.items()) if v not in (None, [], {})
                            and k != "shown")
@@ -19560,8 +19586,8 @@ def _ui_waits(op, item, leases, windows, tasks):
             "SELECT data FROM events WHERE session_id=? AND kind=? AND subject=? AND %s "
             "ORDER BY id DESC LIMIT 1" % EVENTS_SUBJECT_WHERE,
             (sid, "work." + work["state"], work["scope"])).fetchone()
-        message_id = (json.loads(told["data"]) if told and told["data"] else {}).get(
-            "message_id")
+        message_id = stored_number(stored_json(told["data"] if told else None, {}),
+                                   "message_id", None)
         if message_id:
             states = conn.execute("SELECT session_id, state FROM deliveries WHERE "
                                   "message_id=? ORDER BY session_id",
@@ -19720,7 +19746,7 @@ def ui_state(op, before=None, limit=UI_MESSAGES, operator_key=None):
     messages = []
     for row in reversed(shown):
         item = message_dict(op, row)
-        item["to"] = json.loads(row["selector"]) if row["selector"] else None
+        item["to"] = stored_json(row["selector"], None, (str, list, dict))
         item["deliveries"] = deliveries.get(row["id"], [])
         messages.append(item)
     events = events_tail(op, limit=UI_EVENTS)["events"]

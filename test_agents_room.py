@@ -6929,6 +6929,29 @@ class OperatorPageTest(RoomTest):
         self.assertNotIn("Traceback", err)
         return err
 
+    def test_a_members_rows_that_are_no_json_leave_the_page_its_state(self):
+        """A message's selector, an event's data and a session's tags that a
+        member wrote as no JSON (or of the wrong kind) cost the page nothing:
+        the message's to reads as none, the block's told message as unknown."""
+        self.cli_json("work", "--session", self.web, "blocked", "--scope", "api",
+                      "--summary", "needs the field", "--to", self.api)
+        conn = self.connect()
+        for sql in ("UPDATE messages SET selector = '[' WHERE sender = '%s'",
+                    "UPDATE events SET data = '{\"message_id\": [1]}' WHERE session_id = '%s' "
+                    "AND kind = 'work.blocked'",
+                    "UPDATE events SET data = '{x' WHERE session_id = '%s' AND kind <> "
+                    "'work.blocked'",
+                    "UPDATE sessions SET tags = 'no' WHERE id = '%s'"):
+            conn.execute(sql % self.web)
+        conn.commit()
+        conn.close()
+        self.start_ui()
+        state = self.state(self.login())
+        web = next(a for a in state["agents"] if a["label"] == "web")
+        self.assertIn("blocked on api: needs the field", [w["text"] for w in web["waits"]])
+        self.assertIn(None, [m["to"] for m in state["messages"]])
+        self.stop_ui()
+
     def test_the_page_acts_only_with_its_own_buttons(self):
         # ui_act took any tool that takes a session: whoever held the page's
         # key could make the operator's session send, claim or leave.
@@ -9274,6 +9297,42 @@ class PeerWordsFramedTest(SignalBase):
         self.assertIn(b"[32mforged", data)
         self.assertNotIn(b"\x1b[32mforged", data)
 
+    def test_a_json_column_a_member_wrote_as_no_json_fails_no_readers_call(self):
+        """A member who wrote text that is no JSON into a JSON column of its
+        own rows (its tags, its quiet window's acks, its events' data, its
+        message's selector) made `who`, `status`, `window` and `watch` a
+        traceback for everyone in the room.  Those columns read as empty now,
+        and a send by tag reaches those whose tags say so."""
+        me = self.join("--label", "me", key=run_key("k-js-me"), live=True)["session_id"]
+        peer = self.join("--label", "peer", "--tag", "api", key=run_key("k-js-peer"),
+                         live=True)["session_id"]
+        third = self.join("--label", "third", "--tag", "api", key=run_key("k-js-third"),
+                          live=True)["session_id"]
+        self.cli_json("claim", "--session", peer, "db:js")
+        self.cli_json("window", "request", "--session", peer, "db:js2", "--purpose", "p",
+                      "--require", me)
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", "s")
+        conn = self.connect()
+        for sql in ("UPDATE sessions SET tags = 'no json' WHERE id = '%s'",
+                    "UPDATE windows SET required = '[', acked = '5' WHERE session_id = '%s'",
+                    "UPDATE events SET data = '{x' WHERE session_id = '%s'",
+                    "UPDATE messages SET selector = '[' WHERE sender = '%s'"):
+            conn.execute(sql % peer)
+        conn.commit()
+        conn.close()
+        for argv in (["who"], ["status"], ["window"], ["watch", "--last", "50"],
+                     ["watch", "--last", "50", "--to-me", "--session", me],
+                     ["history", "--session", me], ["recv", "--session", me]):
+            with self.subTest(command=argv):
+                done = subprocess.run(PROGRAM + argv, cwd=self.tmp, env=self.env,
+                                      capture_output=True, timeout=CALL_TIMEOUT_S)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertNotIn(b"Traceback", done.stderr)
+        who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual((who["peer"]["tags"], who["third"]["tags"]), ([], ["api"]))
+        sent = self.cli_json("send", "--session", me, "--to", "tag:api", "--subject", "t")
+        self.assertEqual(sent["recipient_ids"], [third])
+
     def test_json_answers_write_invisible_characters_as_escapes(self):
         """The fifth trust review: bidirectional and zero-width characters in a
         message reached the model raw in an MCP answer (JSON escapes only C0).
@@ -10884,11 +10943,13 @@ class PgRoundTripTest(PgServerTest):
         self.assertEqual((sorted(picked[:2]), picked[2:], raised),
                          (["<r1>", "<r2>"], ["<r3>"], {"r1", "r2", "r3"}))
         # A member's tags that are no JSON are read for a tag: alone: a send
-        # to all or by label is sent.
+        # to all or by label is sent; by tag, the door's way reads them as none.
         for world in (own, door):
             with world[0].write() as conn:
                 conn.execute("UPDATE sessions SET tags = '[\"api\"' WHERE label = 'r1'")
         both(to=["*", "label:r1"], body="bad tags")
+        answer, raised = both(own_way=False, to="tag:api", body="bad tags")
+        self.assertEqual((json.loads(answer)["recipient_ids"], raised), (["<r3>"], {"r3"}))
         for world in (own, door):
             with world[0].write() as conn:
                 conn.execute("UPDATE sessions SET tags = '[\"api\"]' WHERE label = 'r1'")
@@ -10924,7 +10985,7 @@ class PgRoundTripTest(PgServerTest):
                 "'msg.%' OR kind LIKE 'wake.%' ORDER BY id")]))
         self.assertEqual(rows[0], rows[1])
         got = json.loads(rows[0])
-        self.assertEqual(len(got[0]), 10)         # the messages: 6 sent, 4 to nobody
+        self.assertEqual(len(got[0]), 11)         # the messages: 7 sent, 4 to nobody
         # A wake for r2 at each send to it (its lever, none here, says why
         # not), none for r3 (its room's cap is hold) nor r1.
         self.assertEqual({r[1] for r in got[4] if r[0].startswith("wake.")}, {"<r2>"})
