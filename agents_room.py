@@ -87,40 +87,40 @@ prints it when it differs; Part I is at most 10,000 lines):
     3300   388  liveness (process scan)
     3688   630  tool registry and the door
     4318   238  results as text
-    4556   510  operations: sessions and rooms
-    5066   717  operations: messages
-    5783   622  operations: leases
-    6405   237  operations: work states and quiet windows
-    6642   168  operations: task board
-    6810   230  operations: watches
-    7040    91  operations: status
-    7131   121  operations: reads and drift
-    7252   450  operations: signals and wakes
-    7702   123  operations: housekeeping
-    7825   180  signals: wake levers
-    8005   601  MCP server
-    8606   345  harnesses: setup and doctor
-    8951   285  hook front end
-    9236   872  CLI
-   10108    92  main
-   10210  3971  appendix: PostgreSQL store
-   14181   476  appendix: harness: Claude Code
-   14657   198  appendix: harness: Codex
-   14855   260  appendix: harness: Hermes
-   15115   211  appendix: harness: Qwen Code
-   15326   167  appendix: harness: Gemini CLI
-   15493   425  appendix: harness: Pi
-   15918   383  appendix: harness: OpenCode
-   16301    45  appendix: harness: Kilo Code
-   16346   187  appendix: harness: GitHub Copilot CLI
-   16533   166  appendix: watch
-   16699   120  appendix: store copy
-   16819    75  appendix: git pre-commit guard
-   16894   108  appendix: Claude Code plugin
-   17002  1283  appendix: benchmark
-   18285  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19471   981  appendix: operator page
-   20452   167  appendix: embedded sources
+    4556   506  operations: sessions and rooms
+    5062   717  operations: messages
+    5779   622  operations: leases
+    6401   237  operations: work states and quiet windows
+    6638   168  operations: task board
+    6806   230  operations: watches
+    7036    91  operations: status
+    7127   121  operations: reads and drift
+    7248   450  operations: signals and wakes
+    7698   123  operations: housekeeping
+    7821   180  signals: wake levers
+    8001   601  MCP server
+    8602   345  harnesses: setup and doctor
+    8947   285  hook front end
+    9232   872  CLI
+   10104    92  main
+   10206  3971  appendix: PostgreSQL store
+   14177   476  appendix: harness: Claude Code
+   14653   198  appendix: harness: Codex
+   14851   260  appendix: harness: Hermes
+   15111   211  appendix: harness: Qwen Code
+   15322   167  appendix: harness: Gemini CLI
+   15489   425  appendix: harness: Pi
+   15914   383  appendix: harness: OpenCode
+   16297    45  appendix: harness: Kilo Code
+   16342   187  appendix: harness: GitHub Copilot CLI
+   16529   166  appendix: watch
+   16695   120  appendix: store copy
+   16815    75  appendix: git pre-commit guard
+   16890   108  appendix: Claude Code plugin
+   16998  1283  appendix: benchmark
+   18281  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19467   981  appendix: operator page
+   20448   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -4650,11 +4650,7 @@ def session_dict(conn, row, liveness, at=None):
 
 def _stored_lever(row):
     """The lever row as the store holds it (a reference and reported facts)."""
-    try:
-        stored = json.loads(row["lever_data"] or "{}")
-    except ValueError:
-        return None
-    return stored if isinstance(stored, dict) else None
+    return stored_json(row["lever_data"] or "{}", None, dict)
 
 
 def resolve_lever(row):
