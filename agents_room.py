@@ -52,7 +52,7 @@ Part II, the appendices, register themselves in tables the core reads
   operations: housekeeping             prune, store facts, the event log
   signals: wake levers                 starting a turn in an idle session
   MCP server                           JSON-RPC over stdio
-  harnesses: setup and doctor          the drivers of setup and doctor
+  harnesses: setup                     the driver of setup: what it writes where
   hook front end                       a harness's hook event in, its answer out
   CLI                                  the command table and its runners
   main                                 the command line's one entry
@@ -67,6 +67,7 @@ Part II, the appendices, register themselves in tables the core reads
   appendix: harness: Kilo Code         OpenCode's fork: its adapter and resume lever
   appendix: harness: GitHub Copilot CLI
                                        its adapter and resume lever
+  appendix: doctor                     doctor: what agents-room sees from here
   appendix: watch                      watch: the room's events as they come
   appendix: store copy                 store copy: a room from one store to another
   appendix: git pre-commit guard       install-guard: a hook running guard --staged
@@ -79,48 +80,49 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     208   123  constants
-     331    56  errors
-     387   685  small utilities
-    1072  1253  store
-    2325   975  harness adapters
-    3300   388  liveness (process scan)
-    3688   630  tool registry and the door
-    4318   238  results as text
-    4556   506  operations: sessions and rooms
-    5062   717  operations: messages
-    5779   622  operations: leases
-    6401   237  operations: work states and quiet windows
-    6638   168  operations: task board
-    6806   230  operations: watches
-    7036    91  operations: status
-    7127   121  operations: reads and drift
-    7248   450  operations: signals and wakes
-    7698   123  operations: housekeeping
-    7821   180  signals: wake levers
-    8001   601  MCP server
-    8602   345  harnesses: setup and doctor
-    8947   285  hook front end
-    9232   872  CLI
-   10104    92  main
-   10206  3971  appendix: PostgreSQL store
-   14177   476  appendix: harness: Claude Code
-   14653   198  appendix: harness: Codex
-   14851   260  appendix: harness: Hermes
-   15111   211  appendix: harness: Qwen Code
-   15322   167  appendix: harness: Gemini CLI
-   15489   425  appendix: harness: Pi
-   15914   383  appendix: harness: OpenCode
-   16297    45  appendix: harness: Kilo Code
-   16342   187  appendix: harness: GitHub Copilot CLI
-   16529   166  appendix: watch
-   16695   120  appendix: store copy
-   16815    75  appendix: git pre-commit guard
-   16890   108  appendix: Claude Code plugin
-   16998  1283  appendix: benchmark
-   18281  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19467   981  appendix: operator page
-   20448   167  appendix: embedded sources
+     210   123  constants
+     333    56  errors
+     389   685  small utilities
+    1074  1271  store
+    2345   975  harness adapters
+    3320   388  liveness (process scan)
+    3708   630  tool registry and the door
+    4338   238  results as text
+    4576   506  operations: sessions and rooms
+    5082   717  operations: messages
+    5799   622  operations: leases
+    6421   237  operations: work states and quiet windows
+    6658   168  operations: task board
+    6826   230  operations: watches
+    7056    91  operations: status
+    7147   121  operations: reads and drift
+    7268   450  operations: signals and wakes
+    7718   123  operations: housekeeping
+    7841   180  signals: wake levers
+    8021   601  MCP server
+    8622   169  harnesses: setup
+    8791   285  hook front end
+    9076   858  CLI
+    9934    92  main
+   10036  3971  appendix: PostgreSQL store
+   14007   476  appendix: harness: Claude Code
+   14483   198  appendix: harness: Codex
+   14681   260  appendix: harness: Hermes
+   14941   211  appendix: harness: Qwen Code
+   15152   167  appendix: harness: Gemini CLI
+   15319   425  appendix: harness: Pi
+   15744   383  appendix: harness: OpenCode
+   16127    45  appendix: harness: Kilo Code
+   16172   187  appendix: harness: GitHub Copilot CLI
+   16359   199  appendix: doctor
+   16558   166  appendix: watch
+   16724   120  appendix: store copy
+   16844    75  appendix: git pre-commit guard
+   16919   108  appendix: Claude Code plugin
+   17027  1283  appendix: benchmark
+   18310  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19496   981  appendix: operator page
+   20477   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1713,14 +1715,32 @@ class SqliteStore:
 
     @staticmethod
     def access_checks(path):
-        """doctor: who can read the file."""
+        """doctor: who can read the file (a shared store's group: it is theirs),
+        and in a shared store whether the members can raise each other's
+        markers (one an older agents-room made 0700 only its owner widens)."""
         mode, dir_mode = stat_mode(path), stat_mode(os.path.dirname(path))
-        if mode & 0o077 or dir_mode & 0o077:
-            return [("warn", "store permissions: file %03o, directory %03o" % (
-                mode, dir_mode), "others can read it: chmod 600 %s; chmod 700 %s"
-                % (path, os.path.dirname(path)))]
-        return [("ok", "store permissions: file %03o, directory %03o" % (mode, dir_mode),
-                 "")]
+        shared = os.environ.get("AGENTS_ROOM_SHARED_STORE") == "1"
+        shown = "store permissions: file %03o, directory %03o" % (mode, dir_mode)
+        if (mode | dir_mode) & (0o007 if shared else 0o077):
+            checks = [("warn", shown, "others can read it: chmod %s %s; chmod %s %s" % (
+                "660" if shared else "600", path, "2770" if shared else "700",
+                os.path.dirname(path)))]
+        else:
+            checks = [("ok", shown + (" (shared with the group)" if shared else ""), "")]
+        markers = marker_path(path)
+        try:
+            info = os.lstat(markers) if shared else None
+        except OSError:
+            info = None               # (none yet: the first send makes it the group's)
+        if info is not None and info.st_mode & 0o070 != 0o070:
+            checks.append(("warn", "signal markers: %s is %03o, uid %d's: the other "
+                           "members' sends raise no marker there, so their mail reaches "
+                           "no quiet hook (it waits for a Stop or a prompt)" % (
+                               markers, info.st_mode & 0o777, info.st_uid),
+                           ("chmod g+rwx %s (a send of yours widens it too)"
+                            if info.st_uid == os.getuid() else "its owner runs chmod "
+                            "g+rwx %s (a send of theirs widens it too)") % markers))
+        return checks
 
     def link_checks(self):
         """doctor: how this process reaches the store."""
@@ -8599,9 +8619,9 @@ def serve(store_path=None, profile=None):
     return 0
 
 
-# ---- harnesses: setup and doctor -----------------------------------------
-# The drivers of setup and doctor: what is common to every harness;
-# each harness's own part is its adapter's (harness adapters).
+# ---- harnesses: setup ---------------------------------------------------
+# The driver of setup: what is common to every harness; each harness's own
+# part is its adapter's (harness adapters).  doctor is an appendix.
 
 
 def setup(harness, autonomy=0, write=False, scope="project", cwd=None, home=None,
@@ -8766,182 +8786,6 @@ def _exclude_from_git(root, paths, write):
                                             error.strerror or error)
     return "added %s to %s (this clone's ignore list; .gitignore is left alone)" % (
         ", ".join(missing), shown)
-
-
-def quiet_hook_check(runs=5):
-    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
-    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
-    medians, on a store in a temporary directory (nothing of the room is
-    read or written).  About ten process starts; bench measures it properly."""
-    import subprocess
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
-               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
-        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
-            "hook", "--harness", hook_format().name, "--event=PostToolUse"])
-        times = ([], [])
-        try:
-            for _ in range(runs):
-                for argv, spent in zip(argvs, times):
-                    started = time.perf_counter()
-                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   timeout=HOOK_TIMEOUT_S, check=True)
-                    spent.append(time.perf_counter() - started)
-        except (OSError, subprocess.SubprocessError) as error:
-            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
-                    "run it by hand: %s hook --event=PostToolUse" % this_file())
-    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
-    ratio = hook / bare
-    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
-            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
-                hook, ratio, bare, runs), "" if ratio <= 1.5 else
-            "a busy machine reads high; bench times it against its limit")
-
-
-def _as_the_harness_ran_it(pid, argv):
-    """argv (the harness's own command line, cut after its program) with
-    every path made absolute as the harness process resolved it: its
-    program from /proc/PID/exe, relative paths against its working
-    directory, which the command then runs in, so nothing is looked up from
-    doctor's directory (a clone's file of the harness's name is not it:
-    issue 34's doctor rule).  (None, None) when that cannot be known."""
-    if not argv or not pid:
-        return None, None
-    try:
-        exe = os.readlink(os.path.join(proc_root(), str(pid), "exe"))
-        cwd = os.readlink(os.path.join(proc_root(), str(pid), "cwd"))
-    except OSError:
-        return None, None
-    if not (os.path.isabs(exe) and os.path.isabs(cwd)):
-        return None, None
-    return [exe] + [a if a.startswith("-") or os.path.isabs(a) else os.path.join(cwd, a)
-                    for a in argv[1:]], cwd
-
-
-def tested_check(adapter):
-    """doctor: the running harness's version (its program's --version: one
-    process, no network) against the newest version agents-room's
-    end-to-end run passed on (the adapter's tested)."""
-    import re
-    import subprocess
-    pid = harness_pid(os.getppid())
-    argv, where = _as_the_harness_ran_it(pid, adapter.version_argv(
-        process_argv(pid) if pid else None))
-    what = "%s version" % adapter.title
-    if argv is None:
-        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
-            what, adapter.tested), "")
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30, cwd=where)
-        found = re.search(r"\d+(?:\.\d+)+", done.stdout)
-    except (OSError, subprocess.SubprocessError) as error:
-        found, done = None, error
-    if found is None:
-        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
-            what, " ".join(argv[-2:]), adapter.tested), "")
-    running = tuple(int(x) for x in found.group(0).split("."))
-    if running > tuple(int(x) for x in adapter.tested.split(".")):
-        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
-                "passed on: untested" % (what, found.group(0), adapter.tested),
-                "make e2e-latest runs the same cases on the newest release")
-    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
-        what, found.group(0), adapter.tested), "")
-
-
-def doctor(env=None, cwd=None, home=None):
-    """Checks, each (status, what, advice): status is ok, warn or fail."""
-    env = os.environ if env is None else env
-    cwd = cwd or _getcwd()
-    home = home or os.path.expanduser("~")
-    root = repo_root(cwd) or cwd
-    checks = []
-    path = default_db_path()
-    kind = store_kind(path)
-    checks.append(("ok", "store: %s" % kind.shown_path(path), ""))
-    if kind.exists(path):
-        checks += kind.access_checks(path)
-        try:
-            store = open_store(path)
-            try:
-                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
-                                 "store_info", {"harness_key": harness_key_from(env)})
-                checks += store.link_checks()
-            finally:
-                store.close()
-            checks.append(("ok", "schema version %d, %d present session%s, %s"
-                           % (info["schema"], info["sessions"],
-                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
-        except RoomError as error:
-            info = None
-            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
-    else:
-        info = None
-        checks.append(("ok", "store not created yet", "the first join creates it"))
-    try:
-        cost = listing_cost(tool_profile(env.get("AGENTS_ROOM_TOOLS")))
-        checks.append(("ok", "MCP tool list (%(profile)s): %(tools)d tools, %(bytes)d bytes, "
-                       "about %(tokens)d tokens; instructions %(instructions_bytes)d bytes"
-                       % cost, ""))
-    except UsageError as error:
-        checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
-                       "unset it, or set it to all"))
-    checks.append(quiet_hook_check())
-    harness = detect_harness(env)
-    checks.append(("ok", "harness detected: %s" % harness, ""))
-    if harness_named(harness).tested:
-        checks.append(tested_check(harness_named(harness)))
-    key = harness_key_from(env)
-    var = next((v for v in harness_key_vars() if env.get(v)), None)
-    if key:
-        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
-    elif harness == "generic":
-        checks.append(("info", "no harness key here (a terminal)", "a terminal's session "
-                       "lives as long as the shell it was joined from"))
-    else:
-        checks.append(("warn", "no harness key in the environment",
-                       "rejoins cannot find the same session and liveness relies on a "
-                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
-    session = info and info.get("session")
-    if session:
-        adapter = harness_named(session["harness"])
-        lever = session["lever"] or "none"
-        if session["autonomy"] == 2 and lever == "none" and adapter.waiter:
-            # Inside a turn (doctor runs in one) the waiter is not armed: it
-            # ended when it woke this turn, and arms again when the turn ends.
-            lever = "%s, which arms again when this turn ends" % adapter.waiter
-        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
-            session["session_id"], session["label"] or "-",
-            autonomy_name(session["autonomy"]), lever), ""))
-        if session["autonomy"] == 2 and lever == "none":
-            checks.append(("warn", "at wake with no lever: %s cannot be woken from "
-                           "outside" % adapter.title, "messages wait in the inbox for "
-                           "the next turn; setup says what this harness can do"))
-    elif key:
-        checks.append(("warn", "no session for this harness key yet",
-                       "the SessionStart hook or room_join creates it"))
-    for item in (info or {}).get("levers_refused", ()):
-        checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
-            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
-            one_line(item["why"], 200)),
-            "nothing the store says runs as you; its harness's next session start "
-            "records the lever again"))
-    unset = []
-    for adapter in HARNESS_ADAPTERS:
-        if not adapter.setup_name:
-            continue
-        if adapter.configured(env, root, home) or adapter.name == harness:
-            checks += adapter.doctor(env, root, home)
-        else:
-            unset.append(adapter.setup_name)
-    if unset:
-        # Harnesses this user does not use are no warning: a line of news.
-        checks.append(("info", "not set up here: %s" % ", ".join(unset),
-                       "python3 %s setup <harness> --write, for the one you run" %
-                       this_file()))
-    return checks
 
 
 # ---- hook front end ------------------------------------------------------
@@ -9732,21 +9576,7 @@ def run_setup(args):
     return "\n".join(lines), 0
 
 
-@command("doctor", "Check the store, harness, key, wake lever and configuration.",
-         "Check, line by line, what agents-room sees from here: the store (path,\n"
-         "journal mode, schema), the harness and its key in this environment, this\n"
-         "session's autonomy and wake lever, and for each harness whether its MCP\n"
-         "entry and hooks are configured and the configured hook command runs.\n"
-         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
-         "doctor")
-def run_doctor(args):
-    checks = doctor()
-    if args.json:
-        return json.dumps([{"status": s, "check": c, "advice": a}
-                           for s, c, a in checks], indent=2), 0
-    lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
-             for s, c, a in checks]
-    return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
+
 
 
 def stop_on_signals():
@@ -16524,6 +16354,205 @@ class CopilotCli(Harness):
 
 
 register_harness(CopilotCli())
+
+
+# ---- appendix: doctor -----------------------------------------------------
+# `doctor`: what agents-room sees from here, line by line: the store, the
+# quiet hook's cost, the harness and its key, this session, each harness's
+# configuration (its adapter's doctor).  Registered here as a command.
+
+
+def quiet_hook_check(runs=5):
+    """doctor: what a PostToolUse hook with nothing waiting costs, as setup
+    writes it, against python -I -S -c pass (the issue's bar): runs in turn,
+    medians, on a store in a temporary directory (nothing of the room is
+    read or written).  About ten process starts; bench measures it properly."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="agents-room-doctor-") as tmp:
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": tmp,
+               "AGENTS_ROOM_DB": os.path.join(tmp, "room.db")}
+        argvs = ([sys.executable, "-I", "-S", "-c", "pass"], launcher() + [
+            "hook", "--harness", hook_format().name, "--event=PostToolUse"])
+        times = ([], [])
+        try:
+            for _ in range(runs):
+                for argv, spent in zip(argvs, times):
+                    started = time.perf_counter()
+                    subprocess.run(argv, input=b'{"session_id": "doctor-probe"}', env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   timeout=HOOK_TIMEOUT_S, check=True)
+                    spent.append(time.perf_counter() - started)
+        except (OSError, subprocess.SubprocessError) as error:
+            return ("warn", "quiet hook: could not be timed: %s" % one_line(str(error), 200),
+                    "run it by hand: %s hook --event=PostToolUse" % this_file())
+    bare, hook = (sorted(t)[len(t) // 2] * 1000 for t in times)
+    ratio = hook / bare
+    return ("ok" if ratio <= 1.5 else "info", "quiet hook (PostToolUse, nothing waiting): "
+            "%.1f ms, %.2fx python -I -S -c pass (%.1f ms), median of %d" % (
+                hook, ratio, bare, runs), "" if ratio <= 1.5 else
+            "a busy machine reads high; bench times it against its limit")
+
+
+def _as_the_harness_ran_it(pid, argv):
+    """argv (the harness's own command line, cut after its program) with
+    every path made absolute as the harness process resolved it: its
+    program from /proc/PID/exe, relative paths against its working
+    directory, which the command then runs in, so nothing is looked up from
+    doctor's directory (a clone's file of the harness's name is not it:
+    issue 34's doctor rule).  (None, None) when that cannot be known."""
+    if not argv or not pid:
+        return None, None
+    try:
+        exe = os.readlink(os.path.join(proc_root(), str(pid), "exe"))
+        cwd = os.readlink(os.path.join(proc_root(), str(pid), "cwd"))
+    except OSError:
+        return None, None
+    if not (os.path.isabs(exe) and os.path.isabs(cwd)):
+        return None, None
+    return [exe] + [a if a.startswith("-") or os.path.isabs(a) else os.path.join(cwd, a)
+                    for a in argv[1:]], cwd
+
+
+def tested_check(adapter):
+    """doctor: the running harness's version (its program's --version: one
+    process, no network) against the newest version agents-room's
+    end-to-end run passed on (the adapter's tested)."""
+    import re
+    import subprocess
+    pid = harness_pid(os.getppid())
+    argv, where = _as_the_harness_ran_it(pid, adapter.version_argv(
+        process_argv(pid) if pid else None))
+    what = "%s version" % adapter.title
+    if argv is None:
+        return ("info", "%s: not found from here (agents-room's e2e passed on %s)" % (
+            what, adapter.tested), "")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30, cwd=where)
+        found = re.search(r"\d+(?:\.\d+)+", done.stdout)
+    except (OSError, subprocess.SubprocessError) as error:
+        found, done = None, error
+    if found is None:
+        return ("info", "%s: %s did not say (agents-room's e2e passed on %s)" % (
+            what, " ".join(argv[-2:]), adapter.tested), "")
+    running = tuple(int(x) for x in found.group(0).split("."))
+    if running > tuple(int(x) for x in adapter.tested.split(".")):
+        return ("info", "%s %s is newer than %s, the newest agents-room's end-to-end run "
+                "passed on: untested" % (what, found.group(0), adapter.tested),
+                "make e2e-latest runs the same cases on the newest release")
+    return ("ok", "%s %s (agents-room's e2e passed on %s)" % (
+        what, found.group(0), adapter.tested), "")
+
+
+def doctor(env=None, cwd=None, home=None):
+    """Checks, each (status, what, advice): status is ok, warn or fail."""
+    env = os.environ if env is None else env
+    cwd = cwd or _getcwd()
+    home = home or os.path.expanduser("~")
+    root = repo_root(cwd) or cwd
+    checks = []
+    path = default_db_path()
+    kind = store_kind(path)
+    checks.append(("ok", "store: %s" % kind.shown_path(path), ""))
+    if kind.exists(path):
+        checks += kind.access_checks(path)
+        try:
+            store = open_store(path)
+            try:
+                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
+                                 "store_info", {"harness_key": harness_key_from(env)})
+                checks += store.link_checks()
+            finally:
+                store.close()
+            checks.append(("ok", "schema version %d, %d present session%s, %s"
+                           % (info["schema"], info["sessions"],
+                              "" if info["sessions"] == 1 else "s", info["engine"]), ""))
+        except RoomError as error:
+            info = None
+            checks.append(("fail", "store: %s" % error.message, error.hint or ""))
+    else:
+        info = None
+        checks.append(("ok", "store not created yet", "the first join creates it"))
+    try:
+        cost = listing_cost(tool_profile(env.get("AGENTS_ROOM_TOOLS")))
+        checks.append(("ok", "MCP tool list (%(profile)s): %(tools)d tools, %(bytes)d bytes, "
+                       "about %(tokens)d tokens; instructions %(instructions_bytes)d bytes"
+                       % cost, ""))
+    except UsageError as error:
+        checks.append(("warn", "AGENTS_ROOM_TOOLS: %s" % error.message,
+                       "unset it, or set it to all"))
+    checks.append(quiet_hook_check())
+    harness = detect_harness(env)
+    checks.append(("ok", "harness detected: %s" % harness, ""))
+    if harness_named(harness).tested:
+        checks.append(tested_check(harness_named(harness)))
+    key = harness_key_from(env)
+    var = next((v for v in harness_key_vars() if env.get(v)), None)
+    if key:
+        checks.append(("ok", "harness key from %s: %s" % (var, key), ""))
+    elif harness == "generic":
+        checks.append(("info", "no harness key here (a terminal)", "a terminal's session "
+                       "lives as long as the shell it was joined from"))
+    else:
+        checks.append(("warn", "no harness key in the environment",
+                       "rejoins cannot find the same session and liveness relies on a "
+                       "pid; set AGENTS_ROOM_HARNESS_KEY or run inside the harness"))
+    session = info and info.get("session")
+    if session:
+        adapter = harness_named(session["harness"])
+        lever = session["lever"] or "none"
+        if session["autonomy"] == 2 and lever == "none" and adapter.waiter:
+            # Inside a turn (doctor runs in one) the waiter is not armed: it
+            # ended when it woke this turn, and arms again when the turn ends.
+            lever = "%s, which arms again when this turn ends" % adapter.waiter
+        checks.append(("ok", "this session: %s (label %s), autonomy %s, wake lever %s" % (
+            session["session_id"], session["label"] or "-",
+            autonomy_name(session["autonomy"]), lever), ""))
+        if session["autonomy"] == 2 and lever == "none":
+            checks.append(("warn", "at wake with no lever: %s cannot be woken from "
+                           "outside" % adapter.title, "messages wait in the inbox for "
+                           "the next turn; setup says what this harness can do"))
+    elif key:
+        checks.append(("warn", "no session for this harness key yet",
+                       "the SessionStart hook or room_join creates it"))
+    for item in (info or {}).get("levers_refused", ()):
+        checks.append(("fail", "wake lever of session %s (label %s) refused: %s" % (
+            one_line(item["session_id"], 40), one_line(item["label"] or "-", 40),
+            one_line(item["why"], 200)),
+            "nothing the store says runs as you; its harness's next session start "
+            "records the lever again"))
+    unset = []
+    for adapter in HARNESS_ADAPTERS:
+        if not adapter.setup_name:
+            continue
+        if adapter.configured(env, root, home) or adapter.name == harness:
+            checks += adapter.doctor(env, root, home)
+        else:
+            unset.append(adapter.setup_name)
+    if unset:
+        # Harnesses this user does not use are no warning: a line of news.
+        checks.append(("info", "not set up here: %s" % ", ".join(unset),
+                       "python3 %s setup <harness> --write, for the one you run" %
+                       this_file()))
+    return checks
+
+
+@command("doctor", "Check the store, harness, key, wake lever and configuration.",
+         "Check, line by line, what agents-room sees from here: the store (path,\n"
+         "journal mode, schema), the harness and its key in this environment, this\n"
+         "session's autonomy and wake lever, and for each harness whether its MCP\n"
+         "entry and hooks are configured and the configured hook command runs.\n"
+         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
+         "doctor")
+def run_doctor(args):
+    checks = doctor()
+    if args.json:
+        return json.dumps([{"status": s, "check": c, "advice": a}
+                           for s, c, a in checks], indent=2), 0
+    lines = ["%-4s %s%s" % (s, c, ("\n     -> " + a) if a and s != "ok" else "")
+             for s, c, a in checks]
+    return "\n".join(lines), 1 if any(s == "fail" for s, _, _ in checks) else 0
 
 
 # ---- appendix: watch ------------------------------------------------------
