@@ -14,8 +14,9 @@ test:
 
 # The races of ConcurrencyTest on SQLite and PostgreSQL (local and read-ahead)
 # at full size: 8 claimers x 250 claims, 8 senders x 500 messages to 4
-# receivers, 100 writers killed mid-work; bounded by that work, judged by
-# invariants, each test's counts on stderr.  `make test` runs them small.
+# receivers, 100 writers killed mid-work, 600 serves whose input ends as
+# they start; bounded by that work, judged by invariants, each test's
+# counts on stderr.  `make test` runs them small.
 stress:
 	AGENTS_ROOM_TEST_STRESS=1 $(PYTHON) test_agents_room.py
 

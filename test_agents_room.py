@@ -5747,10 +5747,12 @@ class ConcurrencyTest(RoomTest):
             for index in range(4):
                 home = os.path.join(self.tmp, "eof-%d-%d" % (round_, index))
                 os.makedirs(home)
+                env = dict(self.env, HOME=home)
+                if self.store == "sqlite":          # (a fresh store each; a server's own)
+                    env["AGENTS_ROOM_DB"] = os.path.join(home, "room.db")
                 procs.append(subprocess.Popen(
-                    PROGRAM + ["serve"], env=dict(self.env, HOME=home, AGENTS_ROOM_DB=(
-                        os.path.join(home, "room.db"))), cwd=home,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                    PROGRAM + ["serve"], env=env, cwd=home, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             self.procs.extend(procs)
             for proc in procs:
                 out, err = proc.communicate(timeout=60)
