@@ -83,46 +83,46 @@ prints it when it differs; Part I is at most 10,000 lines):
      210   123  constants
      333    56  errors
      389   685  small utilities
-    1074  1271  store
-    2345   975  harness adapters
-    3320   388  liveness (process scan)
-    3708   630  tool registry and the door
-    4338   238  results as text
-    4576   506  operations: sessions and rooms
-    5082   717  operations: messages
-    5799   622  operations: leases
-    6421   237  operations: work states and quiet windows
-    6658   168  operations: task board
-    6826   230  operations: watches
-    7056    91  operations: status
-    7147   121  operations: reads and drift
-    7268   450  operations: signals and wakes
-    7718   123  operations: housekeeping
-    7841   180  signals: wake levers
-    8021   601  MCP server
-    8622   169  harnesses: setup
-    8791   285  hook front end
-    9076   858  CLI
-    9934    92  main
-   10036  3971  appendix: PostgreSQL store
-   14007   476  appendix: harness: Claude Code
-   14483   198  appendix: harness: Codex
-   14681   260  appendix: harness: Hermes
-   14941   211  appendix: harness: Qwen Code
-   15152   167  appendix: harness: Gemini CLI
-   15319   425  appendix: harness: Pi
-   15744   383  appendix: harness: OpenCode
-   16127    45  appendix: harness: Kilo Code
-   16172   187  appendix: harness: GitHub Copilot CLI
-   16359   199  appendix: doctor
-   16558   166  appendix: watch
-   16724   120  appendix: store copy
-   16844    75  appendix: git pre-commit guard
-   16919   108  appendix: Claude Code plugin
-   17027  1283  appendix: benchmark
-   18310  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19496   981  appendix: operator page
-   20477   167  appendix: embedded sources
+    1074  1281  store
+    2355   975  harness adapters
+    3330   388  liveness (process scan)
+    3718   630  tool registry and the door
+    4348   241  results as text
+    4589   506  operations: sessions and rooms
+    5095   717  operations: messages
+    5812   623  operations: leases
+    6435   237  operations: work states and quiet windows
+    6672   168  operations: task board
+    6840   231  operations: watches
+    7071    91  operations: status
+    7162   122  operations: reads and drift
+    7284   450  operations: signals and wakes
+    7734   123  operations: housekeeping
+    7857   180  signals: wake levers
+    8037   601  MCP server
+    8638   169  harnesses: setup
+    8807   291  hook front end
+    9098   858  CLI
+    9956    92  main
+   10058  3973  appendix: PostgreSQL store
+   14031   476  appendix: harness: Claude Code
+   14507   198  appendix: harness: Codex
+   14705   260  appendix: harness: Hermes
+   14965   211  appendix: harness: Qwen Code
+   15176   167  appendix: harness: Gemini CLI
+   15343   425  appendix: harness: Pi
+   15768   383  appendix: harness: OpenCode
+   16151    45  appendix: harness: Kilo Code
+   16196   187  appendix: harness: GitHub Copilot CLI
+   16383   199  appendix: doctor
+   16582   166  appendix: watch
+   16748   120  appendix: store copy
+   16868    75  appendix: git pre-commit guard
+   16943   108  appendix: Claude Code plugin
+   17051  1283  appendix: benchmark
+   18334  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19520   981  appendix: operator page
+   20501   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1445,10 +1445,20 @@ OUR_TABLES = set(STORE_TABLES) | {"messages_fts", "messages_fts_data", "messages
                                   "messages_fts_docsize", "messages_fts_config"}
 
 
+def engine_words(error, width=300):
+    """What a store's engine said of an error, as a line for a person or a
+    model: one line, bounded, quoted, and without the column text a UTF-8
+    error quotes.  It may carry words a member put in the store (a trigger's
+    message, a column's bytes), so it is never bare after our own words."""
+    text = str(error)
+    cut = text.find(" with text '")
+    return quoted(text[:cut] if cut >= 0 else text, width)
+
+
 def explain_sqlite(error, path):
     """Turn a sqlite3 error into a StoreError that names the path and a remedy."""
-    text = str(error)
-    lower = text.lower()
+    lower = str(error).lower()
+    text = engine_words(error)
     if "readonly" in lower or "read-only" in lower:
         return StoreError("the store %s is read-only (%s)" % (path, text),
                           "make the file and its directory writable by you, or "
@@ -4418,7 +4428,9 @@ def shown(text, as_json=False):
 
 def _table(rows, styles=None):
     """Rows of cells, aligned; styles: column -> the PAINT name of a cell
-    (painted after padding, so colour never shifts a column)."""
+    (painted after padding, so colour never shifts a column).  A cell is one
+    line: a member's newline in a column (a work state) would print rows."""
+    rows = [[" ".join(c.split("\n")).replace("\t", " ") for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     styles = styles or {}
     return "\n".join("  ".join(paint(c.ljust(w), styles[i](c)) if i in styles and n else
@@ -4457,7 +4469,7 @@ def _render_session_table(sessions):
 
 def _render_lease(lease):
     return "%s  %s  %s  until %s  (%s)%s" % (
-        one_line(lease["path"], 200), lease["mode"], _who_name(lease),
+        one_line(lease["path"], 200), one_line(lease["mode"], 20), _who_name(lease),
         lease["expires_at"], lease["liveness"], "  for: " + one_line(lease["purpose"], 60)
         if lease.get("purpose") else "")
 
@@ -4528,8 +4540,9 @@ def _render_status(r):
     if r["sessions"]:
         lines.append("== sessions")
     for s in r["sessions"]:
-        work = "; ".join("%s %s%s" % (one_line(w["scope"], 40), w["state"], ": " + one_line(
-            w["summary"], 40) if w["summary"] else "") for w in s["work"])
+        work = "; ".join("%s %s%s" % (
+            one_line(w["scope"], 40), one_line(w["state"], 80),
+            ": " + one_line(w["summary"], 40) if w["summary"] else "") for w in s["work"])
         lines.append(("   %s  %s autonomy %d  %s%s  %s" % (
             _who_name(s), paint("%-8s" % s["liveness"], s["liveness"]), s["autonomy"],
             paint("unread %d" % s["unread"], "unread" if s["unread"] else ""),
@@ -5922,8 +5935,9 @@ def window_blocking(op, resource, session_id, active_only=False):
             continue
         found.append(dict(window_dict(op.conn, window), reason=(
             "quiet window #%d (%s) of %s (label %s) for: %s, until %s" % (
-                window["id"], window["state"], window["session_id"],
-                one_line(owner["label"] or "-", 40), one_line(window["purpose"], 80),
+                window["id"], window["state"], token_or_quoted(window["session_id"], 40),
+                quoted(owner["label"], 40) if owner["label"] else "-",
+                quoted(window["purpose"], 80) if window["purpose"] else "-",
                 iso(window["expires_at"])))))
     return found
 
@@ -6839,7 +6853,8 @@ WATCHES_PER_SESSION_MAX = 50
 
 def _watch_dict(op, row):
     target = op.session(row["target"]) if row["target"] else None
-    who = (target["label"] or target["id"]) if target else row["target"]
+    # (A label is its session's words: bare when one plain token, else quoted.)
+    who = token_or_quoted((target["label"] or target["id"]) if target else row["target"], 40)
     what = {"idle": "%s's turn ends" % who, "gone": "%s is gone" % who,
             "free": "%s is free" % row["shown"],
             "leaves": "%s's work state leaves %s" % (who, row["state"])}[row["event"]]
@@ -7260,7 +7275,8 @@ def drift_check(op, path):
         "liveness": op.liveness(holder_row) if holder_row else "gone"}
     result["message"] = ("%s since you read it, while %s (label %s) held a lease on "
         "it from %s: re-read before writing") % (
-            what, claim["session_id"], one_line(result["holder"]["label"] or "-", 40),
+            what, token_or_quoted(claim["session_id"], 40), quoted(
+                result["holder"]["label"], 40) if result["holder"]["label"] else "-",
             result["since"])
     return result
 
@@ -9063,9 +9079,15 @@ def _hook_log(line):
         except RoomError:
             directory = os.path.join(os.path.expanduser("~"), ".agents-room")
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(directory, "hook.log"),
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
-                     0o600)
+        # (Beside a shared store a member could put a file of theirs there, or
+        # a FIFO: what is not this user's private file is not written.)
+        fd = os.open(os.path.join(directory, "hook.log"), os.O_WRONLY | os.O_APPEND |
+                     os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        info = os.fstat(fd)
+        if not stat_is_file(info.st_mode) or info.st_uid != os.getuid() or (
+                info.st_mode & 0o077):
+            os.close(fd)
+            raise OSError("hook.log is not this user's private file")
         with os.fdopen(fd, "a") as handle:
             handle.write("%s %s\n" % (iso(time.time()), one_line(line, 2000)))
     except OSError:
@@ -11730,7 +11752,8 @@ def explain_pg(error, url):
     SQLSTATE and a remedy."""
     where = redact_url(url)
     state = error.sqlstate
-    text = "%s (SQLSTATE %s)" % (error, state)
+    # (The server's words quoted: a member's trigger says what it likes.)
+    text = "%s (SQLSTATE %s)" % (error if error.client else engine_words(error), state)
     if error.client and state.startswith("28"):
         # This client refused (require_auth, no TLS for a cleartext password,
         # a SCRAM server that proved nothing): not PostgreSQL's refusal.
@@ -11752,9 +11775,10 @@ def explain_pg(error, url):
                           "grant the user rights on the database and its schema (see "
                           "'Beyond one machine' in the README)")
     if state in ("22003", "22P03"):
-        return UsageError("a number is too large for the store: %s" % error)
+        return UsageError("a number is too large for the store: %s" % engine_words(error))
     if state in ("22021", "22P05"):
-        return UsageError("text the store cannot hold (a NUL character?): %s" % error)
+        return UsageError("text the store cannot hold (a NUL character?): %s" %
+                          engine_words(error))
     if state == "53100":
         return StoreError("PostgreSQL is out of disk: %s" % text, "free space on the "
                           "server; the change was rolled back", code="disk_full")
@@ -16696,7 +16720,7 @@ def run_watch(args):
                            for k, v in sorted(data.items()) if v not in (None, [], {})
                            and k != "shown")
         who = (_who_name(item) + " ") if item["session_id"] else ""
-        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], item["kind"], who,
+        return "%sZ  %-16s %s%s%s" % (item["at"][11:23], one_line(item["kind"], 40), who,
                                       one_line(_event_value("subject", data.get("shown") or
                                                             item["subject"] or
                                                             item["room"] or ""), 200),
