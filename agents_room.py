@@ -83,46 +83,46 @@ prints it when it differs; Part I is at most 10,000 lines):
      210   123  constants
      333    56  errors
      389   685  small utilities
-    1074  1281  store
-    2355   975  harness adapters
-    3330   388  liveness (process scan)
-    3718   630  tool registry and the door
-    4348   241  results as text
-    4589   506  operations: sessions and rooms
-    5095   717  operations: messages
-    5812   623  operations: leases
-    6435   237  operations: work states and quiet windows
-    6672   168  operations: task board
-    6840   231  operations: watches
-    7071    91  operations: status
-    7162   122  operations: reads and drift
-    7284   450  operations: signals and wakes
-    7734   123  operations: housekeeping
-    7857   180  signals: wake levers
-    8037   601  MCP server
-    8638   169  harnesses: setup
-    8807   291  hook front end
-    9098   858  CLI
-    9956    92  main
-   10058  3973  appendix: PostgreSQL store
-   14031   476  appendix: harness: Claude Code
-   14507   198  appendix: harness: Codex
-   14705   260  appendix: harness: Hermes
-   14965   211  appendix: harness: Qwen Code
-   15176   167  appendix: harness: Gemini CLI
-   15343   425  appendix: harness: Pi
-   15768   383  appendix: harness: OpenCode
-   16151    45  appendix: harness: Kilo Code
-   16196   187  appendix: harness: GitHub Copilot CLI
-   16383   199  appendix: doctor
-   16582   166  appendix: watch
-   16748   120  appendix: store copy
-   16868    75  appendix: git pre-commit guard
-   16943   108  appendix: Claude Code plugin
-   17051  1283  appendix: benchmark
-   18334  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19520   981  appendix: operator page
-   20501   167  appendix: embedded sources
+    1074  1328  store
+    2402   982  harness adapters
+    3384   388  liveness (process scan)
+    3772   630  tool registry and the door
+    4402   241  results as text
+    4643   506  operations: sessions and rooms
+    5149   717  operations: messages
+    5866   623  operations: leases
+    6489   237  operations: work states and quiet windows
+    6726   168  operations: task board
+    6894   231  operations: watches
+    7125    91  operations: status
+    7216   122  operations: reads and drift
+    7338   450  operations: signals and wakes
+    7788   123  operations: housekeeping
+    7911   180  signals: wake levers
+    8091   601  MCP server
+    8692   169  harnesses: setup
+    8861   291  hook front end
+    9152   858  CLI
+   10010    92  main
+   10112  3973  appendix: PostgreSQL store
+   14085   476  appendix: harness: Claude Code
+   14561   198  appendix: harness: Codex
+   14759   260  appendix: harness: Hermes
+   15019   211  appendix: harness: Qwen Code
+   15230   167  appendix: harness: Gemini CLI
+   15397   425  appendix: harness: Pi
+   15822   383  appendix: harness: OpenCode
+   16205    45  appendix: harness: Kilo Code
+   16250   187  appendix: harness: GitHub Copilot CLI
+   16437   199  appendix: doctor
+   16636   166  appendix: watch
+   16802   120  appendix: store copy
+   16922    75  appendix: git pre-commit guard
+   16997   108  appendix: Claude Code plugin
+   17105  1283  appendix: benchmark
+   18388  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19574   981  appendix: operator page
+   20555   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1521,6 +1521,46 @@ def _check_owner(path, what):
     return True
 
 
+def _open_files():
+    """This process's open descriptors, each with the file it is (st_dev,
+    st_ino, whether a regular file), or None where it cannot list them."""
+    try:
+        names = os.listdir("/dev/fd")
+    except OSError:
+        return None
+    files = {}
+    for name in names:
+        try:
+            opened = os.fstat(int(name))    # (listdir's own descriptor: closed by now)
+        except (OSError, ValueError):
+            continue
+        files[int(name)] = (opened.st_dev, opened.st_ino, stat_is_file(opened.st_mode))
+    return files
+
+
+def _opened_as_named(path, before):
+    """Whether the descriptors opened since before (_open_files) are the
+    regular file path names now (or its -wal and -shm): sqlite3 opens a name,
+    and follows a link a member of a shared directory swaps in after
+    _check_owner looked and out again.  (SQLite may take a descriptor this
+    process had of the file already: then none is new.)"""
+    after = _open_files()
+    if before is None or after is None:
+        return True              # (no /dev/fd: the look before the open stands)
+    info = os.lstat(path)
+    if not stat_is_file(info.st_mode):
+        return False
+    ours = set()
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            known = os.lstat(name)
+            ours.add((known.st_dev, known.st_ino, True))
+        except OSError:
+            pass
+    return not [fd for fd, file in after.items()
+                if before.get(fd) != file and file[2] and file not in ours]
+
+
 class SqliteStore:
     """One connection to the SQLite store, with the transaction helper.
 
@@ -1624,6 +1664,7 @@ class SqliteStore:
                              % (self.path, error.strerror or error),
                              "make %s writable or set AGENTS_ROOM_DB to another "
                              "path" % (directory or "."))
+        before = _open_files()
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
@@ -1635,7 +1676,13 @@ class SqliteStore:
             # log must not keep what it once grew to.
             conn.execute("PRAGMA journal_size_limit=%d" % WAL_LIMIT_BYTES)
             self.conn = conn
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]     # (opens it)
+            if not _opened_as_named(self.path, before):
+                self.close()
+                raise StoreError("the store %s changed while it was opened (a link put in "
+                                 "its place and taken away?); nothing was written to it"
+                                 % self.path, "look at who can write %s" % (
+                                     directory or "."))
             if version < len(MIGRATIONS):
                 # Before touching (migrating) a store, make sure it is one: a
                 # file with tables of its own belongs to another program.  (In
@@ -2771,6 +2818,13 @@ def _probe_argv(command, env, root):
             one_line(python, 80))
     elif not os.access(python, os.X_OK):
         return None, "its interpreter %s is not there" % one_line(python, 80)
+    else:
+        # (A venv's python is a link out of the project to an interpreter; a
+        # clone's committed "python3" is a program of the clone's.)
+        real, top = os.path.realpath(python), os.path.realpath(root) + os.sep
+        if real.startswith(top) or not os.path.basename(real).startswith("python"):
+            return None, "its interpreter is the project's %s, not this machine's" % (
+                one_line(real, 80))
     harness = next((b for a, b in zip(words, words[1:]) if a == "--harness"), None)
     return (launcher() + ["hook", "--event=PostToolUse"] + (
         ["--harness", harness] if harness in {a.name for a in HARNESS_ADAPTERS} else [])), None

@@ -8522,6 +8522,38 @@ class TrustTest(RoomTest):
         with open(planted) as handle:
             self.assertEqual(handle.read(), "kept")
 
+    def test_21b_a_link_swapped_in_while_the_store_opens_is_refused(self):
+        """_check_owner looks at the name, and sqlite3 opens it later: a member
+        of a shared directory who swapped a link to a file of mine into the
+        store's place for that moment (and out again) had my process make its
+        store inside my file (helper-42: an empty file of mine, 66 KiB of
+        agents-room's tables after try 45).  The descriptor says what was
+        opened: the open is refused and the file left as it was."""
+        from unittest import mock
+        self.join("--label", "me")
+        mine = os.path.join(self.tmp, "mine.db")
+        with open(mine, "wb"):
+            pass
+        real_connect = sqlite3.connect
+
+        def swapped(path, *args, **kwargs):
+            os.rename(path, path + ".aside")
+            os.symlink(mine, path)
+            try:
+                conn = real_connect(path, *args, **kwargs)
+                conn.execute("PRAGMA schema_version").fetchone()     # opened: the link
+            finally:
+                os.unlink(path)
+                os.rename(path + ".aside", path)
+            return conn
+        with mock.patch.object(agents_room.sqlite3, "connect", swapped):
+            with self.assertRaises(agents_room.StoreError) as raised:
+                agents_room.open_store(self.db)
+        self.assertIn("changed while it was opened", raised.exception.message)
+        self.assertEqual(os.path.getsize(mine), 0)
+        store = agents_room.open_store(self.db)       # and unswapped, it opens
+        store.close()
+
     def test_22_a_shared_stores_markers_directory_is_the_groups(self):
         """Whoever raised the first marker of a shared store made the directory
         0700, and every other member's sends then raised none there: their
@@ -8886,6 +8918,39 @@ class DoctorTrustTest(RoomTest):
                     done = self.run_cli("doctor", cwd=clone)
                     self.assertFalse(os.path.exists(marker), done.stdout)
                     self.assertRegex(done.stdout, r"hook command not run: ")
+
+    def test_an_interpreter_of_the_clones_is_not_vouched_for(self):
+        """Setup's own command with its interpreter a program the clone holds
+        (tools/python3, a shell script) was 'ok hook command runs': doctor ran
+        its own launcher, and called the entry good.  A venv's python, a link
+        out of the project to an interpreter, is still probed."""
+        code = shlex.quote(agents_room.launcher()[4])
+        for kind in ("script", "venv link"):
+            with self.subTest(kind=kind):
+                clone = self.repo("clone-python-" + kind.replace(" ", "-"))
+                tools = os.path.join(clone, "tools")
+                os.makedirs(tools)
+                python = os.path.join(tools, "python3")
+                if kind == "script":
+                    with open(python, "w") as handle:
+                        handle.write("#!/bin/sh\nexit 0\n")
+                    os.chmod(python, 0o755)
+                else:
+                    os.symlink(os.path.realpath(sys.executable), python)
+                os.makedirs(os.path.join(clone, ".claude"))
+                with open(os.path.join(clone, ".claude", "settings.json"), "w") as handle:
+                    json.dump({"hooks": {"PostToolUse": [{"hooks": [{
+                        "type": "command", "command": "%s -I -S -c %s %s hook --harness "
+                        "claude --event=PostToolUse" % (python, code, shlex.quote(
+                            agents_room.this_file()))}]}]}}, handle)
+                done = self.run_cli("doctor", cwd=clone)
+                if kind == "script":
+                    self.assertIn("hook command not run: its interpreter is the project's "
+                                  "%s, not this machine's" % os.path.realpath(python),
+                                  done.stdout)
+                    self.assertNotRegex(done.stdout, r"ok +\S.* hook command runs")
+                else:
+                    self.assertRegex(done.stdout, r"ok +\S.* hook command runs", done.stdout)
 
     def test_what_setup_writes_is_still_probed(self):
         for harness in ("claude", "gemini", "qwen"):
