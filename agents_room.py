@@ -83,46 +83,46 @@ prints it when it differs; Part I is at most 10,000 lines):
      210   123  constants
      333    56  errors
      389   685  small utilities
-    1074  1328  store
-    2402   982  harness adapters
-    3384   388  liveness (process scan)
-    3772   630  tool registry and the door
-    4402   241  results as text
-    4643   506  operations: sessions and rooms
-    5149   717  operations: messages
-    5866   623  operations: leases
-    6489   237  operations: work states and quiet windows
-    6726   168  operations: task board
-    6894   231  operations: watches
-    7125    91  operations: status
-    7216   122  operations: reads and drift
-    7338   450  operations: signals and wakes
-    7788   123  operations: housekeeping
-    7911   180  signals: wake levers
-    8091   601  MCP server
-    8692   169  harnesses: setup
-    8861   291  hook front end
-    9152   858  CLI
-   10010    92  main
-   10112  3973  appendix: PostgreSQL store
-   14085   476  appendix: harness: Claude Code
-   14561   198  appendix: harness: Codex
-   14759   260  appendix: harness: Hermes
-   15019   211  appendix: harness: Qwen Code
-   15230   167  appendix: harness: Gemini CLI
-   15397   425  appendix: harness: Pi
-   15822   383  appendix: harness: OpenCode
-   16205    45  appendix: harness: Kilo Code
-   16250   187  appendix: harness: GitHub Copilot CLI
-   16437   199  appendix: doctor
-   16636   166  appendix: watch
-   16802   120  appendix: store copy
-   16922    75  appendix: git pre-commit guard
-   16997   108  appendix: Claude Code plugin
-   17105  1283  appendix: benchmark
-   18388  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19574   981  appendix: operator page
-   20555   167  appendix: embedded sources
+    1074  1318  store
+    2392   982  harness adapters
+    3374   388  liveness (process scan)
+    3762   630  tool registry and the door
+    4392   241  results as text
+    4633   506  operations: sessions and rooms
+    5139   717  operations: messages
+    5856   623  operations: leases
+    6479   237  operations: work states and quiet windows
+    6716   168  operations: task board
+    6884   231  operations: watches
+    7115    91  operations: status
+    7206   122  operations: reads and drift
+    7328   450  operations: signals and wakes
+    7778   123  operations: housekeeping
+    7901   180  signals: wake levers
+    8081   601  MCP server
+    8682   169  harnesses: setup
+    8851   291  hook front end
+    9142   858  CLI
+   10000    92  main
+   10102  3973  appendix: PostgreSQL store
+   14075   476  appendix: harness: Claude Code
+   14551   198  appendix: harness: Codex
+   14749   260  appendix: harness: Hermes
+   15009   211  appendix: harness: Qwen Code
+   15220   167  appendix: harness: Gemini CLI
+   15387   425  appendix: harness: Pi
+   15812   383  appendix: harness: OpenCode
+   16195    45  appendix: harness: Kilo Code
+   16240   187  appendix: harness: GitHub Copilot CLI
+   16427   199  appendix: doctor
+   16626   166  appendix: watch
+   16792   120  appendix: store copy
+   16912    75  appendix: git pre-commit guard
+   16987   108  appendix: Claude Code plugin
+   17095  1283  appendix: benchmark
+   18378  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19564   981  appendix: operator page
+   20545   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1538,27 +1538,18 @@ def _open_files():
     return files
 
 
-def _opened_as_named(path, before):
-    """Whether the descriptors opened since before (_open_files) are the
-    regular file path names now (or its -wal and -shm): sqlite3 opens a name,
-    and follows a link a member of a shared directory swaps in after
-    _check_owner looked and out again.  (SQLite may take a descriptor this
-    process had of the file already: then none is new.)"""
-    after = _open_files()
-    if before is None or after is None:
+def _opened_as_named(path):
+    """Whether this process has the regular file path names now open (after a
+    connection's first read: sqlite3 opens lazily).  sqlite3 opens a name, and
+    follows a link a member of a shared directory swaps in after _check_owner
+    looked and out again.  (A process that had the file open already cannot
+    tell its own descriptor from the new one: there the look before stands.)"""
+    files = _open_files()
+    if files is None:
         return True              # (no /dev/fd: the look before the open stands)
     info = os.lstat(path)
-    if not stat_is_file(info.st_mode):
-        return False
-    ours = set()
-    for name in (path, path + "-wal", path + "-shm"):
-        try:
-            known = os.lstat(name)
-            ours.add((known.st_dev, known.st_ino, True))
-        except OSError:
-            pass
-    return not [fd for fd, file in after.items()
-                if before.get(fd) != file and file[2] and file not in ours]
+    return stat_is_file(info.st_mode) and (info.st_dev, info.st_ino, True) in set(
+        files.values())
 
 
 class SqliteStore:
@@ -1664,7 +1655,6 @@ class SqliteStore:
                              % (self.path, error.strerror or error),
                              "make %s writable or set AGENTS_ROOM_DB to another "
                              "path" % (directory or "."))
-        before = _open_files()
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
@@ -1677,7 +1667,7 @@ class SqliteStore:
             conn.execute("PRAGMA journal_size_limit=%d" % WAL_LIMIT_BYTES)
             self.conn = conn
             version = conn.execute("PRAGMA user_version").fetchone()[0]     # (opens it)
-            if not _opened_as_named(self.path, before):
+            if not _opened_as_named(self.path):
                 self.close()
                 raise StoreError("the store %s changed while it was opened (a link put in "
                                  "its place and taken away?); nothing was written to it"
