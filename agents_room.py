@@ -83,46 +83,46 @@ prints it when it differs; Part I is at most 10,000 lines):
      210   123  constants
      333    56  errors
      389   685  small utilities
-    1074  1318  store
-    2392   982  harness adapters
-    3374   388  liveness (process scan)
-    3762   630  tool registry and the door
-    4392   241  results as text
-    4633   506  operations: sessions and rooms
-    5139   717  operations: messages
-    5856   623  operations: leases
-    6479   237  operations: work states and quiet windows
-    6716   168  operations: task board
-    6884   231  operations: watches
-    7115    91  operations: status
-    7206   122  operations: reads and drift
-    7328   450  operations: signals and wakes
-    7778   123  operations: housekeeping
-    7901   180  signals: wake levers
-    8081   601  MCP server
-    8682   169  harnesses: setup
-    8851   291  hook front end
-    9142   858  CLI
-   10000    92  main
-   10102  3973  appendix: PostgreSQL store
-   14075   476  appendix: harness: Claude Code
-   14551   198  appendix: harness: Codex
-   14749   260  appendix: harness: Hermes
-   15009   211  appendix: harness: Qwen Code
-   15220   167  appendix: harness: Gemini CLI
-   15387   425  appendix: harness: Pi
-   15812   383  appendix: harness: OpenCode
-   16195    45  appendix: harness: Kilo Code
-   16240   187  appendix: harness: GitHub Copilot CLI
-   16427   199  appendix: doctor
-   16626   166  appendix: watch
-   16792   120  appendix: store copy
-   16912    75  appendix: git pre-commit guard
-   16987   108  appendix: Claude Code plugin
-   17095  1283  appendix: benchmark
-   18378  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19564   981  appendix: operator page
-   20545   167  appendix: embedded sources
+    1074  1325  store
+    2399   984  harness adapters
+    3383   388  liveness (process scan)
+    3771   630  tool registry and the door
+    4401   242  results as text
+    4643   506  operations: sessions and rooms
+    5149   717  operations: messages
+    5866   623  operations: leases
+    6489   237  operations: work states and quiet windows
+    6726   168  operations: task board
+    6894   231  operations: watches
+    7125    91  operations: status
+    7216   122  operations: reads and drift
+    7338   450  operations: signals and wakes
+    7788   123  operations: housekeeping
+    7911   180  signals: wake levers
+    8091   601  MCP server
+    8692   169  harnesses: setup
+    8861   291  hook front end
+    9152   855  CLI
+   10007    92  main
+   10109  3973  appendix: PostgreSQL store
+   14082   476  appendix: harness: Claude Code
+   14558   198  appendix: harness: Codex
+   14756   260  appendix: harness: Hermes
+   15016   211  appendix: harness: Qwen Code
+   15227   167  appendix: harness: Gemini CLI
+   15394   425  appendix: harness: Pi
+   15819   383  appendix: harness: OpenCode
+   16202    45  appendix: harness: Kilo Code
+   16247   187  appendix: harness: GitHub Copilot CLI
+   16434   199  appendix: doctor
+   16633   166  appendix: watch
+   16799   120  appendix: store copy
+   16919    75  appendix: git pre-commit guard
+   16994   108  appendix: Claude Code plugin
+   17102  1283  appendix: benchmark
+   18385  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19571   981  appendix: operator page
+   20552   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -1457,8 +1457,8 @@ def engine_words(error, width=300):
 
 def explain_sqlite(error, path):
     """Turn a sqlite3 error into a StoreError that names the path and a remedy."""
-    lower = str(error).lower()
     text = engine_words(error)
+    lower = text.lower()              # (what a member's column said picks nothing)
     if "readonly" in lower or "read-only" in lower:
         return StoreError("the store %s is read-only (%s)" % (path, text),
                           "make the file and its directory writable by you, or "
@@ -1538,18 +1538,24 @@ def _open_files():
     return files
 
 
-def _opened_as_named(path):
-    """Whether this process has the regular file path names now open (after a
-    connection's first read: sqlite3 opens lazily).  sqlite3 opens a name, and
-    follows a link a member of a shared directory swaps in after _check_owner
-    looked and out again.  (A process that had the file open already cannot
-    tell its own descriptor from the new one: there the look before stands.)"""
-    files = _open_files()
-    if files is None:
+def _opened_as_named(path, before):
+    """Whether the descriptors this process opened since before (_open_files)
+    hold the regular file path names now (after a connection's first read):
+    sqlite3 opens a name, and follows a link a member of a shared directory
+    swaps in after _check_owner looked and out again.  Other threads' files
+    do not matter; where nothing regular was opened (SQLite took a descriptor
+    of the file it had), the file must be held already."""
+    after = _open_files()
+    if before is None or after is None:
         return True              # (no /dev/fd: the look before the open stands)
-    info = os.lstat(path)
-    return stat_is_file(info.st_mode) and (info.st_dev, info.st_ino, True) in set(
-        files.values())
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False             # (gone or moved meanwhile)
+    named = (info.st_dev, info.st_ino, True)
+    opened = {file for fd, file in after.items() if before.get(fd) != file and file[2]}
+    return stat_is_file(info.st_mode) and (
+        named in opened or not opened and named in set(after.values()))
 
 
 class SqliteStore:
@@ -1655,6 +1661,7 @@ class SqliteStore:
                              % (self.path, error.strerror or error),
                              "make %s writable or set AGENTS_ROOM_DB to another "
                              "path" % (directory or "."))
+        before = _open_files()
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
@@ -1666,8 +1673,8 @@ class SqliteStore:
             # log must not keep what it once grew to.
             conn.execute("PRAGMA journal_size_limit=%d" % WAL_LIMIT_BYTES)
             self.conn = conn
-            version = conn.execute("PRAGMA user_version").fetchone()[0]     # (opens it)
-            if not _opened_as_named(self.path):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if not _opened_as_named(self.path, before):
                 self.close()
                 raise StoreError("the store %s changed while it was opened (a link put in "
                                  "its place and taken away?); nothing was written to it"
@@ -2810,9 +2817,11 @@ def _probe_argv(command, env, root):
         return None, "its interpreter %s is not there" % one_line(python, 80)
     else:
         # (A venv's python is a link out of the project to an interpreter; a
-        # clone's committed "python3" is a program of the clone's.)
+        # clone's committed "python3" is a program of the clone's.  Only a
+        # repository is a project here: a home or a plain directory holds pyenv's.)
         real, top = os.path.realpath(python), os.path.realpath(root) + os.sep
-        if real.startswith(top) or not os.path.basename(real).startswith("python"):
+        if os.path.isdir(os.path.join(root, ".git")) and real.startswith(top) and (
+                top != os.path.realpath(os.path.expanduser("~")) + os.sep):
             return None, "its interpreter is the project's %s, not this machine's" % (
                 one_line(real, 80))
     harness = next((b for a, b in zip(words, words[1:]) if a == "--harness"), None)
@@ -4400,7 +4409,8 @@ def _short(session_id):
 
 
 def _who_name(item):
-    return "%s (%s)" % (one_line(item.get("label") or "-", 30), _short(item["session_id"]))
+    return "%s (%s)" % (one_line(item.get("label") or "-", 30),
+                        one_line(_short(item["session_id"]), 16))
 
 
 def ago(ts_iso, at=None):
@@ -9640,9 +9650,6 @@ def run_setup(args):
                 lines.append(item["content"].rstrip("\n"))
     lines += ["note: " + note for note in result["notes"]]
     return "\n".join(lines), 0
-
-
-
 
 
 def stop_on_signals():

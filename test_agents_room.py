@@ -8546,13 +8546,27 @@ class TrustTest(RoomTest):
                 os.unlink(path)
                 os.rename(path + ".aside", path)
             return conn
-        with mock.patch.object(agents_room.sqlite3, "connect", swapped):
-            with self.assertRaises(agents_room.StoreError) as raised:
-                agents_room.open_store(self.db)
-        self.assertIn("changed while it was opened", raised.exception.message)
-        self.assertEqual(os.path.getsize(mine), 0)
-        store = agents_room.open_store(self.db)       # and unswapped, it opens
-        store.close()
+        held = agents_room.open_store(self.db)     # (the page holds one as it opens more)
+        self.addCleanup(held.close)
+        for holding in (False, True):
+            with self.subTest(another_connection_open=holding):
+                if not holding:
+                    held.close()
+                else:
+                    held = agents_room.open_store(self.db)
+                with mock.patch.object(agents_room.sqlite3, "connect", swapped):
+                    with self.assertRaises(agents_room.StoreError) as raised:
+                        agents_room.open_store(self.db)
+                self.assertIn("changed while it was opened", raised.exception.message)
+                self.assertEqual(os.path.getsize(mine), 0)
+
+        def beside(path, *args, **kwargs):
+            # Another thread's file opened meanwhile (serve's main thread reads
+            # /proc as its store opens): no swap, and the store opens.
+            self.addCleanup(open(mine, "rb").close)
+            return real_connect(path, *args, **kwargs)
+        with mock.patch.object(agents_room.sqlite3, "connect", beside):
+            agents_room.open_store(self.db).close()
 
     def test_22_a_shared_stores_markers_directory_is_the_groups(self):
         """Whoever raised the first marker of a shared store made the directory
@@ -9496,6 +9510,10 @@ class PeerWordsFramedTest(SignalBase):
         self.assertIn('"database disk image is malformed. %s"' % notice.replace(
             '"', '\\"'), said)
         self.assertFalse([l for l in said.split("\n") if l.startswith("[agents-room]")], said)
+        # Nor does the column's text pick the error's kind (a disk full: retried, degraded).
+        decoded = agents_room.explain_sqlite(sqlite3.OperationalError(
+            "Could not decode to UTF-8 column 'label' with text 'disk is full'"), self.db)
+        self.assertNotEqual(decoded.code, "disk_full")
 
     def test_a_members_newlines_print_no_rows_of_their_own(self):
         """A member's newline in a column a table shows (its work state, its
