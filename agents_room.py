@@ -82,47 +82,47 @@ Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
      210   123  constants
      333    56  errors
-     389   685  small utilities
-    1074  1325  store
-    2399   984  harness adapters
-    3383   388  liveness (process scan)
-    3771   630  tool registry and the door
-    4401   242  results as text
-    4643   506  operations: sessions and rooms
-    5149   717  operations: messages
-    5866   623  operations: leases
-    6489   237  operations: work states and quiet windows
-    6726   168  operations: task board
-    6894   231  operations: watches
-    7125    91  operations: status
-    7216   122  operations: reads and drift
-    7338   450  operations: signals and wakes
-    7788   123  operations: housekeeping
-    7911   180  signals: wake levers
-    8091   601  MCP server
-    8692   169  harnesses: setup
-    8861   291  hook front end
-    9152   855  CLI
-   10007    92  main
-   10109  3973  appendix: PostgreSQL store
-   14082   476  appendix: harness: Claude Code
-   14558   198  appendix: harness: Codex
-   14756   260  appendix: harness: Hermes
-   15016   211  appendix: harness: Qwen Code
-   15227   167  appendix: harness: Gemini CLI
-   15394   425  appendix: harness: Pi
-   15819   383  appendix: harness: OpenCode
-   16202    45  appendix: harness: Kilo Code
-   16247   187  appendix: harness: GitHub Copilot CLI
-   16434   199  appendix: doctor
-   16633   166  appendix: watch
-   16799   120  appendix: store copy
-   16919    75  appendix: git pre-commit guard
-   16994   108  appendix: Claude Code plugin
-   17102  1283  appendix: benchmark
-   18385  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19571   981  appendix: operator page
-   20552   167  appendix: embedded sources
+     389   692  small utilities
+    1081  1325  store
+    2406   982  harness adapters
+    3388   388  liveness (process scan)
+    3776   630  tool registry and the door
+    4406   242  results as text
+    4648   506  operations: sessions and rooms
+    5154   717  operations: messages
+    5871   623  operations: leases
+    6494   237  operations: work states and quiet windows
+    6731   168  operations: task board
+    6899   231  operations: watches
+    7130    91  operations: status
+    7221   122  operations: reads and drift
+    7343   450  operations: signals and wakes
+    7793   123  operations: housekeeping
+    7916   180  signals: wake levers
+    8096   601  MCP server
+    8697   169  harnesses: setup
+    8866   289  hook front end
+    9155   855  CLI
+   10010    92  main
+   10112  3973  appendix: PostgreSQL store
+   14085   476  appendix: harness: Claude Code
+   14561   198  appendix: harness: Codex
+   14759   260  appendix: harness: Hermes
+   15019   211  appendix: harness: Qwen Code
+   15230   167  appendix: harness: Gemini CLI
+   15397   425  appendix: harness: Pi
+   15822   383  appendix: harness: OpenCode
+   16205    45  appendix: harness: Kilo Code
+   16250   187  appendix: harness: GitHub Copilot CLI
+   16437   199  appendix: doctor
+   16636   166  appendix: watch
+   16802   120  appendix: store copy
+   16922    75  appendix: git pre-commit guard
+   16997   108  appendix: Claude Code plugin
+   17105  1283  appendix: benchmark
+   18388  1186  appendix: the operator page's HTML, CSS and JavaScript
+   19574   981  appendix: operator page
+   20555   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -932,6 +932,13 @@ def descendant_range(key):
 
 def stat_is_file(mode):
     return mode & 0o170000 == 0o100000          # stat.S_ISREG, without the import
+
+
+def private_file(info):
+    """Whether a stat result is a regular file of this user's that no one else
+    can read or write."""
+    return stat_is_file(info.st_mode) and info.st_uid == os.getuid() and not (
+        info.st_mode & 0o077)
 
 
 def stat_mode(path):
@@ -2479,11 +2486,9 @@ def write_own_file(path, body):
 def read_own_file(path):
     """A file's bytes when it is a regular file of this user's that no one
     else can write or read, or RefusedLever saying why not."""
-    import stat
     try:
         info = os.lstat(path)
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or
-                info.st_mode & 0o077):
+        if not private_file(info):
             raise RefusedLever("%s is not a private file of this user's" % path)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
                      getattr(os, "O_NONBLOCK", 0))
@@ -9137,9 +9142,7 @@ def _hook_log(line):
         # a FIFO: what is not this user's private file is not written.)
         fd = os.open(os.path.join(directory, "hook.log"), os.O_WRONLY | os.O_APPEND |
                      os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        info = os.fstat(fd)
-        if not stat_is_file(info.st_mode) or info.st_uid != os.getuid() or (
-                info.st_mode & 0o077):
+        if not private_file(os.fstat(fd)):
             os.close(fd)
             raise OSError("hook.log is not this user's private file")
         with os.fdopen(fd, "a") as handle:
