@@ -67,6 +67,8 @@ Part II, the appendices, register themselves in tables the core reads
   appendix: harness: Kilo Code         OpenCode's fork: its adapter and resume lever
   appendix: harness: GitHub Copilot CLI
                                        its adapter and resume lever
+  appendix: values agents-room did not write
+                                       named when a call fails on them; doctor --repair
   appendix: doctor                     doctor: what agents-room sees from here
   appendix: watch                      watch: the room's events as they come
   appendix: store copy                 store copy: a room from one store to another
@@ -80,49 +82,50 @@ Part II, the appendices, register themselves in tables the core reads
 
 Map (each section's first line and length in lines; generated: MapTest
 prints it when it differs; Part I is at most 10,000 lines):
-     210   123  constants
-     333    56  errors
-     389   692  small utilities
-    1081  1325  store
-    2406   982  harness adapters
-    3388   388  liveness (process scan)
-    3776   630  tool registry and the door
-    4406   242  results as text
-    4648   506  operations: sessions and rooms
-    5154   717  operations: messages
-    5871   623  operations: leases
-    6494   237  operations: work states and quiet windows
-    6731   168  operations: task board
-    6899   231  operations: watches
-    7130    91  operations: status
-    7221   122  operations: reads and drift
-    7343   450  operations: signals and wakes
-    7793   123  operations: housekeeping
-    7916   180  signals: wake levers
-    8096   601  MCP server
-    8697   169  harnesses: setup
-    8866   289  hook front end
-    9155   855  CLI
-   10010    92  main
-   10112  3973  appendix: PostgreSQL store
-   14085   476  appendix: harness: Claude Code
-   14561   198  appendix: harness: Codex
-   14759   260  appendix: harness: Hermes
-   15019   211  appendix: harness: Qwen Code
-   15230   167  appendix: harness: Gemini CLI
-   15397   425  appendix: harness: Pi
-   15822   383  appendix: harness: OpenCode
-   16205    45  appendix: harness: Kilo Code
-   16250   187  appendix: harness: GitHub Copilot CLI
-   16437   199  appendix: doctor
-   16636   166  appendix: watch
-   16802   120  appendix: store copy
-   16922    75  appendix: git pre-commit guard
-   16997   108  appendix: Claude Code plugin
-   17105  1283  appendix: benchmark
-   18388  1186  appendix: the operator page's HTML, CSS and JavaScript
-   19574   981  appendix: operator page
-   20555   167  appendix: embedded sources
+     213   123  constants
+     336    56  errors
+     392   692  small utilities
+    1084  1325  store
+    2409   982  harness adapters
+    3391   388  liveness (process scan)
+    3779   643  tool registry and the door
+    4422   242  results as text
+    4664   506  operations: sessions and rooms
+    5170   717  operations: messages
+    5887   623  operations: leases
+    6510   237  operations: work states and quiet windows
+    6747   168  operations: task board
+    6915   231  operations: watches
+    7146    91  operations: status
+    7237   122  operations: reads and drift
+    7359   450  operations: signals and wakes
+    7809   123  operations: housekeeping
+    7932   180  signals: wake levers
+    8112   615  MCP server
+    8727   169  harnesses: setup
+    8896   297  hook front end
+    9193   855  CLI
+   10048   100  main
+   10158  3973  appendix: PostgreSQL store
+   14131   476  appendix: harness: Claude Code
+   14607   198  appendix: harness: Codex
+   14805   260  appendix: harness: Hermes
+   15065   211  appendix: harness: Qwen Code
+   15276   167  appendix: harness: Gemini CLI
+   15443   425  appendix: harness: Pi
+   15868   383  appendix: harness: OpenCode
+   16251    45  appendix: harness: Kilo Code
+   16296   187  appendix: harness: GitHub Copilot CLI
+   16483   306  appendix: values agents-room did not write
+   16789   245  appendix: doctor
+   17034   166  appendix: watch
+   17200   120  appendix: store copy
+   17320    75  appendix: git pre-commit guard
+   17395   108  appendix: Claude Code plugin
+   17503  1283  appendix: benchmark
+   18786  1200  appendix: the operator page's HTML, CSS and JavaScript
+   19986   985  appendix: operator page
+   20971   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -4208,6 +4211,19 @@ AFTER_TOOL_EVENT = []
 # (local_statements): there it is one statement; after the commit it would
 # begin a read transaction of its own too.  ask(op) keeps its answer on ctx.
 AFTER_TOOL_ASKS = []
+
+# Explainers of a failure that is no RoomError, fn(error, store) -> a RoomError
+# or None: the CLI, the MCP server and the hooks ask them before a traceback
+# (Part II's look for values the store holds that agents-room did not write).
+EXPLAIN_FAILURE = []
+
+
+def explained_failure(error, store=None):
+    for explain in EXPLAIN_FAILURE:
+        found = explain(error, store)
+        if found is not None:
+            return found
+    return None
 
 
 # Who is told when the room changes in a way a session may watch for (a turn
@@ -8378,11 +8394,20 @@ class McpServer:
             if method == "tools/call":
                 return self.call(id_, params)
         except Exception as error:   # a bug must cost one answer, not the server
-            import traceback
-            self.log("internal error on %s: %s\n%s" % (method, error,
-                                                        traceback.format_exc()))
-            return _rpc_error(id_, -32603, "Internal error: %s" % error)
+            return self.failed(id_, method, error)
         return _rpc_error(id_, -32601, "Method not found: %s" % method)
+
+    def failed(self, id_, method, error):
+        """The answer to a request that raised: a refusal naming the store's
+        values of the wrong kind, where they are why; else a bug's internal
+        error, its trace in the log."""
+        explained = explained_failure(error, self.store)
+        if explained is not None and method == "tools/call":
+            return self.refusal(id_, explained)
+        import traceback
+        self.log("internal error on %s: %s\n%s" % (method, error, "".join(
+            traceback.format_exception(type(error), error, error.__traceback__))))
+        return _rpc_error(id_, -32603, "Internal error: %s" % error)
 
     @staticmethod
     def _valid_id(id_):
@@ -8407,20 +8432,25 @@ class McpServer:
         answers, at = [], time.time()
         for wait in list(self.waits):
             id_, arguments, deadline, result = wait
-            if changed:
-                self.ctx.signal = None
-                try:
-                    result = call_tool(self.store, self.ctx, "msg_recv", arguments,
-                                       public_only=True)
-                except RoomError as error:
-                    if _passing(error) and at < deadline:
-                        continue          # a server restarting: wait it out
+            try:
+                if changed:
+                    self.ctx.signal = None
+                    try:
+                        result = call_tool(self.store, self.ctx, "msg_recv", arguments,
+                                           public_only=True)
+                    except RoomError as error:
+                        if _passing(error) and at < deadline:
+                            continue          # a server restarting: wait it out
+                        self.waits.remove(wait)
+                        answers.append(self.refusal(id_, error))
+                        continue
+                if result["messages"] or at >= deadline:
+                    answer = self.answer(id_, result, "msg_recv")
                     self.waits.remove(wait)
-                    answers.append(self.refusal(id_, error))
-                    continue
-            if result["messages"] or at >= deadline:
+                    answers.append(answer)
+            except Exception as error:     # this wait's answer, not the server's end
                 self.waits.remove(wait)
-                answers.append(self.answer(id_, result, "msg_recv"))
+                answers.append(self.failed(id_, "tools/call", error))
         return answers
 
     def initialize(self, params):
@@ -9120,8 +9150,16 @@ def hook_main(argv):
     except BaseException as error:  # noqa: a hook must never break the harness
         if isinstance(error, KeyboardInterrupt):
             return 0
-        _hook_log("hook %s failed: %s: %s" % (" ".join(argv), type(error).__name__,
-                                              error))
+        explained = None
+        if isinstance(error, Exception) and not isinstance(error, TimeoutError):
+            try:
+                explained = explained_failure(error)     # (within the hook's alarm)
+            except BaseException:        # noqa: the alarm mid-look: the failure's words
+                explained = None
+        if not waiting and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+        _hook_log("hook %s failed: %s" % (" ".join(argv), explained.message if explained
+                                          else "%s: %s" % (type(error).__name__, error)))
         return 0
     finally:
         if not waiting and hasattr(signal, "SIGALRM"):
@@ -10067,7 +10105,15 @@ def main(argv=None):
             args = parser.parse_args(argv)
         cmd = args.command
         text, code = cmd.run(args) if cmd.run else run_tool_command(args)
-    except RoomError as error:
+    except Exception as error:
+        if not isinstance(error, RoomError):
+            try:
+                explained = explained_failure(error)
+            except KeyboardInterrupt:
+                return 130
+            if explained is None:
+                raise                     # a bug's: its traceback stands
+            error = explained
         if name == "send" and _looks_globbed(argv) and ("unrecognized arguments" in
                                                         error.message or isinstance(
                                                             error, UnknownSession)):
@@ -16434,6 +16480,312 @@ class CopilotCli(Harness):
 register_harness(CopilotCli())
 
 
+# ---- appendix: values agents-room did not write ------------------------------
+# Whoever can write the store can write text where a time is kept, bytes where
+# a label is, a delivery state that is none: every reader that trusts its
+# column's kind then failed, a traceback in everyone's `who` (the store's
+# engine holds what any writer gives it).  Not a guard at each of some
+# hundreds of reads: a failure that is no RoomError asks the store for such
+# values (stored_faults, on the failure's way only) and, where it holds any,
+# says which and how to reset them; doctor lists them and doctor --repair
+# resets each (repair_faults), as an event the room sees.  The store's own
+# catalogue says which columns there are, and a member may have written it
+# too: only agents-room's tables, and columns named as agents-room names
+# them, are looked at, each name double-quoted (on PostgreSQL the reader's
+# role may do more than the member's).
+
+TIME_MAX = 253402300799          # 9999-12-31T23:59:59Z, the last time iso() writes
+STORE_FAULTS_MAX = 50            # found per look: a page of them, and their count
+# A watermark is a number kept as text: one that is no number is dropped (the
+# next sweep or search starts again from the beginning).
+META_NUMBERS = ("expiry_swept_to", "fts_indexed_to")
+ROWID_NAMES = ("rowid", "oid", "_rowid_")   # SQLite's names of a row's own id
+FAULT_KINDS = {"time": "not a time", "integer": "not an integer", "text": "not text",
+               "state": "no delivery state", "room": "a room there is not",
+               "watermark": "no number"}
+
+
+def _plain_name(name):
+    """A column name as agents-room writes one (a member's "a = b --", or one
+    that hides SQLite's rowid, is no column of ours)."""
+    return (isinstance(name, str) and name.isascii() and name.isidentifier() and
+            name == name.lower() and name not in ROWID_NAMES)
+
+
+def _column_kinds(store):
+    """{table: [(column, kind, not null, default)]} of agents-room's tables,
+    kind time (a REAL or double column: every one is a time), integer or
+    text, from the store's catalogue."""
+    tables = {}
+    if store.kind == "sqlite":
+        for name in STORE_TABLES:
+            tables[name] = [(r[1], "time" if "REAL" in (r[2] or "").upper() else "integer"
+                             if "INT" in (r[2] or "").upper() else "text", bool(r[3]), r[4])
+                            for r in store.conn.execute('PRAGMA table_info("%s")' % name)
+                            if _plain_name(r[1])]
+    else:
+        for table, column, kind, nullable, default in store.conn.execute(
+                "SELECT table_name, column_name, data_type, is_nullable, column_default "
+                "FROM information_schema.columns WHERE table_schema = current_schema() "
+                "ORDER BY table_name, ordinal_position"):
+            if table in STORE_TABLES and _plain_name(column):
+                tables.setdefault(table, []).append((
+                    column, "time" if kind == "double precision" else "integer"
+                    if "int" in kind else "text", nullable == "NO", default))
+    return {table: columns for table, columns in tables.items() if columns}
+
+
+def _fault_tests(store, table, columns):
+    """{column: the SQL that holds where its value may be a fault}: a time
+    outside 0..TIME_MAX (text and bytes are, on SQLite; NaN is, on
+    PostgreSQL), on SQLite a value of another kind than its column's; a
+    delivery state that is none, a room there is not, a watermark (parsed
+    after)."""
+    tests = {}
+    for column, kind, _, _ in columns:
+        name = '"%s"' % column
+        if kind == "time":
+            tests[column] = "(%s IS NOT NULL AND NOT (%s BETWEEN 0 AND %d))" % (
+                name, name, TIME_MAX)
+        elif store.kind == "sqlite":      # (PostgreSQL's columns hold their own kind)
+            tests[column] = "typeof(%s) NOT IN ('%s', 'null')" % (
+                name, "integer" if kind == "integer" else "text")
+    extra = {("deliveries", "state"): '"state" NOT IN (%s)' % ", ".join(
+                 "'%s'" % s for s in STATE_ORDER),
+             ("memberships", "room"): '"room" NOT IN (SELECT "name" FROM "rooms")',
+             ("meta", "value"): '"key" IN (%s)' % ", ".join("'%s'" % k for k in META_NUMBERS)}
+    for (where, column), test in extra.items():
+        if where == table and column in [c[0] for c in columns]:
+            tests[column] = "(%s OR %s)" % (tests[column], test) if column in tests else test
+    return tests
+
+
+def _row_keys(store, table, columns):
+    """How a row is named for its repair: its primary key's columns, else
+    SQLite's rowid; PostgreSQL's ctid (kept valid by the repair's WHERE,
+    which asks the fault's test again).  None: a key a member renamed."""
+    if store.kind != "sqlite":
+        return ["ctid"], ["ctid::text"]
+    info = list(store.conn.execute('PRAGMA table_info("%s")' % table))
+    keys = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
+    if keys:
+        return (keys, ['"%s"' % k for k in keys]) if all(map(_plain_name, keys)) else (
+            None, None)
+    # A column a member named rowid hides that name of the row's: another.
+    alias = [a for a in ROWID_NAMES if a not in {r[1].lower() for r in info}][:1]
+    return (alias, alias) if alias else (None, None)
+
+
+
+def _faulty(table, column, kind, value, values, conn):
+    """The fault kind of one value (time, integer, text, state, room,
+    watermark), or None: the value is as agents-room writes it."""
+    if value is None:
+        return None
+    if kind == "time" and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                           or not 0 <= value <= TIME_MAX):     # (NaN is in no range)
+        return "time"
+    if kind == "integer" and type(value) is not int:
+        return "integer"
+    if kind == "text" and not isinstance(value, str):
+        return "text"
+    if (table, column) == ("deliveries", "state") and value not in STATE_ORDER:
+        return "state"
+    if (table, column) == ("memberships", "room") and conn.execute(
+            "SELECT 1 FROM rooms WHERE name = ?", (value,)).fetchone() is None:
+        return "room"
+    if (table, column) == ("meta", "value") and values.get("key") in META_NUMBERS:
+        try:
+            float(value)
+        except ValueError:
+            return "watermark"
+    return None
+
+
+def stored_faults(store, limit=STORE_FAULTS_MAX):
+    """The values of the store agents-room would not have written (see
+    _faulty), each a dict: table, column, key (the row's), where (the row as
+    words), value (as stored), kind, test (its column's SQL); at most limit."""
+    conn, faults = store.conn, []
+    for table, columns in sorted(_column_kinds(store).items()):
+        tests = _fault_tests(store, table, columns)
+        keys, selected = _row_keys(store, table, columns)
+        if not tests or keys is None or len(faults) >= limit:
+            continue
+        names = [c[0] for c in columns]
+        rows = conn.execute("SELECT %s, %s FROM \"%s\" WHERE %s LIMIT %d" % (
+            ", ".join(selected), ", ".join('"%s"' % n for n in names), table,
+            " OR ".join(tests.values()), limit - len(faults))).fetchall()
+        for row in rows:
+            key = dict(zip(keys, row[:len(keys)]))
+            values = dict(zip(names, row[len(keys):]))
+            for column, kind, _, _ in columns:
+                found = _faulty(table, column, kind, values[column], values, conn)
+                if found:
+                    faults.append({"table": table, "column": column, "key": key,
+                                   "where": _row_words(table, key, values),
+                                   "value": values[column], "kind": found,
+                                   "test": tests[column]})
+    return faults[:limit]
+
+
+# The columns that name a row of a table without an id (its key, on SQLite).
+ROW_NAMES = ("session_id", "message_id", "window_id", "room", "scope", "path")
+
+
+def _row_words(table, key, values):
+    """A row as a person names it (session 6ae9…, message id 21), a member's
+    words quoted; by its key where that name is itself a fault."""
+    word, column = {"sessions": ("session", "id"), "rooms": ("room", "name"),
+                    "meta": ("key", "key")}.get(table, ("id", "id"))
+    value = values.get(column)
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return "%s %s" % (word, token_or_quoted(value, 40))
+    named = [(k, values[k]) for k in ROW_NAMES if isinstance(values.get(k), (str, int))]
+    return ", ".join("%s %s" % ("row" if k in ROWID_NAMES + ("ctid",) else k,
+                                token_or_quoted(v, 40))
+                     for k, v in (named or list(key.items())))
+
+
+def fault_words(fault):
+    """One fault as a person reads it: sessions.last_seen of session 6ae9… is
+    "x" (not a time)."""
+    value = fault["value"]
+    shown = ("%d bytes" % len(value) if isinstance(value, (bytes, bytearray)) else
+             quoted(value, 40) if isinstance(value, str) else repr(value))
+    return "%s.%s of %s is %s (%s)" % (fault["table"], fault["column"], fault["where"],
+                                       shown, FAULT_KINDS[fault["kind"]])
+
+
+def repair_faults(store, passes=3):
+    """Reset the values stored_faults finds, in one write transaction with a
+    store.repair event naming each, looked for under the lock (a few passes:
+    one value's repair may show another, a room's name that was bytes, then
+    its memberships).  A row is set by one statement whose WHERE asks the
+    faults' tests again (a row that changed meanwhile is left as it is):
+    a time to none (now where one is required), an integer to its column's
+    default (none where it may be; a row of a key that is none goes), bytes
+    to their text (the row goes where that text is another row's key or names
+    nothing), a delivery state to stored (the message is offered again:
+    nothing is lost); a membership's room is made, a watermark dropped.
+    Returns what was done, as words."""
+    kinds = _column_kinds(store)
+    done = []
+    with store.write() as conn:
+        at = store.now()
+        for _ in range(passes):
+            faults = stored_faults(store)
+            if not faults:
+                break
+            rows = {}
+            for fault in faults:
+                rows.setdefault((fault["table"], tuple(fault["key"].items())),
+                                []).append(fault)
+            for (table, key), row in rows.items():
+                done += _repair_row(store, conn, table, dict(key), row, kinds[table], at)
+        if done:
+            event(conn, "store.repair", data={"repaired": done}, at=at)
+    return done
+
+
+def _repair_row(store, conn, table, key, faults, columns, at):
+    where = " AND ".join("ctid = CAST(? AS tid)" if k == "ctid" else
+                         (k if k in ROWID_NAMES else '"%s"' % k) + " = ?" for k in key)
+    where += " AND (%s)" % " OR ".join(sorted({f["test"] for f in faults}))
+    values, sets, words, remove = list(key.values()), {}, [], False
+    for fault in faults:
+        column, kind = fault["column"], fault["kind"]
+        notnull, default = next((c[2], c[3]) for c in columns if c[0] == column)
+        if kind == "room":
+            conn.execute("INSERT OR IGNORE INTO rooms (name, created_at) VALUES (?, ?)",
+                         (fault["value"], at))
+            words.append((fault, "the room was made"))
+        elif kind == "watermark" or (kind == "integer" and notnull and
+                                     _number(default) is None):
+            remove = True
+            words.append((fault, "the row was removed"))
+        elif kind == "time":
+            sets[column] = at if notnull else None
+            words.append((fault, "set to now" if notnull else "reset to none"))
+        elif kind == "integer":
+            sets[column] = _number(default)
+            words.append((fault, "set to its default" if sets[column] is not None
+                          else "reset to none"))
+        elif kind == "text":
+            sets[column] = bytes(fault["value"]).decode("utf-8", "replace")
+            words.append((fault, "read as text"))
+        else:
+            sets[column] = "stored"
+            words.append((fault, "set to stored"))
+    kept = 0
+    if sets and not remove:
+        # (Text is SQLite's only fault of its kind: its OR IGNORE keeps a key
+        # from becoming another row's, and a failed statement is undone alone.)
+        try:
+            kept = conn.execute("UPDATE %s\"%s\" SET %s WHERE %s" % (
+                "OR IGNORE " if store.kind == "sqlite" else "", table, ", ".join(
+                    '"%s" = ?' % c for c in sets), where),
+                list(sets.values()) + values).rowcount
+        except sqlite3.IntegrityError:
+            kept = 0
+        if not kept and any(f["kind"] == "text" for f in faults):
+            remove = True
+            words = [(f, "the row was removed (as text it names nothing, or another "
+                      "row's key)") for f in faults]
+    if remove:
+        kept = conn.execute('DELETE FROM "%s" WHERE %s' % (table, where), values).rowcount
+    return ["%s: %s" % (fault_words(f), w) for f, w in words
+            if kept or w == "the room was made"]
+
+
+def _number(text):
+    """A column's default as its catalogue writes it (2, or '2'::bigint) -> 2."""
+    import re
+    found = re.match(r"\(*'?(-?\d+)'?\)*(::\w+)?$", str(text))
+    return int(found.group(1)) if found else None
+
+
+def explain_stored_faults(error, store=None):
+    """For a failure that is no RoomError: a StoreError naming the values the
+    store holds that agents-room did not write, where it holds any (they are
+    why, most likely: the failure is named by its kind and line, not its
+    words, which quote a member's); else None, and the failure is a bug's,
+    its traceback standing.  store: the failing call's; else the default
+    store, if it is there."""
+    opened = None
+    try:
+        if store is None:
+            path = default_db_path()
+            if not store_kind(path).exists(path):
+                return None
+            store = opened = open_store(path)
+        faults = stored_faults(store)
+    except Exception:            # noqa: the look is a courtesy; the failure stands
+        return None
+    finally:
+        if opened is not None:
+            opened.close()
+    if not faults:
+        return None
+    import traceback
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if f.filename == this_file()] or [None]
+    listed = "; ".join(fault_words(f) for f in faults[:3])
+    more = len(faults) - 3
+    return StoreError(
+        "the store holds %s%d value%s agents-room did not write, so this failed (%s%s): "
+        "%s%s" % ("at least " if len(faults) >= STORE_FAULTS_MAX else "", len(faults),
+                  "" if len(faults) == 1 else "s", type(error).__name__,
+                  " at line %d" % frames[-1].lineno if frames[-1] else "", listed,
+                  "; and %d more" % more if more > 0 else ""),
+        "something other than agents-room wrote them (a member of the room, or a "
+        "tool); `%s doctor --repair` resets each and logs a store.repair event"
+        % CALLED["as"], code="store_values")
+
+
+EXPLAIN_FAILURE.append(explain_stored_faults)
+
+
 # ---- appendix: doctor -----------------------------------------------------
 # `doctor`: what agents-room sees from here, line by line: the store, the
 # quiet hook's cost, the harness and its key, this session, each harness's
@@ -16523,8 +16875,9 @@ def tested_check(adapter):
         what, found.group(0), adapter.tested), "")
 
 
-def doctor(env=None, cwd=None, home=None):
-    """Checks, each (status, what, advice): status is ok, warn or fail."""
+def doctor(env=None, cwd=None, home=None, repair=False):
+    """Checks, each (status, what, advice): status is ok, warn or fail.
+    repair: reset the values the store holds that agents-room did not write."""
     env = os.environ if env is None else env
     cwd = cwd or _getcwd()
     home = home or os.path.expanduser("~")
@@ -16538,8 +16891,17 @@ def doctor(env=None, cwd=None, home=None):
         try:
             store = open_store(path)
             try:
-                info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
-                                 "store_info", {"harness_key": harness_key_from(env)})
+                checks += value_checks(store, repair)
+                try:
+                    info = call_tool(store, Context(via="cli", env=env, cwd=cwd),
+                                     "store_info", {"harness_key": harness_key_from(env)})
+                except RoomError:
+                    raise
+                except Exception as error:
+                    explained = explained_failure(error, store)
+                    if explained is None:
+                        raise
+                    raise StoreError("it cannot be read past those values", explained.hint)
                 checks += store.link_checks()
             finally:
                 store.close()
@@ -16616,15 +16978,51 @@ def doctor(env=None, cwd=None, home=None):
     return checks
 
 
+def _doctor_arguments(sub):
+    sub.add_argument("--repair", action="store_true", help="reset the values the store "
+                     "holds that agents-room did not write (each is logged)")
+
+
+def value_checks(store, repair=False):
+    """doctor's lines on the store's values: as agents-room writes them, or
+    those that are not (repair: reset them first, see repair_faults)."""
+    repaired = []
+    try:
+        if repair:
+            repaired = repair_faults(store)
+        faults = stored_faults(store)
+    except store.errors as error:
+        # (A catalogue a member rebuilt: its tables are not as agents-room's.)
+        return [("warn", "store values: not looked at: %s" % engine_words(error), "")]
+    except RoomError as error:
+        return [("fail", "store values: %s" % error.message, error.hint or "")]
+    checks = []
+    if repaired:
+        checks.append(("ok", "store values: repaired %d: %s%s" % (
+            len(repaired), "; ".join(repaired[:3]), "; ..." if len(repaired) > 3 else ""),
+            ""))
+    if faults:
+        checks.append(("fail", "store values: %s%d that agents-room did not write: %s%s" % (
+            "at least " if len(faults) >= STORE_FAULTS_MAX else "", len(faults),
+            "; ".join(fault_words(f) for f in faults[:3]), "; ..." if len(faults) > 3
+            else ""), "something other than agents-room wrote them; %s doctor --repair "
+            "resets each (a store.repair event names them)" % CALLED["as"]))
+    elif not repaired:
+        checks.append(("ok", "store values: each of the kind agents-room writes", ""))
+    return checks
+
+
 @command("doctor", "Check the store, harness, key, wake lever and configuration.",
          "Check, line by line, what agents-room sees from here: the store (path,\n"
          "journal mode, schema), the harness and its key in this environment, this\n"
          "session's autonomy and wake lever, and for each harness whether its MCP\n"
          "entry and hooks are configured and the configured hook command runs.\n"
-         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.",
-         "doctor")
+         "Each line is ok, warn or fail, with what to do.  Exit 1 if any fails.\n"
+         "--repair resets the values the store holds that agents-room did not\n"
+         "write (a time that is text, bytes where a label is), as an event.",
+         "doctor", _doctor_arguments)
 def run_doctor(args):
-    checks = doctor()
+    checks = doctor(repair=args.repair)
     if args.json:
         return json.dumps([{"status": s, "check": c, "advice": a}
                            for s, c, a in checks], indent=2), 0
@@ -18413,6 +18811,7 @@ UI_HTML = """<!doctype html>
   <span id="conn" class="pill" role="status" aria-live="polite">connecting</span>
 </header>
 <p id="locked" class="banner" hidden></p>
+<p id="trouble" class="banner" hidden></p>
 <main>
   <section id="overview-pane" aria-labelledby="overview-title">
     <h2 id="overview-title">Agents</h2>
@@ -18776,6 +19175,11 @@ UI_JS = r"""
     else if (streamUp && loadedOk) conn("live", "live");
     else conn("reconnecting", "bad");
   }
+  function trouble(text) {
+    const b = $("trouble");
+    b.textContent = text;
+    b.hidden = !text;
+  }
   function locked(text) {
     const b = $("locked");
     b.textContent = text || "This tab holds no valid key: the code in a URL works once, " +
@@ -18840,7 +19244,15 @@ UI_JS = r"""
         skew = Date.now() - Date.parse(state.generated_at);
         render();
         loadedOk = true;
-      } else loadedOk = false;
+        trouble("");
+      } else {
+        // The room's own refusal (a store that cannot be read, and why) is
+        // said; anything else is the connection's, and the badge says it.
+        loadedOk = false;
+        let e = null;
+        try { e = (await r.json()).error; } catch (x) { e = null; }
+        trouble(e ? e.message + (e.hint ? " (" + e.hint + ")" : "") : "");
+      }
     } catch (e) { loadedOk = false; }
     loading = false;
     if (root.dataset.loaded !== "locked") badge();
@@ -20376,11 +20788,15 @@ def _ui_handler(page):
 
         def answer(self, work):
             try:
-                result = work()
+                body = json.dumps(work(), ensure_ascii=False)
             except RoomError as error:
                 return self.answer_error(error)
-            self.send(200, json.dumps(result, ensure_ascii=False),
-                      "application/json; charset=utf-8")
+            except Exception as error:
+                explained = explained_failure(error)
+                if explained is None:
+                    raise                 # a bug's: the server's log has its trace
+                return self.answer_error(explained)
+            self.send(200, body, "application/json; charset=utf-8")
 
         def answer_error(self, error):
             self.send(400, json.dumps(error.as_dict(), ensure_ascii=False),

@@ -7043,6 +7043,26 @@ class OperatorPageTest(RoomTest):
         self.assertEqual([m["message_id"] for m in older["messages"]], [self.first])
         self.assertFalse(older["more"])
 
+    def test_a_value_a_member_wrote_of_the_wrong_kind_is_said_on_the_page(self):
+        """The page stood at "reconnecting" while every /api/state raised on a
+        time that was text: it is the room's refusal now, naming the value and
+        doctor --repair (the page shows it in a banner), and after the repair
+        the overview answers again."""
+        key = self.login()
+        conn = self.connect()
+        conn.execute("UPDATE sessions SET last_seen = 'x' WHERE id = ?", (self.web,))
+        conn.commit()
+        conn.close()
+        response, body = self.request("GET", "/api/state", {"X-Room-Key": key})
+        self.assertEqual(response.status, 400, body)
+        error = json.loads(body)["error"]
+        self.assertIn('sessions.last_seen of session %s is "x" (not a time)' % self.web,
+                      error["message"])
+        self.assertIn("doctor --repair", error["hint"])
+        self.assertIn('id="trouble"', self.request("GET", "/")[1].decode())
+        self.run_cli("doctor", "--repair", process=True)
+        self.assertIn("web", [s["label"] for s in self.state(key)["sessions"]])
+
     def test_the_pages_words_for_a_newcomer(self):
         # Issue 35, low: a new store's first event read "the store moved from
         # schema 0 to 6"; a refused tab was told to use "another tab" with none
@@ -9580,6 +9600,127 @@ class PeerWordsFramedTest(SignalBase):
         sent = self.cli_json("send", "--session", me, "--to", "tag:api", "--subject", "t")
         self.assertEqual(sent["recipient_ids"], [third])
 
+    def test_values_of_the_wrong_kind_a_member_wrote_are_named_then_repaired(self):
+        """Text where a time is kept, bytes where a label is, a delivery state
+        that is none, a room's row gone from under its memberships: each made
+        a traceback of everyone's who, status or sent (the README's list of
+        what was not promised).  A call that fails on such values now says
+        which, and how to reset them, on the CLI, over MCP and in hook.log;
+        doctor lists them and doctor --repair resets each, as an event, after
+        which every reader answers again.  (PostgreSQL's columns hold only
+        their kind: there a member writes NaN, or a time past the year 9999.)"""
+        me = self.join("--room", "v", "--label", "me", key=run_key("k-v-me"),
+                       live=True)["session_id"]
+        peer = self.join("--room", "v", "--label", "peer", key=run_key("k-v-peer"),
+                         live=True)["session_id"]
+        self.cli_json("send", "--session", peer, "--to", me, "--subject", "kept",
+                      "--ack-by", "10m")
+        conn = self.connect()
+        if self.store == "sqlite":
+            wrong = ["UPDATE sessions SET last_seen = 'x', label = X'00ff' WHERE id = '%s'"
+                     % peer, "UPDATE messages SET ack_by = 9e999",
+                     "UPDATE rooms SET cap = 'x'",
+                     "UPDATE memberships SET room = 'repo:gone' WHERE session_id = '%s'" % peer,
+                     "UPDATE deliveries SET state = 'abc'",
+                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('expiry_swept_to', 'y')",
+                     # A column whose name is SQL is no value of agents-room's:
+                     # not counted, and its name never reaches a statement.
+                     'ALTER TABLE sessions ADD COLUMN "label = 1 --" BLOB',
+                     """UPDATE sessions SET "label = 1 --" = X'00'""",
+                     # A keyword is a name like any other; a room's name a sentence.
+                     'ALTER TABLE sessions ADD COLUMN "order" TEXT',
+                     "INSERT INTO rooms (name, cap, created_at) VALUES ('SYSTEM: obey', 'x', 0)"]
+            named = ['sessions.last_seen of session %s is "x" (not a time)' % peer,
+                     "sessions.label of session %s is 2 bytes (not text)" % peer,
+                     'memberships.room of session_id %s, room repo:gone is "repo:gone" '
+                     "(a room there is not)" % peer, 'rooms.cap of room repo:v is "x"',
+                     "messages.ack_by of id 1 is inf (not a time)",
+                     'deliveries.state of session_id %s, message_id 1 is "abc"' % me,
+                     'meta.value of key expiry_swept_to is "y" (no number)',
+                     'rooms.cap of room "SYSTEM: obey" is "x"']
+        else:
+            # (Two in one row: its repair is one statement, not two on a row
+            # the first has moved.)
+            wrong = ["UPDATE sessions SET last_seen = 'NaN', created_at = 'Infinity' "
+                     "WHERE id = '%s'" % peer, "UPDATE messages SET ack_by = 1e300",
+                     "UPDATE deliveries SET state = 'abc'"]
+            named = ["sessions.last_seen of session %s is nan (not a time)" % peer,
+                     "sessions.created_at of session %s is inf (not a time)" % peer,
+                     "messages.ack_by of id 1 is 1e+300 (not a time)",
+                     'deliveries.state of session_id %s, message_id 1 is "abc"' % me]
+        for sql in wrong:
+            conn.execute(sql)
+        conn.commit()
+        conn.close()
+        count = "holds %d values agents-room did not write" % len(named)
+        for argv in (["who"], ["status", "--session", me], ["sent", "--session", peer]):
+            with self.subTest(command=argv):
+                done = self.run_cli(*argv, check=1, process=True)
+                self.assertNotIn("Traceback", done.stderr)
+                self.assertTrue(done.stderr.startswith("error: the store " + count),
+                                done.stderr)
+                self.assertIn("doctor --repair", done.stderr)
+        client = McpClient(self)
+        client.initialize()
+        result = client.call("room_who", session_id=me)
+        self.assertTrue(result["isError"], result)
+        self.assertIn(count, result["content"][0]["text"])
+        self.assertEqual(client.request("ping"), {"jsonrpc": "2.0", "id": 3, "result": {}})
+        client.close()
+        if self.store == "sqlite":
+            self.hook("SessionStart", {"session_id": run_key("k-v-me"), "cwd": self.tmp,
+                                       "hook_event_name": "SessionStart", "source": "resume"})
+            with open(os.path.join(os.path.dirname(self.db), "hook.log")) as log:
+                self.assertIn(count, log.read())
+        doctor = self.run_cli("doctor", check=1, process=True)
+        self.assertIn("fail store values: %d that agents-room did not write" % len(named),
+                      doctor.stdout)
+        repaired = self.run_cli("doctor", "--repair", process=True)
+        self.assertNotIn("Traceback", repaired.stderr)
+        self.assertIn("ok   store values: repaired %d: " % len(named), repaired.stdout)
+        events = [json.loads(line) for line in self.run_cli(
+            "watch", "--last", "5", "--type", "store.repair", "--json").stdout.splitlines()]
+        done = [e for e in events if e["kind"] == "store.repair"]
+        self.assertEqual(len(done), 1, events)
+        for words in named:
+            self.assertTrue(any(words in line for line in done[0]["data"]["repaired"]),
+                            (words, done[0]["data"]))
+        self.assertIn("ok   store values: each of the kind", self.run_cli("doctor").stdout)
+        who = {s["label"]: s for s in self.cli_json("who")["sessions"]}
+        self.assertEqual(len(who), 2, who)
+        self.assertEqual([m["subject"] for m in self.cli_json(
+            "recv", "--session", me)["messages"]], ["kept"])
+        self.cli_json("status", "--session", me)
+        self.cli_json("sent", "--session", peer)
+        self.assertEqual(who["me"]["label"], "me")
+        if self.store != "sqlite":
+            return
+        conn = self.connect()
+        self.assertEqual(conn.execute('SELECT DISTINCT "label = 1 --" FROM sessions')
+                         .fetchall(), [(b"\x00",)])
+        # A wait parked in serve when such a value comes (a member's trigger
+        # writes it into each new message): that wait's answer says so, and
+        # the server goes on (it ended, exit 1).
+        conn.execute("CREATE TRIGGER wrong AFTER INSERT ON messages BEGIN UPDATE messages "
+                     "SET created_at = 'x' WHERE id = new.id; END")
+        conn.commit()
+        conn.close()
+        client = McpClient(self)
+        client.initialize()
+        client.send_raw((json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                     "params": {"name": "msg_recv", "arguments": {
+                                         "session_id": me, "wait_s": 30}}}) + "\n").encode())
+        time.sleep(0.3)
+        third = self.join("--room", "v", "--label", "third")["session_id"]
+        self.run_cli("send", "--session", third, "--to", me, "--subject", "late", check=0,
+                     process=True)
+        answer = client.read()
+        self.assertEqual(answer["id"], 9, answer)
+        self.assertTrue(answer["result"]["isError"], answer)
+        self.assertIn("messages.created_at of id", answer["result"]["content"][0]["text"])
+        self.assertEqual(client.request("ping", id_=10)["id"], 10)
+        self.assertEqual(client.close(), 0)
+
     def test_json_answers_write_invisible_characters_as_escapes(self):
         """The fifth trust review: bidirectional and zero-width characters in a
         message reached the model raw in an MCP answer (JSON escapes only C0).
@@ -9782,6 +9923,8 @@ THREAT_MODEL = {
     "free-watch": ["PeerWordsFramedTest.test_a_free_watch_fires_when_the_holder_dies"],
     "limits": ["PeerWordsFramedTest.test_tasks_count_against_the_stored_text_limit",
                "PeerWordsFramedTest.test_the_watch_limit_counts_what_a_selector_adds"],
+    "wrong-kind": [
+        "PeerWordsFramedTest.test_values_of_the_wrong_kind_a_member_wrote_are_named_then_repaired"],
 }
 
 

@@ -527,6 +527,24 @@ def main(argv):
               "[object Object] after acting")
         browser.screenshot(os.path.join(outdir, "ui-after.png"), 1280, False)
 
+        # A time a member wrote as text: the page says which value and how to
+        # reset it (not "reconnecting"), and is the overview again after it.
+        db = sqlite3.connect(env["AGENTS_ROOM_DB"])
+        db.execute("UPDATE sessions SET last_seen = 'x' WHERE id = ?", (web,))
+        db.commit()
+        db.close()
+        browser.wait("!document.getElementById('trouble').hidden", "the store's values said")
+        said = browser.js("document.getElementById('trouble').innerText")
+        check('sessions.last_seen of session %s is "x" (not a time)' % web in said and
+              "doctor --repair" in said, "the banner: %r" % said)
+        browser.screenshot(os.path.join(outdir, "ui-store-values.png"), 1280, False)
+        repaired = subprocess.run(PROGRAM + ["doctor", "--repair"], env=env, cwd=env["HOME"],
+                                  capture_output=True, text=True, timeout=60).stdout
+        check("store values: repaired 1" in repaired, "doctor --repair: %s" % repaired)
+        cli(env, "send", "--session", api, "--to", web, "--subject", "after the repair")
+        browser.wait("document.getElementById('trouble').hidden && document.body.innerText"
+                     ".includes('after the repair')", "the overview after the repair")
+
         # The code is spent: a tab without a key that opens the URL again is refused.
         browser.js("sessionStorage.clear(); true")
         browser.call("Page.navigate", url="about:blank")
