@@ -101,31 +101,31 @@ prints it when it differs; Part I is at most 10,000 lines):
     7359   450  operations: signals and wakes
     7809   123  operations: housekeeping
     7932   180  signals: wake levers
-    8112   615  MCP server
-    8727   169  harnesses: setup
-    8896   297  hook front end
-    9193   855  CLI
-   10048   100  main
-   10158  3973  appendix: PostgreSQL store
-   14131   476  appendix: harness: Claude Code
-   14607   198  appendix: harness: Codex
-   14805   260  appendix: harness: Hermes
-   15065   211  appendix: harness: Qwen Code
-   15276   167  appendix: harness: Gemini CLI
-   15443   425  appendix: harness: Pi
-   15868   383  appendix: harness: OpenCode
-   16251    45  appendix: harness: Kilo Code
-   16296   187  appendix: harness: GitHub Copilot CLI
-   16483   306  appendix: values agents-room did not write
-   16789   245  appendix: doctor
-   17034   166  appendix: watch
-   17200   120  appendix: store copy
-   17320    75  appendix: git pre-commit guard
-   17395   108  appendix: Claude Code plugin
-   17503  1283  appendix: benchmark
-   18786  1200  appendix: the operator page's HTML, CSS and JavaScript
-   19986   985  appendix: operator page
-   20971   167  appendix: embedded sources
+    8112   614  MCP server
+    8726   169  harnesses: setup
+    8895   297  hook front end
+    9192   855  CLI
+   10047   100  main
+   10157  3973  appendix: PostgreSQL store
+   14130   476  appendix: harness: Claude Code
+   14606   198  appendix: harness: Codex
+   14804   260  appendix: harness: Hermes
+   15064   211  appendix: harness: Qwen Code
+   15275   167  appendix: harness: Gemini CLI
+   15442   425  appendix: harness: Pi
+   15867   383  appendix: harness: OpenCode
+   16250    45  appendix: harness: Kilo Code
+   16295   187  appendix: harness: GitHub Copilot CLI
+   16482   313  appendix: values agents-room did not write
+   16795   244  appendix: doctor
+   17039   166  appendix: watch
+   17205   120  appendix: store copy
+   17325    75  appendix: git pre-commit guard
+   17400   108  appendix: Claude Code plugin
+   17508  1283  appendix: benchmark
+   18791  1200  appendix: the operator page's HTML, CSS and JavaScript
+   19991   985  appendix: operator page
+   20976   167  appendix: embedded sources
 
 Environment:
   AGENTS_ROOM_DB            the store (default ~/.agents-room/room.db), or a
@@ -8404,9 +8404,8 @@ class McpServer:
         explained = explained_failure(error, self.store)
         if explained is not None and method == "tools/call":
             return self.refusal(id_, explained)
-        import traceback
-        self.log("internal error on %s: %s\n%s" % (method, error, "".join(
-            traceback.format_exception(type(error), error, error.__traceback__))))
+        import traceback               # (asked in the except clause that caught it)
+        self.log("internal error on %s: %s\n%s" % (method, error, traceback.format_exc()))
         return _rpc_error(id_, -32603, "Internal error: %s" % error)
 
     @staticmethod
@@ -16560,7 +16559,7 @@ def _fault_tests(store, table, columns):
     return tests
 
 
-def _row_keys(store, table, columns):
+def _row_keys(store, table):
     """How a row is named for its repair: its primary key's columns, else
     SQLite's rowid; PostgreSQL's ctid (kept valid by the repair's WHERE,
     which asks the fault's test again).  None: a key a member renamed."""
@@ -16574,7 +16573,6 @@ def _row_keys(store, table, columns):
     # A column a member named rowid hides that name of the row's: another.
     alias = [a for a in ROWID_NAMES if a not in {r[1].lower() for r in info}][:1]
     return (alias, alias) if alias else (None, None)
-
 
 
 def _faulty(table, column, kind, value, values, conn):
@@ -16608,9 +16606,11 @@ def stored_faults(store, limit=STORE_FAULTS_MAX):
     words), value (as stored), kind, test (its column's SQL); at most limit."""
     conn, faults = store.conn, []
     for table, columns in sorted(_column_kinds(store).items()):
+        if len(faults) >= limit:
+            break
         tests = _fault_tests(store, table, columns)
-        keys, selected = _row_keys(store, table, columns)
-        if not tests or keys is None or len(faults) >= limit:
+        keys, selected = _row_keys(store, table)
+        if not tests or keys is None:
             continue
         names = [c[0] for c in columns]
         rows = conn.execute("SELECT %s, %s FROM \"%s\" WHERE %s LIMIT %d" % (
@@ -16655,6 +16655,15 @@ def fault_words(fault):
              quoted(value, 40) if isinstance(value, str) else repr(value))
     return "%s.%s of %s is %s (%s)" % (fault["table"], fault["column"], fault["where"],
                                        shown, FAULT_KINDS[fault["kind"]])
+
+
+def faults_words(faults):
+    """A look's faults as (their count, the first three as words): "at least"
+    where the look stopped at its bound."""
+    more = len(faults) - 3
+    return ("%s%d" % ("at least " if len(faults) >= STORE_FAULTS_MAX else "", len(faults)),
+            "; ".join(fault_words(f) for f in faults[:3]) + (
+                "; and %d more" % more if more > 0 else ""))
 
 
 def repair_faults(store, passes=3):
@@ -16770,14 +16779,11 @@ def explain_stored_faults(error, store=None):
     import traceback
     frames = [f for f in traceback.extract_tb(error.__traceback__)
               if f.filename == this_file()] or [None]
-    listed = "; ".join(fault_words(f) for f in faults[:3])
-    more = len(faults) - 3
+    count, listed = faults_words(faults)
     return StoreError(
-        "the store holds %s%d value%s agents-room did not write, so this failed (%s%s): "
-        "%s%s" % ("at least " if len(faults) >= STORE_FAULTS_MAX else "", len(faults),
-                  "" if len(faults) == 1 else "s", type(error).__name__,
-                  " at line %d" % frames[-1].lineno if frames[-1] else "", listed,
-                  "; and %d more" % more if more > 0 else ""),
+        "the store holds %s value%s agents-room did not write, so this failed (%s%s): %s"
+        % (count, "" if len(faults) == 1 else "s", type(error).__name__,
+           " at line %d" % frames[-1].lineno if frames[-1] else "", listed),
         "something other than agents-room wrote them (a member of the room, or a "
         "tool); `%s doctor --repair` resets each and logs a store.repair event"
         % CALLED["as"], code="store_values")
@@ -17002,11 +17008,10 @@ def value_checks(store, repair=False):
             len(repaired), "; ".join(repaired[:3]), "; ..." if len(repaired) > 3 else ""),
             ""))
     if faults:
-        checks.append(("fail", "store values: %s%d that agents-room did not write: %s%s" % (
-            "at least " if len(faults) >= STORE_FAULTS_MAX else "", len(faults),
-            "; ".join(fault_words(f) for f in faults[:3]), "; ..." if len(faults) > 3
-            else ""), "something other than agents-room wrote them; %s doctor --repair "
-            "resets each (a store.repair event names them)" % CALLED["as"]))
+        checks.append(("fail", "store values: %s that agents-room did not write: %s"
+                       % faults_words(faults), "something other than agents-room wrote "
+                       "them; %s doctor --repair resets each (a store.repair event names "
+                       "them)" % CALLED["as"]))
     elif not repaired:
         checks.append(("ok", "store values: each of the kind agents-room writes", ""))
     return checks
